@@ -1,0 +1,161 @@
+"""Build the devcluster's control-plane binaries from Go modules.
+
+etcd, kube-apiserver, kube-scheduler and kube-controller-manager come from the
+wrapper module in ``gomod/`` (k8s.io/kubernetes with its staging modules pinned
+to their published twins); kwok comes from ``go install``. Everything lands in a
+per-user cache folder keyed by the versions, so a second build is a no-op and an
+interrupted one resumes (Go's own build cache keeps the finished packages).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+K8S_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.8"
+KWOK_VERSION = "v0.8.0"
+
+GOMOD_DIR = Path(__file__).with_name("gomod")
+KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+ALL_BINARIES = ("etcd", *KUBE_COMMANDS, "kwok")
+#: kwok's stage configs (shipped in its module) that the devcluster runs: nodes become
+#: Ready once, pods bound to them go Running with an IP from the node's podCIDR, and
+#: deleted pods go away. No heartbeat stage: nothing here marks silent nodes NotReady.
+KWOK_STAGES = ("node/fast/node-initialize.yaml", "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml")
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message says which and how to retry."""
+
+
+def cache_root() -> Path:
+    base = os.environ.get("GPUSPAWNER_CACHE") or os.environ.get("XDG_CACHE_HOME")
+    root = Path(base) if base else Path.home() / ".cache"
+    if not os.environ.get("GPUSPAWNER_CACHE"):
+        root = root / "gpuspawner"
+    return root
+
+
+def bin_dir() -> Path:
+    key = f"k8s-{K8S_VERSION}_etcd-{ETCD_VERSION}_kwok-{KWOK_VERSION}"
+    return cache_root() / "devcluster" / key / "bin"
+
+
+def stages_file() -> Path:
+    return bin_dir().parent / "kwok-stages.yaml"
+
+
+def missing_binaries(directory: Path | None = None) -> list[str]:
+    directory = directory or bin_dir()
+    return [name for name in ALL_BINARIES if not (directory / name).is_file()]
+
+
+def _write_kwok_stages() -> None:
+    """Copy kwok's stage configs out of its module, into one multi-document file."""
+    proc = subprocess.run(
+        ["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{KWOK_VERSION}"],
+        capture_output=True, text=True, env=_go_env(GOFLAGS=""),
+    )
+    if proc.returncode != 0:
+        raise BuildError(f"could not fetch sigs.k8s.io/kwok@{KWOK_VERSION} for its stage configs: {proc.stderr.strip()}")
+    module_dir = Path(json.loads(proc.stdout)["Dir"])
+    docs = [(module_dir / "kustomize" / "stage" / rel).read_text() for rel in KWOK_STAGES]
+    tmp = stages_file().with_suffix(".tmp")
+    tmp.write_text("\n---\n".join(d.strip() for d in docs) + "\n")
+    os.replace(tmp, stages_file())
+
+
+def _version_ldflags() -> str:
+    major, minor, _patch = K8S_VERSION.lstrip("v").split(".")
+    pkg = "k8s.io/component-base/version"
+    # Without these the servers report v0.0.0, and tools such as Helm refuse them.
+    flags = {
+        "gitVersion": K8S_VERSION,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "gitCommit": "gpuspawner-devcluster",
+        "buildDate": "1970-01-01T00:00:00Z",
+    }
+    parts = [f"-X {pkg}.{k}={v}" for k, v in flags.items()]
+    return "-s -w " + " ".join(parts)
+
+
+def _go_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, **extra)
+    env.setdefault("CGO_ENABLED", "0")
+    env.setdefault("GOFLAGS", "-mod=mod")
+    return env
+
+
+def _run(cmd: list[str], cwd: Path | None, what: str, **env: str) -> None:
+    started = time.monotonic()
+    print(f"[devcluster build] {what} ...", flush=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=_go_env(**env))
+    took = time.monotonic() - started
+    if proc.returncode != 0:
+        raise BuildError(
+            f"{what} failed (exit {proc.returncode}) after {took:.0f}s. "
+            "Run `gpuspawner devcluster build` again to resume: finished packages are cached."
+        )
+    print(f"[devcluster build] {what}: done in {took:.0f}s", flush=True)
+
+
+def build(force: bool = False) -> Path:
+    """Build whatever is missing and return the folder holding the binaries."""
+    if shutil.which("go") is None:
+        raise BuildError("Go is not on PATH: install Go 1.26 or newer, then run this again.")
+    target = bin_dir()
+    todo = list(ALL_BINARIES) if force else missing_binaries(target)
+    if not todo:
+        if not stages_file().is_file():
+            _write_kwok_stages()
+        print(f"[devcluster build] all binaries present in {target}", flush=True)
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    print(f"[devcluster build] building {', '.join(todo)} into {target}", flush=True)
+    print("[devcluster build] a cold build on 2 cores takes about half an hour; later runs reuse it", flush=True)
+    # Build into a scratch folder next to the target and rename each binary into
+    # place, so an interrupted build never leaves a half-written file behind.
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        out = Path(scratch)
+        for name in todo:
+            if name == "kwok":
+                env_bin = out / "kwok-gobin"
+                env_bin.mkdir()
+                cmd = ["go", "install", "-ldflags=-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"]
+                # GOFLAGS=-mod=mod is for our wrapper module only; `go install pkg@v` refuses it.
+                _run(cmd, None, f"kwok {KWOK_VERSION}", GOBIN=str(env_bin), GOFLAGS="")
+                built = env_bin / "kwok"
+            else:
+                pkg = "./cmd/etcd" if name == "etcd" else f"k8s.io/kubernetes/cmd/{name}"
+                built = out / name
+                cmd = ["go", "build", "-trimpath", f"-ldflags={_version_ldflags()}", "-o", str(built), pkg]
+                version = ETCD_VERSION if name == "etcd" else K8S_VERSION
+                _run(cmd, GOMOD_DIR, f"{name} {version}")
+            os.replace(built, target / name)
+    _write_kwok_stages()
+    print(f"[devcluster build] finished in {time.monotonic() - started:.0f}s", flush=True)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    force = "--force" in (argv or sys.argv[1:])
+    try:
+        build(force=force)
+    except BuildError as exc:
+        print(f"gpuspawner devcluster build: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Certificates for the devcluster: a CA, the API server's serving certificate and
+the service-account signing key pair. Generated once per state folder."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+
+API_SERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+API_SERVER_IPS = ("127.0.0.1", "10.96.0.1")
+
+
+def _pem_key(key) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def _cert(subject: str, key, issuer_name: x509.Name, issuer_key, ca: bool, sans: list | None = None) -> x509.Certificate:
+    now = dt.datetime.now(dt.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+        )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        builder = builder.add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def write_certificates(pki: Path) -> Path:
+    """Write ca.crt, apiserver.crt/.key and sa.key/.pub into ``pki`` (kept if present)."""
+    pki.mkdir(parents=True, exist_ok=True)
+    if all((pki / f).is_file() for f in ("ca.crt", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub")):
+        return pki
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpuspawner-devcluster-ca")])
+    ca_cert = _cert("gpuspawner-devcluster-ca", ca_key, ca_name, ca_key, ca=True)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    sans = [x509.DNSName(n) for n in API_SERVER_NAMES] + [x509.IPAddress(ipaddress.ip_address(i)) for i in API_SERVER_IPS]
+    server_cert = _cert("kube-apiserver", server_key, ca_name, ca_key, ca=False, sans=sans)
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (pki / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    (pki / "apiserver.crt").write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
+    (pki / "apiserver.key").write_bytes(_pem_key(server_key))
+    (pki / "sa.key").write_bytes(_pem_key(sa_key))
+    (pki / "sa.pub").write_bytes(
+        sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    for name in ("apiserver.key", "sa.key"):
+        (pki / name).chmod(0o600)
+    return pki

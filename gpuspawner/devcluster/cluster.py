@@ -1,0 +1,351 @@
+"""Start and stop the local control plane: etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager and kwok on 127.0.0.1.
+
+Everything lives in one state folder: certificates, a token, the kubeconfig,
+logs, etcd's data and ``cluster.json`` (ports and process ids). ``down`` ends
+exactly the processes that ``up`` started (by their recorded ids and process
+groups), so it is safe on a shared machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from . import build
+from .certs import write_certificates
+from .nodes import standard_nodes
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: Controllers the devcluster needs: default service accounts (pod admission needs
+#: them), their tokens, garbage collection and namespace deletion. Never the node
+#: lifecycle controller: kwok's nodes send no heartbeats and would be tainted NotReady.
+KCM_CONTROLLERS = "serviceaccount,serviceaccount-token,garbagecollector,namespace"
+
+
+class DevClusterError(RuntimeError):
+    """The devcluster could not do what was asked; the message says why and what to do."""
+
+
+def default_dir() -> Path:
+    return build.cache_root() / "devcluster" / "run" / "default"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ClusterState:
+    """What ``up`` wrote down: enough for ``down``, ``status`` and ``env``."""
+
+    directory: str
+    ports: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    token: str = ""
+    started_at: float = 0.0
+
+    @property
+    def path(self) -> Path:
+        return Path(self.directory)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.path / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    def save(self) -> None:
+        tmp = self.path / "cluster.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, self.path / "cluster.json")
+
+    @classmethod
+    def load(cls, directory: Path) -> "ClusterState | None":
+        try:
+            return cls(**json.loads((directory / "cluster.json").read_text()))
+        except (FileNotFoundError, json.JSONDecodeError, TypeError):
+            return None
+
+
+class KubeHTTP:
+    """A minimal JSON client for the devcluster's API server (admin token, our CA)."""
+
+    def __init__(self, state: ClusterState):
+        self.state = state
+        self.context = ssl.create_default_context(cafile=str(state.path / "pki" / "ca.crt"))
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.state.server + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.state.token}")
+        if data is not None:
+            ctype = "application/merge-patch+json" if method == "PATCH" else "application/json"
+            req.add_header("Content-Type", ctype)
+        with urllib.request.urlopen(req, context=self.context, timeout=timeout) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw and raw[:1] in b"{[" else raw.decode()
+
+    def ok(self, path: str) -> bool:
+        try:
+            self.request("GET", path, timeout=2.0)
+            return True
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+
+class DevCluster:
+    """One local control plane in ``directory``."""
+
+    def __init__(self, directory: Path | None = None):
+        self.directory = Path(directory or os.environ.get("GPUSPAWNER_DEVCLUSTER_DIR") or default_dir())
+        self.state = ClusterState.load(self.directory)
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    def running(self) -> dict[str, bool]:
+        """Component -> whether its recorded process is alive."""
+        if self.state is None:
+            return {name: False for name in COMPONENTS}
+        return {name: _alive(self.state.pids.get(name)) for name in COMPONENTS}
+
+    def client(self) -> KubeHTTP:
+        if self.state is None:
+            raise DevClusterError(f"no devcluster in {self.directory}: run `gpuspawner devcluster up` first")
+        return KubeHTTP(self.state)
+
+    def env(self) -> dict[str, str]:
+        """Variables that point kubectl, KubeSpawner and our tests at this cluster."""
+        return {"KUBECONFIG": str(self.kubeconfig), "GPUSPAWNER_DEVCLUSTER_DIR": str(self.directory)}
+
+    # ------------------------------------------------------------------ up / down
+
+    def up(self, nodes: Iterable[dict] | None = None, timeout: float = 90.0, log=print) -> ClusterState:
+        """Start everything (building binaries first if needed) and load ``nodes``.
+
+        Idempotent: a cluster already running here is left as it is.
+        """
+        if self.state is not None and all(self.running().values()):
+            log(f"devcluster already running in {self.directory}")
+            return self.state
+        self.down(quiet=True)
+        started = time.monotonic()
+        bins = build.build()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for sub in ("logs", "etcd"):
+            (self.directory / sub).mkdir(exist_ok=True)
+        state = ClusterState(
+            directory=str(self.directory),
+            ports={name: _free_port() for name in ("etcd", "etcd-peer", "apiserver", "scheduler", "kcm", "kwok")},
+            token=secrets.token_hex(24),
+            started_at=time.time(),
+        )
+        self.state = state
+        pki = write_certificates(self.directory / "pki")
+        (self.directory / "tokens.csv").write_text(f'{state.token},gpuspawner-admin,gpuspawner-admin,"system:masters"\n')
+        self.kubeconfig.write_text(_kubeconfig(state, pki / "ca.crt"))
+        state.save()
+        try:
+            self._start(bins, "etcd", self._etcd_args(state))
+            self._wait(lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), "etcd", timeout)
+            self._start(bins, "kube-apiserver", self._apiserver_args(state, pki))
+            client = KubeHTTP(state)
+            self._wait(lambda: client.ok("/readyz"), "kube-apiserver", timeout)
+            self._start(bins, "kube-controller-manager", self._kcm_args(state, pki))
+            self._start(bins, "kube-scheduler", self._scheduler_args(state))
+            self._start(bins, "kwok", self._kwok_args(state))
+            self._wait(lambda: client.ok("/api/v1/namespaces/default/serviceaccounts/default"), "default service account", timeout)
+            for node in nodes if nodes is not None else standard_nodes():
+                client.request("POST", "/api/v1/nodes", node)
+            self._wait(lambda: self._nodes_ready(client), "nodes Ready (kwok)", timeout)
+        except BaseException:
+            self.down(quiet=True)
+            raise
+        log(f"devcluster up in {time.monotonic() - started:.1f}s: {state.server} (KUBECONFIG={self.kubeconfig})")
+        return state
+
+    def down(self, quiet: bool = False, log=print) -> None:
+        """Stop every process ``up`` started here; keep the folder (logs) for a post-mortem."""
+        state = self.state or ClusterState.load(self.directory)
+        if state is None:
+            return
+        for name in reversed(COMPONENTS):
+            pid = state.pids.get(name)
+            if pid and _alive(pid):
+                _terminate(pid)
+        state.pids = {}
+        if state.path.is_dir():
+            state.save()
+        if not quiet:
+            log(f"devcluster in {self.directory} stopped")
+
+    def load_nodes(self, nodes: Iterable[dict]) -> int:
+        client = self.client()
+        count = 0
+        for node in nodes:
+            client.request("POST", "/api/v1/nodes", node)
+            count += 1
+        return count
+
+    # ------------------------------------------------------------------ internals
+
+    def _start(self, bins: Path, name: str, args: list[str]) -> None:
+        assert self.state is not None
+        log_file = open(self.directory / "logs" / f"{name}.log", "ab")
+        binary = bins / name
+        proc = subprocess.Popen(
+            [str(binary), *args],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.directory,
+            start_new_session=True,  # its own process group: down() ends it and its children
+        )
+        log_file.close()
+        self.state.pids[name] = proc.pid
+        self.state.save()
+
+    def _wait(self, check, what: str, timeout: float) -> None:
+        assert self.state is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            dead = [n for n, pid in self.state.pids.items() if not _alive(pid)]
+            if dead:
+                raise DevClusterError(f"{', '.join(dead)} exited while waiting for {what}; see {self.directory / 'logs'}")
+            time.sleep(0.2)
+        raise DevClusterError(f"timed out after {timeout:.0f}s waiting for {what}; see {self.directory / 'logs'}")
+
+    @staticmethod
+    def _nodes_ready(client: KubeHTTP) -> bool:
+        items = client.request("GET", "/api/v1/nodes")["items"]
+        return all(
+            any(c.get("type") == "Ready" and c.get("status") == "True" for c in (n.get("status") or {}).get("conditions") or [])
+            for n in items
+        )
+
+    def _etcd_args(self, s: ClusterState) -> list[str]:
+        client = f"http://127.0.0.1:{s.ports['etcd']}"
+        peer = f"http://127.0.0.1:{s.ports['etcd-peer']}"
+        return [
+            "--name=devcluster", f"--data-dir={self.directory / 'etcd'}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=devcluster={peer}", "--log-level=warn",
+            "--quota-backend-bytes=4294967296", "--snapshot-count=20000",
+        ]
+
+    def _apiserver_args(self, s: ClusterState, pki: Path) -> list[str]:
+        return [
+            f"--etcd-servers=http://127.0.0.1:{s.ports['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={s.ports['apiserver']}",
+            f"--cert-dir={pki}", f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={self.directory / 'tokens.csv'}",
+            "--authorization-mode=RBAC", "--allow-privileged=true",
+            # New nodes get a not-ready taint that only the node lifecycle controller lifts,
+            # and that controller would mark kwok's heartbeat-less nodes NotReady: neither runs.
+            "--disable-admission-plugins=TaintNodesByCondition",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16", "--enable-priority-and-fairness=false",
+            "--profiling=false", "--v=1",
+        ]
+
+    def _component_auth(self) -> list[str]:
+        kc = str(self.kubeconfig)
+        return [f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}", "--leader-elect=false"]
+
+    def _kcm_args(self, s: ClusterState, pki: Path) -> list[str]:
+        return [
+            *self._component_auth(), "--bind-address=127.0.0.1", f"--secure-port={s.ports['kcm']}",
+            f"--controllers={KCM_CONTROLLERS}", f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}", "--use-service-account-credentials=false", "--v=1",
+        ]
+
+    def _scheduler_args(self, s: ClusterState) -> list[str]:
+        return [*self._component_auth(), "--bind-address=127.0.0.1", f"--secure-port={s.ports['scheduler']}", "--v=2"]
+
+    def _kwok_args(self, s: ClusterState) -> list[str]:
+        return [
+            f"--kubeconfig={self.kubeconfig}", f"--config={build.stages_file()}",
+            "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--server-address=127.0.0.1:{s.ports['kwok']}", "--node-ip=127.0.0.1", "--node-lease-duration-seconds=0",
+        ]
+
+
+def _kubeconfig(state: ClusterState, ca: Path) -> str:
+    import base64
+
+    ca_data = base64.b64encode(ca.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "devcluster", "cluster": {"server": state.server, "certificate-authority-data": ca_data}}],
+        "users": [{"name": "devcluster-admin", "user": {"token": state.token}}],
+        "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": "devcluster-admin", "namespace": "default"}}],
+        "current-context": "devcluster",
+    }
+    return json.dumps(config, indent=2)
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _terminate(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM the process group ``pid`` leads, then SIGKILL what is left after ``grace``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not _alive(pid):
+                return
+            time.sleep(0.05)

@@ -1,0 +1,64 @@
+"""Shared fixtures: the devcluster (started once per test run) and a namespace per test."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import urllib.error
+from pathlib import Path
+
+import pytest
+
+from gpuspawner.devcluster.cluster import DevCluster, KubeHTTP
+
+ARTIFACTS = Path(os.environ.get("GPUSPAWNER_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
+
+
+@pytest.fixture(scope="session")
+def devcluster(tmp_path_factory) -> DevCluster:
+    """A real kube-apiserver, kube-scheduler, kube-controller-manager and kwok, with the
+    simulated GPU nodes of nodes.yaml. Built from Go modules on first use (cached)."""
+    cluster = DevCluster(tmp_path_factory.mktemp("devcluster"))
+    try:
+        cluster.up()
+        yield cluster
+    finally:
+        cluster.down(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def kube(devcluster) -> KubeHTTP:
+    return devcluster.client()
+
+
+@pytest.fixture
+def namespace(kube: KubeHTTP):
+    """A fresh namespace; its pods are deleted (and the namespace removed) afterwards."""
+    name = f"t-{secrets.token_hex(4)}"
+    kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    wait_for(lambda: _has_default_sa(kube, name), "default service account", timeout=30)
+    yield name
+    kube.request("DELETE", f"/api/v1/namespaces/{name}/pods?gracePeriodSeconds=0")
+    wait_for(lambda: not kube.request("GET", f"/api/v1/namespaces/{name}/pods")["items"], f"pods of {name} gone", timeout=60)
+    kube.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def _has_default_sa(kube: KubeHTTP, ns: str) -> bool:
+    try:
+        kube.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")
+        return True
+    except urllib.error.HTTPError:
+        return False
+
+
+def wait_for(check, what: str, timeout: float = 30.0, interval: float = 0.1):
+    """Poll ``check`` until it returns something truthy; fail the test with ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
