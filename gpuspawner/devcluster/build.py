@@ -97,7 +97,7 @@ def _go_env(**extra: str) -> dict[str, str]:
 
 def _run(cmd: list[str], cwd: Path | None, what: str, **env: str) -> None:
     started = time.monotonic()
-    print(f"[devcluster build] {what} ...", flush=True)
+    print(f"[devcluster build] {what} ...", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, cwd=cwd, env=_go_env(**env))
     took = time.monotonic() - started
     if proc.returncode != 0:
@@ -105,7 +105,7 @@ def _run(cmd: list[str], cwd: Path | None, what: str, **env: str) -> None:
             f"{what} failed (exit {proc.returncode}) after {took:.0f}s. "
             "Run `gpuspawner devcluster build` again to resume: finished packages are cached."
         )
-    print(f"[devcluster build] {what}: done in {took:.0f}s", flush=True)
+    print(f"[devcluster build] {what}: done in {took:.0f}s", file=sys.stderr, flush=True)
 
 
 def build(force: bool = False) -> Path:
@@ -117,12 +117,12 @@ def build(force: bool = False) -> Path:
     if not todo:
         if not stages_file().is_file():
             _write_kwok_stages()
-        print(f"[devcluster build] all binaries present in {target}", flush=True)
+        print(f"[devcluster build] all binaries present in {target}", file=sys.stderr, flush=True)
         return target
     target.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    print(f"[devcluster build] building {', '.join(todo)} into {target}", flush=True)
-    print("[devcluster build] a cold build on 2 cores takes about half an hour; later runs reuse it", flush=True)
+    print(f"[devcluster build] building {', '.join(todo)} into {target}", file=sys.stderr, flush=True)
+    print("[devcluster build] a cold build takes about 8 minutes on 2 cores; later runs reuse it", file=sys.stderr, flush=True)
     # Build into a scratch folder next to the target and rename each binary into
     # place, so an interrupted build never leaves a half-written file behind.
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
@@ -143,7 +143,7 @@ def build(force: bool = False) -> Path:
                 _run(cmd, GOMOD_DIR, f"{name} {version}")
             os.replace(built, target / name)
     _write_kwok_stages()
-    print(f"[devcluster build] finished in {time.monotonic() - started:.0f}s", flush=True)
+    print(f"[devcluster build] finished in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
     return target
 
 

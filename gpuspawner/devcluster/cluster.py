@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import ssl
@@ -151,6 +152,8 @@ class DevCluster:
         started = time.monotonic()
         bins = build.build()
         self.directory.mkdir(parents=True, exist_ok=True)
+        # Every `up` is a fresh cluster: the nodes of nodes.yaml and nothing else.
+        shutil.rmtree(self.directory / "etcd", ignore_errors=True)
         for sub in ("logs", "etcd"):
             (self.directory / sub).mkdir(exist_ok=True)
         state = ClusterState(
@@ -177,6 +180,10 @@ class DevCluster:
             for node in nodes if nodes is not None else standard_nodes():
                 client.request("POST", "/api/v1/nodes", node)
             self._wait(lambda: self._nodes_ready(client), "nodes Ready (kwok)", timeout)
+        except urllib.error.HTTPError as exc:
+            self.down(quiet=True)
+            detail = exc.read().decode(errors="replace")[:300]
+            raise DevClusterError(f"the API server refused {exc.url}: HTTP {exc.code} {detail}") from None
         except BaseException:
             self.down(quiet=True)
             raise

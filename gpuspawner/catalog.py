@@ -1,0 +1,51 @@
+"""The full list of offerings a hub shows: configured + discovered + overrides. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from .discovery import DEFAULT_VGPU_CLASS_LABELS, discover
+from .offerings import (
+    CPU_OFFERING,
+    Kind,
+    Offering,
+    OfferingConfigError,
+    apply_overrides,
+    merge,
+    offerings_from_config,
+)
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """The admin's settings that decide which offerings exist (see GPUSpawner's traits)."""
+
+    offerings: Sequence[Mapping[str, Any]] = ()
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    discover: bool = True
+    include_cpu: bool = True
+    vgpu_class_labels: Sequence[str] = DEFAULT_VGPU_CLASS_LABELS
+
+    def configured(self) -> list[Offering]:
+        """The admin's own offerings, validated (raises :class:`OfferingConfigError`)."""
+        configured = offerings_from_config(list(self.offerings))
+        # Overrides are validated even when no discovered slug matches yet.
+        apply_overrides([], self.overrides)
+        return configured
+
+
+def build_catalog(config: CatalogConfig, nodes: Iterable[Mapping[str, Any]] | None) -> list[Offering]:
+    """Every offering, in display order. ``nodes`` may be None when discovery is off."""
+    offerings = config.configured()
+    if config.discover and nodes is not None:
+        offerings = merge(offerings, discover(nodes, config.vgpu_class_labels))
+    offerings = apply_overrides(offerings, config.overrides)
+    if config.include_cpu and not any(o.kind is Kind.CPU for o in offerings):
+        offerings = [CPU_OFFERING, *offerings]
+    if not offerings:
+        raise OfferingConfigError(
+            "GPUSpawner has nothing to offer: no offerings configured, none discovered, and the CPU option is off. "
+            "Set c.GPUSpawner.offerings or c.GPUSpawner.include_cpu_offering = True."
+        )
+    return offerings

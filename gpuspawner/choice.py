@@ -1,0 +1,98 @@
+"""The user's choice (form post or API ``user_options``) -> a validated :class:`Choice`. Pure.
+
+Every input is hostile until proven otherwise: unknown or forbidden offerings,
+counts that are not allowed, wrong types, markup. Errors are
+:class:`ChoiceError` with a message fit to show the user (no markup echoed
+back, no internals), and nothing here raises anything else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .offerings import SLUG_RE, Offering
+
+#: The keys of ``user_options`` that gpuspawner reads. Everything else (e.g. a
+#: KubeSpawner profile) passes through untouched.
+OFFERING_KEY = "offering"
+COUNT_KEY = "count"
+#: Written by GPUSpawner at start; never read back as the user's choice.
+RECORD_KEY = "gpuspawner"
+
+
+class ChoiceError(ValueError):
+    """The user's choice cannot be honoured; ``str()`` is the message to show them."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    offering: Offering
+    count: int = 1
+
+    def as_user_options(self) -> dict[str, Any]:
+        return {OFFERING_KEY: self.offering.slug, COUNT_KEY: self.count}
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """A value safe to quote back to the user: plain characters, short."""
+    text = re.sub(r"[^A-Za-z0-9 ._:/-]", "?", str(value))
+    return text[:limit] + ("…" if len(text) > limit else "")
+
+
+def _single(value: Any, name: str) -> Any:
+    """Form posts give lists; the REST API gives scalars. Accept one value only."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise ChoiceError(f"Please choose exactly one {name} (got {len(value)}).")
+        value = value[0]
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value
+
+
+def parse_count(raw: Any) -> int:
+    value = _single(raw, "GPU count")
+    if isinstance(value, bool):
+        raise ChoiceError("The number of GPUs must be a whole number such as 1 or 2.")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*\d{1,3}\s*", value):
+        return int(value)
+    raise ChoiceError(f"The number of GPUs must be a whole number such as 1 or 2, not '{shown(value)}'.")
+
+
+def parse_choice(
+    user_options: Mapping[str, Any] | None,
+    offerings: Mapping[str, Offering],
+    default_slug: str | None,
+) -> Choice:
+    """Resolve ``user_options`` against the offerings the user may take.
+
+    ``offerings`` must already be filtered by policy (what this user may use):
+    a forbidden slug and an unknown one get the same answer, so the error does
+    not reveal offerings the user cannot see. With no ``offering`` key the
+    default is used (an API spawn without options).
+    """
+    options = dict(user_options or {})
+    if OFFERING_KEY in options:
+        slug = _single(options[OFFERING_KEY], "GPU option")
+        if not isinstance(slug, str) or not SLUG_RE.match(slug):
+            raise ChoiceError(f"'{shown(slug)}' is not a valid GPU option. Pick one of the options on the spawn page.")
+    else:
+        slug = default_slug
+        if slug is None:
+            raise ChoiceError("No GPU option was chosen and this hub has no default. Pick one on the spawn page.")
+    offering = offerings.get(slug)
+    if offering is None:
+        names = ", ".join(sorted(o.display_name for o in offerings.values() if not o.hidden)[:8])
+        raise ChoiceError(
+            f"The GPU option '{shown(slug)}' is not offered to you on this hub (it may have been removed or "
+            f"renamed since you last used it). Available: {names or 'none'}."
+        )
+    count = parse_count(options[COUNT_KEY]) if COUNT_KEY in options else offering.counts[0]
+    if count not in offering.counts:
+        allowed = ", ".join(str(c) for c in offering.counts)
+        raise ChoiceError(f"{offering.display_name} can be taken {allowed} at a time, not {count}.")
+    return Choice(offering=offering, count=count)

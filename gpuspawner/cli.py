@@ -1,0 +1,207 @@
+"""The ``gpuspawner`` admin command.
+
+    gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
+    gpuspawner offerings [--nodes F] [--pods F] [--config F] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_USAGE = 2
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"gpuspawner: {message}", file=sys.stderr)
+    return code
+
+
+# --------------------------------------------------------------------------- devcluster
+
+
+def _devcluster(args: argparse.Namespace) -> int:
+    from .devcluster import build
+    from .devcluster.cluster import DevCluster, DevClusterError
+    from .devcluster.nodes import many_nodes, standard_nodes
+
+    cluster = DevCluster(Path(args.dir) if args.dir else None)
+    try:
+        if args.verb == "build":
+            build.build(force=args.force)
+        elif args.verb == "up":
+            nodes = list(standard_nodes())
+            if args.extra_nodes:
+                nodes += list(many_nodes(args.extra_nodes))
+            cluster.up(nodes=nodes, log=lambda msg: print(msg, file=sys.stderr))
+            _print_env(cluster)
+        elif args.verb == "down":
+            cluster.down()
+        elif args.verb == "status":
+            running = cluster.running()
+            for name, alive in running.items():
+                print(f"{name:26s} {'running' if alive else 'stopped'}")
+            if cluster.state and all(running.values()):
+                print(f"API server: {cluster.state.server}\nKUBECONFIG={cluster.kubeconfig}")
+            return 0 if all(running.values()) else 1
+        elif args.verb == "env":
+            if cluster.state is None:
+                return _fail(f"no devcluster in {cluster.directory}; run `gpuspawner devcluster up`")
+            _print_env(cluster)
+    except (DevClusterError, build.BuildError) as exc:
+        return _fail(str(exc), 1)
+    return 0
+
+
+def _print_env(cluster) -> None:
+    for key, value in cluster.env().items():
+        print(f"export {key}={value}")
+
+
+# --------------------------------------------------------------------------- offerings
+
+
+def _read_items(path: str, what: str) -> list[dict[str, Any]]:
+    """Read ``kubectl get <what> -o json`` output (a List) or a bare JSON list."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}); expected `kubectl get {what} -o json` output") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror}") from None
+    items = data.get("items") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise ValueError(f"{path}: expected a JSON object with an 'items' list, as `kubectl get {what} -o json` prints")
+    return items
+
+
+def _config_from_file(path: str):
+    """Load a jupyterhub_config.py the way JupyterHub does and return its GPUSpawner section."""
+    from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
+
+    file = Path(path)
+    try:
+        loader = PyFileConfigLoader(file.name, path=str(file.parent.resolve()))
+        config = loader.load_config()
+    except ConfigFileNotFound:
+        raise ValueError(f"{path}: no such file") from None
+    except Exception as exc:  # the admin's own Python: report it, do not crash
+        raise ValueError(f"{path}: could not load it: {type(exc).__name__}: {exc}") from None
+    return config
+
+
+def _catalog_config(config) -> "Any":
+    from .catalog import CatalogConfig
+
+    section: dict[str, Any] = {}
+    for name in ("KubeSpawner", "GPUSpawner"):
+        if config is not None and name in config:
+            section.update(config[name])
+    kwargs = {}
+    for trait, field in (
+        ("offerings", "offerings"),
+        ("offering_overrides", "overrides"),
+        ("discover_offerings", "discover"),
+        ("include_cpu_offering", "include_cpu"),
+        ("vgpu_class_labels", "vgpu_class_labels"),
+    ):
+        if trait in section:
+            kwargs[field] = section[trait]
+    return CatalogConfig(**kwargs)
+
+
+def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """Nodes and pods from the cluster of the current kubeconfig (or in-cluster config)."""
+    import asyncio
+
+    from kubernetes_asyncio import client, config
+
+    async def fetch():
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            await config.load_kube_config(config_file=args.kubeconfig)
+        async with client.ApiClient() as api_client:
+            api = client.CoreV1Api(api_client)
+            nodes = await api.list_node(_preload_content=False)
+            pods = await api.list_pod_for_all_namespaces(_preload_content=False)
+            return json.loads(await nodes.read())["items"], json.loads(await pods.read())["items"]
+
+    return asyncio.run(fetch())
+
+
+def _offerings(args: argparse.Namespace) -> int:
+    from .capacity import availability
+    from .catalog import build_catalog
+    from .offerings import OfferingConfigError
+
+    try:
+        config = _config_from_file(args.config) if args.config else None
+        if args.nodes:
+            nodes = _read_items(args.nodes, "nodes")
+            pods = _read_items(args.pods, "pods -A") if args.pods else []
+        elif args.pods:
+            return _fail("--pods needs --nodes (or neither, to read the live cluster)")
+        else:
+            try:
+                nodes, pods = _live_items(args)
+            except Exception as exc:
+                return _fail(f"could not read the cluster ({type(exc).__name__}: {exc}); give --nodes FILE to work offline", 1)
+        catalog = build_catalog(_catalog_config(config), nodes)
+    except (ValueError, OfferingConfigError) as exc:
+        return _fail(str(exc))
+    rows = []
+    for offering in catalog:
+        avail = availability(offering, nodes, pods)
+        rows.append({**offering.summary(), "capacity": avail.capacity, "free": avail.free, "nodes": avail.nodes})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'SLUG':44s} {'KIND':7s} {'FREE':>5s} {'CAP':>5s}  NAME / LIMITS")
+    for row in rows:
+        cap = "-" if row["capacity"] is None else str(row["capacity"])
+        free = "-" if row["free"] is None else str(row["free"])
+        limits = ", ".join(f"{k}={v}" for k, v in row["limits"].items()) or "no GPU"
+        flags = " [hidden]" if row["hidden"] else ""
+        who = f" (groups: {', '.join(row['groups'])})" if row["groups"] else ""
+        print(f"{row['slug']:44s} {row['kind']:7s} {free:>5s} {cap:>5s}  {row['display_name']}{flags}{who}")
+        print(f"{'':44s} {'':7s} {'':>5s} {'':>5s}    {limits}; {row['isolation_phrase']}")
+    return 0
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="gpuspawner", description="GPU offerings for JupyterHub on Kubernetes.")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser("devcluster", help="a local Kubernetes control plane with simulated GPU nodes")
+    dev.add_argument("verb", choices=["build", "up", "down", "status", "env"])
+    dev.add_argument("--dir", help="state folder (default: ~/.cache/gpuspawner/devcluster/run/default)")
+    dev.add_argument("--force", action="store_true", help="build: rebuild every binary")
+    dev.add_argument("--extra-nodes", type=int, default=0, metavar="N", help="up: also load N generated nodes")
+    dev.set_defaults(func=_devcluster)
+
+    off = sub.add_parser("offerings", help="print the offerings the spawner would show, with capacity and free counts")
+    off.add_argument("--nodes", metavar="FILE", help="`kubectl get nodes -o json` output (offline mode)")
+    off.add_argument("--pods", metavar="FILE", help="`kubectl get pods -A -o json` output, for free counts")
+    off.add_argument("--config", metavar="FILE", help="a jupyterhub_config.py to read c.GPUSpawner from")
+    off.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for live mode (default: $KUBECONFIG)")
+    off.add_argument("--json", action="store_true", help="print a JSON list")
+    off.set_defaults(func=_offerings)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,524 @@
+"""The offering model: one thing a user can pick on the spawn page.
+
+An :class:`Offering` is plain, immutable data: what Kubernetes resources a pod
+asks for, which nodes it may land on, what the user is told about it and who
+may take it. Offerings come from two places, both turned into this one type:
+
+* the admin's ``c.GPUSpawner.offerings`` (a list of dicts, validated here by
+  :func:`offering_from_config`, which names the entry and field that is wrong);
+* discovery from the cluster's GPU labels (:mod:`gpuspawner.discovery`).
+
+The conventions (resource names, labels, taints) are NVIDIA's device plugin and
+GPU Feature Discovery's; see DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Mapping
+
+GPU = "nvidia.com/gpu"
+GPU_SHARED = "nvidia.com/gpu.shared"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+VGPU_PRESENT_LABEL = "nvidia.com/vgpu.present"
+
+LABEL_OFFERING = "gpuspawner.io/offering"
+LABEL_KIND = "gpuspawner.io/kind"
+
+#: Kubernetes auto-tolerates only the exact extended resource a pod requests, so a
+#: MIG or ``.shared`` request still needs this to land on a ``nvidia.com/gpu``-tainted node.
+DEFAULT_GPU_TOLERATION: Mapping[str, str] = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+
+SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class Kind(str, Enum):
+    """What sort of GPU an offering gives; the spawn page groups by it."""
+
+    CPU = "cpu"
+    SHARED = "shared"
+    MIG = "mig"
+    FULL = "full"
+    VGPU = "vgpu"
+    CUSTOM = "custom"
+
+    @property
+    def group_title(self) -> str:
+        return _GROUP_TITLES[self]
+
+
+_GROUP_TITLES = {
+    Kind.CPU: "No GPU",
+    Kind.SHARED: "Shared GPU",
+    Kind.MIG: "MIG slice",
+    Kind.FULL: "Whole GPU",
+    Kind.VGPU: "vGPU class",
+    Kind.CUSTOM: "Site-specific",
+}
+
+
+class Isolation(str, Enum):
+    """How well a user is protected from the neighbours on the same GPU."""
+
+    EXCLUSIVE = "exclusive"
+    HARDWARE = "hardware"
+    PARTIAL = "partial"
+    NONE = "none"
+    VM = "vm"
+    SITE = "site"
+    NO_GPU = "no-gpu"
+
+    @property
+    def phrase(self) -> str:
+        return _ISOLATION_PHRASES[self]
+
+
+_ISOLATION_PHRASES = {
+    Isolation.EXCLUSIVE: "the whole GPU is yours",
+    Isolation.HARDWARE: "hardware isolated (own memory and compute)",
+    Isolation.PARTIAL: "partly isolated: own memory limit, shared compute (MPS)",
+    Isolation.NONE: "no isolation: shares memory and compute with other users",
+    Isolation.VM: "VM isolated (vGPU)",
+    Isolation.SITE: "as your site's GPU layer provides",
+    Isolation.NO_GPU: "no GPU",
+}
+
+
+class OfferingConfigError(ValueError):
+    """An admin's offering entry is wrong. The message names the entry and field."""
+
+
+@dataclass(frozen=True)
+class Offering:
+    """One choice on the spawn page and everything needed to turn it into a pod.
+
+    ``resources`` is per unit; a user picks ``count`` units out of ``counts``
+    (whole GPUs only; every other kind is exactly one unit).
+    """
+
+    slug: str
+    kind: Kind
+    display_name: str
+    description: str = ""
+    resources: Mapping[str, int] = field(default_factory=dict)
+    counts: tuple[int, ...] = (1,)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    command_prefix: tuple[str, ...] = ()
+    # What the user is told.
+    product: str | None = None
+    memory_mib: int | None = None
+    compute_share: str = ""
+    isolation: Isolation = Isolation.EXCLUSIVE
+    # Who may take it (empty: everyone).
+    groups: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    hidden: bool = False
+    source: str = "config"
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind is not Kind.CPU
+
+    def limits_for(self, count: int) -> dict[str, int]:
+        """Extended-resource limits for ``count`` units (requests must equal limits)."""
+        return {name: qty * count for name, qty in self.resources.items()}
+
+    @property
+    def memory_phrase(self) -> str:
+        if self.memory_mib is None:
+            return ""
+        gib = self.memory_mib / 1024
+        return f"{gib:.0f} GB GPU memory" if gib >= 1 else f"{self.memory_mib} MiB GPU memory"
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready description (the CLI's ``--json`` and the spawn page use it)."""
+        return {
+            "slug": self.slug,
+            "kind": self.kind.value,
+            "display_name": self.display_name,
+            "description": self.description,
+            "limits": {k: str(v) for k, v in self.resources.items()},
+            "counts": list(self.counts),
+            "node_selector": dict(self.node_selector),
+            "tolerations": [dict(t) for t in self.tolerations],
+            "memory_mib": self.memory_mib,
+            "compute_share": self.compute_share,
+            "isolation": self.isolation.value,
+            "isolation_phrase": self.isolation.phrase,
+            "groups": list(self.groups),
+            "users": list(self.users),
+            "hidden": self.hidden,
+            "source": self.source,
+        }
+
+
+CPU_OFFERING = Offering(
+    slug="cpu",
+    kind=Kind.CPU,
+    display_name="No GPU",
+    description="CPU only. Pick this for data preparation, plotting and anything that does not use CUDA.",
+    isolation=Isolation.NO_GPU,
+    compute_share="no GPU",
+    source="builtin",
+)
+
+
+# --------------------------------------------------------------------------- MIG names
+
+
+def mig_resource_name(profile: str) -> str:
+    """``3g.20gb`` -> ``nvidia.com/mig-3g.20gb``; ``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``.
+
+    The device plugin turns ``+`` into ``.`` in resource names; ``-me`` stays.
+    """
+    return f"nvidia.com/mig-{profile.replace('+', '.')}"
+
+
+def mig_profile_from_resource(resource: str) -> str | None:
+    """Inverse of :func:`mig_resource_name` for the profile's display form (``.me`` shown as ``+me``)."""
+    if not resource.startswith("nvidia.com/mig-") or resource.endswith((".count", ".memory")):
+        return None
+    profile = resource[len("nvidia.com/mig-"):]
+    if profile.endswith(".me"):
+        profile = profile[: -len(".me")] + "+me"
+    return profile
+
+
+def mig_profile_parts(profile: str) -> tuple[int, int] | None:
+    """``3g.20gb`` -> (3 compute slices, 20 GB); None if it is not a MIG profile."""
+    match = re.match(r"^(?:\d+c\.)?(\d+)g\.(\d+)gb", profile)
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2))
+
+
+# ------------------------------------------------------------------------ admin config
+
+_COMMON_FIELDS = {
+    "slug", "kind", "display_name", "description", "resources", "counts", "node_selector",
+    "tolerations", "extra_tolerations", "env", "labels", "annotations", "command_prefix",
+    "product", "memory_mib", "compute_share", "isolation", "groups", "users", "hidden",
+}
+_KIND_FIELDS = {
+    Kind.CPU: set(),
+    Kind.FULL: set(),
+    Kind.MIG: {"profile", "mig_strategy"},
+    Kind.SHARED: {"sharing", "replicas", "rename_by_default"},
+    Kind.VGPU: set(),
+    Kind.CUSTOM: set(),
+}
+_DEFAULT_ISOLATION = {
+    Kind.CPU: Isolation.NO_GPU,
+    Kind.FULL: Isolation.EXCLUSIVE,
+    Kind.MIG: Isolation.HARDWARE,
+    Kind.VGPU: Isolation.VM,
+    Kind.CUSTOM: Isolation.SITE,
+}
+
+_EXAMPLE = (
+    "Example: {'slug': 'a100-mig-3g', 'kind': 'mig', 'display_name': 'A100 · MIG 3g.20gb', "
+    "'profile': '3g.20gb', 'product': 'NVIDIA-A100-SXM4-40GB'}"
+)
+
+
+class _Entry:
+    """Reads one config dict, raising errors that name the entry and field."""
+
+    def __init__(self, raw: Any, where: str):
+        self.where = where
+        if not isinstance(raw, Mapping):
+            raise OfferingConfigError(f"{where}: must be a dict, got {type(raw).__name__}. {_EXAMPLE}")
+        self.raw = raw
+
+    def fail(self, name: str, problem: str) -> OfferingConfigError:
+        return OfferingConfigError(f"{self.where}: field '{name}' {problem}")
+
+    def text(self, name: str, default: str | None = None, required: bool = False) -> str | None:
+        value = self.raw.get(name, default)
+        if value is None:
+            if required:
+                raise self.fail(name, f"is required. {_EXAMPLE}")
+            return None
+        if not isinstance(value, str) or (required and not value.strip()):
+            raise self.fail(name, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.raw.get(name, default)
+        if not isinstance(value, bool):
+            raise self.fail(name, f"must be true or false, got {value!r}")
+        return value
+
+    def positive_int(self, name: str, value: Any = None) -> int:
+        value = self.raw.get(name) if value is None else value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(name, f"must be a positive integer, got {value!r}")
+        return value
+
+    def str_list(self, name: str) -> tuple[str, ...]:
+        value = self.raw.get(name, [])
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, str) and v for v in value
+        ):
+            raise self.fail(name, f"must be a list of non-empty strings, got {value!r}")
+        return tuple(value)
+
+    def str_map(self, name: str) -> dict[str, str]:
+        value = self.raw.get(name, {})
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
+        ):
+            raise self.fail(name, f"must be a dict of strings to strings, got {value!r}")
+        return dict(value)
+
+    def resources(self) -> dict[str, int] | None:
+        if "resources" not in self.raw:
+            return None
+        value = self.raw["resources"]
+        if not isinstance(value, Mapping) or not value:
+            raise self.fail("resources", f"must be a non-empty dict like {{'nvidia.com/gpu': 1}}, got {value!r}")
+        out = {}
+        for name, qty in value.items():
+            if not isinstance(name, str) or "/" not in name:
+                raise self.fail("resources", f"has {name!r}: extended resource names look like 'vendor.com/name'")
+            if isinstance(qty, str) and qty.isdigit():
+                qty = int(qty)
+            out[name] = self.positive_int(f"resources['{name}']", qty) if isinstance(qty, int) else self._bad_qty(name, qty)
+        return out
+
+    def _bad_qty(self, name: str, qty: Any) -> int:
+        raise self.fail("resources", f"['{name}'] must be a positive whole number (extended resources cannot be fractional), got {qty!r}")
+
+    def tolerations(self, name: str) -> tuple[dict[str, Any], ...]:
+        value = self.raw.get(name, [])
+        if not isinstance(value, (list, tuple)):
+            raise self.fail(name, f"must be a list of toleration dicts, got {value!r}")
+        allowed = {"key", "operator", "value", "effect", "tolerationSeconds"}
+        for tol in value:
+            if not isinstance(tol, Mapping) or not set(tol) <= allowed or tol.get("operator", "Equal") not in ("Equal", "Exists"):
+                raise self.fail(
+                    name,
+                    f"has {tol!r}: a toleration is a dict with keys {sorted(allowed)} and operator Equal or Exists, "
+                    "e.g. {'key': 'sku', 'operator': 'Equal', 'value': 'gpu', 'effect': 'NoSchedule'}",
+                )
+        return tuple(dict(t) for t in value)
+
+
+def offering_from_config(raw: Any, index: int) -> Offering:
+    """Validate one entry of ``c.GPUSpawner.offerings`` and build its :class:`Offering`.
+
+    Kind-specific shortcuts fill in the Kubernetes form, so an admin rarely writes
+    resource names by hand:
+
+    * ``full``: ``product`` -> ``nvidia.com/gpu`` on nodes of that product; ``counts``.
+    * ``mig``: ``profile`` with ``mig_strategy`` ``mixed`` (default), ``single`` or ``gke``.
+    * ``shared``: ``sharing`` (``time-slicing``/``mps``), ``replicas``, ``rename_by_default``.
+    * ``vgpu``: ``node_selector`` naming the vGPU node class (or ``product``).
+    * ``custom``: ``resources`` and/or ``command_prefix``.
+    * ``cpu``: nothing.
+
+    An explicit ``resources``/``node_selector`` always wins over a shortcut.
+    """
+    label = raw.get("slug") if isinstance(raw, Mapping) else None
+    where = f"c.GPUSpawner.offerings[{index}]" + (f" (slug {label!r})" if isinstance(label, str) else "")
+    entry = _Entry(raw, where)
+    slug = entry.text("slug", required=True)
+    if not SLUG_RE.match(slug):
+        raise entry.fail("slug", f"must be lower-case letters, digits and '-', at most 63 characters, got {slug!r}")
+    kind_value = entry.text("kind", required=True)
+    try:
+        kind = Kind(kind_value)
+    except ValueError:
+        raise entry.fail("kind", f"must be one of {[k.value for k in Kind]}, got {kind_value!r}") from None
+    known = _COMMON_FIELDS | _KIND_FIELDS[kind]
+    for name in raw:
+        if name not in known:
+            near = difflib.get_close_matches(str(name), sorted(known), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; fields for kind {kind.value!r} are {sorted(known)}"
+            raise OfferingConfigError(f"{where}: unknown field {name!r}{hint}")
+
+    product = entry.text("product")
+    resources = entry.resources()
+    selector = entry.str_map("node_selector") if "node_selector" in raw else None
+    counts = tuple(entry.positive_int("counts", c) for c in _as_list(entry, "counts", [1]))
+    if kind is not Kind.FULL and counts != (1,):
+        raise entry.fail("counts", f"applies to whole GPUs only; a {kind.value} offering is always exactly 1 unit")
+    fields: dict[str, Any] = {}
+    derived_resources, derived_selector = _derive(kind, entry, product, fields)
+    resources = derived_resources if resources is None else resources
+    selector = derived_selector if selector is None else selector
+    if kind is Kind.CUSTOM and not resources and not entry.raw.get("command_prefix"):
+        raise entry.fail("resources", "is required for a custom offering (or give a command_prefix such as ['bitfusion', 'run', '-n', '1', '--'])")
+    if kind is Kind.VGPU and not selector:
+        raise entry.fail("node_selector", "is required for a vgpu offering: it names the vGPU node class, e.g. {'vgpu.type': 'v100-8g-8GB'}")
+    if kind is Kind.CPU and resources:
+        raise entry.fail("resources", "must be empty for a cpu offering")
+
+    if "tolerations" in raw:
+        tolerations = entry.tolerations("tolerations")
+    else:
+        tolerations = (dict(DEFAULT_GPU_TOLERATION),) if kind is not Kind.CPU else ()
+    tolerations += entry.tolerations("extra_tolerations")
+
+    isolation_value = entry.text("isolation")
+    if isolation_value is None:
+        isolation = fields.pop("isolation", None) or _DEFAULT_ISOLATION[kind]
+    else:
+        try:
+            isolation = Isolation(isolation_value)
+        except ValueError:
+            raise entry.fail("isolation", f"must be one of {[i.value for i in Isolation]}, got {isolation_value!r}") from None
+    memory = raw.get("memory_mib")
+    if memory is not None:
+        memory = entry.positive_int("memory_mib")
+    command_prefix = entry.str_list("command_prefix")
+    return Offering(
+        slug=slug,
+        kind=kind,
+        display_name=entry.text("display_name", default=slug),
+        description=entry.text("description", default="") or "",
+        resources=resources,
+        counts=tuple(sorted(set(counts))),
+        node_selector=selector,
+        tolerations=tolerations,
+        env=entry.str_map("env"),
+        labels=entry.str_map("labels"),
+        annotations=entry.str_map("annotations"),
+        command_prefix=command_prefix,
+        product=product,
+        memory_mib=memory if memory is not None else fields.get("memory_mib"),
+        compute_share=entry.text("compute_share", default=fields.get("compute_share", "")) or "",
+        isolation=isolation,
+        groups=entry.str_list("groups"),
+        users=entry.str_list("users"),
+        hidden=entry.flag("hidden", False),
+        source="config",
+    )
+
+
+def _as_list(entry: _Entry, name: str, default: list) -> list:
+    value = entry.raw.get(name, default)
+    if not isinstance(value, (list, tuple)) or not value:
+        raise entry.fail(name, f"must be a non-empty list, e.g. [1, 2, 4], got {value!r}")
+    return list(value)
+
+
+def _derive(kind: Kind, entry: _Entry, product: str | None, fields: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+    """The Kubernetes form a kind's shortcuts stand for: (resources, node_selector)."""
+    selector: dict[str, str] = {PRODUCT_LABEL: product} if product else {}
+    if kind is Kind.CPU:
+        return {}, {}
+    if kind in (Kind.FULL, Kind.VGPU, Kind.CUSTOM):
+        return ({GPU: 1} if kind is not Kind.CUSTOM else {}), selector
+    if kind is Kind.MIG:
+        profile = entry.text("profile", required=True)
+        parts = mig_profile_parts(profile)
+        if parts is None:
+            raise entry.fail("profile", f"must be a MIG profile such as '1g.5gb', '3g.20gb' or '1g.10gb+me', got {profile!r}")
+        fields["memory_mib"] = parts[1] * 1024
+        fields["compute_share"] = f"{parts[0]}/7 of the GPU's compute"
+        strategy = entry.text("mig_strategy", default="mixed")
+        if strategy == "mixed":
+            return {mig_resource_name(profile): 1}, selector
+        if strategy == "single":
+            if not product:
+                raise entry.fail("product", "is required with mig_strategy 'single': slices are told apart only by the product label (e.g. 'A100-SXM4-40GB')")
+            return {GPU: 1}, {PRODUCT_LABEL: f"{product}-MIG-{profile}"}
+        if strategy == "gke":
+            gke = {GKE_PARTITION_LABEL: profile}
+            if product:
+                gke[GKE_ACCELERATOR_LABEL] = product
+            return {GPU: 1}, gke
+        raise entry.fail("mig_strategy", f"must be 'mixed', 'single' or 'gke', got {strategy!r}")
+    # shared
+    sharing = entry.text("sharing", default="time-slicing")
+    if sharing not in ("time-slicing", "mps"):
+        raise entry.fail("sharing", f"must be 'time-slicing' or 'mps', got {sharing!r}")
+    replicas = entry.positive_int("replicas") if "replicas" in entry.raw else None
+    rename = entry.flag("rename_by_default", True)
+    fields["isolation"] = Isolation.PARTIAL if sharing == "mps" else Isolation.NONE
+    if replicas:
+        fields["compute_share"] = share_phrase(replicas, sharing)
+    if rename:
+        return {GPU_SHARED: 1}, selector
+    return {GPU: 1}, ({PRODUCT_LABEL: f"{product}-SHARED"} if product else {})
+
+
+def share_phrase(replicas: int, sharing: str) -> str:
+    how = "MPS share" if sharing == "mps" else "time-sliced"
+    return f"1/{replicas} of the GPU ({how})"
+
+
+def offerings_from_config(raw: Any) -> list[Offering]:
+    """Validate the whole ``c.GPUSpawner.offerings`` list (slugs must be unique)."""
+    if not isinstance(raw, (list, tuple)):
+        raise OfferingConfigError(f"c.GPUSpawner.offerings must be a list of dicts, got {type(raw).__name__}")
+    seen: dict[str, int] = {}
+    out = []
+    for index, entry in enumerate(raw):
+        offering = offering_from_config(entry, index)
+        if offering.slug in seen:
+            raise OfferingConfigError(
+                f"c.GPUSpawner.offerings[{index}]: slug {offering.slug!r} is already used by entry {seen[offering.slug]}; slugs must be unique"
+            )
+        seen[offering.slug] = index
+        out.append(offering)
+    return out
+
+
+_OVERRIDABLE = {"display_name", "description", "groups", "users", "hidden", "extra_tolerations", "env", "labels", "annotations", "counts"}
+
+
+def apply_overrides(offerings: list[Offering], overrides: Mapping[str, Any]) -> list[Offering]:
+    """Rename, hide or restrict discovered offerings: ``{slug: {field: value}}``.
+
+    A slug that matches nothing is not an error (discovery depends on what the
+    cluster has right now), but a field that cannot be overridden is.
+    """
+    if not isinstance(overrides, Mapping):
+        raise OfferingConfigError(f"c.GPUSpawner.offering_overrides must be a dict of slug -> dict, got {type(overrides).__name__}")
+    by_slug = {o.slug: o for o in offerings}
+    for slug, change in overrides.items():
+        where = f"c.GPUSpawner.offering_overrides[{slug!r}]"
+        entry = _Entry(change, where)
+        for name in change:
+            if name not in _OVERRIDABLE:
+                raise OfferingConfigError(f"{where}: field {name!r} cannot be overridden; allowed: {sorted(_OVERRIDABLE)}")
+        if slug not in by_slug:
+            continue
+        current = by_slug[slug]
+        updates: dict[str, Any] = {}
+        for name in ("display_name", "description"):
+            if name in change:
+                updates[name] = entry.text(name, required=True)
+        for name in ("groups", "users"):
+            if name in change:
+                updates[name] = entry.str_list(name)
+        if "hidden" in change:
+            updates["hidden"] = entry.flag("hidden", False)
+        for name in ("env", "labels", "annotations"):
+            if name in change:
+                updates[name] = {**getattr(current, name), **entry.str_map(name)}
+        if "extra_tolerations" in change:
+            updates["tolerations"] = current.tolerations + entry.tolerations("extra_tolerations")
+        if "counts" in change:
+            if current.kind is not Kind.FULL:
+                raise entry.fail("counts", "applies to whole-GPU offerings only")
+            updates["counts"] = tuple(sorted({entry.positive_int("counts", c) for c in _as_list(entry, "counts", [1])}))
+        by_slug[slug] = replace(current, **updates)
+    return [by_slug[o.slug] for o in offerings]
+
+
+def merge(configured: list[Offering], discovered: list[Offering]) -> list[Offering]:
+    """Configured offerings first, then discovered ones whose slug is not configured."""
+    taken = {o.slug for o in configured}
+    return [*configured, *(o for o in discovered if o.slug not in taken)]

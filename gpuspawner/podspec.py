@@ -1,0 +1,66 @@
+"""Offering + the user's choice -> the changes to make to the notebook pod. Pure.
+
+The result is expressed in KubeSpawner's own terms (``extra_resource_limits``,
+``node_selector``, ``tolerations``, ``environment``, ``extra_labels`` ...), so
+KubeSpawner keeps building the pod; :class:`PodChanges` only says what to set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .offerings import LABEL_KIND, LABEL_OFFERING, Offering
+
+ENV_OFFERING = "GPUSPAWNER_OFFERING"
+ENV_KIND = "GPUSPAWNER_KIND"
+ENV_COUNT = "GPUSPAWNER_GPU_COUNT"
+
+#: Never set by us: the device plugin decides which devices a container sees.
+FORBIDDEN_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"})
+
+
+@dataclass(frozen=True)
+class PodChanges:
+    """What a chosen offering adds to KubeSpawner's pod settings."""
+
+    limits: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    command_prefix: tuple[str, ...] = ()
+
+
+def pod_changes(offering: Offering, count: int = 1) -> PodChanges:
+    """The pod settings for ``count`` units of ``offering``.
+
+    Extended resources are set as limits; Kubernetes copies limits into requests
+    and refuses a request that differs, so requests are never set apart.
+    """
+    if count not in offering.counts:
+        raise ValueError(f"{offering.slug}: count {count} is not one of {list(offering.counts)}")
+    env = {k: v for k, v in offering.env.items() if k not in FORBIDDEN_ENV}
+    env.update({ENV_OFFERING: offering.slug, ENV_KIND: offering.kind.value})
+    if offering.is_gpu and offering.resources:
+        env[ENV_COUNT] = str(count)
+    labels = {**offering.labels, LABEL_OFFERING: offering.slug, LABEL_KIND: offering.kind.value}
+    return PodChanges(
+        limits={name: str(qty) for name, qty in offering.limits_for(count).items()},
+        node_selector=dict(offering.node_selector),
+        tolerations=tuple(dict(t) for t in offering.tolerations),
+        env=env,
+        labels=labels,
+        annotations=dict(offering.annotations),
+        command_prefix=tuple(offering.command_prefix),
+    )
+
+
+def merge_tolerations(base: list[Mapping[str, Any]], extra: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:
+    """``base`` followed by the ``extra`` tolerations it does not already hold."""
+    out = [dict(t) for t in base]
+    for tol in extra:
+        if dict(tol) not in out:
+            out.append(dict(tol))
+    return out
