@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from .discovery import NodeFacts
-from .offerings import Offering
+from .offerings import Offering, quantity
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _HARD_EFFECTS = ("NoSchedule", "NoExecute")
@@ -72,11 +72,9 @@ def units(offering: Offering, amounts: Mapping[str, int]) -> int:
     return min((amounts.get(r, 0) // per for r, per in offering.resources.items()), default=0)
 
 
-def _quantity(value: Any) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0  # cpu/memory style quantities are not extended resources
+def _whole(value: Any) -> int:
+    amount = quantity(value)
+    return amount if amount is not None else 0
 
 
 def _extended(resources: Mapping[str, Any] | None) -> dict[str, int]:
@@ -85,7 +83,7 @@ def _extended(resources: Mapping[str, Any] | None) -> dict[str, int]:
     limits = (resources or {}).get("limits") or {}
     for name in set(requests) | set(limits):
         if "/" in name:  # extended resources; requests default to limits
-            out[name] = _quantity(requests.get(name, limits.get(name)))
+            out[name] = _whole(requests.get(name, limits.get(name)))
     return out
 
 
@@ -118,7 +116,7 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
         total[k] = max(total.get(k, 0), v)
     for k, v in (spec.get("overhead") or {}).items():
         if "/" in k:
-            total[k] = total.get(k, 0) + _quantity(v)
+            total[k] = total.get(k, 0) + _whole(v)
     return {k: v for k, v in total.items() if v}
 
 

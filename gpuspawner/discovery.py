@@ -33,6 +33,7 @@ from .offerings import (
     mig_profile_from_resource,
     mig_profile_parts,
     mig_resource_name,
+    quantity,
     share_phrase,
 )
 
@@ -83,10 +84,9 @@ class NodeFacts:
         allocatable = {}
         for name, qty in (status.get("allocatable") or {}).items():
             if "/" in name:  # extended resources are whole numbers; cpu/memory are not ours
-                try:
-                    allocatable[name] = int(str(qty))
-                except ValueError:
-                    continue
+                amount = quantity(qty)
+                if amount is not None:
+                    allocatable[name] = amount
         return cls(
             name=str(meta.get("name", "")),
             labels=dict(meta.get("labels") or {}),

@@ -18,6 +18,7 @@ import difflib
 import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
 
 GPU = "nvidia.com/gpu"
@@ -87,6 +88,35 @@ _ISOLATION_PHRASES = {
     Isolation.SITE: "as your site's GPU layer provides",
     Isolation.NO_GPU: "no GPU",
 }
+
+
+_QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE]|)$")
+_SUFFIXES = {
+    "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+
+
+def quantity(value: Any) -> int | None:
+    """A Kubernetes quantity as a whole number: ``"1k"`` -> 1000, ``"4"`` -> 4; None if it is not one.
+
+    The API server canonicalises quantities, so 1000 units come back as ``1k``.
+    Fractions round down (extended resources are whole numbers anyway).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    match = _QUANTITY_RE.match(str(value).strip())
+    if not match:
+        return None
+    number, suffix = match.groups()
+    try:
+        scale = Decimal(f"1{suffix}") if suffix[:1] in ("e", "E") else Decimal(_SUFFIXES[suffix])
+        return int(Decimal(number) * scale)
+    except (InvalidOperation, KeyError):
+        return None
 
 
 class OfferingConfigError(ValueError):

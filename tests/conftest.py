@@ -22,6 +22,11 @@ def devcluster(tmp_path_factory) -> DevCluster:
     cluster = DevCluster(tmp_path_factory.mktemp("devcluster"))
     try:
         cluster.up()
+        # KubeSpawner loads the default kubeconfig; kubernetes_asyncio reads $KUBECONFIG at import.
+        from kubernetes_asyncio.config import kube_config
+
+        os.environ.update(cluster.env())
+        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(cluster.kubeconfig)
         yield cluster
     finally:
         cluster.down(quiet=True)

@@ -1,0 +1,199 @@
+"""GPUSpawner against the devcluster: each offering's pod lands, by the real
+scheduler's decision, on its node class and nowhere else; spawner objects reused
+across spawns never leak GPU settings; bad choices never reach the cluster."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+import pytest
+from jupyterhub.objects import Hub, Server
+from traitlets.config import Config
+
+from gpuspawner.capacity import availability
+from gpuspawner.catalog import build_catalog
+from gpuspawner.choice import ChoiceError
+from gpuspawner.spawner import GPUSpawner
+
+pytestmark = pytest.mark.cluster
+
+#: Discovered offering -> the one simulated node that may serve it (nodes.yaml).
+EXPECTED_NODE = {
+    "cpu": "cpu-worker",
+    "shared-nvidia-l4-shared-mps-4x": "gpu-l4-mps",
+    "shared-tesla-t4-shared-time-slicing-4x": "gpu-t4-ts-shared",
+    "shared-tesla-t4-time-slicing-4x": "gpu-t4-ts-renamed",
+    "mig-nvidia-a100-sxm4-40gb-1g-5gb": "gpu-a100-mig",
+    "mig-nvidia-a100-sxm4-40gb-2g-10gb": "gpu-a100-mig",
+    "mig-nvidia-a100-sxm4-40gb-3g-20gb": "gpu-a100-mig",
+    "mig-gke-nvidia-tesla-a100-1g-5gb": "gke-a100-mig-1g",
+    "gpu-nvidia-h100-80gb-hbm3": "gpu-h100-8x",
+    "vgpu-vgpu-type-v100-8g-8gb": "gpu-v100-vgpu-class",
+    "vgpu-nvidia-a10-24q": "gpu-a10-vgpu",
+    "half-v100": "gpu-v100-fractional",
+    "bitfusion-half": "cpu-worker",
+}
+
+SITE_OFFERINGS = [
+    {"slug": "half-v100", "kind": "custom", "display_name": "Half a V100", "resources": {"nvidia.com/vgpu": 500}},
+    {
+        "slug": "bitfusion-half",
+        "kind": "custom",
+        "display_name": "Half a remote GPU (Bitfusion)",
+        "command_prefix": ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"],
+        "tolerations": [],
+    },
+]
+
+
+class User:
+    """The parts of JupyterHub's User that a spawner reads."""
+
+    def __init__(self, name: str, groups=(), admin=False):
+        self.name = name
+        self.escaped_name = name
+        self.id = abs(hash(name)) % 100000
+        self.url = f"/user/{name}/"
+        self.admin = admin
+        self.groups = [type("Group", (), {"name": g})() for g in groups]
+        self.server = Server(base_url=f"/user/{name}/")
+
+
+def make_spawner(devcluster, namespace, **gpu_config) -> GPUSpawner:
+    os.environ["KUBECONFIG"] = str(devcluster.kubeconfig)
+    config = Config()
+    config.KubeSpawner.namespace = namespace
+    config.KubeSpawner.start_timeout = 60
+    config.KubeSpawner.image = "quay.io/jupyter/base-notebook:latest"
+    config.KubeSpawner.node_selector = {"site": "any"} if gpu_config.pop("site_selector", False) else {}
+    for key, value in gpu_config.items():
+        setattr(config.GPUSpawner, key, value)
+    name = f"u{secrets.token_hex(3)}"
+    spawner = GPUSpawner(hub=Hub(), user=User(name), config=config)
+    spawner.server = spawner.user.server
+    return spawner
+
+
+async def pod_of(spawner: GPUSpawner) -> dict:
+    response = await spawner.api.read_namespaced_pod(spawner.pod_name, spawner.namespace, _preload_content=False)
+    import json
+
+    return json.loads(await response.read())
+
+
+async def test_each_offering_lands_on_its_node_class_and_nowhere_else(devcluster, kube, namespace):
+    nodes = kube.request("GET", "/api/v1/nodes")["items"]
+    spawner = make_spawner(devcluster, namespace, offerings=SITE_OFFERINGS)
+    catalog = build_catalog(spawner.catalog_config, nodes)
+    assert {o.slug for o in catalog} == set(EXPECTED_NODE), "discovery found other offerings than nodes.yaml holds"
+    for offering in catalog:
+        if offering.resources:  # which nodes could serve it at all (CPU: any untainted node)
+            assert availability(offering, nodes, []).nodes == (EXPECTED_NODE[offering.slug],), offering.slug
+        spawner = make_spawner(devcluster, namespace, offerings=SITE_OFFERINGS)
+        spawner.user_options = {"offering": offering.slug}
+        await spawner.start()
+        try:
+            pod = await pod_of(spawner)
+            assert pod["spec"]["nodeName"] == EXPECTED_NODE[offering.slug], offering.slug
+            container = pod["spec"]["containers"][0]
+            limits = container["resources"].get("limits", {})
+            gpu_limits = {k: v for k, v in limits.items() if "/" in k}
+            assert gpu_limits == {k: str(v) for k, v in offering.resources.items()}, offering.slug
+            assert pod["metadata"]["labels"]["gpuspawner.io/offering"] == offering.slug
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            assert env["GPUSPAWNER_OFFERING"] == offering.slug
+            assert "NVIDIA_VISIBLE_DEVICES" not in env
+            if offering.command_prefix:
+                assert container["args"][: len(offering.command_prefix)] == list(offering.command_prefix)
+            record = spawner.user_options["gpuspawner"]
+            assert record["offering"] == offering.slug and record["pod"] == spawner.pod_name
+            assert record["url"].startswith(f"http://{pod['status']['podIP']}:8888/user/")
+        finally:
+            await spawner.stop(now=True)
+
+
+async def test_whole_gpu_counts_are_limits(devcluster, namespace):
+    spawner = make_spawner(devcluster, namespace)
+    spawner.user_options = {"offering": "gpu-nvidia-h100-80gb-hbm3", "count": "4"}
+    await spawner.start()
+    try:
+        pod = await pod_of(spawner)
+        resources = pod["spec"]["containers"][0]["resources"]
+        assert resources["limits"]["nvidia.com/gpu"] == "4"
+        assert resources["requests"]["nvidia.com/gpu"] == "4"
+        assert pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    finally:
+        await spawner.stop(now=True)
+
+
+async def test_cpu_spawn_after_gpu_spawn_on_the_same_spawner_has_no_gpu(devcluster, namespace):
+    spawner = make_spawner(devcluster, namespace, offering_overrides={"shared-tesla-t4-time-slicing-4x": {"extra_tolerations": []}})
+    spawner.user_options = {"offering": "shared-tesla-t4-time-slicing-4x"}
+    await spawner.start()
+    gpu_pod = await pod_of(spawner)
+    assert gpu_pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] == "1"
+    await spawner.stop(now=True)
+    spawner.clear_state()
+
+    spawner.user_options = {"offering": "cpu"}
+    await spawner.start()
+    try:
+        pod = await pod_of(spawner)
+        container = pod["spec"]["containers"][0]
+        resources = container.get("resources") or {}
+        for section in ("limits", "requests"):
+            assert not [k for k in (resources.get(section) or {}) if k.startswith("nvidia.com/")], resources
+        assert not (pod["spec"].get("nodeSelector") or {})
+        assert not any(t.get("key", "").startswith(("nvidia.com", "node-role.kubernetes.io/gpu")) for t in pod["spec"].get("tolerations") or [])
+        assert pod["spec"]["nodeName"] == "cpu-worker"
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        assert env["GPUSPAWNER_OFFERING"] == "cpu" and "GPUSPAWNER_GPU_COUNT" not in env
+        assert spawner.extra_resource_limits == {} and spawner.node_selector == {}
+    finally:
+        await spawner.stop(now=True)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"offering": "no-such-gpu"}, "not offered to you"),
+        ({"offering": "<script>alert(1)</script>"}, "not a valid GPU option"),
+        ({"offering": "gpu-nvidia-h100-80gb-hbm3", "count": "3"}, "not 3"),
+        ({"offering": "gpu-nvidia-h100-80gb-hbm3", "count": "-1"}, "whole number"),
+        ({"offering": ["cpu", "gpu-nvidia-h100-80gb-hbm3"]}, "exactly one"),
+    ],
+)
+async def test_bad_choices_are_refused_before_any_pod_exists(devcluster, kube, namespace, options, message):
+    spawner = make_spawner(devcluster, namespace)
+    spawner.user_options = options
+    with pytest.raises(ChoiceError) as info:
+        await spawner.start()
+    assert message in str(info.value)
+    assert "<" not in str(info.value)
+    assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"] == []
+
+
+async def test_restricted_offering_is_refused_like_an_unknown_one(devcluster, kube, namespace):
+    overrides = {"gpu-nvidia-h100-80gb-hbm3": {"groups": ["researchers"]}}
+    spawner = make_spawner(devcluster, namespace, offering_overrides=overrides)
+    spawner.user_options = {"offering": "gpu-nvidia-h100-80gb-hbm3"}
+    with pytest.raises(ChoiceError, match="not offered to you"):
+        await spawner.start()
+    assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"] == []
+
+    member = make_spawner(devcluster, namespace, offering_overrides=overrides)
+    member.user.groups = [type("Group", (), {"name": "researchers"})()]
+    member.user_options = {"offering": "gpu-nvidia-h100-80gb-hbm3"}
+    await member.start()
+    try:
+        assert (await pod_of(member))["spec"]["nodeName"] == "gpu-h100-8x"
+    finally:
+        await member.stop(now=True)
+
+
+def test_a_broken_offering_config_names_the_entry_and_field(devcluster, namespace):
+    from traitlets import TraitError
+
+    with pytest.raises(TraitError, match=r"offerings\[1\] \(slug 'b'\): field 'profile'"):
+        make_spawner(devcluster, namespace, offerings=[{"slug": "a", "kind": "cpu"}, {"slug": "b", "kind": "mig", "profile": "huge"}])
