@@ -35,11 +35,21 @@ class CatalogConfig:
         return configured
 
 
-def build_catalog(config: CatalogConfig, nodes: Iterable[Mapping[str, Any]] | None) -> list[Offering]:
-    """Every offering, in display order. ``nodes`` may be None when discovery is off."""
+def build_catalog(
+    config: CatalogConfig,
+    nodes: Iterable[Mapping[str, Any]] | None = None,
+    discovered: list[Offering] | None = None,
+) -> list[Offering]:
+    """Every offering, in display order.
+
+    Discovered offerings come from ``discovered`` (the inventory keeps them) or are
+    computed from ``nodes``; neither is needed when discovery is off.
+    """
     offerings = config.configured()
-    if config.discover and nodes is not None:
-        offerings = merge(offerings, discover(nodes, config.vgpu_class_labels))
+    if config.discover:
+        if discovered is None and nodes is not None:
+            discovered = discover(nodes, config.vgpu_class_labels)
+        offerings = merge(offerings, discovered or [])
     offerings = apply_overrides(offerings, config.overrides)
     if config.include_cpu and not any(o.kind is Kind.CPU for o in offerings):
         offerings = [CPU_OFFERING, *offerings]

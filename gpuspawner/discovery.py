@@ -139,26 +139,36 @@ def discover(nodes: Iterable[Mapping[str, Any]], vgpu_class_labels: Iterable[str
 
     The order is stable: by kind (shared, MIG, whole, vGPU), then by memory.
     """
-    found: dict[str, Offering] = {}
-    max_counts: dict[str, int] = {}
     class_labels = tuple(vgpu_class_labels)
-    for node in nodes:
-        facts = NodeFacts.from_node(node)
-        if not facts.hosts_pods:
-            continue
-        for offering, units in _node_offerings(facts, class_labels):
-            if offering.slug not in found:
-                found[offering.slug] = offering
-            max_counts[offering.slug] = max(max_counts.get(offering.slug, 0), units)
+    return aggregate(node_offerings(NodeFacts.from_node(node), class_labels) for node in nodes)
+
+
+def aggregate(per_node: Iterable[Iterable[tuple[Offering, int]]]) -> list[Offering]:
+    """Fold the offerings of each node (with the units it has) into one ordered list.
+
+    A whole-GPU offering's counts are the powers of two up to the most GPUs one node has.
+    """
+    found: dict[str, Offering] = {}
+    max_units: dict[str, int] = {}
+    for offers in per_node:
+        for offering, units in offers:
+            found.setdefault(offering.slug, offering)
+            max_units[offering.slug] = max(max_units.get(offering.slug, 0), units)
     out = []
     for slug, offering in found.items():
         if offering.kind is Kind.FULL:
-            largest = max_counts[slug]
-            counts = tuple(c for c in (1, 2, 4, 8, 16) if c <= largest) or (1,)
+            counts = tuple(c for c in (1, 2, 4, 8, 16) if c <= max_units[slug]) or (1,)
             offering = replace(offering, counts=counts)
         out.append(offering)
     order = [Kind.SHARED, Kind.MIG, Kind.FULL, Kind.VGPU]
     return sorted(out, key=lambda o: (order.index(o.kind), o.memory_mib or 0, o.slug))
+
+
+def node_offerings(facts: NodeFacts, class_labels: tuple[str, ...] = DEFAULT_VGPU_CLASS_LABELS) -> list[tuple[Offering, int]]:
+    """The offerings one node serves, each with the units of it the node has."""
+    if not facts.hosts_pods:
+        return []
+    return list(_node_offerings(facts, tuple(class_labels)))
 
 
 def _node_offerings(facts: NodeFacts, class_labels: tuple[str, ...]) -> Iterable[tuple[Offering, int]]:

@@ -152,6 +152,11 @@ class Offering:
     groups: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     hidden: bool = False
+    # What to do when none is free (None: the spawner's default), and autoscaled pools.
+    admission: str | None = None
+    queue_timeout: int | None = None
+    scalable_nodes: int = 0
+    scale_up_minutes: int = 0
     source: str = "config"
 
     @property
@@ -237,7 +242,9 @@ _COMMON_FIELDS = {
     "slug", "kind", "display_name", "description", "resources", "counts", "node_selector",
     "tolerations", "extra_tolerations", "env", "labels", "annotations", "command_prefix",
     "product", "memory_mib", "compute_share", "isolation", "groups", "users", "hidden",
+    "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes",
 }
+ADMISSION_POLICIES = ("block", "warn", "queue")
 _KIND_FIELDS = {
     Kind.CPU: set(),
     Kind.FULL: set(),
@@ -411,6 +418,7 @@ def offering_from_config(raw: Any, index: int) -> Offering:
     if memory is not None:
         memory = entry.positive_int("memory_mib")
     command_prefix = entry.str_list("command_prefix")
+    scaling = _admission_fields(entry)
     return Offering(
         slug=slug,
         kind=kind,
@@ -432,7 +440,24 @@ def offering_from_config(raw: Any, index: int) -> Offering:
         users=entry.str_list("users"),
         hidden=entry.flag("hidden", False),
         source="config",
+        **scaling,
     )
+
+
+def _admission_fields(entry: "_Entry") -> dict[str, Any]:
+    """``admission``, ``queue_timeout``, ``scalable_nodes``, ``scale_up_minutes`` of an entry."""
+    out: dict[str, Any] = {}
+    if "admission" in entry.raw:
+        policy = entry.text("admission", required=True)
+        if policy not in ADMISSION_POLICIES:
+            raise entry.fail("admission", f"must be one of {list(ADMISSION_POLICIES)}, got {policy!r}")
+        out["admission"] = policy
+    for name in ("queue_timeout", "scalable_nodes", "scale_up_minutes"):
+        if name in entry.raw:
+            out[name] = entry.positive_int(name)
+    if out.get("scalable_nodes") and not out.get("scale_up_minutes"):
+        raise entry.fail("scale_up_minutes", "is required with scalable_nodes: how long a new node takes, e.g. 5")
+    return out
 
 
 def _as_list(entry: _Entry, name: str, default: list) -> list:
@@ -505,7 +530,10 @@ def offerings_from_config(raw: Any) -> list[Offering]:
     return out
 
 
-_OVERRIDABLE = {"display_name", "description", "groups", "users", "hidden", "extra_tolerations", "env", "labels", "annotations", "counts"}
+_OVERRIDABLE = {
+    "display_name", "description", "groups", "users", "hidden", "extra_tolerations", "env", "labels", "annotations",
+    "counts", "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes",
+}
 
 
 def apply_overrides(offerings: list[Offering], overrides: Mapping[str, Any]) -> list[Offering]:
@@ -540,6 +568,7 @@ def apply_overrides(offerings: list[Offering], overrides: Mapping[str, Any]) -> 
                 updates[name] = {**getattr(current, name), **entry.str_map(name)}
         if "extra_tolerations" in change:
             updates["tolerations"] = current.tolerations + entry.tolerations("extra_tolerations")
+        updates.update(_admission_fields(entry))
         if "counts" in change:
             if current.kind is not Kind.FULL:
                 raise entry.fail("counts", "applies to whole-GPU offerings only")

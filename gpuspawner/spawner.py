@@ -11,20 +11,24 @@ a later CPU spawn.
 
 from __future__ import annotations
 
+import asyncio
 import copy
-import json
 import time
-from typing import Any
+from typing import Any, AsyncIterator
 
 from kubespawner import KubeSpawner
-from traitlets import Bool, Dict, Float, List, Unicode, validate
-from traitlets import TraitError
+from kubespawner.slugs import is_valid_label, safe_slug
+from traitlets import Bool, Dict, Float, Integer, List, Unicode, TraitError, validate
 
+from . import metrics
+from .admission import ADMIT, QUEUE, REFUSE, WARN, Held, Quotas, admit, check_quota, units_held, validate_quota
 from .catalog import CatalogConfig, build_catalog
 from .choice import RECORD_KEY, Choice, ChoiceError, parse_choice
-from .offerings import Offering, OfferingConfigError
+from .inventory import Inventory
+from .offerings import ADMISSION_POLICIES, Offering, OfferingConfigError
 from .podspec import merge_tolerations, pod_changes
 from .policy import Requester, allowed
+from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
 
 #: KubeSpawner settings that an offering changes; restored from config before every spawn.
 POD_TRAITS = (
@@ -105,10 +109,62 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
-    node_cache_seconds = Float(
-        5.0,
-        help="How long a listing of the cluster's nodes is reused for discovery, in seconds.",
+    admission = Unicode(
+        "block",
+        help="""
+        What to do when the chosen offering has nothing free, unless the offering says otherwise
+        (its `admission` field): `block` refuses at once and names what is free instead; `warn`
+        starts anyway and tells the user the server may wait; `queue` waits up to
+        `queue_timeout` seconds for a unit to free up, showing the queue position.
+        Offerings on autoscaled pools (`scalable_nodes`) are never refused for lack of nodes.
+        """,
     ).tag(config=True)
+
+    queue_timeout = Integer(
+        300,
+        help="Seconds a queued spawn waits for a free unit before it is refused (per offering: `queue_timeout`).",
+    ).tag(config=True)
+
+    user_quota = Dict(
+        help="""
+        GPU units one user may hold at once across all their named servers: `total` for any GPU,
+        or a kind (`full`, `mig`, `shared`, `vgpu`, `custom`). A whole-GPU server holds as many
+        units as GPUs. Example: `c.GPUSpawner.user_quota = {"total": 2, "full": 1}`.
+        """,
+    ).tag(config=True)
+
+    group_quotas = Dict(
+        help="""
+        GPU units the members of a group may hold together, by group name. Example::
+
+            c.GPUSpawner.group_quotas = {"students": {"total": 8, "full": 0}}
+        """,
+    ).tag(config=True)
+
+    inventory_ready_timeout = Float(
+        10.0,
+        help="Seconds a spawn waits for the GPU inventory's first sync before it counts without it.",
+    ).tag(config=True)
+
+    @validate("user_quota")
+    def _validate_user_quota(self, proposal):
+        try:
+            return validate_quota(proposal["value"], "c.GPUSpawner.user_quota")
+        except ValueError as exc:
+            raise TraitError(str(exc)) from None
+
+    @validate("group_quotas")
+    def _validate_group_quotas(self, proposal):
+        try:
+            return {g: validate_quota(q, f"c.GPUSpawner.group_quotas[{g!r}]") for g, q in proposal["value"].items()}
+        except ValueError as exc:
+            raise TraitError(str(exc)) from None
+
+    @validate("admission")
+    def _validate_admission(self, proposal):
+        if proposal["value"] not in ADMISSION_POLICIES:
+            raise TraitError(f"c.GPUSpawner.admission must be one of {list(ADMISSION_POLICIES)}, got {proposal['value']!r}")
+        return proposal["value"]
 
     @validate("offerings")
     def _validate_offerings(self, proposal):
@@ -153,22 +209,24 @@ class GPUSpawner(KubeSpawner):
         groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(user, "groups", None) or ()))
         return Requester(name=user.name, groups=groups, admin=bool(getattr(user, "admin", False)))
 
-    async def cluster_nodes(self) -> list[dict] | None:
-        """Node dicts for discovery (None when discovery is off)."""
-        if not self.discover_offerings:
-            return None
-        cache = _NODE_CACHE
-        ttl = self.node_cache_seconds
-        if cache.get("at", 0.0) + ttl < time.monotonic():
-            response = await self.api.list_node(_preload_content=False, _request_timeout=self.k8s_api_request_timeout)
-            cache["nodes"] = json.loads(await response.read())["items"]
-            cache["at"] = time.monotonic()
-        return cache["nodes"]
+    @property
+    def inventory(self) -> Inventory:
+        """This process's one watch-based cache of Nodes and Pods."""
+        return Inventory.shared(self.api, self.vgpu_class_labels)
+
+    async def catalog(self) -> list[Offering]:
+        """Every offering this hub has now (configured + discovered), in display order."""
+        inventory = self.inventory
+        if not inventory.ready and not await inventory.wait_ready(self.inventory_ready_timeout):
+            self.log.warning("GPU inventory not synced (%s); offering what is known", inventory.last_error or "starting")
+        discovered = inventory.index.discovered() if self.discover_offerings else None
+        catalog = build_catalog(self.catalog_config, discovered=discovered)
+        metrics.observe_catalog(inventory.index, catalog)
+        return catalog
 
     async def available_offerings(self) -> dict[str, Offering]:
         """The offerings this spawner's user may take, by slug."""
-        catalog = build_catalog(self.catalog_config, await self.cluster_nodes())
-        return allowed(catalog, self.requester())
+        return allowed(await self.catalog(), self.requester())
 
     def _default_slug(self, offerings: dict[str, Offering]) -> str | None:
         if self.default_offering and self.default_offering in offerings:
@@ -192,6 +250,7 @@ class GPUSpawner(KubeSpawner):
         options = {k: v for k, v in (self.user_options or {}).items() if k != RECORD_KEY}
         choice = await self.resolve_choice(options)
         self.apply_choice(choice)
+        await self.admit(choice)
 
     def apply_choice(self, choice: Choice) -> None:
         """Set KubeSpawner's pod settings for ``choice`` (on top of what is already set)."""
@@ -232,8 +291,103 @@ class GPUSpawner(KubeSpawner):
             "url": url,
         }
 
+    # ------------------------------------------------------------------ admission
+
+    @property
+    def _reservation_key(self) -> str:
+        return f"{self.namespace}/{self.pod_name}"
+
+    def _held(self, username: str, catalog: dict[str, Offering]) -> list[Held]:
+        """GPU units ``username``'s pods hold now (from the inventory), other than this server's."""
+        label = safe_slug(username, is_valid=is_valid_label)
+        held = []
+        for key, pod in self.inventory.index.pods.items():
+            offering = catalog.get(pod.offering or "")
+            if pod.user == label and offering is not None and key != self._reservation_key:
+                held.append(Held(offering.kind.value, units_held(offering, pod.requests)))
+        return held
+
+    def _group_held(self, catalog: dict[str, Offering]) -> dict[str, list[Held]]:
+        out: dict[str, list[Held]] = {}
+        for group in getattr(self.user, "groups", None) or ():
+            name = getattr(group, "name", str(group))
+            if name in self.group_quotas:
+                members = [getattr(u, "name", str(u)) for u in (getattr(group, "users", None) or ())]
+                out[name] = [h for member in members for h in self._held(member, catalog)]
+        return out
+
+    async def admit(self, choice: Choice) -> None:
+        """Quotas, then capacity: refuse, warn, queue, or go. Holds a reservation when admitted."""
+        offering, count = choice.offering, choice.count
+        self._gpu_messages = []
+        self._expect_wait = False
+        if not offering.resources:
+            return
+        catalog = {o.slug: o for o in await self.catalog()}
+        quota = check_quota(
+            offering, count, Quotas(self.user_quota, self.group_quotas),
+            self._held(self.user.name, catalog), self._group_held(catalog),
+        )
+        if quota.action == REFUSE:
+            metrics.refused(offering, "quota")
+            raise SpawnRefused(quota.message)
+        index = self.inventory.index
+        others = [(o, index.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
+        decision = admit(offering, count, index.availability(offering), self.admission, others)
+        if decision.action == REFUSE:
+            metrics.refused(offering, "no_capacity")
+            raise SpawnRefused(decision.message)
+        if decision.action == QUEUE:
+            await self._wait_in_queue(offering, count, decision.message)
+        elif decision.action == WARN:
+            self._expect_wait = True
+            self._gpu_messages.append(decision.message)
+        if decision.action != WARN and index.reserve(self._reservation_key, offering, count) is None and decision.action == ADMIT:
+            # Counted free but no single node fits now (a race with another spawn): say so now.
+            metrics.refused(offering, "no_capacity")
+            raise SpawnRefused(f"The last {offering.display_name} was just taken by another spawn. Please pick again.")
+        metrics.admitted(offering, decision.action)
+        self._gpu_messages.append(f"Reserved {count} x {offering.display_name}.")
+
+    async def _wait_in_queue(self, offering: Offering, count: int, message: str) -> None:
+        queue = WaitQueue.for_offering(offering.slug)
+        timeout = offering.queue_timeout or self.queue_timeout
+        self._gpu_messages.append(message)
+        index = self.inventory.index
+        async with queue.place(self._reservation_key) as place:
+            deadline = time.monotonic() + timeout
+            while True:
+                if place.first and (index.availability(offering).largest_free or 0) >= count:
+                    return  # admit() reserves before anyone else can run
+                if time.monotonic() > deadline:
+                    metrics.refused(offering, "queue_timeout")
+                    raise SpawnRefused(
+                        f"No {offering.display_name} became free within {timeout // 60 or 1} minute(s). Please try again later."
+                    )
+                self._queue_position = place.position
+                await asyncio.sleep(0.25)
+
+    # ------------------------------------------------------------------ start / stop
+
     async def _start(self):
-        url = await super()._start()
+        self._started_at = time.monotonic()
+        start = asyncio.ensure_future(super()._start())
+        watch = asyncio.ensure_future(self._watch_scheduling())
+        try:
+            done, _ = await asyncio.wait({start, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if start in done:
+                url = start.result()
+                if self.choice is not None:
+                    metrics.TIME_TO_SCHEDULE.labels(self.choice.offering.kind.value).observe(time.monotonic() - self._started_at)
+            else:
+                reason = watch.result()
+                start.cancel()
+                await asyncio.gather(start, return_exceptions=True)
+                await self.stop(now=True)
+                raise SpawnRefused(reason)
+        finally:
+            watch.cancel()
+            self.inventory.index.release(self._reservation_key)
         if self.choice is not None:
             record = self.record(url=f"{url.rstrip('/')}{self.server.base_url}" if url else None)
             self.user_options = {**self.user_options, RECORD_KEY: record}
@@ -241,6 +395,54 @@ class GPUSpawner(KubeSpawner):
                 # The hub's REST API serves orm_spawner.user_options; the hub commits after start returns.
                 self.orm_spawner.user_options = dict(self.user_options)
         return url
+
+    async def _watch_scheduling(self) -> str:
+        """Return the user's reason as soon as the real scheduler says the pod cannot run."""
+        while self.choice is None or getattr(self, "_expect_wait", False):
+            await asyncio.sleep(3600)  # nothing to watch: warned users (or no GPU) wait it out
+        key = f"{self.namespace}/{self.pod_name}"
+        while True:
+            await asyncio.sleep(0.1)
+            reflector = self.pod_reflector
+            pod = reflector.pods.get(key) if reflector is not None else None
+            scheduler_says = unschedulable_reason(pod) if pod else None
+            if scheduler_says:
+                offering = self.choice.offering
+                index = self.inventory.index
+                catalog = allowed(await self.catalog(), self.requester()).values()
+                decision = admit(offering, self.choice.count, index.availability(offering), REFUSE, [(o, index.availability(o)) for o in catalog])
+                metrics.refused(offering, "unschedulable")
+                head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."
+                return f"{head} The scheduler says: {scheduler_says}"
+
+    async def stop(self, now: bool = False):
+        self.inventory.index.release(self._reservation_key)
+        return await super().stop(now=now)
+
+    async def progress(self) -> AsyncIterator[dict[str, Any]]:
+        """KubeSpawner's pod events, with our own steps (admission, reservation, queue position) between."""
+        sent, position = 0, None
+        inner = super().progress().__aiter__()
+        pending = asyncio.ensure_future(inner.__anext__())
+        try:
+            while True:
+                for message in getattr(self, "_gpu_messages", [])[sent:]:
+                    sent += 1
+                    yield {"progress": 2, "message": message}
+                now = getattr(self, "_queue_position", None)
+                if now is not None and now != position:
+                    position = now
+                    yield {"progress": 1, "message": f"Waiting for a free GPU: number {now} in the queue."}
+                done, _ = await asyncio.wait({pending}, timeout=0.5)
+                if pending in done:
+                    try:
+                        event = pending.result()
+                    except StopAsyncIteration:
+                        return
+                    yield event
+                    pending = asyncio.ensure_future(inner.__anext__())
+        finally:
+            pending.cancel()
 
     # ------------------------------------------------------------------ state
 
@@ -259,5 +461,3 @@ class GPUSpawner(KubeSpawner):
         self.choice = None
         self._saved_record = None
 
-
-_NODE_CACHE: dict[str, Any] = {}

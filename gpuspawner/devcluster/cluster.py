@@ -205,6 +205,37 @@ class DevCluster:
         if not quiet:
             log(f"devcluster in {self.directory} stopped")
 
+    def restart(self, components: Iterable[str] = ("kube-apiserver", "etcd"), pause: float = 0.0, timeout: float = 60.0) -> None:
+        """Stop ``components`` and start them again on the same ports and data (an outage).
+
+        ``pause`` seconds pass between the stop and the start.
+        """
+        state = self.state
+        if state is None:
+            raise DevClusterError(f"no devcluster in {self.directory}")
+        names = [n for n in COMPONENTS if n in set(components)]
+        for name in reversed(names):
+            pid = state.pids.pop(name, None)
+            if pid and _alive(pid):
+                _terminate(pid)
+        time.sleep(pause)
+        pki = self.directory / "pki"
+        bins = build.bin_dir()
+        args = {
+            "etcd": lambda: self._etcd_args(state),
+            "kube-apiserver": lambda: self._apiserver_args(state, pki),
+            "kube-controller-manager": lambda: self._kcm_args(state, pki),
+            "kube-scheduler": lambda: self._scheduler_args(state),
+            "kwok": lambda: self._kwok_args(state),
+        }
+        for name in names:
+            self._start(bins, name, args[name]())
+            if name == "etcd":
+                self._wait(lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), "etcd", timeout)
+            if name == "kube-apiserver":
+                client = KubeHTTP(state)
+                self._wait(lambda: client.ok("/readyz"), "kube-apiserver", timeout)
+
     def load_nodes(self, nodes: Iterable[dict]) -> int:
         client = self.client()
         count = 0

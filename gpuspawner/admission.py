@@ -1,0 +1,145 @@
+"""Admission: may this spawn go ahead now? Pure.
+
+Per offering, when nothing is free: ``block`` refuses at once, ``warn`` starts
+anyway and says it may wait, ``queue`` waits for capacity up to a time limit.
+An offering on an autoscaled pool (``scalable_nodes``) is never refused for
+lack of nodes: the pool grows when the pod asks. Quotas cap what a user (across
+all their named servers) and a group (all its members together) hold at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from .capacity import Availability, units
+from .offerings import Kind, Offering
+
+ADMIT, WARN, QUEUE, REFUSE = "admit", "warn", "queue", "refuse"
+#: Quota keys: "total" counts every GPU unit, a kind name counts that kind only.
+QUOTA_KEYS = ("total", *(k.value for k in Kind if k is not Kind.CPU))
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Held:
+    """GPU units one server holds: its offering's kind and how many units."""
+
+    kind: str
+    units: int
+
+
+def units_held(offering: Offering, requests: Mapping[str, int]) -> int:
+    """How many units of ``offering`` a pod with ``requests`` holds (at least 1 for a GPU pod)."""
+    return max(units(offering, requests), 1) if offering.resources else 0
+
+
+def describe_free(offering: Offering, avail: Availability) -> str:
+    return f"{avail.free} of {avail.capacity}"
+
+
+def alternatives(options: Iterable[tuple[Offering, Availability]], exclude: str, limit: int = 4) -> str:
+    """"MIG 1g.5gb (2), T4 1/4 share (3)": free GPU offerings the user may take instead."""
+    free = [f"{o.display_name} ({a.free})" for o, a in options if o.slug != exclude and o.is_gpu and not o.hidden and (a.free or 0) > 0]
+    return ", ".join(free[:limit])
+
+
+def admit(
+    offering: Offering,
+    count: int,
+    avail: Availability,
+    default_policy: str,
+    others: Iterable[tuple[Offering, Availability]] = (),
+) -> Decision:
+    """The decision for ``count`` units of ``offering`` given its availability now."""
+    if not offering.resources or not avail.counted:
+        return Decision(ADMIT)
+    if (avail.largest_free or 0) >= count:
+        return Decision(ADMIT)
+    what = offering.display_name if count == 1 else f"{count} x {offering.display_name} on one node"
+    if offering.scalable_nodes:
+        return Decision(
+            WARN,
+            f"No {what} is free right now; the pool can grow by up to {offering.scalable_nodes} node(s), "
+            f"so your server should start in about {offering.scale_up_minutes} minutes.",
+        )
+    instead = alternatives(others, offering.slug)
+    refusal = f"No {what} is free ({describe_free(offering, avail)} free)." + (f" Free now: {instead}." if instead else "")
+    policy = offering.admission or default_policy
+    if policy == WARN:
+        return Decision(WARN, f"No {what} is free right now; your server will start when one is. {refusal}")
+    if policy == QUEUE:
+        return Decision(QUEUE, f"No {what} is free right now: you are in the queue for the next one.")
+    return Decision(REFUSE, refusal)
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """``user``: {key: max units}; ``groups``: group -> {key: max units for all members together}."""
+
+    user: Mapping[str, int] = field(default_factory=dict)
+    groups: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+def _over(limits: Mapping[str, int], held: Iterable[Held], kind: str, count: int) -> tuple[str, int, int] | None:
+    held = list(held)
+    for key, limit in limits.items():
+        if key != "total" and key != kind:
+            continue
+        now = sum(h.units for h in held if key == "total" or h.kind == key)
+        if now + count > limit:
+            return key, now, limit
+    return None
+
+
+def _quota_words(key: str) -> str:
+    return "GPUs of any kind" if key == "total" else f"{Kind(key).group_title} units"
+
+
+def check_quota(
+    offering: Offering,
+    count: int,
+    quotas: Quotas,
+    user_held: Iterable[Held],
+    group_held: Mapping[str, Iterable[Held]],
+) -> Decision:
+    """Refuse when this spawn would take a user or one of their groups over quota."""
+    if not offering.is_gpu or not offering.resources:
+        return Decision(ADMIT)
+    kind = offering.kind.value
+    over = _over(quotas.user, user_held, kind, count)
+    if over:
+        key, now, limit = over
+        return Decision(
+            REFUSE,
+            f"Over your quota: you may hold {limit} {_quota_words(key)} at once and already hold {now}. "
+            "Stop one of your other servers first.",
+        )
+    for group, held in group_held.items():
+        limits = quotas.groups.get(group) or {}
+        over = _over(limits, held, kind, count)
+        if over:
+            key, now, limit = over
+            return Decision(
+                REFUSE,
+                f"Over the quota of your group '{group}': its members may hold {limit} {_quota_words(key)} "
+                f"together and already hold {now}. Try again later or pick a smaller option.",
+            )
+    return Decision(ADMIT)
+
+
+def validate_quota(value: object, where: str) -> dict[str, int]:
+    """Check one quota dict from config; raises ValueError naming ``where``."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} must be a dict like {{'total': 2, 'full': 1}}, got {value!r}")
+    for key, limit in value.items():
+        if key not in QUOTA_KEYS:
+            raise ValueError(f"{where}: unknown key {key!r}; use one of {list(QUOTA_KEYS)}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"{where}[{key!r}] must be a whole number >= 0, got {limit!r}")
+    return dict(value)

@@ -1,0 +1,383 @@
+"""Live GPU inventory: one list-then-watch cache of Nodes and Pods per hub process.
+
+Two layers:
+
+* :class:`ClusterIndex` (pure, no I/O): the slim facts the counts need — each
+  node's labels, taints and extended allocatable; each bound non-terminal pod's
+  extended requests — and, per tracked offering, capacity and free units kept up
+  to date *per event*: an event touches one node, and only that node's rows are
+  recomputed. A page view reads ready numbers.
+* :class:`Inventory`: feeds the index from the API server with kubernetes_asyncio
+  (list, then watch from the list's resourceVersion; relist on ``410 Gone``;
+  reconnect with backoff when the API server goes away). ``ready`` is true while
+  both streams are synced.
+
+RBAC it needs, and nothing more: ``get``, ``list``, ``watch`` on ``nodes`` and
+``list``, ``watch`` on ``pods`` (cluster-wide: GPU pods of other namespaces use GPUs too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from .capacity import Availability, UNCOUNTED, holds_resources, node_availability, node_serves, pod_requests
+from .discovery import DEFAULT_VGPU_CLASS_LABELS, NodeFacts, aggregate, node_offerings
+from .offerings import Offering
+
+log = logging.getLogger("gpuspawner.inventory")
+
+#: Only pods that hold node resources matter; the API server filters the rest out.
+POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+USER_LABEL = "hub.jupyter.org/username"
+OFFERING_LABEL = "gpuspawner.io/offering"
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What the counts need of one pod (never the whole object)."""
+
+    node: str
+    requests: Mapping[str, int]
+    user: str | None = None
+    offering: str | None = None
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any]) -> "PodFacts | None":
+        if not holds_resources(pod):
+            return None
+        requests = pod_requests(pod)
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if not requests and OFFERING_LABEL not in labels:
+            return None  # a CPU-only pod uses no GPU resource
+        return cls(node=pod["spec"]["nodeName"], requests=requests, user=labels.get(USER_LABEL), offering=labels.get(OFFERING_LABEL))
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class _OfferingRows:
+    """Capacity and free units of one offering, per node and in total."""
+
+    __slots__ = ("offering", "rows", "capacity", "free", "free_hist")
+
+    def __init__(self, offering: Offering):
+        self.offering = offering
+        self.rows: dict[str, tuple[int, int]] = {}
+        self.capacity = 0
+        self.free = 0
+        self.free_hist: Counter[int] = Counter()
+
+    def set(self, node: str, row: tuple[int, int] | None) -> None:
+        old = self.rows.pop(node, None)
+        if old is not None:
+            self.capacity -= old[0]
+            self.free -= old[1]
+            self.free_hist[old[1]] -= 1
+        if row is not None:
+            self.rows[node] = row
+            self.capacity += row[0]
+            self.free += row[1]
+            self.free_hist[row[1]] += 1
+
+    def availability(self) -> Availability:
+        largest = max((f for f, n in self.free_hist.items() if n > 0), default=0)
+        return Availability(
+            capacity=self.capacity, allocated=self.capacity - self.free, free=self.free,
+            largest_free=largest, nodes=tuple(sorted(self.rows)),
+        )
+
+
+class ClusterIndex:
+    """The incremental, pure part of the inventory."""
+
+    def __init__(self, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS):
+        self.class_labels = tuple(vgpu_class_labels)
+        self.nodes: dict[str, NodeFacts] = {}
+        self.pods: dict[str, PodFacts] = {}
+        self.used: dict[str, Counter[str]] = {}
+        self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}
+        self.tracked: dict[str, _OfferingRows] = {}
+        self._node_offers: dict[str, list[tuple[Offering, int]]] = {}
+        self._discovered: list[Offering] | None = []
+        self.events = 0
+
+    # ------------------------------------------------------------------ reads
+
+    def discovered(self) -> list[Offering]:
+        """Discovered offerings of the current nodes (recomputed only after a change in them)."""
+        if self._discovered is None:
+            self._discovered = aggregate(self._node_offers.values())
+        return self._discovered
+
+    def availability(self, offering: Offering) -> Availability:
+        """Capacity and free units of ``offering`` now (reservations count as taken)."""
+        if not offering.resources:
+            return UNCOUNTED
+        rows = self.tracked.get(offering.slug)
+        if rows is None or rows.offering != offering:
+            rows = self._track(offering)
+        return rows.availability()
+
+    def held_by_user(self, user: str) -> list[PodFacts]:
+        return [p for p in self.pods.values() if p.user == user and p.offering]
+
+    # ------------------------------------------------------------------ writes
+
+    def replace(self, nodes: Iterable[Mapping[str, Any]] | None = None, pods: Iterable[Mapping[str, Any]] | None = None) -> None:
+        """A (re)list: replace all nodes and/or all pods, then recompute every row."""
+        if nodes is not None:
+            self.nodes = {}
+            self._node_offers = {}
+            for raw in nodes:
+                facts = NodeFacts.from_node(raw)
+                self.nodes[facts.name] = facts
+                self._node_offers[facts.name] = list(node_offerings(facts, self.class_labels))
+            self._discovered = None
+        if pods is not None:
+            self.pods = {}
+            self.used = {}
+            for raw in pods:
+                facts = PodFacts.from_pod(raw)
+                if facts is not None:
+                    key = pod_key(raw)
+                    self.pods[key] = facts
+                    self._add_use(facts.node, facts.requests, +1)
+                    self.reservations.pop(key, None)
+        for slug in list(self.tracked):
+            self._track(self.tracked[slug].offering)
+
+    def node_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        self.events += 1
+        name = (raw.get("metadata") or {}).get("name", "")
+        old_slugs = {o.slug for o, _ in self._node_offers.get(name, ())}
+        if kind == "DELETED":
+            self.nodes.pop(name, None)
+            offers = self._node_offers.pop(name, [])
+        else:
+            facts = NodeFacts.from_node(raw)
+            old = self.nodes.get(name)
+            self.nodes[name] = facts
+            if old is not None and (old.labels, old.allocatable, old.taints, old.unschedulable) == (
+                facts.labels, facts.allocatable, facts.taints, facts.unschedulable
+            ):
+                return  # a status heartbeat: nothing the counts use changed
+            offers = list(node_offerings(facts, self.class_labels))
+            self._node_offers[name] = offers
+        new_slugs = {o.slug for o, _ in offers} if kind != "DELETED" else set()
+        if new_slugs != old_slugs or any(o.kind.value == "full" for o, _ in offers):
+            self._discovered = None
+        self._refresh_node(name)
+
+    def pod_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        self.events += 1
+        key = pod_key(raw)
+        old = self.pods.pop(key, None)
+        new = None if kind == "DELETED" else PodFacts.from_pod(raw)
+        if old == new:
+            if new is not None:
+                self.pods[key] = new
+            return
+        touched = set()
+        if old is not None:
+            self._add_use(old.node, old.requests, -1)
+            touched.add(old.node)
+        if new is not None:
+            self.pods[key] = new
+            self._add_use(new.node, new.requests, +1)
+            touched.add(new.node)
+            # The pod is bound: its requests now count, so its reservation goes.
+            reserved = self.reservations.pop(key, None)
+            if reserved is not None:
+                self._add_use(reserved[0], reserved[1], -1)
+                touched.add(reserved[0])
+        for node in touched:
+            self._refresh_node(node)
+
+    def reserve(self, key: str, offering: Offering, count: int) -> str | None:
+        """Hold ``count`` units of ``offering`` for the pod ``key`` until it is bound (or released).
+
+        The units are taken on the node with the most free room for them, so every
+        offering that shares that node's resources sees them taken. Returns the node,
+        or None if no node has room (nothing is held then).
+        """
+        self.release(key)
+        self.availability(offering)
+        rows = self.tracked[offering.slug].rows
+        fits = [(free, node) for node, (_cap, free) in rows.items() if free >= count]
+        if not fits:
+            return None
+        _free, node = max(fits)
+        requests = offering.limits_for(count)
+        self.reservations[key] = (node, requests)
+        self._add_use(node, requests, +1)
+        self._refresh_node(node)
+        return node
+
+    def release(self, key: str) -> None:
+        reserved = self.reservations.pop(key, None)
+        if reserved is not None:
+            self._add_use(reserved[0], reserved[1], -1)
+            self._refresh_node(reserved[0])
+
+    # ------------------------------------------------------------------ internals
+
+    def _add_use(self, node: str, requests: Mapping[str, int], sign: int) -> None:
+        bucket = self.used.setdefault(node, Counter())
+        for name, amount in requests.items():
+            bucket[name] += sign * amount
+            if not bucket[name]:
+                del bucket[name]
+
+    def _row(self, offering: Offering, node: str) -> tuple[int, int] | None:
+        facts = self.nodes.get(node)
+        if facts is None or not node_serves(offering, facts):
+            return None
+        return node_availability(offering, facts, self.used.get(node, {}))
+
+    def _refresh_node(self, node: str) -> None:
+        for rows in self.tracked.values():
+            rows.set(node, self._row(rows.offering, node))
+
+    def _track(self, offering: Offering) -> _OfferingRows:
+        rows = _OfferingRows(offering)
+        for node in self.nodes:
+            row = self._row(offering, node)
+            if row is not None:
+                rows.set(node, row)
+        self.tracked[offering.slug] = rows
+        return rows
+
+
+class Inventory:
+    """Keeps a :class:`ClusterIndex` in sync with the API server (list, then watch)."""
+
+    _instances: dict[str, "Inventory"] = {}
+
+    def __init__(self, api: Any, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS, page_size: int = 500):
+        self.api = api
+        self.index = ClusterIndex(vgpu_class_labels)
+        self.page_size = page_size
+        self._synced = {"nodes": False, "pods": False}
+        self._tasks: list[asyncio.Task] = []
+        self._ready_event = asyncio.Event()
+        self.relists = Counter()
+        self.last_error: str = ""
+
+    @classmethod
+    def shared(cls, api: Any, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS) -> "Inventory":
+        """The one inventory of this process for the API server ``api`` talks to (started on first use)."""
+        host = getattr(getattr(api, "api_client", None), "configuration", None)
+        key = getattr(host, "host", "default")
+        inventory = cls._instances.get(key)
+        if inventory is None or inventory.stopped:
+            inventory = cls._instances[key] = cls(api, vgpu_class_labels)
+            inventory.start()
+        return inventory
+
+    @property
+    def ready(self) -> bool:
+        return all(self._synced.values())
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self._tasks) and all(t.done() for t in self._tasks)
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.ensure_future(self._run("nodes", self.api.list_node, {})),
+                asyncio.ensure_future(
+                    self._run("pods", self.api.list_pod_for_all_namespaces, {"field_selector": POD_FIELD_SELECTOR})
+                ),
+            ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def wait_ready(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._ready_event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return self.ready
+
+    def _set_synced(self, kind: str, value: bool) -> None:
+        self._synced[kind] = value
+        if self.ready:
+            self._ready_event.set()
+        else:
+            self._ready_event.clear()
+
+    async def _list(self, method, kwargs: dict) -> tuple[list[dict], str]:
+        items: list[dict] = []
+        cont = None
+        while True:
+            extra = {"_continue": cont} if cont else {}
+            resp = await method(limit=self.page_size, _preload_content=False, _request_timeout=60, **kwargs, **extra)
+            body = json.loads(await resp.read())
+            items.extend(body.get("items") or [])
+            cont = (body.get("metadata") or {}).get("continue")
+            if not cont:
+                return items, body["metadata"]["resourceVersion"]
+
+    async def _run(self, kind: str, method, kwargs: dict) -> None:
+        apply = self.index.node_event if kind == "nodes" else self.index.pod_event
+        backoff = 0.2
+        while True:
+            try:
+                started = time.monotonic()
+                items, version = await self._list(method, kwargs)
+                self.index.replace(**{kind: items})
+                self.relists[kind] += 1
+                self._set_synced(kind, True)
+                log.info("inventory: listed %d %s in %.2fs", len(items), kind, time.monotonic() - started)
+                backoff = 0.2
+                while True:  # watch until the server ends it, then resume from the last version
+                    version = await self._watch(method, kwargs, version, apply)
+                    if version is None:
+                        break  # 410 Gone: relist
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the API server went away or answered garbage: reconnect
+                self._set_synced(kind, False)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("inventory: %s stream failed (%s); retrying in %.1fs", kind, self.last_error, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    async def _watch(self, method, kwargs: dict, version: str, apply) -> str | None:
+        resp = await method(
+            watch=True, resource_version=version, allow_watch_bookmarks=True, timeout_seconds=240,
+            _preload_content=False, _request_timeout=300, **kwargs,
+        )
+        buffer = b""
+        try:
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    kind = event.get("type")
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            return None
+                        raise RuntimeError(f"watch error: {obj.get('message')}")
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        apply(kind, obj)
+        finally:
+            resp.release()
+        return version

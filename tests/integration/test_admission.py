@@ -1,0 +1,188 @@
+"""Admission and fail-fast against the real scheduler: refusals in seconds with the
+scheduler's own reason, exactly one winner for the last slice, quotas, no leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from gpuspawner.inventory import Inventory
+from gpuspawner.scheduling import SpawnRefused
+from tests.conftest import wait_for
+from tests.integration.test_spawner import make_spawner, pod_of
+
+pytestmark = pytest.mark.cluster
+
+T4_SHARED = "shared-tesla-t4-time-slicing-4x"  # 4 units of nvidia.com/gpu.shared on gpu-t4-ts-renamed
+
+
+def foreign_pod(name: str, limits: dict, node_selector: dict | None = None) -> dict:
+    """A GPU pod of someone else (another namespace, not ours): it still uses GPUs."""
+    spec = {
+        "containers": [{"name": "train", "image": "pytorch", "resources": {"limits": limits}}],
+        "tolerations": [{"operator": "Exists"}],
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def pods(kube, ns):
+    return kube.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+
+
+@pytest.fixture
+def other_namespace(kube):
+    name = f"team-{time.monotonic_ns() % 100000}"
+    kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    kube.request("DELETE", f"/api/v1/namespaces/{name}/pods?gracePeriodSeconds=0")
+    wait_for(lambda: not pods(kube, name), "foreign pods gone", timeout=60)
+    kube.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+async def inventory_sees(spawner, predicate, what: str, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while not predicate(spawner.inventory.index):
+        if time.monotonic() > deadline:
+            pytest.fail(f"inventory never saw {what}")
+        await asyncio.sleep(0.05)
+
+
+def free_of(spawner, slug):
+    offering = next(o for o in spawner.inventory.index.discovered() if o.slug == slug)
+    return spawner.inventory.index.availability(offering).free
+
+
+async def test_twenty_spawns_for_three_free_slices(devcluster, kube, namespace, other_namespace):
+    # Someone else's training job holds one of the four T4 shares, in another namespace.
+    kube.request("POST", f"/api/v1/namespaces/{other_namespace}/pods", foreign_pod("trainer", {"nvidia.com/gpu.shared": "1"}))
+    probe = make_spawner(devcluster, namespace)
+    await probe.catalog()
+    await inventory_sees(probe, lambda idx: free_of(probe, T4_SHARED) == 3, "the foreign pod")
+
+    spawners = [make_spawner(devcluster, namespace) for _ in range(20)]
+    for sp in spawners:
+        sp.user_options = {"offering": T4_SHARED}
+    results = await asyncio.gather(*(sp.start() for sp in spawners), return_exceptions=True)
+    started = [sp for sp, r in zip(spawners, results) if isinstance(r, str)]
+    refused = [r for r in results if isinstance(r, SpawnRefused)]
+    others = [r for r in results if not isinstance(r, (str, SpawnRefused))]
+    try:
+        assert not others, others
+        assert len(started) == 3 and len(refused) == 17
+        for error in refused:
+            assert "is free (0 of 4 free)" in str(error) or "just taken" in str(error), str(error)
+        ours = pods(kube, namespace)
+        assert len(ours) == 3 and all(p["status"]["phase"] == "Running" for p in ours)
+        assert {p["spec"]["nodeName"] for p in ours} == {"gpu-t4-ts-renamed"}
+        assert probe.inventory.index.reservations == {}
+    finally:
+        await asyncio.gather(*(sp.stop(now=True) for sp in started))
+
+
+async def test_refusal_names_what_is_free_instead_and_creates_no_pod(devcluster, kube, namespace, other_namespace):
+    kube.request(
+        "POST", f"/api/v1/namespaces/{other_namespace}/pods", foreign_pod("big", {"nvidia.com/mig-3g.20gb": "1"})
+    )
+    spawner = make_spawner(devcluster, namespace)
+    await spawner.catalog()
+    await inventory_sees(spawner, lambda idx: free_of(spawner, "mig-nvidia-a100-sxm4-40gb-3g-20gb") == 0, "the 3g pod")
+    spawner.user_options = {"offering": "mig-nvidia-a100-sxm4-40gb-3g-20gb"}
+    started = time.monotonic()
+    with pytest.raises(SpawnRefused) as info:
+        await spawner.start()
+    took = time.monotonic() - started
+    message = str(info.value)
+    assert message.startswith("No A100 40GB · MIG 3g.20gb is free (0 of 1 free). Free now: ")
+    assert "A100 40GB · MIG 1g.5gb (2)" in message
+    assert pods(kube, namespace) == []
+    print(f"admission refusal took {took:.3f}s")
+
+
+async def test_scheduler_refusal_fails_the_spawn_in_seconds_and_deletes_the_pod(devcluster, kube, namespace):
+    # Nothing counts this offering's capacity (no extended resource), so only the real
+    # scheduler can say no: it finds no node with this label.
+    impossible = [{"slug": "fpga", "kind": "custom", "display_name": "FPGA node", "command_prefix": ["run-on-fpga"],
+                   "node_selector": {"example.org/fpga": "true"}}]
+    spawner = make_spawner(devcluster, namespace, offerings=impossible)
+    spawner.start_timeout = 300
+    spawner.user_options = {"offering": "fpga"}
+    started = time.monotonic()
+    with pytest.raises(SpawnRefused) as info:
+        await spawner.start()
+    took = time.monotonic() - started
+    assert "The scheduler says: 0/10 nodes are available" in str(info.value)
+    assert "didn't match Pod's node affinity/selector" in str(info.value)
+    assert "preemption" not in str(info.value)
+    wait_for(lambda: pods(kube, namespace) == [], "the unschedulable pod deleted", timeout=30)
+    assert took < spawner.start_timeout
+    print(f"scheduler refusal took {took:.2f}s (start_timeout {spawner.start_timeout}s)")
+
+
+async def test_user_quota_counts_servers_across_the_users_named_servers(devcluster, kube, namespace):
+    first = make_spawner(devcluster, namespace, user_quota={"total": 1})
+    first.user_options = {"offering": "mig-nvidia-a100-sxm4-40gb-1g-5gb"}
+    await first.start()
+    try:
+        second = make_spawner(devcluster, namespace, user_quota={"total": 1})
+        second.user = first.user  # the same user, another named server
+        second.pod_name = f"{first.pod_name}--second"
+        second.user_options = {"offering": "mig-nvidia-a100-sxm4-40gb-1g-5gb"}
+        await inventory_sees(second, lambda idx: any(p.offering for p in idx.pods.values()), "the first server's pod")
+        with pytest.raises(SpawnRefused, match=r"Over your quota: you may hold 1 GPUs of any kind at once and already hold 1"):
+            await second.start()
+        assert len(pods(kube, namespace)) == 1
+        cpu = make_spawner(devcluster, namespace, user_quota={"total": 1})
+        cpu.user = first.user
+        cpu.pod_name = f"{first.pod_name}--cpu"
+        cpu.user_options = {"offering": "cpu"}
+        await cpu.start()  # a CPU server is never over a GPU quota
+        await cpu.stop(now=True)
+    finally:
+        await first.stop(now=True)
+
+
+async def test_queue_waits_for_a_unit_and_then_starts(devcluster, kube, namespace, other_namespace):
+    overrides = {"gpu-nvidia-h100-80gb-hbm3": {"admission": "queue", "queue_timeout": 60}}
+    kube.request("POST", f"/api/v1/namespaces/{other_namespace}/pods",
+                 foreign_pod("all-h100", {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}))
+    spawner = make_spawner(devcluster, namespace, offering_overrides=overrides)
+    await spawner.catalog()
+    await inventory_sees(spawner, lambda idx: free_of(spawner, "gpu-nvidia-h100-80gb-hbm3") == 0, "all H100s taken")
+    spawner.user_options = {"offering": "gpu-nvidia-h100-80gb-hbm3"}
+    start = asyncio.ensure_future(spawner.start())
+    await asyncio.sleep(1.0)
+    assert not start.done() and pods(kube, namespace) == []  # queued, no pod yet
+    assert getattr(spawner, "_queue_position", None) == 1
+    kube.request("DELETE", f"/api/v1/namespaces/{other_namespace}/pods/all-h100?gracePeriodSeconds=0")
+    await asyncio.wait_for(start, 60)
+    try:
+        assert (await pod_of(spawner))["spec"]["nodeName"] == "gpu-h100-8x"
+    finally:
+        await spawner.stop(now=True)
+
+
+async def test_inventory_recovers_after_api_server_and_etcd_restart(devcluster, kube, namespace):
+    spawner = make_spawner(devcluster, namespace)
+    await spawner.catalog()
+    inventory: Inventory = spawner.inventory
+    assert inventory.ready
+    relists_before = inventory.relists["pods"]
+    kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", foreign_pod("before", {"nvidia.com/mig-2g.10gb": "1"}))
+    await inventory_sees(spawner, lambda idx: free_of(spawner, "mig-nvidia-a100-sxm4-40gb-2g-10gb") == 0, "the pod before")
+
+    await asyncio.to_thread(devcluster.restart, ("kube-apiserver", "etcd"), 1.0)
+    # Changes made as soon as the API is back, before the inventory has reconnected.
+    kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/before?gracePeriodSeconds=0")
+    kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", foreign_pod("after", {"nvidia.com/mig-1g.5gb": "2"}))
+    wait_for(lambda: all(p["status"].get("phase") == "Running" for p in pods(kube, namespace))
+             and [p["metadata"]["name"] for p in pods(kube, namespace)] == ["after"], "pods settled after restart")
+    await inventory_sees(
+        spawner,
+        lambda idx: free_of(spawner, "mig-nvidia-a100-sxm4-40gb-2g-10gb") == 1 and free_of(spawner, "mig-nvidia-a100-sxm4-40gb-1g-5gb") == 0,
+        "the changes made around the outage", timeout=60,
+    )
+    assert inventory.ready and inventory.relists["pods"] > relists_before
