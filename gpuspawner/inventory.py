@@ -66,7 +66,7 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 class _OfferingRows:
     """Capacity and free units of one offering, per node and in total."""
 
-    __slots__ = ("offering", "rows", "capacity", "free", "free_hist")
+    __slots__ = ("offering", "rows", "capacity", "free", "free_hist", "_cached")
 
     def __init__(self, offering: Offering):
         self.offering = offering
@@ -74,9 +74,14 @@ class _OfferingRows:
         self.capacity = 0
         self.free = 0
         self.free_hist: Counter[int] = Counter()
+        self._cached: Availability | None = None
 
     def set(self, node: str, row: tuple[int, int] | None) -> None:
         old = self.rows.pop(node, None)
+        if old == row and row is not None:
+            self.rows[node] = row
+            return
+        self._cached = None
         if old is not None:
             self.capacity -= old[0]
             self.free -= old[1]
@@ -88,11 +93,14 @@ class _OfferingRows:
             self.free_hist[row[1]] += 1
 
     def availability(self) -> Availability:
-        largest = max((f for f, n in self.free_hist.items() if n > 0), default=0)
-        return Availability(
-            capacity=self.capacity, allocated=self.capacity - self.free, free=self.free,
-            largest_free=largest, nodes=tuple(sorted(self.rows)),
-        )
+        """Cached until a row changes: a page view costs nothing per node."""
+        if self._cached is None:
+            largest = max((f for f, n in self.free_hist.items() if n > 0), default=0)
+            self._cached = Availability(
+                capacity=self.capacity, allocated=self.capacity - self.free, free=self.free,
+                largest_free=largest, nodes=tuple(sorted(self.rows)),
+            )
+        return self._cached
 
 
 class ClusterIndex:
