@@ -62,6 +62,8 @@ def node_serves(offering: Offering, node: NodeFacts) -> bool:
     labels = node.labels
     if any(labels.get(k) != v for k, v in offering.node_selector.items()):
         return False
+    if any(k in labels for k in offering.absent_labels):
+        return False
     if any(node.allocatable.get(r, 0) <= 0 for r in offering.resources):
         return False
     return all(tolerates(offering.tolerations, t) for t in node.taints if t.get("effect") in _HARD_EFFECTS)

@@ -37,6 +37,8 @@ class Choice:
 
 def shown(value: Any, limit: int = 40) -> str:
     """A value safe to quote back to the user: plain characters, short."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**limit:
+        return "a very large number"
     text = re.sub(r"[^A-Za-z0-9 ._:/-]", "?", str(value))
     return text[:limit] + ("…" if len(text) > limit else "")
 
@@ -57,9 +59,13 @@ def parse_count(raw: Any) -> int:
     if isinstance(value, bool):
         raise ChoiceError("The number of GPUs must be a whole number such as 1 or 2.")
     if isinstance(value, int):
+        if not 0 <= value <= 999:
+            raise ChoiceError(f"The number of GPUs must be a whole number such as 1 or 2, not '{shown(value)}'.")
         return value
-    if isinstance(value, str) and re.fullmatch(r"\s*\d{1,3}\s*", value):
-        return int(value)
+    if isinstance(value, str):
+        text = value.strip(" \t\r\n")
+        if re.fullmatch(r"[0-9]{1,3}", text):
+            return int(text)
     raise ChoiceError(f"The number of GPUs must be a whole number such as 1 or 2, not '{shown(value)}'.")
 
 
@@ -75,6 +81,8 @@ def parse_choice(
     not reveal offerings the user cannot see. With no ``offering`` key the
     default is used (an API spawn without options).
     """
+    if user_options is not None and not isinstance(user_options, Mapping):
+        raise ChoiceError("The server options were not understood. Pick one of the options on the spawn page.")
     options = dict(user_options or {})
     if OFFERING_KEY in options:
         slug = _single(options[OFFERING_KEY], "GPU option")

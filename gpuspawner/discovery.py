@@ -129,7 +129,7 @@ def product_name(product: str) -> str:
 
 
 def _slug(*parts: str) -> str:
-    text = "-".join(parts).lower()
+    text = "-".join(parts).lower().replace("+", "-plus-")
     text = re.sub(r"[^a-z0-9]+", "-", text).strip("-")
     return text[:63].rstrip("-")
 
@@ -152,7 +152,11 @@ def aggregate(per_node: Iterable[Iterable[tuple[Offering, int]]]) -> list[Offeri
     max_units: dict[str, int] = {}
     for offers in per_node:
         for offering, units in offers:
-            found.setdefault(offering.slug, offering)
+            first = found.setdefault(offering.slug, offering)
+            if first is not offering and offering.tolerations != first.tolerations:
+                # Nodes of one offering may carry different GPU taints: tolerate them all.
+                extra = tuple(t for t in offering.tolerations if t not in first.tolerations)
+                found[offering.slug] = replace(first, tolerations=first.tolerations + extra)
             max_units[offering.slug] = max(max_units.get(offering.slug, 0), units)
     out = []
     for slug, offering in found.items():
@@ -183,9 +187,18 @@ def _node_offerings(facts: NodeFacts, class_labels: tuple[str, ...]) -> Iterable
             if facts.mig_ready:
                 yield _mig(profile, resource, product or "GPU", {PRODUCT_LABEL: product} if product else {}, labels, tolerations), units
         elif resource == GPU_SHARED:
-            yield _shared(labels, product, GPU_SHARED, {PRODUCT_LABEL: product} if product else {}, tolerations), units
+            yield _shared(labels, product, GPU_SHARED, _sharing_selector(labels, product), tolerations), units
         elif resource == GPU:
             yield from ((o, units) for o in _plain_gpu(facts, product, class_labels, tolerations))
+
+
+def _sharing_selector(labels: Mapping[str, str], product: str | None) -> dict[str, str]:
+    """Product plus replicas and strategy: a 1/8 share must not land on a 1/4 node."""
+    selector = {PRODUCT_LABEL: product} if product else {}
+    for key in (REPLICAS_LABEL, SHARING_LABEL):
+        if labels.get(key):
+            selector[key] = labels[key]
+    return selector
 
 
 def gpu_tolerations(taints: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
@@ -217,17 +230,18 @@ def _plain_gpu(facts: NodeFacts, product: str | None, class_labels: tuple[str, .
         if not facts.mig_ready:
             return
         base, profile = product.split("-MIG-", 1)
-        yield _mig(profile, GPU, base, {PRODUCT_LABEL: product}, labels, tolerations)
+        yield _mig(profile, GPU, base, {PRODUCT_LABEL: product}, labels, tolerations, slug_hint="single")
         return
     gke_sharing = labels.get(GKE_SHARING_LABEL)
     replicas = _int(labels.get(REPLICAS_LABEL)) or 1
     if (product and product.endswith("-SHARED")) or replicas > 1 or gke_sharing:
         if gke_sharing:
             selector = {GKE_SHARING_LABEL: gke_sharing}
-            if accelerator:
-                selector[GKE_ACCELERATOR_LABEL] = accelerator
+            for key in (GKE_ACCELERATOR_LABEL, GKE_MAX_CLIENTS_LABEL):
+                if labels.get(key):
+                    selector[key] = labels[key]
         else:
-            selector = {PRODUCT_LABEL: product} if product else {}
+            selector = _sharing_selector(labels, product)
         yield _shared(labels, product or accelerator, GPU, selector, tolerations)
         return
     if labels.get(VGPU_PRESENT_LABEL) == "true" and product:
@@ -268,6 +282,8 @@ def _plain_gpu(facts: NodeFacts, product: str | None, class_labels: tuple[str, .
             return
     name = product_name(product) if product else (product_name(accelerator) if accelerator else "GPU")
     selector = {PRODUCT_LABEL: product} if product else ({GKE_ACCELERATOR_LABEL: accelerator} if accelerator else {})
+    # GKE gives whole-GPU, MIG and shared pools the same accelerator label: keep whole GPUs off the others.
+    absent = (GKE_PARTITION_LABEL, GKE_SHARING_LABEL) if not product and accelerator else ()
     yield Offering(
         slug=_slug("gpu", product or accelerator or "nvidia"),
         kind=Kind.FULL,
@@ -275,6 +291,7 @@ def _plain_gpu(facts: NodeFacts, product: str | None, class_labels: tuple[str, .
         description=f"Whole {name} GPUs, not shared with anyone.",
         resources={GPU: 1},
         node_selector=selector,
+        absent_labels=absent,
         tolerations=tolerations,
         product=product or accelerator,
         memory_mib=memory_mib(labels.get(MEMORY_LABEL)),

@@ -138,6 +138,9 @@ class Offering:
     resources: Mapping[str, int] = field(default_factory=dict)
     counts: tuple[int, ...] = (1,)
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    #: Node labels that must NOT be present (node affinity DoesNotExist), e.g. GKE's partition label
+    #: for whole GPUs on a pool whose accelerator label MIG pools share.
+    absent_labels: tuple[str, ...] = ()
     tolerations: tuple[Mapping[str, Any], ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -157,6 +160,7 @@ class Offering:
     queue_timeout: int | None = None
     scalable_nodes: int = 0
     scale_up_minutes: int = 0
+    windows: tuple[str, ...] = ()
     source: str = "config"
 
     @property
@@ -230,7 +234,7 @@ def mig_profile_from_resource(resource: str) -> str | None:
 
 def mig_profile_parts(profile: str) -> tuple[int, int] | None:
     """``3g.20gb`` -> (3 compute slices, 20 GB); None if it is not a MIG profile."""
-    match = re.match(r"^(?:\d+c\.)?(\d+)g\.(\d+)gb", profile)
+    match = re.match(r"^(?:\d+c\.)?(\d+)g\.(\d+)gb(?:[+-]me(?:\.all)?|\+gfx)?$", profile)
     if not match:
         return None
     return int(match.group(1)), int(match.group(2))
@@ -242,7 +246,7 @@ _COMMON_FIELDS = {
     "slug", "kind", "display_name", "description", "resources", "counts", "node_selector",
     "tolerations", "extra_tolerations", "env", "labels", "annotations", "command_prefix",
     "product", "memory_mib", "compute_share", "isolation", "groups", "users", "hidden",
-    "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes",
+    "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes", "windows",
 }
 ADMISSION_POLICIES = ("block", "warn", "queue")
 _KIND_FIELDS = {
@@ -341,10 +345,16 @@ class _Entry:
             raise self.fail(name, f"must be a list of toleration dicts, got {value!r}")
         allowed = {"key", "operator", "value", "effect", "tolerationSeconds"}
         for tol in value:
-            if not isinstance(tol, Mapping) or not set(tol) <= allowed or tol.get("operator", "Equal") not in ("Equal", "Exists"):
+            if (
+                not isinstance(tol, Mapping)
+                or not set(tol) <= allowed
+                or tol.get("operator", "Equal") not in ("Equal", "Exists")
+                or tol.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+            ):
                 raise self.fail(
                     name,
-                    f"has {tol!r}: a toleration is a dict with keys {sorted(allowed)} and operator Equal or Exists, "
+                    f"has {tol!r}: a toleration is a dict with keys {sorted(allowed)}, operator Equal or Exists and "
+                    "effect NoSchedule, PreferNoSchedule or NoExecute (or none), "
                     "e.g. {'key': 'sku', 'operator': 'Equal', 'value': 'gpu', 'effect': 'NoSchedule'}",
                 )
         return tuple(dict(t) for t in value)
@@ -455,6 +465,16 @@ def _admission_fields(entry: "_Entry") -> dict[str, Any]:
     for name in ("queue_timeout", "scalable_nodes", "scale_up_minutes"):
         if name in entry.raw:
             out[name] = entry.positive_int(name)
+    if "windows" in entry.raw:
+        from .policy import parse_window
+
+        windows = entry.str_list("windows")
+        for text in windows:
+            try:
+                parse_window(text)
+            except ValueError as exc:
+                raise entry.fail("windows", f"has an entry that is wrong: {exc}") from None
+        out["windows"] = windows
     if out.get("scalable_nodes") and not out.get("scale_up_minutes"):
         raise entry.fail("scale_up_minutes", "is required with scalable_nodes: how long a new node takes, e.g. 5")
     return out
@@ -505,6 +525,9 @@ def _derive(kind: Kind, entry: _Entry, product: str | None, fields: dict[str, An
         fields["compute_share"] = share_phrase(replicas, sharing)
     if rename:
         return {GPU_SHARED: 1}, selector
+    if not product and "node_selector" not in entry.raw:
+        raise entry.fail("product", "is required with rename_by_default false (or give a node_selector): "
+                         "shared GPUs are then plain nvidia.com/gpu, told apart only by the '-SHARED' product label")
     return {GPU: 1}, ({PRODUCT_LABEL: f"{product}-SHARED"} if product else {})
 
 
@@ -532,7 +555,7 @@ def offerings_from_config(raw: Any) -> list[Offering]:
 
 _OVERRIDABLE = {
     "display_name", "description", "groups", "users", "hidden", "extra_tolerations", "env", "labels", "annotations",
-    "counts", "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes",
+    "counts", "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes", "windows",
 }
 
 
@@ -551,30 +574,41 @@ def apply_overrides(offerings: list[Offering], overrides: Mapping[str, Any]) -> 
         for name in change:
             if name not in _OVERRIDABLE:
                 raise OfferingConfigError(f"{where}: field {name!r} cannot be overridden; allowed: {sorted(_OVERRIDABLE)}")
+        updates = _override_values(entry, change)
         if slug not in by_slug:
             continue
         current = by_slug[slug]
-        updates: dict[str, Any] = {}
-        for name in ("display_name", "description"):
-            if name in change:
-                updates[name] = entry.text(name, required=True)
-        for name in ("groups", "users"):
-            if name in change:
-                updates[name] = entry.str_list(name)
-        if "hidden" in change:
-            updates["hidden"] = entry.flag("hidden", False)
         for name in ("env", "labels", "annotations"):
-            if name in change:
-                updates[name] = {**getattr(current, name), **entry.str_map(name)}
-        if "extra_tolerations" in change:
-            updates["tolerations"] = current.tolerations + entry.tolerations("extra_tolerations")
-        updates.update(_admission_fields(entry))
-        if "counts" in change:
-            if current.kind is not Kind.FULL:
-                raise entry.fail("counts", "applies to whole-GPU offerings only")
-            updates["counts"] = tuple(sorted({entry.positive_int("counts", c) for c in _as_list(entry, "counts", [1])}))
+            if name in updates:
+                updates[name] = {**getattr(current, name), **updates[name]}
+        if "tolerations" in updates:
+            updates["tolerations"] = current.tolerations + updates["tolerations"]
+        if "counts" in updates and current.kind is not Kind.FULL:
+            raise entry.fail("counts", "applies to whole-GPU offerings only")
         by_slug[slug] = replace(current, **updates)
     return [by_slug[o.slug] for o in offerings]
+
+
+def _override_values(entry: "_Entry", change: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate one override's values (whether or not its slug exists right now)."""
+    updates: dict[str, Any] = {}
+    for name in ("display_name", "description"):
+        if name in change:
+            updates[name] = entry.text(name, required=True)
+    for name in ("groups", "users"):
+        if name in change:
+            updates[name] = entry.str_list(name)
+    if "hidden" in change:
+        updates["hidden"] = entry.flag("hidden", False)
+    for name in ("env", "labels", "annotations"):
+        if name in change:
+            updates[name] = entry.str_map(name)
+    if "extra_tolerations" in change:
+        updates["tolerations"] = entry.tolerations("extra_tolerations")
+    updates.update(_admission_fields(entry))
+    if "counts" in change:
+        updates["counts"] = tuple(sorted({entry.positive_int("counts", c) for c in _as_list(entry, "counts", [1])}))
+    return updates
 
 
 def merge(configured: list[Offering], discovered: list[Offering]) -> list[Offering]:

@@ -26,6 +26,8 @@ class PodChanges:
 
     limits: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    #: Node-affinity match expressions every node selector term must also hold (labels that must be absent).
+    node_affinity: tuple[Mapping[str, Any], ...] = ()
     tolerations: tuple[Mapping[str, Any], ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -49,6 +51,7 @@ def pod_changes(offering: Offering, count: int = 1) -> PodChanges:
     return PodChanges(
         limits={name: str(qty) for name, qty in offering.limits_for(count).items()},
         node_selector=dict(offering.node_selector),
+        node_affinity=tuple({"key": key, "operator": "DoesNotExist"} for key in offering.absent_labels),
         tolerations=tuple(dict(t) for t in offering.tolerations),
         env=env,
         labels=labels,
@@ -64,3 +67,12 @@ def merge_tolerations(base: list[Mapping[str, Any]], extra: tuple[Mapping[str, A
         if dict(tol) not in out:
             out.append(dict(tol))
     return out
+
+
+def merge_affinity_terms(terms: list[Mapping[str, Any]], expressions: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:
+    """Add ``expressions`` to every required node-selector term (terms are ORed, expressions ANDed)."""
+    if not expressions:
+        return [dict(t) for t in terms]
+    if not terms:
+        return [{"matchExpressions": [dict(e) for e in expressions]}]
+    return [{**t, "matchExpressions": [*(t.get("matchExpressions") or []), *(dict(e) for e in expressions)]} for t in terms]

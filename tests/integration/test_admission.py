@@ -114,7 +114,7 @@ async def test_scheduler_refusal_fails_the_spawn_in_seconds_and_deletes_the_pod(
     with pytest.raises(SpawnRefused) as info:
         await spawner.start()
     took = time.monotonic() - started
-    assert "The scheduler says: 0/10 nodes are available" in str(info.value)
+    assert "The scheduler says: 0/11 nodes are available" in str(info.value)
     assert "didn't match Pod's node affinity/selector" in str(info.value)
     assert "preemption" not in str(info.value)
     wait_for(lambda: pods(kube, namespace) == [], "the unschedulable pod deleted", timeout=30)

@@ -29,6 +29,7 @@ EXPECTED_NODE = {
     "mig-nvidia-a100-sxm4-40gb-3g-20gb": "gpu-a100-mig",
     "mig-gke-nvidia-tesla-a100-1g-5gb": "gke-a100-mig-1g",
     "gpu-nvidia-h100-80gb-hbm3": "gpu-h100-8x",
+    "gpu-nvidia-tesla-a100": "gke-a100-whole",
     "vgpu-vgpu-type-v100-8g-8gb": "gpu-v100-vgpu-class",
     "vgpu-nvidia-a10-24q": "gpu-a10-vgpu",
     "half-v100": "gpu-v100-fractional",
@@ -104,6 +105,9 @@ async def test_each_offering_lands_on_its_node_class_and_nowhere_else(devcluster
             env = {e["name"]: e.get("value") for e in container.get("env", [])}
             assert env["GPUSPAWNER_OFFERING"] == offering.slug
             assert "NVIDIA_VISIBLE_DEVICES" not in env
+            if offering.absent_labels:  # GKE whole GPUs: never on the partitioned pool of the same accelerator
+                terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                assert {"key": "cloud.google.com/gke-gpu-partition-size", "operator": "DoesNotExist"} in terms[0]["matchExpressions"]
             if offering.command_prefix:
                 assert container["args"][: len(offering.command_prefix)] == list(offering.command_prefix)
             record = spawner.user_options["gpuspawner"]
