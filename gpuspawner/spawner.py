@@ -14,7 +14,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from datetime import datetime
 from typing import Any, AsyncIterator
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from markupsafe import Markup
 
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
@@ -26,15 +30,20 @@ from .catalog import CatalogConfig, build_catalog
 from .choice import RECORD_KEY, Choice, ChoiceError, parse_choice
 from .inventory import Inventory
 from .offerings import ADMISSION_POLICIES, Offering, OfferingConfigError
-from .podspec import merge_tolerations, pod_changes
-from .policy import Requester, allowed
+from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
+from .form import COUNT_FIELD, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
+from .page import default_choice, option_views
+from .policy import Requester, allowed, window_state
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
+from .offerings import Kind
+from jupyterhub.utils import maybe_future
 
 #: KubeSpawner settings that an offering changes; restored from config before every spawn.
 POD_TRAITS = (
     "extra_resource_limits",
     "extra_resource_guarantees",
     "node_selector",
+    "node_affinity_required",
     "tolerations",
     "environment",
     "extra_labels",
@@ -141,6 +150,24 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
+    site_timezone = Unicode(
+        "UTC",
+        help="""
+        The IANA time zone in which offerings' `windows` are read, e.g. "Europe/Zurich".
+        A window such as "Mon-Fri 20:00-07:00" belongs to the day it starts on.
+        """,
+    ).tag(config=True)
+
+    hide_forbidden_offerings = Bool(
+        False,
+        help="Hide offerings a user may not use, instead of showing them disabled with the reason.",
+    ).tag(config=True)
+
+    form_refresh_seconds = Integer(
+        15,
+        help="How often the open spawn page refreshes its free counts (0: never).",
+    ).tag(config=True)
+
     inventory_ready_timeout = Float(
         10.0,
         help="Seconds a spawn waits for the GPU inventory's first sync before it counts without it.",
@@ -159,6 +186,14 @@ class GPUSpawner(KubeSpawner):
             return {g: validate_quota(q, f"c.GPUSpawner.group_quotas[{g!r}]") for g, q in proposal["value"].items()}
         except ValueError as exc:
             raise TraitError(str(exc)) from None
+
+    @validate("site_timezone")
+    def _validate_timezone(self, proposal):
+        try:
+            ZoneInfo(proposal["value"])
+        except (ZoneInfoNotFoundError, ValueError):
+            raise TraitError(f"c.GPUSpawner.site_timezone: unknown time zone {proposal['value']!r}; use a name like 'Europe/Zurich'") from None
+        return proposal["value"]
 
     @validate("admission")
     def _validate_admission(self, proposal):
@@ -259,6 +294,7 @@ class GPUSpawner(KubeSpawner):
         # Kubernetes requires requests == limits for extended resources; set both explicitly.
         self.extra_resource_guarantees = {**self.extra_resource_guarantees, **changes.limits}
         self.node_selector = {**self.node_selector, **changes.node_selector}
+        self.node_affinity_required = merge_affinity_terms(self.node_affinity_required, changes.node_affinity)
         self.tolerations = merge_tolerations(self._sorted_dict_values(self.tolerations), changes.tolerations)
         self.environment = {**self.environment, **changes.env}
         self.extra_labels = {**self.extra_labels, **changes.labels}
@@ -290,6 +326,82 @@ class GPUSpawner(KubeSpawner):
             "namespace": self.namespace,
             "url": url,
         }
+
+    # ------------------------------------------------------------------ the spawn page
+
+    def _options_form_default(self):
+        return self._render_gpu_form
+
+    def _options_from_form_default(self):
+        return self._gpu_options_from_form
+
+    def now(self) -> datetime:
+        return datetime.now(ZoneInfo(self.site_timezone))
+
+    async def _render_gpu_form(self, spawner: "GPUSpawner | None" = None) -> str:
+        """The spawn page's GPU choice (and KubeSpawner's profile choice beside it, if configured)."""
+        try:
+            catalog = await self.catalog()
+        except OfferingConfigError as exc:
+            self.log.error("GPUSpawner configuration error: %s", exc)
+            return render_form(FormView(groups=(), selected=None, selected_count=1,
+                                        message="This hub's GPU options are misconfigured; please tell your administrator."))
+        index = self.inventory.index
+        held = self._held(self.user.name, {o.slug: o for o in catalog})
+        group_held = self._group_held({o.slug: o for o in catalog})
+        quotas = Quotas(self.user_quota, self.group_quotas)
+
+        def quota_reason(offering: Offering) -> str:
+            decision = check_quota(offering, offering.counts[0], quotas, held, group_held)
+            return "over your quota" if decision.action == REFUSE else ""
+
+        rows = option_views(
+            catalog, self.requester(), index.availability, self.now(), self.admission,
+            quota_reason, WaitQueue.length, self.hide_forbidden_offerings,
+        )
+        by_slug = {o.slug: o for o in catalog}
+        pending = getattr(self, "_form_selection", None)
+        last = pending or {k: v for k, v in (self.orm_spawner.user_options or {}).items()} if self.orm_spawner else pending
+        selected, count = default_choice(rows, self.default_offering, last, by_slug)
+        extra = ""
+        if self.profile_list:
+            extra = Markup(await self._render_profile_form())
+        return render_form(FormView(
+            groups=group_options(rows, [k.value for k in Kind]),
+            selected=selected, selected_count=count,
+            extra_html=extra, refresh_seconds=self.form_refresh_seconds,
+        ))
+
+    async def _render_profile_form(self) -> str:
+        profile_list = self.profile_list
+        if callable(profile_list):
+            profile_list = await maybe_future(profile_list(self))
+        return self._render_options_form(self._sorted_dict_values(profile_list))
+
+    async def _gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        """The POST -> validated ``user_options``. A ChoiceError re-renders the form with the message."""
+        options = user_options_from_form(formdata)
+        ours = {k: options[k] for k in (OFFERING_FIELD, COUNT_FIELD) if k in options}
+        self._form_selection = {k: v for k, v in ours.items() if isinstance(v, str)}
+        choice = await self.resolve_choice(ours)
+        offering = choice.offering
+        closed = window_state(offering.windows, self.now())
+        if closed:
+            raise ChoiceError(f"{offering.display_name} is {closed}. Please pick another option.")
+        if offering.resources:
+            catalog = {o.slug: o for o in await self.catalog()}
+            quota = check_quota(offering, choice.count, Quotas(self.user_quota, self.group_quotas),
+                                self._held(self.user.name, catalog), self._group_held(catalog))
+            if quota.action == REFUSE:
+                raise ChoiceError(quota.message)
+            index = self.inventory.index
+            others = [(o, index.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
+            decision = admit(offering, choice.count, index.availability(offering), self.admission, others)
+            if decision.action == REFUSE:
+                raise ChoiceError(decision.message + " Your choice was taken just now; please pick again.")
+        self._form_selection = None
+        profile = KubeSpawner._options_from_form(self, formdata) if self.profile_list else {}
+        return {**profile, **choice.as_user_options()}
 
     # ------------------------------------------------------------------ admission
 
@@ -331,6 +443,10 @@ class GPUSpawner(KubeSpawner):
         if quota.action == REFUSE:
             metrics.refused(offering, "quota")
             raise SpawnRefused(quota.message)
+        closed = window_state(offering.windows, self.now())
+        if closed:
+            metrics.refused(offering, "window")
+            raise SpawnRefused(f"{offering.display_name} is {closed}.")
         index = self.inventory.index
         others = [(o, index.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
         decision = admit(offering, count, index.availability(offering), self.admission, others)

@@ -1,0 +1,101 @@
+"""What the spawn page shows for each offering, for one user, now. Pure.
+
+Turns offerings, their live availability and the policy answers (allowed? within
+its time window? within quota? queued?) into :class:`~gpuspawner.form.OptionView`
+rows, and picks the default choice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Callable, Iterable, Mapping
+
+from .capacity import Availability
+from .form import OptionView
+from .offerings import Kind, Offering
+from .policy import Requester, may_use, window_state
+
+
+def availability_text(offering: Offering, avail: Availability, policy: str, queued: int) -> tuple[str, str]:
+    """(badge text, disabled reason) for an offering the user may take."""
+    if not avail.counted:
+        return "", ""
+    free = avail.free or 0
+    if free > 0:
+        return f"{free} of {avail.capacity} free", ""
+    if offering.scalable_nodes:
+        return f"free after scale-up, about {offering.scale_up_minutes} min", ""
+    policy = offering.admission or policy
+    if policy == "queue":
+        return (f"queue: {queued} waiting" if queued else "none free: you would be first in the queue"), ""
+    if policy == "warn":
+        return "none free: your server would wait", ""
+    return "none free", "none free right now"
+
+
+def option_views(
+    catalog: Iterable[Offering],
+    who: Requester,
+    availability: Callable[[Offering], Availability],
+    now: datetime,
+    default_policy: str = "block",
+    quota_reason: Callable[[Offering], str] = lambda o: "",
+    queue_length: Callable[[str], int] = lambda slug: 0,
+    hide_forbidden: bool = False,
+) -> list[OptionView]:
+    """One row per offering the page shows (hidden ones never; forbidden ones disabled or hidden)."""
+    rows = []
+    for offering in catalog:
+        if offering.hidden:
+            continue
+        allowed = may_use(offering, who)
+        if not allowed and hide_forbidden:
+            continue
+        avail = availability(offering)
+        text, reason = availability_text(offering, avail, default_policy, queue_length(offering.slug))
+        if not allowed:
+            reason = "not allowed for your groups"
+        else:
+            reason = window_state(offering.windows, now) or quota_reason(offering) or reason
+        counts = offering.counts
+        if offering.kind is Kind.FULL and avail.counted and not offering.scalable_nodes and (avail.free or 0) > 0:
+            counts = tuple(c for c in offering.counts if c <= (avail.largest_free or 0)) or offering.counts[:1]
+        rows.append(
+            OptionView(
+                slug=offering.slug,
+                kind=offering.kind.value,
+                display_name=offering.display_name,
+                description=offering.description,
+                memory=offering.memory_phrase,
+                compute_share=offering.compute_share,
+                isolation=offering.isolation.phrase,
+                availability=text,
+                free=avail.free,
+                capacity=avail.capacity,
+                disabled_reason=reason,
+                counts=counts,
+            )
+        )
+    return rows
+
+
+def default_choice(rows: list[OptionView], admin_default: str, last: Mapping | None, offerings: Mapping[str, Offering]) -> tuple[str | None, int]:
+    """Admin's default, else the user's last choice if still selectable, else the smallest free GPU, else No GPU."""
+    selectable = {r.slug: r for r in rows if not r.disabled}
+    if admin_default in selectable:
+        return admin_default, selectable[admin_default].counts[0]
+    if last:
+        slug = last.get("offering")
+        if isinstance(slug, str) and slug in selectable:
+            count = last.get("count", 1)
+            count = int(count) if str(count).isdigit() and int(count) in selectable[slug].counts else selectable[slug].counts[0]
+            return slug, count
+    gpus = [r for r in selectable.values() if r.kind != Kind.CPU.value and (r.free or 0) > 0]
+    if gpus:
+        smallest = min(gpus, key=lambda r: (offerings[r.slug].memory_mib or 10**9, r.slug))
+        return smallest.slug, smallest.counts[0]
+    cpu = [r for r in selectable.values() if r.kind == Kind.CPU.value]
+    if cpu:
+        return cpu[0].slug, 1
+    first = next(iter(selectable.values()), None)
+    return (first.slug, first.counts[0]) if first else (None, 1)
