@@ -295,7 +295,7 @@ def _plain_gpu(facts: NodeFacts, product: str | None, class_labels: tuple[str, .
         tolerations=tolerations,
         product=product or accelerator,
         memory_mib=memory_mib(labels.get(MEMORY_LABEL)),
-        compute_share="the whole GPU",
+        compute_share="all of its compute",
         isolation=Isolation.EXCLUSIVE,
         source="discovered",
     )

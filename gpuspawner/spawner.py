@@ -278,6 +278,12 @@ class GPUSpawner(KubeSpawner):
             raise ChoiceError("This hub's GPU options are misconfigured; please tell your administrator.") from None
         return parse_choice(user_options, offerings, self._default_slug(offerings))
 
+    async def _run_apply_user_options(self, user_options):
+        """JupyterHub's ``apply_user_options`` hook still works; without one, nothing is "unhandled":
+        gpuspawner applies ``offering``/``count`` (and KubeSpawner's profile) in load_user_options."""
+        if self.apply_user_options:
+            return await super()._run_apply_user_options(user_options)
+
     async def load_user_options(self) -> None:
         """Apply the chosen offering on top of the admin's config (and KubeSpawner's profile, if any)."""
         self._restore_baseline()

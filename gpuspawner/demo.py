@@ -1,0 +1,190 @@
+"""The demo: a JupyterHub with GPUSpawner on the simulated GPU cluster, in one command.
+
+    python -m gpuspawner.demo            (or: make demo)
+
+Starts the devcluster (building it once), puts some GPU pods of another team on
+it, runs the local pod runner (so spawned pods become real JupyterLab servers on
+their pod IPs) and JupyterHub with hub_config/demo_config.py behind a real
+configurable-http-proxy, then prints the URL and who to log in as. Ctrl-C stops
+everything and removes the scratch folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .devcluster.cluster import DevCluster, KubeHTTP
+from .devcluster.podrunner import PodRunner
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = REPO / "hub_config" / "demo_config.py"
+NAMESPACE = "jhub"
+
+#: Another team's jobs, already holding GPUs when the demo starts (so free counts are not all full).
+OTHER_TEAM = [
+    ("finetune-llm", {"nvidia.com/gpu": "4"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+    ("embeddings", {"nvidia.com/mig-3g.20gb": "1"}, {}),
+    ("course-grader", {"nvidia.com/gpu.shared": "1"}, {}),
+]
+
+
+@dataclass
+class Demo:
+    url: str
+    api_url: str
+    state: Path
+    cluster: DevCluster
+    runner: PodRunner
+    hub: subprocess.Popen
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_http(url: str, timeout: float, proc: subprocess.Popen, log_file: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"JupyterHub exited with {proc.returncode}; see {log_file}:\n{log_file.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return  # 200: the proxy routes to a hub that answers
+        except (urllib.error.URLError, OSError):  # incl. the proxy's 404 before the hub's route exists
+            time.sleep(0.2)
+    raise RuntimeError(f"JupyterHub did not answer at {url} within {timeout:.0f}s; see {log_file}")
+
+
+def seed_other_team(kube: KubeHTTP) -> None:
+    kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "research-team"}})
+    for name, limits, selector in OTHER_TEAM:
+        spec = {
+            "containers": [{"name": "job", "image": "pytorch/pytorch", "resources": {"limits": limits}}],
+            "tolerations": [{"operator": "Exists"}],
+            "nodeSelector": selector,
+        }
+        kube.request("POST", "/api/v1/namespaces/research-team/pods",
+                     {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+
+
+@contextlib.contextmanager
+def running_demo(
+    port: int = 8000, hub_port: int = 8081, culler: bool = True, quiet: bool = False, extra_env: dict[str, str] | None = None
+) -> Iterator[Demo]:
+    """Everything the demo runs, torn down on exit (also on errors and Ctrl-C)."""
+    if not (REPO / "node_modules" / ".bin" / "configurable-http-proxy").exists():
+        raise RuntimeError("configurable-http-proxy is missing: run `npm install` (or `make demo`) in the repository first")
+    state = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
+    cluster = DevCluster(state / "cluster")
+    runner = None
+    hub = None
+    try:
+        cluster.up(log=(lambda m: None) if quiet else print)
+        kube = cluster.client()
+        kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        seed_other_team(kube)
+        runner = PodRunner(kube)
+        runner.start()
+        env = {
+            **os.environ,
+            **cluster.env(),
+            "GPUSPAWNER_DEMO_DIR": str(state),
+            "GPUSPAWNER_DEMO_PORT": str(port),
+            "GPUSPAWNER_DEMO_HUB_PORT": str(hub_port),
+            "GPUSPAWNER_DEMO_PROXY_API_PORT": str(_free_port()),
+            "GPUSPAWNER_DEMO_NAMESPACE": NAMESPACE,
+            "GPUSPAWNER_DEMO_CULLER": "1" if culler else "0",
+            **(extra_env or {}),
+        }
+        log_file = state / "jupyterhub.log"
+        with open(log_file, "ab") as out:
+            hub = subprocess.Popen(
+                [sys.executable, "-m", "jupyterhub", "-f", str(CONFIG)],
+                cwd=state, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(f"{url}/hub/health", 90, hub, log_file)
+        yield Demo(url=url, api_url=f"{url}/hub/api", state=state, cluster=cluster, runner=runner, hub=hub)
+    finally:
+        if hub is not None and hub.poll() is None:
+            os.killpg(hub.pid, signal.SIGTERM)  # the hub stops the proxy and its services
+            try:
+                hub.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(hub.pid, signal.SIGKILL)
+                hub.wait()
+        _end_proxy(state / "proxy.pid")
+        if runner is not None:
+            runner.stop()
+        cluster.down(quiet=True)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _end_proxy(pid_file: Path) -> None:
+    """The hub stops its proxy on a clean exit; make sure of it (no process left behind)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="JupyterHub with GPUSpawner on a simulated GPU cluster")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--no-culler", action="store_true", help="do not run the GPU-aware culler service")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        with running_demo(port=args.port, hub_port=_free_port(), culler=not args.no_culler) as demo:
+            print(
+                f"\nJupyterHub with GPUSpawner is running: {demo.url}\n\n"
+                "Log in (password: gpu) as\n"
+                "  student1     shared GPUs and MIG 1g slices\n"
+                "  researcher1  everything, whole GPUs too\n"
+                "  admin        everything, and the admin page\n\n"
+                f"Hub log: {demo.state / 'jupyterhub.log'}   KUBECONFIG={demo.cluster.kubeconfig}\n"
+                "Press Ctrl-C to stop everything.\n",
+                flush=True,
+            )
+            signal.sigwait({signal.SIGINT, signal.SIGTERM}) if hasattr(signal, "sigwait") else time.sleep(10**9)
+    except KeyboardInterrupt:
+        pass
+    except RuntimeError as exc:
+        print(f"gpuspawner demo: {exc}", file=sys.stderr)
+        return 1
+    print("demo stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The demo hub: GPUSpawner on the simulated GPU cluster (run by `make demo`).
+
+A readable example of a real configuration. `python -m gpuspawner.demo` starts the
+devcluster, sets the environment variables read below, and runs
+`jupyterhub -f hub_config/demo_config.py` in a scratch folder.
+
+Users (any password is accepted by the DummyAuthenticator, the demo's is "gpu"):
+  student1, student2   group "students":    No GPU, shared GPUs, MIG 1g slices
+  researcher1          group "researchers": everything, whole GPUs up to 4
+  admin                hub admin:           everything
+"""
+
+import os
+import sys
+from pathlib import Path
+
+c = get_config()  # noqa: F821  (JupyterHub provides it)
+
+REPO = Path(__file__).resolve().parent.parent
+STATE = Path(os.environ.get("GPUSPAWNER_DEMO_DIR", "."))
+NAMESPACE = os.environ.get("GPUSPAWNER_DEMO_NAMESPACE", "jhub")
+
+# ---------------------------------------------------------------- the hub
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = int(os.environ.get("GPUSPAWNER_DEMO_PORT", "8000"))
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(os.environ.get("GPUSPAWNER_DEMO_HUB_PORT", "8081"))
+c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
+c.ConfigurableHTTPProxy.command = [str(REPO / "node_modules" / ".bin" / "configurable-http-proxy")]
+c.ConfigurableHTTPProxy.pid_file = str(STATE / "proxy.pid")
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{os.environ.get('GPUSPAWNER_DEMO_PROXY_API_PORT', '8001')}"
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.default_url = "/hub/home"
+
+# ---------------------------------------------------------------- who may log in
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = "gpu"
+c.Authenticator.allowed_users = {"student1", "student2", "researcher1", "admin"}
+c.Authenticator.admin_users = {"admin"}
+c.JupyterHub.load_groups = {
+    "students": {"users": ["student1", "student2"]},
+    "researchers": {"users": ["researcher1"]},
+}
+c.JupyterHub.allow_named_servers = True
+
+# ---------------------------------------------------------------- the spawner
+c.JupyterHub.spawner_class = "gpu"
+c.KubeSpawner.namespace = NAMESPACE
+c.KubeSpawner.image = "quay.io/jupyter/scipy-notebook:2025-11-17"  # the pod runner uses this machine's Python
+c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
+c.KubeSpawner.default_url = "/lab"
+c.KubeSpawner.start_timeout = 120
+c.KubeSpawner.http_timeout = 60
+c.KubeSpawner.events_enabled = True
+
+c.GPUSpawner.discover_offerings = True  # offerings from the nodes' GPU labels
+c.GPUSpawner.site_timezone = "Europe/Zurich"
+c.GPUSpawner.default_offering = "cpu"
+c.GPUSpawner.form_refresh_seconds = 10
+c.GPUSpawner.user_quota = {"total": 2}
+c.GPUSpawner.group_quotas = {"students": {"total": 6, "full": 0}}
+
+# Site-specific choices, next to the discovered ones.
+c.GPUSpawner.offerings = [
+    {
+        "slug": "half-v100",
+        "kind": "custom",
+        "display_name": "Half a V100 (site fractional GPU)",
+        "description": "Half of a V100 through the site's own device plugin (nvidia.com/vgpu: 500 of 1000).",
+        "resources": {"nvidia.com/vgpu": 500},
+        "memory_mib": 8192,
+        "compute_share": "1/2 of the GPU",
+        "groups": ["researchers"],
+    },
+]
+
+# Rename, restrict and schedule what discovery finds (slugs: `gpuspawner offerings`).
+students_and_researchers = ["students", "researchers"]
+c.GPUSpawner.offering_overrides = {
+    "shared-tesla-t4-time-slicing-4x": {
+        "display_name": "T4 · 1/4 time-sliced (teaching pool)",
+        "groups": students_and_researchers,
+    },
+    "shared-tesla-t4-shared-time-slicing-4x": {"groups": students_and_researchers},
+    "shared-nvidia-l4-shared-mps-4x": {"groups": students_and_researchers},
+    "mig-nvidia-a100-sxm4-40gb-1g-5gb": {"groups": students_and_researchers},
+    "mig-gke-nvidia-tesla-a100-1g-5gb": {"groups": students_and_researchers},
+    "mig-nvidia-a100-sxm4-40gb-2g-10gb": {"groups": ["researchers"]},
+    "mig-nvidia-a100-sxm4-40gb-3g-20gb": {"groups": ["researchers"], "admission": "queue", "queue_timeout": 300},
+    "gpu-nvidia-h100-80gb-hbm3": {"groups": ["researchers"], "counts": [1, 2, 4]},
+    "gpu-nvidia-tesla-a100": {"groups": ["researchers"], "scalable_nodes": 4, "scale_up_minutes": 6},
+    "vgpu-nvidia-a10-24q": {"groups": ["researchers"]},
+    "vgpu-vgpu-type-v100-8g-8gb": {"groups": ["researchers"]},
+}
+
+# ---------------------------------------------------------------- the GPU-aware culler
+# Short timeouts so that a visitor can watch it work (see docs/culler.md).
+c.JupyterHub.load_roles = []
+c.JupyterHub.services = []
+if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
+    c.JupyterHub.load_roles.append(
+        {
+            "name": "gpu-culler",
+            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers", "access:servers"],
+            "services": ["gpu-culler"],
+        }
+    )
+    c.JupyterHub.services.append(
+        {
+            "name": "gpu-culler",
+            "command": [
+                sys.executable, "-m", "gpuspawner.culler",
+                "--cull-every=30", "--timeout=900", "--kernel-timeout=300",
+                "--kind-timeout=full=300", "--kind-timeout=mig=600", "--kind-timeout=shared=900",
+            ],
+        }
+    )
+
+# ---------------------------------------------------------------- hooks for the end-to-end tests
+if os.environ.get("GPUSPAWNER_DEMO_API_TOKEN"):  # an admin API token the tests drive the hub with
+    c.JupyterHub.services.append({"name": "e2e-admin", "api_token": os.environ["GPUSPAWNER_DEMO_API_TOKEN"]})
+    c.JupyterHub.load_roles.append({"name": "e2e-admin", "scopes": ["admin:users", "admin:servers", "read:metrics"], "services": ["e2e-admin"]})
+if os.environ.get("GPUSPAWNER_DEMO_EXTRA_CONFIG"):
+    load_subconfig(os.environ["GPUSPAWNER_DEMO_EXTRA_CONFIG"])  # noqa: F821
