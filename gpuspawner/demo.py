@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -100,7 +101,7 @@ def running_demo(
         kube = cluster.client()
         kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         seed_other_team(kube)
-        runner = PodRunner(kube)
+        runner = PodRunner(kube, root=state / "pods")
         runner.start()
         env = {
             **os.environ,
@@ -175,7 +176,13 @@ def main(argv: list[str] | None = None) -> int:
                 "Press Ctrl-C to stop everything.\n",
                 flush=True,
             )
-            signal.sigwait({signal.SIGINT, signal.SIGTERM}) if hasattr(signal, "sigwait") else time.sleep(10**9)
+            stop = threading.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: stop.set())
+            while not stop.wait(1.0):
+                if demo.hub.poll() is not None:
+                    print(f"gpuspawner demo: JupyterHub exited; see {demo.state / 'jupyterhub.log'}", file=sys.stderr)
+                    return 1
     except KeyboardInterrupt:
         pass
     except RuntimeError as exc:
@@ -186,5 +193,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     sys.exit(main())

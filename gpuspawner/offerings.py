@@ -363,17 +363,38 @@ class _Entry:
 def offering_from_config(raw: Any, index: int) -> Offering:
     """Validate one entry of ``c.GPUSpawner.offerings`` and build its :class:`Offering`.
 
-    Kind-specific shortcuts fill in the Kubernetes form, so an admin rarely writes
-    resource names by hand:
+    Every entry has ``slug`` (lower-case, digits, '-') and ``kind``; the rest is optional.
 
-    * ``full``: ``product`` -> ``nvidia.com/gpu`` on nodes of that product; ``counts``.
-    * ``mig``: ``profile`` with ``mig_strategy`` ``mixed`` (default), ``single`` or ``gke``.
-    * ``shared``: ``sharing`` (``time-slicing``/``mps``), ``replicas``, ``rename_by_default``.
-    * ``vgpu``: ``node_selector`` naming the vGPU node class (or ``product``).
-    * ``custom``: ``resources`` and/or ``command_prefix``.
-    * ``cpu``: nothing.
+    What the user sees:
+      display_name, description   text (shown as text: markup is escaped)
+      memory_mib, compute_share   e.g. 20480, "3/7 of the GPU's compute" (MIG fills both in)
+      isolation                   exclusive | hardware | partial | none | vm | site | no-gpu
 
-    An explicit ``resources``/``node_selector`` always wins over a shortcut.
+    What the pod gets (kind shortcuts fill these in; explicit values win):
+      resources                   {"nvidia.com/gpu": 1} per unit; limits = requests
+      counts                      whole GPUs only: the counts a user may pick, e.g. [1, 2, 4]
+      node_selector               {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+      tolerations                 replaces the default nvidia.com/gpu Exists/NoSchedule toleration
+      extra_tolerations           added to it (AKS: sku=gpu, some sites: node-role.kubernetes.io/gpu)
+      env, labels, annotations    added to the pod (never NVIDIA_VISIBLE_DEVICES: the device plugin's job)
+      command_prefix              wraps the server command, e.g. ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"]
+
+    Kind shortcuts:
+      full     product -> nvidia.com/gpu on nodes of that product
+      mig      profile ("3g.20gb", "1g.10gb+me"); mig_strategy mixed (default) | single (needs product) | gke
+      shared   sharing time-slicing | mps; replicas; rename_by_default (true: nvidia.com/gpu.shared;
+               false: nvidia.com/gpu on "<product>-SHARED" nodes, needs product)
+      vgpu     node_selector naming the vGPU node class (or product)
+      custom   resources and/or command_prefix
+      cpu      nothing
+
+    Who and when:
+      groups, users               only these may take it (admins always may); empty: everyone
+      hidden                      not shown on the spawn page
+      windows                     ["Mon-Fri 19:00-07:00", "Sat,Sun 00:00-24:00"] in c.GPUSpawner.site_timezone
+      admission                   block | warn | queue when none is free (default: c.GPUSpawner.admission)
+      queue_timeout               seconds a queued spawn waits
+      scalable_nodes, scale_up_minutes   an autoscaled pool: never refused, "free after scale-up, about M min"
     """
     label = raw.get("slug") if isinstance(raw, Mapping) else None
     where = f"c.GPUSpawner.offerings[{index}]" + (f" (slug {label!r})" if isinstance(label, str) else "")

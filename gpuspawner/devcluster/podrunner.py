@@ -63,7 +63,7 @@ def pod_env(pod: dict[str, Any], ip: str) -> dict[str, str]:
 class PodRunner:
     """Polls the API server for notebook pods and keeps one local server per Running pod."""
 
-    def __init__(self, kube: KubeHTTP, bin_dir: str | None = None, interval: float = 0.3):
+    def __init__(self, kube: KubeHTTP, bin_dir: str | None = None, interval: float = 0.3, root: Path | None = None):
         self.kube = kube
         self.interval = interval
         self.bin_dir = bin_dir or str(Path(sys.executable).parent)
@@ -71,7 +71,8 @@ class PodRunner:
         self.refused: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.root = Path(tempfile.mkdtemp(prefix="gpuspawner-pods-"))
+        self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="gpuspawner-pods-"))
+        self.root.mkdir(parents=True, exist_ok=True)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="podrunner", daemon=True)

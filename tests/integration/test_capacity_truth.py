@@ -19,7 +19,7 @@ from gpuspawner.catalog import CatalogConfig, build_catalog
 from gpuspawner.devcluster.cluster import DevCluster, KubeHTTP
 from gpuspawner.devcluster.nodes import node_classes, node_manifest
 from gpuspawner.inventory import POD_FIELD_SELECTOR, ClusterIndex
-from gpuspawner.podspec import pod_changes
+from gpuspawner.podspec import merge_affinity_terms, pod_changes
 from tests.conftest import ARTIFACTS, wait_for
 from tests.integration.test_spawner import SITE_OFFERINGS
 
@@ -54,6 +54,9 @@ def pod_for(offering, name: str) -> dict:
         "tolerations": [dict(t) for t in changes.tolerations],
         "nodeSelector": dict(changes.node_selector),
     }
+    if changes.node_affinity:  # as GPUSpawner sets it (node_affinity_required)
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": merge_affinity_terms([], changes.node_affinity)}}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": dict(changes.labels)}, "spec": spec}
 
 

@@ -1,0 +1,71 @@
+"""`python -m gpuspawner.demo`: prints where to go, and Ctrl-C leaves no process and no files behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(f"{proc.name}: {cmdline[:160]}")
+    return found
+
+
+def test_demo_starts_and_ctrl_c_cleans_up(devcluster):  # devcluster: the binaries are built
+    port = free_port()
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gpuspawner.demo", "--port", str(port), "--no-culler"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    lines = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            line = demo.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "Press Ctrl-C" in line:
+                break
+        output = "".join(lines)
+        assert f"JupyterHub with GPUSpawner is running: http://127.0.0.1:{port}" in output, output
+        assert "student1" in output and "researcher1" in output and "password: gpu" in output
+        state = re.search(r"Hub log: (\S+)/jupyterhub.log", output).group(1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/hub/login", timeout=10) as resp:
+            assert resp.status == 200
+        assert processes_mentioning(state), "the demo's processes should be running now"
+
+        os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends to the foreground group
+        assert demo.wait(timeout=90) == 0
+        assert "demo stopped" in demo.stdout.read()
+        leftovers = processes_mentioning(state)
+        assert leftovers == [], leftovers
+        assert not Path(state).exists()
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
