@@ -1,0 +1,481 @@
+#!/usr/bin/env python3
+"""Benchmark: one culling cycle over N servers on a REAL JupyterHub, gpuspawner's
+GPU-aware culler next to plain jupyterhub-idle-culler, on the same hub.
+
+    python bench/culler_bench.py --servers 2000     # the target size
+    python bench/culler_bench.py --servers 200      # quick
+
+The servers come from a lightweight spawner whose "server" is a stand-in: ONE
+tornado process (started by this script) answering the Jupyter Server API
+(/api/kernels, /api/status) for every /user/<name>/ prefix. Every server is a
+shared-GPU notebook whose pod holds GPU memory and whose GPU is idle, so the
+GPU-aware culler must ask every server's kernels each cycle (its worst case);
+no kernel is idle long enough to act on, so neither culler stops anything.
+Prometheus is faked with the dcgm-exporter label sets of tests/culler/data.
+
+Printed: wall time and hub API calls per cycle (read from the hub's own
+/hub/metrics), side by side as a ratio (target <= 1.3x), the other requests the
+GPU-aware culler makes, and the reclaim latency -- from the moment a notebook's
+kernel goes idle to its GPU memory being freed -- against the physical floor,
+kernel timeout + one cycle. No assertion on time: read the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "culler"))
+
+from tornado import web  # noqa: E402
+from tornado.httpserver import HTTPServer  # noqa: E402
+
+# ---------------------------------------------------------------------------
+# the stand-in single-user servers (run in a child process: --stand-in PORT)
+# ---------------------------------------------------------------------------
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class StandIn:
+    def __init__(self) -> None:
+        self.idle_since: dict[str, float] = {}  # user -> when its kernel went idle
+        self.deleted: dict[str, float] = {}  # user -> when its kernel was shut down
+        self.untracked = 0  # kernel API requests missing no_track_activity
+        self.requests = 0
+
+
+class _Base(web.RequestHandler):
+    def initialize(self, s: StandIn) -> None:
+        self.s = s
+
+    def check_xsrf_cookie(self) -> None:
+        pass
+
+
+class KernelsAPI(_Base):
+    def _kernels(self, user: str) -> list[dict]:
+        if user in self.s.deleted:
+            return []
+        since = self.s.idle_since.get(user)
+        last = since if since is not None else time.time() - 1  # fresh: nothing to do
+        return [
+            {
+                "id": f"k-{user}",
+                "name": "python3",
+                "last_activity": _iso(last),
+                "execution_state": "idle",
+                "connections": 1,
+            }
+        ]
+
+    def _count(self) -> None:
+        self.s.requests += 1
+        if self.get_argument("no_track_activity", None) is None:
+            self.s.untracked += 1
+
+    def get(self, user: str, what: str) -> None:
+        if what != "api":  # the hub's own readiness check is not the culler's
+            self._count()
+        if what == "kernels":
+            self.finish(json.dumps(self._kernels(user)))
+        elif what == "status":
+            ks = self._kernels(user)
+            last = max((k["last_activity"] for k in ks), default=_iso(time.time() - 3600))
+            self.finish(
+                {
+                    "started": _iso(time.time() - 3600),
+                    "last_activity": last,
+                    "connections": len(ks),
+                    "kernels": len(ks),
+                }
+            )
+        else:
+            self.finish({"version": "2.14.0"})
+
+    def delete(self, user: str, what: str) -> None:
+        self._count()
+        self.s.deleted.setdefault(user, time.time())
+        self.set_status(204)
+        self.finish()
+
+
+class Control(_Base):
+    def post(self, action: str, user: str) -> None:
+        if action == "idle":
+            self.s.idle_since[user] = time.time()
+            self.s.deleted.pop(user, None)
+            self.finish({"t0": self.s.idle_since[user]})
+        else:
+            raise web.HTTPError(404)
+
+    def get(self, action: str, user: str = "") -> None:
+        self.finish(
+            {"deleted": self.s.deleted, "requests": self.s.requests, "untracked": self.s.untracked}
+        )
+
+
+def run_stand_in(port: int) -> None:
+    s = StandIn()
+    app = web.Application(
+        [
+            (r"/user/([^/]+)/api/(kernels|status)(?:/[^/]+)?", KernelsAPI, {"s": s}),
+            (r"/user/([^/]+)/(api)/?", KernelsAPI, {"s": s}),
+            (r"/_control/(idle)/([^/]+)", Control, {"s": s}),
+            (r"/_control/(state)", Control, {"s": s}),
+        ],
+        log_function=lambda h: None,
+    )
+    app.listen(port, "127.0.0.1")
+    asyncio.get_event_loop().run_forever()
+
+
+# ---------------------------------------------------------------------------
+# the bench
+# ---------------------------------------------------------------------------
+SPAWNER = """
+from jupyterhub.spawner import Spawner
+
+class StandInSpawner(Spawner):
+    '''No process: the server is the stand-in, at /user/<name>/.'''
+    async def start(self):
+        opts = dict(self.user_options)
+        opts["gpuspawner"] = {
+            "offering": "t4-shared", "kind": "shared",
+            "resources": {"nvidia.com/gpu.shared": "1"},
+            "pod": "jupyter-" + self.user.name, "namespace": "jhub",
+            "url": f"http://127.0.0.1:{STANDIN_PORT}{self.server.base_url}",
+        }
+        self.user_options = opts
+        return ("127.0.0.1", STANDIN_PORT)
+    async def poll(self):
+        return None
+    async def stop(self, now=False):
+        pass
+
+c.JupyterHub.spawner_class = StandInSpawner
+c.JupyterHub.services.append({"name": "bench-culler", "api_token": CULLER_TOKEN})
+c.JupyterHub.load_roles.append(
+    {"name": "bench-culler", "scopes": SCOPES, "services": ["bench-culler"]})
+c.JupyterHub.log_level = "WARN"
+"""
+
+
+class CachedPrometheus:
+    """The fake Prometheus of the tests, answering from a cache (a real Prometheus
+    answers this query in milliseconds; the fake's Python evaluation would not)."""
+
+    def __init__(self, tsdb) -> None:
+        from culler_fakes import free_port
+
+        self.tsdb = tsdb
+        self.version = 0
+        self._cache: dict[str, tuple[int, bytes]] = {}
+        self.requests = 0
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        outer = self
+
+        class Query(web.RequestHandler):
+            def get(self) -> None:
+                outer.requests += 1
+                q = self.get_argument("query")
+                hit = outer._cache.get(q)
+                if hit is None or hit[0] != outer.version:
+                    hit = (outer.version, json.dumps(outer.tsdb.evaluate(q)).encode())
+                    outer._cache[q] = hit
+                self.set_header("Content-Type", "application/json")
+                self.finish(hit[1])
+
+        self.server = HTTPServer(web.Application([(r"/api/v1/query", Query)]))
+        self.server.listen(self.port, "127.0.0.1")
+
+    def changed(self) -> None:
+        self.version += 1
+
+
+def hub_request_count(text: str) -> float:
+    """All requests the hub's handlers served, but the metrics scrape itself."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    n = 0.0
+    for fam in text_string_to_metric_families(text):
+        if fam.name != "jupyterhub_request_duration_seconds":
+            continue
+        for s in fam.samples:
+            if s.name.endswith("_count") and "Metrics" not in s.labels.get("handler", ""):
+                n += s.value
+    return n
+
+
+async def main(args: argparse.Namespace) -> None:
+    from culler_fakes import SHARED_A100, TSDB, free_port, template
+    from culler_hub import Hub
+    from jupyterhub_idle_culler import cull_idle
+    from tornado.httpclient import AsyncHTTPClient
+
+    from gpuspawner.culler import REQUIRED_SCOPES, GpuCuller
+    from gpuspawner.culler.gpu_metrics import ENGINE, FB_USED
+
+    logging.basicConfig(level=logging.WARNING)
+    n = args.servers
+    stand_port = free_port()
+    stand = subprocess.Popen([sys.executable, __file__, "--stand-in", str(stand_port)])
+    tmp = Path(tempfile.mkdtemp(prefix="culler-bench-"))
+    extra = f"STANDIN_PORT = {stand_port}\nSCOPES = {list(REQUIRED_SCOPES)!r}\n" + SPAWNER
+    hub = Hub(tmp, extra, debug=False)
+    client = AsyncHTTPClient(force_instance=True)
+    try:
+        await hub.start()
+        users = [f"user{i:05d}" for i in range(n)]
+        await hub.create_users(users)
+        t = time.monotonic()
+        sem = asyncio.Semaphore(16)
+
+        async def spawn(u: str) -> None:
+            async with sem:
+                await hub.api("POST", f"/users/{u}/server", {"offering": "t4-shared"})
+
+        await asyncio.gather(*(spawn(u) for u in users))
+        while True:
+            ready = [x async for x in _ready_users(hub)]
+            if len(ready) >= n:
+                break
+            await asyncio.sleep(1)
+        print(
+            f"hub with {n} running servers ready in {time.monotonic() - t:.0f}s "
+            f"(logs: {hub.log_path})",
+            flush=True,
+        )
+
+        # every pod holds GPU memory on an idle shared GPU
+        tsdb = TSDB()
+        base = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items()}
+        for i, u in enumerate(users):
+            labels = dict(
+                base,
+                pod=f"jupyter-{u}",
+                namespace="jhub",
+                gpu=str(i % 8),
+                UUID=f"GPU-{i // 8:08d}",
+                Hostname=f"gpu-node-{i // 64:03d}",
+            )
+            tsdb.add_scrapes(ENGINE, labels, [0.0] * 40)
+            tsdb.add_scrapes(FB_USED, labels, [6000.0] * 40)
+        prom = CachedPrometheus(tsdb)
+
+        async def hub_count() -> float:
+            r = await client.fetch(hub.public_url + "/hub/metrics")
+            return hub_request_count(r.body.decode())
+
+        def make_ours(*extra: str):
+            app = GpuCuller()
+            app.initialize(
+                [
+                    f"--url={hub.api_url}",
+                    f"--prometheus-url={prom.url}",
+                    f"--GpuCuller.api_token={hub.culler_token}",
+                    f"--api-page-size={args.page_size}",
+                    "--log-level=WARN",
+                    *extra,
+                ]
+            )
+            return app.make_culler()
+
+        upstream_log = logging.getLogger("idle-culler")
+        upstream_log.setLevel(logging.WARNING)
+
+        async def upstream_cycle():
+            await cull_idle(
+                url=hub.api_url,
+                api_token=hub.culler_token,
+                inactive_limit=8 * 3600,
+                logger=upstream_log,
+                api_page_size=args.page_size,
+            )
+
+        def reqs(c, target: str) -> float:
+            return c.metrics.value("gpuspawner_culler_requests_total", {"target": target})
+
+        steady = make_ours()
+        await upstream_cycle()  # warm-up: the hub's caches, the stand-in
+        await steady.cycle()  # the steady culler has seen every server once
+        runs = ("upstream", "cold", "steady")
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        calls: dict[str, list[float]] = {k: [] for k in runs}
+        server_calls: dict[str, list[float]] = {k: [] for k in runs}
+        prom_calls: dict[str, list[float]] = {k: [] for k in runs}
+        for _ in range(args.cycles):
+            for name in runs:
+                c = None if name == "upstream" else (make_ours() if name == "cold" else steady)
+                s0 = reqs(c, "server") if c else 0
+                p0 = reqs(c, "prometheus") if c else 0
+                c0 = await hub_count()
+                t0 = time.perf_counter()
+                result = await (upstream_cycle() if c is None else c.cycle())
+                times[name].append(time.perf_counter() - t0)
+                calls[name].append(await hub_count() - c0)
+                if c is not None:
+                    server_calls[name].append(reqs(c, "server") - s0)
+                    prom_calls[name].append(reqs(c, "prometheus") - p0)
+                    counts = result.counts()
+                    assert counts.get("stop", 0) == 0 and counts.get("reclaim", 0) == 0, counts
+                    assert len(result.outcomes) == n, len(result.outcomes)
+        st = json.loads((await client.fetch(f"http://127.0.0.1:{stand_port}/_control/state")).body)
+
+        med = {k: statistics.median(v) for k, v in times.items()}
+        cal = {k: statistics.median(v) for k, v in calls.items()}
+        up = med["upstream"]
+        print()
+        print(
+            f"servers: {n}   cycles: {args.cycles} each (median)   page size: "
+            f"{args.page_size or 'hub default'}   machine: {os.cpu_count()} cores"
+        )
+        print(
+            f"{'':26}{'idle-culler':>12}{'gpuspawner':>12}{'ratio':>8}{'gpuspawner':>12}{'ratio':>8}"
+        )
+        print(f"{'':26}{'':>12}{'1st cycle':>12}{'':>8}{'steady':>12}{'':>8}")
+        print(
+            f"{'wall time / cycle (s)':26}{up:12.3f}{med['cold']:12.3f}{med['cold'] / up:7.2f}x"
+            f"{med['steady']:12.3f}{med['steady'] / up:7.2f}x"
+        )
+        print(
+            f"{'hub API calls / cycle':26}{cal['upstream']:12.0f}{cal['cold']:12.0f}"
+            f"{cal['cold'] / cal['upstream']:7.2f}x"
+            f"{cal['steady']:12.0f}{cal['steady'] / cal['upstream']:7.2f}x"
+        )
+        print(
+            f"{'server API calls / cycle':26}{'-':>12}"
+            f"{statistics.median(server_calls['cold']):12.0f}"
+            f"{'':8}{statistics.median(server_calls['steady']):12.0f}"
+        )
+        print(
+            f"{'Prometheus queries / cycle':26}{'-':>12}"
+            f"{statistics.median(prom_calls['cold']):12.0f}"
+            f"{'':8}{statistics.median(prom_calls['steady']):12.0f}"
+        )
+        print(
+            "(1st cycle: a new culler asks every server's kernels; steady: it asks a server again"
+            " only once an action could be due)"
+        )
+        print(
+            f"kernel API requests without no_track_activity: {st['untracked']} of {st['requests']}"
+        )
+        print(
+            "all cycles (s): " + ", ".join(f"{k} {[round(x, 3) for x in times[k]]}" for k in runs)
+        )
+
+        # ---- reclaim latency -----------------------------------------------
+        kt, ce = args.kernel_timeout, args.cull_every
+        app2 = GpuCuller()
+        app2.initialize(
+            [
+                f"--url={hub.api_url}",
+                f"--prometheus-url={prom.url}",
+                f"--GpuCuller.api_token={hub.culler_token}",
+                f"--kernel-timeout={kt}",
+                f"--cull-every={ce}",
+                f"--api-page-size={args.page_size}",
+                "--log-level=WARN",
+            ]
+        )
+        reclaimer = app2.make_culler()
+        cycle_times: list[float] = []
+
+        async def loop() -> None:  # what GpuCuller.run does, minus the metrics server
+            while True:
+                t0 = time.monotonic()
+                r = await reclaimer.cycle()
+                cycle_times.append(r.duration_s)
+                await asyncio.sleep(max(0.0, ce - (time.monotonic() - t0)))
+
+        task = asyncio.ensure_future(loop())
+        probes = users[: args.probes]
+        t0s: dict[str, float] = {}
+        for u in probes:
+            await asyncio.sleep(ce / max(1, len(probes)) + 0.05)  # spread over a cycle
+            r = await client.fetch(
+                f"http://127.0.0.1:{stand_port}/_control/idle/{u}", method="POST", body=b""
+            )
+            t0s[u] = json.loads(r.body)["t0"]
+        deadline = time.monotonic() + kt + 6 * ce + 60
+        while time.monotonic() < deadline:
+            st = json.loads(
+                (await client.fetch(f"http://127.0.0.1:{stand_port}/_control/state")).body
+            )
+            if all(u in st["deleted"] for u in probes):
+                break
+            await asyncio.sleep(0.2)
+        task.cancel()
+        lat = [st["deleted"][u] - t0s[u] for u in probes if u in st["deleted"]]
+        floor = kt + ce
+        print()
+        print(
+            "reclaim latency, idle kernel -> shut down (memory freed), "
+            f"{len(lat)}/{len(probes)} probes:"
+        )
+        if lat:
+            print(
+                f"  mean {statistics.mean(lat):.2f}s  max {max(lat):.2f}s   "
+                f"floor: kernel timeout {kt}s + one cycle {ce}s = {floor:.2f}s "
+                f"(mean/floor {statistics.mean(lat) / floor:.2f}, "
+                f"max/floor {max(lat) / floor:.2f}); "
+                f"cycle wall time here {statistics.median(cycle_times):.2f}s"
+            )
+        print("  idle-culler: n/a (it has no kernel view: it can only stop the whole server)")
+    finally:
+        client.close()
+        await hub.stop()
+        stand.terminate()
+        stand.wait()
+
+
+async def _ready_users(hub):
+    offset = 0
+    while True:  # the plain (unpaginated) list, 200 at a time
+        items = await hub.api("GET", f"/users?state=ready&limit=200&offset={offset}")
+        for u in items:
+            yield u
+        if len(items) < 200:
+            return
+        offset += 200
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--servers", type=int, default=2000, help="running servers on the hub")
+    p.add_argument("--cycles", type=int, default=3, help="measured cycles per culler")
+    p.add_argument(
+        "--page-size", type=int, default=0, help="--api-page-size for both (0: hub default)"
+    )
+    p.add_argument(
+        "--kernel-timeout", type=int, default=5, help="reclaim phase: kernel timeout (s)"
+    )
+    p.add_argument("--cull-every", type=int, default=3, help="reclaim phase: cycle interval (s)")
+    p.add_argument("--probes", type=int, default=5, help="reclaim phase: notebooks that go idle")
+    p.add_argument("--stand-in", type=int, default=0, help=argparse.SUPPRESS)
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    a = parse()
+    if a.stand_in:
+        run_stand_in(a.stand_in)
+    else:
+        asyncio.run(main(a))

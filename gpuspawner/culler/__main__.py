@@ -1,0 +1,4 @@
+from .config import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Carry out decisions (or, in a dry run, only say what would be done), log every
+decision with its reasons, count what was done, and follow GPU memory reclaimed."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from .decide import HELD_BACK, KEEP, RECLAIM, STOP, Decision
+from .gpu_metrics import GpuView
+from .hub import HubClient, ServerRecord
+from .kernels import KernelClient
+from .metrics import CullerMetrics
+from .transport import RequestFailed
+
+
+@dataclass
+class ActionResult:
+    #: "stopped", "stopping" (hub said 202), "gone" (404), or None (not stopped)
+    stopped: str | None = None
+    kernels_shut_down: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+@dataclass
+class _Expected:
+    before_mib: float
+    kind: str
+    label: str
+    cycles: int = 0
+
+
+class ReclaimTracker:
+    """GPU memory freed by kernel shutdowns is what dcgm-exporter shows gone in a
+    later cycle (the drop in FB_USED of the pod), not a guess at shutdown time."""
+
+    #: give up on a pod whose memory could not be read for this many cycles
+    max_cycles = 10
+
+    def __init__(self, metrics: CullerMetrics, log: logging.Logger) -> None:
+        self.metrics = metrics
+        self.log = log
+        self._pending: dict[tuple[str, str], _Expected] = {}
+
+    def expect(self, key: tuple[str, str], before_mib: float, kind: str, label: str) -> None:
+        self._pending[key] = _Expected(before_mib, kind, label)
+
+    def observe(self, view: GpuView) -> dict[str, float]:
+        """Settle what this view shows; returns {server label: MiB reclaimed}."""
+        settled: dict[str, float] = {}
+        for key, exp in list(self._pending.items()):
+            exp.cycles += 1
+            if not view.available:
+                now_mib = None
+            else:
+                pod_view = view.for_pod(key[0] or None, key[1])
+                # no series at all for the pod: its GPU processes are gone
+                now_mib = pod_view.memory_mib if pod_view.devices else 0.0
+            if now_mib is None:
+                if exp.cycles >= self.max_cycles:
+                    self.log.info("giving up measuring memory reclaimed from %s", exp.label)
+                    del self._pending[key]
+                continue
+            freed = max(0.0, exp.before_mib - now_mib)
+            self.metrics.memory_reclaimed.labels("kernel_shutdown", exp.kind).inc(freed)
+            self.log.info(
+                "GPU memory of %s: %.0f MiB -> %.0f MiB after kernel shutdown (%.0f MiB reclaimed)",
+                exp.label,
+                exp.before_mib,
+                now_mib,
+                freed,
+            )
+            settled[exp.label] = freed
+            del self._pending[key]
+        return settled
+
+
+class Actions:
+    def __init__(
+        self,
+        hub: HubClient,
+        kernels: KernelClient,
+        metrics: CullerMetrics,
+        log: logging.Logger,
+        *,
+        dry_run: bool = False,
+        remove_named_servers: bool = False,
+    ) -> None:
+        self.hub = hub
+        self.kernels = kernels
+        self.metrics = metrics
+        self.log = log
+        self.dry_run = dry_run
+        self.remove_named_servers = remove_named_servers
+        self.tracker = ReclaimTracker(metrics, log)
+        self._held: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def _log_decision(self, server: ServerRecord, d: Decision) -> None:
+        if d.action != HELD_BACK:
+            self._held.pop((server.user, server.name), None)
+        o = server.offering
+        what = f"{server.label} [{o.kind}{' ' + o.slug if o.slug else ''}]"
+        dry = "DRY RUN: would " if self.dry_run else ""
+        if d.action == STOP:
+            self.log.info("%sstop server %s (%s): %s", dry, what, d.stop_reason, d.summary())
+        elif d.action == RECLAIM:
+            self.log.info(
+                "%sshut down %d idle kernel(s) of %s, keeping the server: %s",
+                dry,
+                len(d.shutdown),
+                what,
+                d.summary(),
+            )
+        elif d.action == HELD_BACK:
+            # INFO when the reason is new for this server, DEBUG while it repeats
+            # (an outage would otherwise log every GPU server every cycle)
+            key = (server.user, server.name)
+            level = logging.DEBUG if self._held.get(key) == d.held_back else logging.INFO
+            self._held[key] = d.held_back
+            self.log.log(level, "holding back on %s: %s", what, d.summary())
+        else:
+            self.log.debug("keeping %s: %s", what, d.summary())
+
+    async def apply(self, server: ServerRecord, d: Decision) -> ActionResult:
+        self._log_decision(server, d)
+        kind = server.offering.kind
+        self.metrics.decisions.labels(d.action, kind, str(self.dry_run).lower()).inc()
+        result = ActionResult(dry_run=self.dry_run)
+        if self.dry_run or d.action in (KEEP, HELD_BACK):
+            return result
+        if d.action == STOP:
+            try:
+                result.stopped = await self.hub.stop_server(
+                    server.user, server.name, remove=self.remove_named_servers and bool(server.name)
+                )
+            except RequestFailed as e:
+                self.metrics.errors.labels("hub").inc()
+                result.errors.append(str(e))
+                self.log.error("could not stop %s: %s (will retry next cycle)", server.label, e)
+                return result
+            if result.stopped == "stopping":
+                self.log.warning("server %s is slow to stop", server.label)
+            self.metrics.server_stops.labels(d.stop_reason or "idle", kind).inc()
+            if d.memory_mib:
+                self.metrics.memory_reclaimed.labels("server_stop", kind).inc(d.memory_mib)
+            return result
+        # RECLAIM
+        url = server.offering.url
+        assert url is not None
+        for action in d.shutdown:
+            r = await self.kernels.shutdown(url, action.kernel_id)
+            if r.ok:
+                result.kernels_shut_down.append(action.kernel_id)
+                self.metrics.kernel_shutdowns.labels("idle", kind).inc()
+            else:
+                self.metrics.errors.labels("server").inc()
+                result.errors.append(r.error or "unknown error")
+                self.log.error(
+                    "could not shut down kernel %s of %s: %s",
+                    action.kernel_id,
+                    server.label,
+                    r.error,
+                )
+        if result.kernels_shut_down and d.memory_mib is not None and server.offering.pod:
+            key = (server.offering.namespace or "", server.offering.pod)
+            self.tracker.expect(key, d.memory_mib, kind, server.label)
+        return result

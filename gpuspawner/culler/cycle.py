@@ -1,0 +1,319 @@
+"""One culling cycle: list the hub's servers page by page, and for each server --
+as soon as its page arrives, concurrently -- read its views, decide, act.
+
+The GPU view (one Prometheus query) is asked at the start of the cycle, in
+parallel with the first page of users; only GPU servers wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from jupyterhub_idle_culler import format_td, utcnow
+from jupyterhub_idle_culler.utils import maybe_future
+
+from .actions import ActionResult, Actions
+from .dates import parse_time
+from .decide import (
+    STOP,
+    Decision,
+    KernelMemo,
+    Policy,
+    decide,
+    kernel_memo,
+    last_seen,
+    plan_kernel_view,
+)
+from .gpu_metrics import GpuView, expect_devices, unavailable
+from .hub import HubClient, ServerRecord, server_record
+from .kernels import KernelClient, KernelView
+from .metrics import CullerMetrics
+from .prometheus import PrometheusClient
+from .transport import RequestFailed
+
+
+@dataclass
+class ServerOutcome:
+    server: ServerRecord
+    decision: Decision
+    result: ActionResult
+    kernel_view: KernelView | None = None
+
+
+@dataclass
+class CycleReport:
+    """What one cycle saw and did (for logs, tests and the bench)."""
+
+    started: datetime
+    duration_s: float = 0.0
+    hub_error: str | None = None
+    gpu_view: GpuView | None = None
+    outcomes: list[ServerOutcome] = field(default_factory=list)
+    users_deleted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    reclaimed_mib: dict[str, float] = field(default_factory=dict)
+
+    def outcome(self, user: str, name: str = "") -> ServerOutcome | None:
+        for o in self.outcomes:
+            if o.server.user == user and o.server.name == name:
+                return o
+        return None
+
+    def counts(self) -> Counter[str]:
+        return Counter(o.decision.action for o in self.outcomes)
+
+
+class Culler:
+    """Runs cycles. Everything it talks to is passed in."""
+
+    def __init__(
+        self,
+        *,
+        hub: HubClient,
+        kernels: KernelClient,
+        prometheus: PrometheusClient | None,
+        policy: Policy,
+        metrics: CullerMetrics,
+        log: logging.Logger,
+        dry_run: bool = False,
+        remove_named_servers: bool = False,
+        cull_users: bool = False,
+        cull_admin_users: bool = True,
+        user_timeout: int = 0,
+        arbiter: Callable[..., Any] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.hub = hub
+        self.kernels = kernels
+        self.prometheus = prometheus
+        self.policy = policy
+        self.metrics = metrics
+        self.log = log
+        self.dry_run = dry_run
+        self.cull_users = cull_users
+        self.cull_admin_users = cull_admin_users
+        self.user_timeout = user_timeout
+        self.arbiter = arbiter
+        self.clock = clock
+        self.actions = Actions(
+            hub, kernels, metrics, log, dry_run=dry_run, remove_named_servers=remove_named_servers
+        )
+        self._warned_contracts: set[tuple[str, str]] = set()
+        #: (namespace, pod) -> the last cycle's time that saw its GPU active
+        self._gpu_last_active: dict[tuple[str, str], datetime] = {}
+        #: (user, server) -> ((started, url), memo of its last kernel view)
+        self._memos: dict[tuple[str, str], tuple[tuple[Any, Any], KernelMemo]] = {}
+        self._seen: set[tuple[str, str]] = set()
+
+    # -- views -------------------------------------------------------------
+    async def _gpu_view(self, report: CycleReport) -> GpuView:
+        if self.prometheus is None:
+            view = unavailable("no prometheus_url configured")
+        else:
+            view = await self.prometheus.gpu_view()
+            if not view.available:
+                self.metrics.errors.labels("prometheus").inc()
+                self.log.warning(
+                    "GPU view unavailable: %s -- no GPU-based culls this cycle; "
+                    "CPU servers are judged on hub and kernel signals",
+                    view.error,
+                )
+        self.metrics.gpu_view_up.set(1 if view.available else 0)
+        report.gpu_view = view
+        report.reclaimed_mib.update(self.actions.tracker.observe(view))
+        return view
+
+    # -- per server / user -------------------------------------------------
+    async def _server(
+        self,
+        user: Mapping[str, Any],
+        name: str,
+        model: Mapping[str, Any],
+        gpu_task: asyncio.Future[GpuView],
+        now: datetime,
+    ) -> ServerOutcome:
+        rec = server_record(user, name, model)
+        o = rec.offering
+        if o.problem and (rec.user, rec.name) not in self._warned_contracts:
+            self._warned_contracts.add((rec.user, rec.name))
+            self.log.warning("server %s: %s", rec.label, o.problem)
+        gpu = None
+        gpu_seen = None
+        if o.is_gpu:
+            gpu = expect_devices((await gpu_task).for_pod(o.namespace, o.pod), o.expected_devices)
+            key = (o.namespace or "", o.pod or "")
+            if gpu.active:
+                self._gpu_last_active[key] = now
+            gpu_seen = self._gpu_last_active.get(key)
+        custom = self.arbiter is not None
+        key = (rec.user, rec.name)
+        self._seen.add(key)
+        memo_entry = self._memos.get(key)
+        memo = memo_entry[1] if memo_entry and memo_entry[0] == (rec.started, o.url) else None
+        ask = plan_kernel_view(
+            rec, gpu, self.policy, now, custom_arbiter=custom, gpu_last_active=gpu_seen, memo=memo
+        )
+        kv = None
+        if ask.kernels:
+            assert o.url is not None
+            kv = await self.kernels.view(o.url, with_status=ask.status)
+            if not kv.ok:
+                self.metrics.errors.labels("server").inc()
+                self.log.warning("kernel view of %s unavailable: %s", rec.label, kv.error)
+            new_memo = kernel_memo(kv, now, self.policy, o)
+            if new_memo is None:
+                self._memos.pop(key, None)
+            else:
+                self._memos[key] = ((rec.started, o.url), new_memo)
+        arbiter_idle = None
+        if custom:
+            seen = last_seen(rec, kv, gpu_seen)
+            inactive = now - seen if seen else timedelta(0)
+            arbiter_idle = bool(
+                await maybe_future(
+                    self.arbiter(  # type: ignore[misc]
+                        inactive=inactive,
+                        inactive_limit=self.policy.timeout_for(o),
+                        server=dict(model),
+                    )
+                )
+            )
+        decision = decide(rec, kv, gpu, self.policy, now, arbiter_idle, gpu_seen)
+        result = await self.actions.apply(rec, decision)
+        return ServerOutcome(rec, decision, result, kv)
+
+    async def _user(
+        self,
+        user: Mapping[str, Any],
+        gpu_task: asyncio.Future[GpuView],
+        now: datetime,
+        report: CycleReport,
+    ) -> None:
+        servers = user.get("servers") or {}
+        results = await asyncio.gather(
+            *(self._server(user, name, s, gpu_task, now) for name, s in servers.items()),
+            return_exceptions=True,
+        )
+        alive = 0
+        for (name, _), r in zip(servers.items(), results, strict=True):
+            if isinstance(r, BaseException):
+                alive += 1
+                self.metrics.errors.labels("culler").inc()
+                report.errors.append(f"{user['name']}/{name}: {r!r}")
+                self.log.error("error handling server %s/%s", user["name"], name, exc_info=r)
+                continue
+            report.outcomes.append(r)
+            if r.result.stopped not in ("stopped", "gone"):
+                alive += 1
+        if self.cull_users and not alive:
+            await self._maybe_delete_user(user, now, report)
+
+    async def _maybe_delete_user(
+        self, user: Mapping[str, Any], now: datetime, report: CycleReport
+    ) -> None:
+        """Same rule as jupyterhub-idle-culler: only with --cull-users, only users
+        with no server left, inactive for ``timeout``, admins per cull_admin_users."""
+        if user.get("admin") and not self.cull_admin_users:
+            return
+        when = user.get("last_activity") or user.get("created")
+        if not when or self.user_timeout <= 0:
+            return
+        inactive = now - (parse_time(when) or now)
+        if inactive.total_seconds() < self.user_timeout:
+            return
+        if self.dry_run:
+            self.log.info(
+                "DRY RUN: would delete user %s (inactive for %s)", user["name"], format_td(inactive)
+            )
+            return
+        self.log.info("deleting user %s (inactive for %s)", user["name"], format_td(inactive))
+        try:
+            await self.hub.delete_user(user["name"])
+        except RequestFailed as e:
+            self.metrics.errors.labels("hub").inc()
+            self.log.error("could not delete user %s: %s", user["name"], e)
+            return
+        report.users_deleted.append(user["name"])
+
+    # -- the cycle ---------------------------------------------------------
+    async def cycle(self) -> CycleReport:
+        """One cycle. Never raises for hub, server or Prometheus trouble."""
+        t0 = time.monotonic()
+        now = self.clock()
+        report = CycleReport(started=now)
+        self._seen = set()
+        gpu_task = asyncio.ensure_future(self._gpu_view(report))
+        tasks: list[asyncio.Future[None]] = []
+        states = ["ready"] + (["inactive"] if self.cull_users else [])
+        try:
+            for state in states:
+                async for user in self.hub.iter_users(state):
+                    tasks.append(asyncio.ensure_future(self._user(user, gpu_task, now, report)))
+        except RequestFailed as e:
+            self.metrics.errors.labels("hub").inc()
+            report.hub_error = str(e)
+            self.log.error(
+                "listing the hub's servers failed: %s -- %d users listed before the "
+                "failure are still handled; the rest wait for the next cycle",
+                e,
+                len(tasks),
+            )
+        for r in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(r, BaseException):
+                self.metrics.errors.labels("culler").inc()
+                report.errors.append(repr(r))
+                self.log.error("error in cycle", exc_info=r)
+        await gpu_task
+        self._forget_old_gpu_activity(now)
+        if report.hub_error is None:  # servers gone from the hub: forget their memos
+            for key in set(self._memos) - self._seen:
+                del self._memos[key]
+        report.duration_s = time.monotonic() - t0
+        self._finish(report)
+        return report
+
+    def _forget_old_gpu_activity(self, now: datetime) -> None:
+        longest = max(
+            [
+                self.policy.default_timeout,
+                *self.policy.kind_timeouts.values(),
+                *self.policy.offering_timeouts.values(),
+            ]
+        )
+        for key, when in list(self._gpu_last_active.items()):
+            if (now - when).total_seconds() > longest:
+                del self._gpu_last_active[key]
+
+    def _finish(self, report: CycleReport) -> None:
+        self.metrics.cycle_duration.observe(report.duration_s)
+        self.metrics.last_cycle.set(time.time())
+        by_kind = Counter(o.server.offering.kind for o in report.outcomes)
+        for kind in ("full", "mig", "shared", "vgpu", "custom", "cpu"):
+            self.metrics.servers.labels(kind).set(by_kind.get(kind, 0))
+        counts = report.counts()
+        kernels = sum(
+            len(o.decision.shutdown) for o in report.outcomes if o.decision.action != STOP
+        )
+        self.log.info(
+            "%scycle done in %.2fs: %d servers; %d stop, %d reclaim (%d kernels), "
+            "%d held back, %d keep%s%s",
+            "DRY RUN " if self.dry_run else "",
+            report.duration_s,
+            len(report.outcomes),
+            counts.get("stop", 0),
+            counts.get("reclaim", 0),
+            kernels,
+            counts.get("held_back", 0),
+            counts.get("keep", 0),
+            ""
+            if report.gpu_view is None or report.gpu_view.available
+            else f"; GPU view unavailable ({report.gpu_view.error})",
+            f"; hub error ({report.hub_error})" if report.hub_error else "",
+        )

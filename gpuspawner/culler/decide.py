@@ -1,0 +1,382 @@
+"""Pure decisions, each with its reasons. No I/O here: plain data in, plain data out.
+
+Per server, in order:
+
+1. pending or not ready: keep.
+2. **stop** (free the device) when inactive (hub activity, the server's own
+   ``/api/status``, every kernel's ``last_activity``) for longer than the
+   offering's timeout, or older than ``max_age`` -- unless
+
+   * a kernel is busy (execution_state "busy"): keep;
+   * the GPU was active in the window: keep;
+   * the server holds a GPU and its GPU view is unknown (Prometheus down, too few
+     samples, no series): held back -- unknown never justifies a cull;
+   * its kernel view was needed and could not be read: held back.
+3. otherwise **reclaim** (keep the server, free GPU memory) on kinds listed in
+   ``reclaim_kinds``: shut down kernels idle longer than the kernel timeout while
+   the pod holds GPU memory -- held back when memory or activity is unknown, and
+   not while the GPU is active (by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from jupyterhub_idle_culler import format_td
+
+from .contract import KINDS, ServerOffering
+from .gpu_metrics import PodGpuView
+from .hub import ServerRecord
+from .kernels import KernelView
+
+DEFAULT_KIND_TIMEOUTS: Mapping[str, int] = {
+    "full": 30 * 60,
+    "mig": 60 * 60,
+    "shared": 2 * 60 * 60,
+    "vgpu": 60 * 60,
+    "custom": 60 * 60,
+    "cpu": 8 * 60 * 60,
+}
+
+STOP, RECLAIM, KEEP, HELD_BACK = "stop", "reclaim", "keep", "held_back"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the admin configured, as plain data. Timeouts in seconds; a timeout of
+    0 or less disables that action for that kind or offering."""
+
+    kind_timeouts: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_KIND_TIMEOUTS))
+    #: used for kinds absent from ``kind_timeouts``
+    default_timeout: int = 8 * 60 * 60
+    #: per offering slug; wins over the kind
+    offering_timeouts: Mapping[str, int] = field(default_factory=dict)
+    kernel_timeout: int = 30 * 60
+    offering_kernel_timeouts: Mapping[str, int] = field(default_factory=dict)
+    reclaim_kinds: frozenset[str] = frozenset({"shared", "custom"})
+    stop_kinds: frozenset[str] = frozenset(KINDS)
+    max_age: int = 0
+    #: a pod "holds GPU memory" from this many MiB (FB_USED) on
+    memory_held_mib: float = 64.0
+    require_kernel_view: bool = True
+    reclaim_connected_kernels: bool = True
+    gpu_activity_blocks_kernel_reclaim: bool = True
+    cull_default_servers: bool = True
+    cull_named_servers: bool = True
+
+    def timeout_for(self, offering: ServerOffering) -> int:
+        if offering.slug and offering.slug in self.offering_timeouts:
+            return int(self.offering_timeouts[offering.slug])
+        return int(self.kind_timeouts.get(offering.kind, self.default_timeout))
+
+    def kernel_timeout_for(self, offering: ServerOffering) -> int:
+        if offering.slug and offering.slug in self.offering_kernel_timeouts:
+            return int(self.offering_kernel_timeouts[offering.slug])
+        return int(self.kernel_timeout)
+
+
+@dataclass(frozen=True)
+class KernelAction:
+    kernel_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    #: "idle" or "max_age" when action is stop
+    stop_reason: str | None = None
+    shutdown: tuple[KernelAction, ...] = ()
+    reasons: tuple[str, ...] = ()
+    held_back: tuple[str, ...] = ()
+    memory_mib: float | None = None
+    inactive: timedelta | None = None
+
+    def summary(self) -> str:
+        parts = list(self.reasons)
+        if self.held_back:
+            parts.append("held back: " + "; ".join(self.held_back))
+        return "; ".join(parts)
+
+
+def last_seen(
+    server: ServerRecord, kernels: KernelView | None, gpu_last_active: datetime | None = None
+) -> datetime | None:
+    """Latest sign of life: hub activity (or start), the server's own status,
+    every kernel's activity, the last cycle that saw its GPU active."""
+    times = [server.last_activity or server.started, gpu_last_active]
+    if kernels is not None and kernels.ok:
+        times.append(kernels.server_last_activity)
+        times.extend(k.last_activity for k in kernels.kernels)
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def _stop_allowed(server: ServerRecord, policy: Policy) -> str | None:
+    """Why stopping this server is switched off by config, or None."""
+    if server.offering.kind not in policy.stop_kinds:
+        return f"stopping kind {server.offering.kind!r} is disabled (stop_kinds)"
+    if server.name and not policy.cull_named_servers:
+        return "culling named servers is disabled (cull_named_servers)"
+    if not server.name and not policy.cull_default_servers:
+        return "culling default servers is disabled (cull_default_servers)"
+    return None
+
+
+def _aged(server: ServerRecord, policy: Policy, now: datetime) -> bool:
+    return bool(
+        policy.max_age > 0
+        and server.started is not None
+        and (now - server.started).total_seconds() >= policy.max_age
+    )
+
+
+def _memory_held(gpu: PodGpuView | None, policy: Policy) -> bool:
+    return (
+        gpu is not None and gpu.memory_mib is not None and gpu.memory_mib >= policy.memory_held_mib
+    )
+
+
+@dataclass(frozen=True)
+class KernelMemo:
+    """What a server's kernel view said, reduced to the earliest times at which
+    asking again could lead to an action. Sound because activity only moves
+    forward: a kernel seen with last_activity L cannot be idle for T before L + T;
+    a kernel started later, not before ``checked_at`` + T; a busy kernel updates
+    its last_activity when it finishes."""
+
+    checked_at: datetime
+    #: None: no reclaim is possible on this server
+    earliest_reclaim: datetime | None
+    earliest_stop: datetime
+
+
+def kernel_memo(
+    kv: KernelView, checked_at: datetime, policy: Policy, offering: ServerOffering
+) -> KernelMemo | None:
+    if not kv.ok:
+        return None
+    earliest_reclaim = None
+    ktimeout = policy.kernel_timeout_for(offering)
+    if offering.kind in policy.reclaim_kinds and ktimeout > 0:
+        oldest = min([checked_at] + [k.last_activity or checked_at for k in kv.kernels])
+        earliest_reclaim = oldest + timedelta(seconds=ktimeout)
+    seen = [k.last_activity for k in kv.kernels if k.last_activity is not None]
+    if kv.server_last_activity is not None:
+        seen.append(kv.server_last_activity)
+    if kv.busy_kernels:
+        seen.append(checked_at)
+    timeout = policy.timeout_for(offering)
+    if seen and timeout > 0:
+        earliest_stop = max(seen) + timedelta(seconds=timeout)
+    else:
+        earliest_stop = checked_at  # nothing known: no deferral
+    return KernelMemo(checked_at, earliest_reclaim, earliest_stop)
+
+
+@dataclass(frozen=True)
+class KernelAsk:
+    """Which of a server's APIs to ask this cycle."""
+
+    kernels: bool = False
+    #: /api/status as well: only when a stop is possible (it adds the server's
+    #: non-kernel activity, which only a stop decision needs)
+    status: bool = False
+
+
+def plan_kernel_view(
+    server: ServerRecord,
+    gpu: PodGpuView | None,
+    policy: Policy,
+    now: datetime,
+    *,
+    custom_arbiter: bool = False,
+    gpu_last_active: datetime | None = None,
+    memo: KernelMemo | None = None,
+) -> KernelAsk:
+    """Whether asking the server's kernels could change this cycle's decision.
+
+    Hub activity is only ever *older* than the kernel view's, so a server that the
+    hub already shows active within its timeout cannot be stopped, whatever its
+    kernels say; a GPU server whose GPU view is active or unknown cannot be
+    stopped either. Kernels are then asked only when a reclaim is possible.
+    A :class:`KernelMemo` from an earlier cycle defers asking until an action
+    could be due.
+    """
+    o = server.offering
+    if not o.url or not server.ready or server.pending:
+        return KernelAsk()
+    if custom_arbiter:
+        return KernelAsk(True, True)
+    timeout = policy.timeout_for(o)
+    seen = last_seen(server, None, gpu_last_active)
+    hub_idle = timeout > 0 and seen is not None and (now - seen).total_seconds() >= timeout
+    if memo is not None and now < memo.earliest_stop:
+        hub_idle = False
+    aged = _aged(server, policy, now)
+    could_stop = (
+        (hub_idle or aged)
+        and _stop_allowed(server, policy) is None
+        and (not o.is_gpu or (gpu is not None and gpu.idle))
+    )
+    could_reclaim = (
+        o.kind in policy.reclaim_kinds
+        and policy.kernel_timeout_for(o) > 0
+        and _memory_held(gpu, policy)
+        and (gpu is not None and (gpu.idle or not policy.gpu_activity_blocks_kernel_reclaim))
+        and (memo is None or (memo.earliest_reclaim is not None and now >= memo.earliest_reclaim))
+    )
+    return KernelAsk(kernels=bool(could_stop or could_reclaim), status=bool(could_stop))
+
+
+def needs_kernel_view(
+    server: ServerRecord,
+    gpu: PodGpuView | None,
+    policy: Policy,
+    now: datetime,
+    **kw: object,
+) -> bool:
+    return plan_kernel_view(server, gpu, policy, now, **kw).kernels  # type: ignore[arg-type]
+
+
+def _kernel_words(kv: KernelView) -> str:
+    if not kv.kernels:
+        return "no kernels"
+    busy = kv.busy_kernels
+    if busy:
+        desc = ", ".join(f"{k.id[:8]} {k.execution_state}" for k in busy)
+        return f"{len(busy)} of {len(kv.kernels)} kernels busy ({desc})"
+    return f"{len(kv.kernels)} kernels, none busy"
+
+
+def decide(
+    server: ServerRecord,
+    kernels: KernelView | None,
+    gpu: PodGpuView | None,
+    policy: Policy,
+    now: datetime,
+    arbiter_idle: bool | None = None,
+    gpu_last_active: datetime | None = None,
+) -> Decision:
+    """Decide what to do with one server. ``gpu`` is None for servers without a
+    GPU; ``kernels`` None when they were not asked (see :func:`needs_kernel_view`);
+    ``arbiter_idle`` is a custom ``cull_arbiter_hook``'s answer, if one is set;
+    ``gpu_last_active`` the last time an earlier cycle saw the pod's GPU active
+    (so that activity older than the window still counts for the timeout)."""
+    o = server.offering
+    if server.pending:
+        return Decision(KEEP, reasons=(f"pending {server.pending}",))
+    if not server.ready:
+        return Decision(KEEP, reasons=("not ready",))
+
+    timeout = policy.timeout_for(o)
+    seen = last_seen(server, kernels, gpu_last_active)
+    inactive = now - seen if seen is not None else None
+    what = f"offering {o.slug!r}, kind {o.kind}" if o.slug else f"kind {o.kind}"
+    limit = format_td(timedelta(seconds=timeout)) if timeout > 0 else "never"
+    reasons = [f"inactive for {format_td(inactive)} (timeout {limit}, {what})"]
+    held: list[str] = []
+    vetoes: list[str] = []
+
+    if kernels is None:
+        reasons.append("kernels not asked" if o.url else "no kernel view (no direct url)")
+    elif kernels.ok:
+        reasons.append(_kernel_words(kernels))
+        if kernels.busy_kernels:
+            vetoes.append("a kernel is busy")
+    else:
+        reasons.append(f"kernel view unavailable ({kernels.error})")
+
+    memory = gpu.memory_mib if gpu is not None else None
+    if o.is_gpu:
+        if gpu is None:
+            gpu_words = "GPU view not asked"
+        else:
+            gpu_words = f"GPU {gpu.state}: {gpu.reason}"
+        reasons.append(gpu_words)
+        reasons.append(
+            f"GPU memory held {memory:.0f} MiB" if memory is not None else "GPU memory held unknown"
+        )
+        if gpu is not None and gpu.active:
+            vetoes.append("GPU active in the window")
+
+    # --- free the device: stop the server ---------------------------------
+    if arbiter_idle is not None:
+        time_idle = bool(arbiter_idle)
+    else:
+        time_idle = timeout > 0 and inactive is not None and inactive.total_seconds() >= timeout
+    aged = _aged(server, policy, now)
+    if time_idle or aged:
+        stop_reason = "idle" if time_idle else "max_age"
+        blocked = _stop_allowed(server, policy)
+        if aged and not time_idle:
+            reasons.append(f"older than max_age {format_td(timedelta(seconds=policy.max_age))}")
+        if vetoes:
+            pass  # a keep; the vetoes are in the reasons
+        elif blocked:
+            reasons.append(blocked)
+        elif o.is_gpu and (gpu is None or not gpu.idle):
+            held.append("no GPU-based cull without a known-idle GPU view")
+        elif o.url and policy.require_kernel_view and not (kernels is not None and kernels.ok):
+            held.append("no cull without the server's kernel view (require_kernel_view)")
+        else:
+            return Decision(
+                STOP,
+                stop_reason=stop_reason,
+                reasons=tuple(reasons),
+                memory_mib=memory,
+                inactive=inactive,
+            )
+
+    # --- reclaim memory, keep the server ----------------------------------
+    ktimeout = policy.kernel_timeout_for(o)
+    if o.kind in policy.reclaim_kinds and ktimeout > 0 and kernels is not None and kernels.ok:
+        idle_kernels = []
+        for k in kernels.kernels:
+            if not k.reclaimable or k.last_activity is None:
+                continue
+            idle_for = now - k.last_activity
+            if idle_for.total_seconds() < ktimeout:
+                continue
+            if k.connections and not policy.reclaim_connected_kernels:
+                continue
+            idle_kernels.append(
+                KernelAction(
+                    k.id,
+                    f"kernel {k.id[:8]} ({k.name}) idle for {format_td(idle_for)} "
+                    f"(kernel timeout {format_td(timedelta(seconds=ktimeout))}, "
+                    f"{k.connections} connections)",
+                )
+            )
+        if idle_kernels:
+            blocks = policy.gpu_activity_blocks_kernel_reclaim
+            if memory is None:
+                held.append("no kernel shutdown while GPU memory held is unknown")
+            elif memory < policy.memory_held_mib:
+                reasons.append(
+                    f"idle kernels hold no GPU memory worth reclaiming "
+                    f"({memory:.0f} < {policy.memory_held_mib:g} MiB)"
+                )
+            elif blocks and gpu is not None and gpu.active:
+                reasons.append("idle kernels kept: GPU active in the window")
+            elif blocks and (gpu is None or not gpu.idle):
+                held.append("no kernel shutdown while GPU activity is unknown")
+            else:
+                return Decision(
+                    RECLAIM,
+                    shutdown=tuple(idle_kernels),
+                    reasons=tuple(reasons + [a.reason for a in idle_kernels]),
+                    held_back=tuple(held),
+                    memory_mib=memory,
+                    inactive=inactive,
+                )
+
+    return Decision(
+        HELD_BACK if held else KEEP,
+        reasons=tuple(reasons),
+        held_back=tuple(held),
+        memory_mib=memory,
+        inactive=inactive,
+    )

@@ -1,0 +1,275 @@
+"""GPU view: one PromQL instant query per cycle over dcgm-exporter metrics, and the
+pure parsing of Prometheus' JSON answer into per-pod activity and memory.
+
+The query asks, for every notebook GPU series, in ONE expression:
+
+* ``max_over_time`` and ``count_over_time`` of ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``
+  (ratio 0-1; the only activity metric dcgm-exporter reports for MIG instances),
+* the same for ``DCGM_FI_DEV_GPU_UTIL`` (percent 0-100; whole GPUs only: it reads 0
+  on MIG instances, so it is never read as idleness there),
+* ``DCGM_FI_DEV_FB_USED`` now (MiB; instant selector, so a pod that is gone has no
+  series) and its ``count_over_time``.
+
+Each part is tagged with a ``gpuspawner_series="<metric>:<stat>"`` label through
+``label_replace(v, "gpuspawner_series", "...", "", "")`` so the parts stay distinct
+after the ``*_over_time`` functions drop the metric name, and they are joined with
+``or``.
+
+Rules (see docs/culler.md):
+
+* any sample above the activity threshold is activity, however few samples;
+* idleness needs at least ``min_samples`` samples in the window; otherwise the
+  device is *unknown*, and unknown never justifies a cull;
+* a pod is idle only when every one of its devices is known idle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+SERIES_LABEL = "gpuspawner_series"
+
+ACTIVE, IDLE, UNKNOWN = "active", "idle", "unknown"
+
+
+@dataclass(frozen=True)
+class GpuQuerySettings:
+    """How the GPU view is asked for and read."""
+
+    window_s: int = 600
+    #: extra PromQL label matchers, e.g. ``exported_namespace="jhub"``
+    selector: str = ""
+    min_samples: int = 4
+    #: GR_ENGINE_ACTIVE above this (ratio) is activity
+    engine_threshold: float = 0.0
+    #: GPU_UTIL above this (percent) is activity
+    util_threshold: float = 0.0
+    #: label names that carry the notebook pod's name/namespace, in order of preference
+    pod_labels: tuple[str, ...] = ("exported_pod", "pod")
+    namespace_labels: tuple[str, ...] = ("exported_namespace", "namespace")
+
+
+def _selector(metric: str, selector: str) -> str:
+    selector = selector.strip().strip("{}").strip()
+    return f"{metric}{{{selector}}}" if selector else metric
+
+
+def _tag(expr: str, metric: str, stat: str) -> str:
+    return f'label_replace({expr}, "{SERIES_LABEL}", "{metric}:{stat}", "", "")'
+
+
+def build_query(settings: GpuQuerySettings) -> str:
+    """The one PromQL expression asked each cycle."""
+    w = f"{int(settings.window_s)}s"
+    parts = []
+    for metric in (ENGINE, UTIL):
+        sel = _selector(metric, settings.selector)
+        parts.append(_tag(f"max_over_time({sel}[{w}])", metric, "max"))
+        parts.append(_tag(f"count_over_time({sel}[{w}])", metric, "count"))
+    sel = _selector(FB_USED, settings.selector)
+    parts.append(_tag(sel, FB_USED, "last"))
+    parts.append(_tag(f"count_over_time({sel}[{w}])", FB_USED, "count"))
+    return " or ".join(parts)
+
+
+@dataclass
+class DeviceReading:
+    """What the window says about one device (GPU or MIG instance) of one pod."""
+
+    device: str
+    mig: bool
+    engine_max: float | None = None
+    engine_samples: int = 0
+    util_max: float | None = None
+    util_samples: int = 0
+    memory_mib: float | None = None
+    memory_samples: int = 0
+
+    def update(self, metric: str, stat: str, value: float) -> None:
+        # duplicates (HA Prometheus pairs, several containers of one pod on one
+        # device) are merged with max: never invent activity, never hide it
+        def mx(old: float | None) -> float:
+            return value if old is None else max(old, value)
+
+        if metric == ENGINE and stat == "max":
+            self.engine_max = mx(self.engine_max)
+        elif metric == ENGINE and stat == "count":
+            self.engine_samples = max(self.engine_samples, int(value))
+        elif metric == UTIL and stat == "max":
+            self.util_max = mx(self.util_max)
+        elif metric == UTIL and stat == "count":
+            self.util_samples = max(self.util_samples, int(value))
+        elif metric == FB_USED and stat == "last":
+            self.memory_mib = mx(self.memory_mib)
+        elif metric == FB_USED and stat == "count":
+            self.memory_samples = max(self.memory_samples, int(value))
+
+    def classify(self, s: GpuQuerySettings) -> tuple[str, str]:
+        """(state, reason) for this device."""
+        use_util = not self.mig
+        if self.engine_max is not None and self.engine_max > s.engine_threshold:
+            return ACTIVE, f"{self.device}: GR_ENGINE_ACTIVE max {self.engine_max:.2f}"
+        if use_util and self.util_max is not None and self.util_max > s.util_threshold:
+            return ACTIVE, f"{self.device}: GPU_UTIL max {self.util_max:g}%"
+        if self.engine_max is not None and self.engine_samples >= s.min_samples:
+            return IDLE, (
+                f"{self.device}: GR_ENGINE_ACTIVE max {self.engine_max:.2f} "
+                f"({self.engine_samples} samples)"
+            )
+        if use_util and self.util_max is not None and self.util_samples >= s.min_samples:
+            return IDLE, (
+                f"{self.device}: GPU_UTIL max {self.util_max:g}% ({self.util_samples} samples)"
+            )
+        seen = f"GR_ENGINE_ACTIVE {self.engine_samples}/{s.min_samples} samples"
+        if use_util:
+            seen += f", GPU_UTIL {self.util_samples}/{s.min_samples}"
+        else:
+            seen += " (GPU_UTIL is not read on MIG instances)"
+        return UNKNOWN, f"{self.device}: too few samples ({seen})"
+
+    @property
+    def memory_known(self) -> bool:
+        return self.memory_mib is not None and self.memory_samples > 0
+
+
+@dataclass(frozen=True)
+class PodGpuView:
+    """Activity and memory of one pod's GPUs over the window."""
+
+    state: str
+    reason: str
+    #: sum of FB_USED over the pod's devices that report it (MiB), None if none do
+    memory_mib: float | None = None
+    devices: tuple[DeviceReading, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return self.state == ACTIVE
+
+    @property
+    def idle(self) -> bool:
+        return self.state == IDLE
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """The whole cycle's GPU view: per (namespace, pod)."""
+
+    available: bool
+    error: str | None = None
+    pods: Mapping[tuple[str, str], PodGpuView] = field(default_factory=dict)
+    window_s: int = 600
+
+    def for_pod(self, namespace: str | None, pod: str | None) -> PodGpuView:
+        if not self.available:
+            return PodGpuView(UNKNOWN, f"GPU view unavailable ({self.error})")
+        if not pod:
+            return PodGpuView(UNKNOWN, "the server's contract names no pod")
+        if namespace:
+            view = self.pods.get((namespace, pod)) or self.pods.get(("", pod))
+        else:
+            matches = [v for (ns, p), v in self.pods.items() if p == pod]
+            view = matches[0] if len(matches) == 1 else None
+        if view is None:
+            where = f"{namespace}/{pod}" if namespace else pod
+            return PodGpuView(UNKNOWN, f"no dcgm-exporter series for pod {where}")
+        return view
+
+
+def expect_devices(view: PodGpuView, expected: int | None) -> PodGpuView:
+    """A pod that should have ``expected`` devices but shows fewer is unknown (a
+    GPU whose series are missing could be busy), unless what it shows is active."""
+    if expected is None or view.active or not view.devices or len(view.devices) >= expected:
+        return view
+    return PodGpuView(
+        UNKNOWN,
+        f"series for {len(view.devices)} of its {expected} devices; {view.reason}",
+        view.memory_mib,
+        view.devices,
+    )
+
+
+def unavailable(error: str, window_s: int = 600) -> GpuView:
+    return GpuView(available=False, error=error, window_s=window_s)
+
+
+def _first(labels: Mapping[str, str], names: Iterable[str]) -> str:
+    for name in names:
+        value = labels.get(name)
+        if value:
+            return value
+    return ""
+
+
+def device_name(labels: Mapping[str, str]) -> tuple[str, bool]:
+    """A stable, readable device key and whether it is a MIG instance."""
+    host = labels.get("Hostname") or labels.get("hostname") or labels.get("instance", "")
+    # the index and the UUID together: UUIDs can be redacted or missing, and
+    # indexes repeat across nodes
+    parts = [host]
+    if labels.get("gpu"):
+        parts.append(f"gpu{labels['gpu']}")
+    parts.append(labels.get("UUID") or labels.get("pci_bus_id") or labels.get("device", "?"))
+    gi = labels.get("GPU_I_ID")
+    if gi:
+        profile = labels.get("GPU_I_PROFILE", "")
+        parts.append(f"mig{gi}{'(' + profile + ')' if profile else ''}")
+    return "/".join(parts), bool(gi)
+
+
+def summarize_pod(devices: list[DeviceReading], s: GpuQuerySettings) -> PodGpuView:
+    states = [d.classify(s) for d in devices]
+    known_mem = [d.memory_mib for d in devices if d.memory_known]
+    memory = sum(known_mem) if known_mem else None  # type: ignore[arg-type]
+    active = [r for st, r in states if st == ACTIVE]
+    unknown = [r for st, r in states if st == UNKNOWN]
+    if active:
+        return PodGpuView(ACTIVE, "; ".join(active), memory, tuple(devices))
+    if unknown:
+        return PodGpuView(UNKNOWN, "; ".join(unknown), memory, tuple(devices))
+    return PodGpuView(IDLE, "; ".join(r for _, r in states), memory, tuple(devices))
+
+
+def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
+    """Read Prometheus' ``/api/v1/query`` JSON answer to :func:`build_query`."""
+    if not isinstance(body, Mapping):
+        return unavailable("answer is not a JSON object", settings.window_s)
+    if body.get("status") != "success":
+        return unavailable(
+            f"prometheus said {body.get('errorType', 'error')}: {body.get('error', body)}",
+            settings.window_s,
+        )
+    data = body.get("data") or {}
+    if data.get("resultType") != "vector":
+        return unavailable(
+            f"expected a vector result, got {data.get('resultType')!r}", settings.window_s
+        )
+    per_pod: dict[tuple[str, str], dict[str, DeviceReading]] = {}
+    for item in data.get("result") or []:
+        labels = item.get("metric") or {}
+        tag = labels.get(SERIES_LABEL, "")
+        metric, _, stat = tag.partition(":")
+        pod = _first(labels, settings.pod_labels)
+        if not pod or not stat:
+            continue  # an unallocated device, or a series that is not ours
+        try:
+            value = float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if math.isnan(value):
+            continue
+        key = (_first(labels, settings.namespace_labels), pod)
+        name, mig = device_name(labels)
+        devices = per_pod.setdefault(key, {})
+        reading = devices.get(name)
+        if reading is None:
+            reading = devices[name] = DeviceReading(device=name, mig=mig)
+        reading.update(metric, stat, value)
+    pods = {key: summarize_pod(list(devs.values()), settings) for key, devs in per_pod.items()}
+    return GpuView(available=True, pods=pods, window_s=settings.window_s)

@@ -1,0 +1,129 @@
+"""The hub's REST API: paged user/server listing, stopping servers, deleting users.
+
+Follows jupyterhub-idle-culler 2.0 request for request (same endpoints, the
+``state`` filter, the pagination media type, ``{"remove": true}`` for named
+servers, 202 = slow to stop), so that it costs the hub no more calls than it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from tornado.httputil import url_concat
+
+from .contract import ServerOffering, parse_offering
+from .dates import parse_time
+from .transport import RequestFailed, Transport
+
+PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """One running (or pending) server, as listed by the hub."""
+
+    user: str
+    name: str
+    admin: bool
+    ready: bool
+    pending: str | None
+    started: datetime | None
+    last_activity: datetime | None
+    offering: ServerOffering
+    #: the raw server model, for ``cull_arbiter_hook``
+    model: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.user}/{self.name}" if self.name else self.user
+
+
+def server_record(user: Mapping[str, Any], name: str, server: Mapping[str, Any]) -> ServerRecord:
+    """Build a :class:`ServerRecord` from a hub user model and one of its servers."""
+    return ServerRecord(
+        user=user["name"],
+        name=name,
+        admin=bool(user.get("admin")),
+        ready=bool(server.get("ready", bool(server.get("url")))),
+        pending=server.get("pending"),
+        started=parse_time(server.get("started")),
+        last_activity=parse_time(server.get("last_activity")),
+        offering=parse_offering(server.get("user_options")),
+        model=server,
+    )
+
+
+class HubClient:
+    """JupyterHub REST API, as the culler service uses it."""
+
+    def __init__(self, api_url: str, token: str, transport: Transport, page_size: int = 0):
+        self.api_url = api_url.rstrip("/")
+        self.transport = transport
+        self.transport.headers["Authorization"] = f"token {token}"
+        self.page_size = page_size
+
+    async def info(self) -> dict[str, Any]:
+        return await self.transport.fetch_json(f"{self.api_url}/")
+
+    async def iter_users(self, state: str | None = "ready") -> AsyncIterator[dict[str, Any]]:
+        """Yield user models, page by page; the next page is asked for before the
+        current one is yielded (as jupyterhub-idle-culler does)."""
+        params = {}
+        if state:
+            params["state"] = state
+        if self.page_size:
+            params["limit"] = str(self.page_size)
+        url: str | None = url_concat(f"{self.api_url}/users", params)
+        headers = {"Accept": PAGINATION_MEDIA_TYPE}
+        pending = asyncio.ensure_future(self.transport.fetch_json(url, headers=headers))
+        while pending is not None:
+            model = await pending
+            pending = None
+            if isinstance(model, list):  # hub without pagination
+                items = model
+            else:
+                items = model.get("items", [])
+                nxt = (model.get("_pagination") or {}).get("next")
+                if nxt and nxt.get("url"):
+                    # the hub builds the next URL from the Host header it saw; keep
+                    # only its query, on our own API URL (right behind any proxy)
+                    query = urlsplit(nxt["url"]).query
+                    pending = asyncio.ensure_future(
+                        self.transport.fetch_json(f"{self.api_url}/users?{query}", headers=headers)
+                    )
+            try:
+                for item in items:
+                    yield item
+            except BaseException:
+                if pending is not None:
+                    pending.cancel()
+                raise
+
+    async def stop_server(self, user: str, server_name: str, remove: bool = False) -> str:
+        """Stop one server. Returns ``"stopped"``, ``"stopping"`` (202: slow to
+        stop) or ``"gone"`` (404: already stopped or removed)."""
+        body = None
+        if server_name:
+            url = (
+                f"{self.api_url}/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
+            )
+            if remove:
+                body = json.dumps({"remove": True})
+        else:
+            url = f"{self.api_url}/users/{quote(user, safe='')}/server"
+        try:
+            resp = await self.transport.fetch(url, "DELETE", body=body)
+        except RequestFailed as e:
+            if e.code == 404:
+                return "gone"
+            raise
+        return "stopping" if resp.code == 202 else "stopped"
+
+    async def delete_user(self, user: str) -> None:
+        await self.transport.fetch(f"{self.api_url}/users/{quote(user, safe='')}", "DELETE")

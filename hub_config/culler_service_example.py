@@ -1,0 +1,76 @@
+"""Example: gpuspawner's GPU-aware idle culler as a managed JupyterHub service.
+
+Add to ``jupyterhub_config.py`` (or, with zero-to-jupyterhub, to
+``hub.extraConfig`` -- and set ``cull.enabled: false`` there, so that the stock
+jupyterhub-idle-culler does not run beside it)::
+
+    exec(open("/etc/jupyterhub/culler_service_example.py").read())
+
+The hub starts the service, gives it a token (env ``JUPYTERHUB_API_TOKEN``) and
+the API URL (``JUPYTERHUB_API_URL``), and grants it the role below. See
+docs/culler.md for every option.
+
+Network: the service runs in the hub's pod. It must reach each notebook pod
+directly (z2jh's singleuser NetworkPolicy admits the hub pod, which carries
+``hub.jupyter.org/network-access-singleuser: "true"``) and Prometheus
+(add it to ``hub.networkPolicy.egress``).
+"""
+
+import sys
+
+c = get_config()  # noqa: F821  (provided by JupyterHub when it loads the config)
+
+#: The least the culler needs -- nothing else by default:
+#:   list:users           page through users (GET /hub/api/users?state=ready)
+#:   read:users:activity  users' and servers' last_activity
+#:   read:servers         server models, with user_options (the spawner's offering)
+#:   delete:servers       stop idle servers
+#:   access:servers       the kernel view: GET/DELETE /api/kernels on each server
+#: Add "admin:users" only with --cull-users (deleting users).
+GPU_CULLER_SCOPES = [
+    "list:users",
+    "read:users:activity",
+    "read:servers",
+    "delete:servers",
+    "access:servers",
+]
+
+c.JupyterHub.services.append(
+    {
+        "name": "gpu-culler",
+        "command": [
+            sys.executable,
+            "-m",
+            "gpuspawner.culler",
+            # dcgm-exporter's metrics, through Prometheus' HTTP API
+            "--prometheus-url=http://prometheus-server.monitoring.svc.cluster.local",
+            # Prometheus scraped dcgm-exporter through a ServiceMonitor: the
+            # notebook pod's labels are exported_pod / exported_namespace
+            '--prometheus-selector=exported_namespace="jhub"',
+            "--cull-every=120",
+            "--gpu-window=600",
+            # per kind (defaults: full 30 min, mig 1 h, shared 2 h, vgpu 1 h, custom 1 h)
+            "--kind-timeout=full=1800",
+            "--kind-timeout=shared=7200",
+            # plain CPU servers (no gpuspawner offering): 8 hours
+            "--timeout=28800",
+            # idle kernels holding memory on shared GPUs
+            "--kernel-timeout=1800",
+            # start with --dry-run, read the log for a day, then remove it
+            "--dry-run",
+        ],
+        # the culler serves its own Prometheus metrics on this address, at
+        # /services/gpu-culler/metrics (through the proxy) and /metrics
+        "url": "http://127.0.0.1:10101",
+        "display": False,
+    }
+)
+
+c.JupyterHub.load_roles.append(
+    {
+        "name": "gpu-culler",
+        "description": "gpuspawner's GPU-aware idle culler",
+        "scopes": list(GPU_CULLER_SCOPES),
+        "services": ["gpu-culler"],
+    }
+)

@@ -1,0 +1,33 @@
+"""Fixtures for the culler's tests (tests/culler only)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+if str(HERE) not in sys.path:  # culler_fakes, culler_hub (works under any import mode)
+    sys.path.insert(0, str(HERE))
+
+from culler_fakes import TSDB  # noqa: E402
+
+
+@pytest.fixture
+def tsdb() -> TSDB:
+    return TSDB()
+
+
+@pytest.fixture
+def now() -> datetime:
+    return datetime(2026, 5, 4, 12, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def culler_log() -> logging.Logger:
+    log = logging.getLogger("test.gpuspawner.culler")
+    log.setLevel(logging.DEBUG)
+    return log

@@ -1,0 +1,101 @@
+"""The traitlets application: upstream options kept, ours added, the example's role."""
+
+from pathlib import Path
+
+import pytest
+from traitlets.config import Config
+
+from gpuspawner.culler import REQUIRED_SCOPES, GpuCuller
+from gpuspawner.culler.decide import DEFAULT_KIND_TIMEOUTS
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "hub_config" / "culler_service_example.py"
+
+
+def app(argv, config=None):
+    a = GpuCuller(config=config) if config else GpuCuller()
+    a.initialize(argv)
+    return a
+
+
+def test_defaults_are_the_issue_s():
+    a = app([])
+    p = a.policy()
+    assert {k: p.kind_timeouts[k] for k in ("full", "mig", "shared", "vgpu", "custom")} == {
+        "full": 1800,
+        "mig": 3600,
+        "shared": 7200,
+        "vgpu": 3600,
+        "custom": 3600,
+    }
+    assert p.default_timeout == DEFAULT_KIND_TIMEOUTS["cpu"] == 8 * 3600
+    assert not a.dry_run and not a.cull_users
+
+
+def test_upstream_flags_and_ours_on_the_command_line():
+    a = app(
+        [
+            "--timeout=600",
+            "--cull-every=30",
+            "--max-age=7200",
+            "--concurrency=3",
+            "--api-page-size=100",
+            "--remove-named-servers=true",
+            "--dry-run",
+            "--kind-timeout",
+            "mig=60",
+            "--kind-timeout",
+            "full=0",
+            "--offering-timeout",
+            "t4-shared=86400",
+            "--kernel-timeout=900",
+            "--prometheus-url=http://prom:9090",
+            "--gpu-window=300",
+            "--metrics-port=9901",
+        ]
+    )
+    p = a.policy()
+    assert (a.cull_every, a.max_age, a.concurrency, a.api_page_size) == (30, 7200, 3, 100)
+    assert a.remove_named_servers and a.dry_run
+    assert p.kind_timeouts["mig"] == 60 and p.kind_timeouts["full"] == 0
+    assert p.kind_timeouts["shared"] == 7200  # merged over the defaults
+    assert p.default_timeout == 600 and p.offering_timeouts == {"t4-shared": 86400}
+    assert p.kernel_timeout == 900 and a.gpu_settings().window_s == 300
+    assert a.prometheus_url == "http://prom:9090" and a.metrics_port == 9901
+
+
+def test_idle_culler_config_section_still_applies():
+    c = Config()
+    c.IdleCuller.timeout = 1234
+    c.IdleCuller.cull_users = True
+    a = app([], config=c)
+    assert a.timeout == 1234 and a.cull_users
+
+
+def test_example_service_registers_the_minimal_role():
+    c = Config()
+    c.JupyterHub.services = []
+    c.JupyterHub.load_roles = []
+    exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"), {"get_config": lambda: c})
+    [svc] = c.JupyterHub.services
+    [role] = c.JupyterHub.load_roles
+    assert svc["name"] == "gpu-culler" and svc["command"][1:3] == ["-m", "gpuspawner.culler"]
+    assert role["services"] == ["gpu-culler"]
+    assert sorted(role["scopes"]) == sorted(REQUIRED_SCOPES)
+    assert "admin:users" not in role["scopes"] and "admin:servers" not in role["scopes"]
+    # every flag in the example parses
+    a = app(svc["command"][3:])
+    assert a.dry_run and a.prometheus_selector == 'exported_namespace="jhub"'
+
+
+def test_missing_url_or_token_fails_fast(monkeypatch, capsys):
+    monkeypatch.delenv("JUPYTERHUB_API_URL", raising=False)
+    monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
+    a = GpuCuller()
+    a.initialize([])
+    a.url = None
+    assert "no hub API URL" in a.config_problem()
+    with pytest.raises(SystemExit) as e:
+        a.start()
+    assert e.value.code == 2
+    a.url = "http://127.0.0.1:8081/hub/api"
+    assert "no API token" in a.config_problem()

@@ -1,0 +1,492 @@
+"""The culler against a REAL JupyterHub (subprocess, real configurable-http-proxy,
+sqlite), REAL single-user servers (jupyterhub-singleuser) with REAL ipykernel
+kernels, and a fake Prometheus answering in Prometheus' JSON shape with series
+labelled like the dcgm-exporter reference scrapes.
+
+One hub for the module. The hub's last_activity is made "hours old" by running
+the culler with its clock 3 hours ahead (its timeouts stay the defaults:
+full 30 min, mig 1 h, shared 2 h -> 4 h for the t4-shared offering here, cpu 8 h).
+Each test first puts the servers it needs in the state it needs, so tests can run
+alone or in any order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+import pytest
+import pytest_asyncio
+from culler_fakes import (
+    H100_MIG,
+    MIXED_LOWER,
+    SHARED_A100,
+    FakePrometheus,
+    FaultyProxy,
+    as_exported,
+    free_port,
+    template,
+)
+from culler_hub import Hub, Jupyter
+from jupyterhub_idle_culler import utcnow
+from tornado.httpclient import AsyncHTTPClient
+
+from gpuspawner.culler import GpuCuller
+from gpuspawner.culler.cycle import Culler
+from gpuspawner.culler.decide import HELD_BACK, KEEP, RECLAIM, STOP
+from gpuspawner.culler.gpu_metrics import ENGINE, FB_USED, UTIL
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+SKEW = timedelta(hours=3)
+OFFERING = {  # user -> offering slug (the test spawner maps slugs to kinds)
+    "bea": "a100-80gb",  # full, busy kernel
+    "gil": "a100-mig-1g.10gb",  # mig, GPU active
+    "sam": "t4-shared",  # shared, idle kernel holding memory
+    "mia": "a100-mig-1g.10gb",  # mig, idle
+    "fay": "a100-80gb",  # full, idle
+    "val": "a10-24q",  # vgpu, named server "train", idle
+    "ned": "a100-80gb-unreachable",  # full, its kernel API cannot be reached
+    "cal": None,  # plain server, no gpuspawner contract
+}
+NAMED = {"val": "train"}
+
+SPAWNER = """
+from jupyterhub.spawner import SimpleLocalProcessSpawner
+
+OFFERINGS = {"a100-80gb": "full", "a100-mig-1g.10gb": "mig", "t4-shared": "shared",
+             "a10-24q": "vgpu", "a100-80gb-unreachable": "full"}
+RESOURCES = {"full": {"nvidia.com/gpu": "1"}, "mig": {"nvidia.com/mig-1g.10gb": "1"},
+             "shared": {"nvidia.com/gpu.shared": "1"}, "vgpu": {"nvidia.com/gpu": "1"}}
+
+
+class ContractSpawner(SimpleLocalProcessSpawner):
+    '''Fills user_options["gpuspawner"] as GPUSpawner does (the culler's contract).'''
+
+    async def start(self):
+        ip, port = await super().start()
+        slug = self.user_options.get("offering")
+        kind = OFFERINGS.get(slug)
+        if kind:
+            pod = "jupyter-" + self.user.name + ("--" + self.name if self.name else "")
+            url_port = UNREACHABLE_PORT if slug.endswith("unreachable") else port
+            opts = dict(self.user_options)
+            opts["gpuspawner"] = {
+                "offering": slug, "kind": kind, "resources": RESOURCES[kind],
+                "pod": pod, "namespace": "jhub",
+                "url": f"http://{ip}:{url_port}{self.server.base_url}",
+            }
+            self.user_options = opts
+        return ip, port
+
+
+c.JupyterHub.spawner_class = ContractSpawner
+c.SimpleLocalProcessSpawner.home_dir_template = str(TMP / "home" / "{username}")
+c.Spawner.cmd = [str(VENV_BIN / "jupyterhub-singleuser")]
+c.Spawner.args = ["--allow-root"]
+c.Spawner.environment = {"JUPYTERHUB_ACTIVITY_INTERVAL": "3600"}
+
+# the culler service and its role exactly as hub_config/culler_service_example.py
+# registers them; only its command is pointed at this test's fake Prometheus
+exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"))
+svc = next(s for s in c.JupyterHub.services if s["name"] == "gpu-culler")
+svc["command"] = svc["command"][:3] + [
+    "--dry-run", "--cull-every=2", "--prometheus-url=" + PROM_URL,
+    "--kind-timeout=mig=1", "--kind-timeout=full=1", "--log-level=DEBUG",
+]
+svc["url"] = "http://127.0.0.1:%d" % METRICS_PORT
+svc["environment"] = {"PYTHONPATH": str(REPO)}
+role = next(r for r in c.JupyterHub.load_roles if r["name"] == "gpu-culler")
+# the in-process cullers of the tests get the same role under their own name
+role["services"].append("gpu-culler-test")
+c.JupyterHub.services.append({"name": "gpu-culler-test", "api_token": CULLER_TOKEN})
+"""
+
+
+class Env:
+    hub: Hub
+    prom: FakePrometheus
+    faulty: FaultyProxy
+
+
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def env(tmp_path_factory):
+    e = Env()
+    e.prom = FakePrometheus()
+    e.prom.start()
+    extra = (
+        f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {free_port()}\n"
+        f"UNREACHABLE_PORT = {free_port()}\n" + SPAWNER
+    )
+    e.hub = Hub(tmp_path_factory.mktemp("hub"), extra)
+    await e.hub.start()
+    e.faulty = FaultyProxy(f"http://127.0.0.1:{e.hub.hub_port}")
+    e.faulty.start()
+    await e.hub.create_users(list(OFFERING))
+    await asyncio.gather(*(ensure_running(e, u) for u in OFFERING))
+    try:
+        yield e
+    finally:
+        e.faulty.stop()
+        e.prom.stop()
+        await e.hub.stop()
+
+
+# -- helpers -------------------------------------------------------------------------
+async def ensure_running(e: Env, user: str) -> dict:
+    name = NAMED.get(user, "")
+    s = await e.hub.server(user, name)
+    if s and s.get("ready"):
+        return s
+    opts = {"offering": OFFERING[user]} if OFFERING[user] else {}
+    return await e.hub.spawn(user, opts, name=name)
+
+
+def jupyter(e: Env, server: dict) -> Jupyter:
+    return Jupyter(server["user_options"]["gpuspawner"]["url"], e.hub.admin_token)
+
+
+async def ensure_kernel(e: Env, user: str, state: str) -> tuple[Jupyter, str]:
+    """A kernel in `state` ("idle" or "busy") on the user's server."""
+    j = jupyter(e, await ensure_running(e, user))
+    for k in await j.kernels():
+        if k["execution_state"] == state:
+            return j, k["id"]
+    kid = await j.start_kernel()
+    if state == "busy":
+        await j.execute(kid, "import time; time.sleep(900)", wait_idle=False)
+    else:  # ran a cell, then nobody came back
+        await j.execute(kid, "x = sum(range(10))", wait_idle=True)
+    await j.wait_state(kid, state)
+    return j, kid
+
+
+MIG_T = template(H100_MIG, ENGINE, 0)  # H100 MIG, Hostname
+A30_MIG_T = template(MIXED_LOWER, "DCGM_FI_DEV_FB_FREE", 1)  # A30 MIG, lowercase hostname
+RTX_T = template(MIXED_LOWER, "DCGM_FI_DEV_FB_FREE", 0)  # whole GPU, no PROF metrics
+A100_T = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k != "vgpu"}
+SHARED_T = template(SHARED_A100, FB_USED, 1)  # shared, vgpu index label
+
+
+def gpu(e: Env, user: str, tmpl: dict, *, engine=None, util=None, fb=None, exported=False):
+    pod = "jupyter-" + user + (f"--{NAMED[user]}" if user in NAMED else "")
+    labels = dict(tmpl, pod=pod, namespace="jhub", container="notebook")
+    if exported:
+        labels = as_exported(labels)
+    e.prom.tsdb.drop(pod=pod)
+    e.prom.tsdb.drop(exported_pod=pod)
+    for metric, value in ((ENGINE, engine), (UTIL, util), (FB_USED, fb)):
+        if value is not None:
+            e.prom.tsdb.add_scrapes(
+                metric, labels, [0.0] * 39 + [value] if metric == ENGINE else [value] * 40
+            )
+
+
+def gpus_as_designed(e: Env) -> None:
+    e.prom.mode = "ok"
+    gpu(e, "bea", A100_T, engine=0.0, fb=9000.0)
+    gpu(e, "gil", MIG_T, engine=0.6, exported=True)  # MIG: no FB rows (issue 512)
+    gpu(e, "sam", SHARED_T, engine=0.0, fb=6000.0)
+    gpu(e, "mia", A30_MIG_T, engine=0.0, fb=5000.0, exported=True)
+    gpu(e, "fay", RTX_T, util=0.0, fb=7000.0)  # GPU_UTIL fallback
+    gpu(e, "val", A100_T, engine=0.0, fb=2000.0)
+    gpu(e, "ned", A100_T, engine=0.0, fb=1000.0)
+
+
+def culler(e: Env, *argv: str, hub_url: str | None = None) -> tuple[Culler, Records]:
+    app = GpuCuller()
+    app.initialize(
+        [
+            f"--url={hub_url or e.hub.api_url}",
+            f"--prometheus-url={e.prom.url}",
+            "--offering-timeout",
+            "t4-shared=14400",
+            f"--GpuCuller.api_token={e.hub.culler_token}",
+            "--GpuCuller.retry_base_delay=0.05",
+            "--GpuCuller.retry_max_delay=0.2",
+            "--GpuCuller.server_request_timeout=5",
+            *argv,
+        ]
+    )
+    rec = Records()
+    app.log.addHandler(rec)
+    app.log.setLevel(logging.DEBUG)
+    c = app.make_culler()
+    c.clock = lambda: utcnow() + SKEW
+    return c, rec
+
+
+async def running(e: Env, user: str) -> bool:
+    s = await e.hub.server(user, NAMED.get(user, ""))
+    return bool(s and s.get("ready"))
+
+
+def outcome(report, user):
+    o = report.outcome(user, NAMED.get(user, ""))
+    assert o is not None, f"{user} not in the cycle: {[x.server.label for x in report.outcomes]}"
+    return o
+
+
+# -- scenarios ------------------------------------------------------------------------------
+async def test_dry_run_changes_nothing(env):
+    await asyncio.gather(*(ensure_running(env, u) for u in OFFERING))
+    _, busy = await ensure_kernel(env, "bea", "busy")
+    sam, idle = await ensure_kernel(env, "sam", "idle")
+    gpus_as_designed(env)
+    c, log = culler(env, "--dry-run")
+    report = await c.cycle()
+    # it decided as a real run would...
+    for user in ("mia", "fay", "val"):
+        assert outcome(report, user).decision.action == STOP
+    assert outcome(report, "sam").decision.action == RECLAIM
+    assert "DRY RUN: would stop server mia [mig a100-mig-1g.10gb]" in log.text()
+    assert "DRY RUN: would shut down 1 idle kernel(s) of sam" in log.text()
+    # ...and changed nothing
+    for user in OFFERING:
+        assert await running(env, user), user
+    assert idle in {k["id"] for k in await sam.kernels()}
+    assert (
+        c.metrics.value("gpuspawner_culler_server_stops_total", {"reason": "idle", "kind": "mig"})
+        == 0
+    )
+    assert (
+        c.metrics.value(
+            "gpuspawner_culler_decisions_total",
+            {"decision": "stop", "kind": "mig", "dry_run": "true"},
+        )
+        == 1
+    )
+    assert not any(r.result.stopped or r.result.kernels_shut_down for r in report.outcomes)
+
+
+async def test_busy_kernel_with_hours_of_hub_inactivity_is_not_culled(env):
+    j, kid = await ensure_kernel(env, "bea", "busy")
+    gpus_as_designed(env)
+    c, log = culler(env)
+    report = await c.cycle()
+    o = outcome(report, "bea")
+    assert o.decision.action == KEEP
+    assert o.decision.inactive > timedelta(hours=2)  # hub and kernel activity are old...
+    assert "1 of 1 kernels busy" in o.decision.summary()  # ...but the kernel is busy
+    assert "GPU idle" in o.decision.summary()
+    assert await running(env, "bea")
+    assert {k["id"]: k["execution_state"] for k in await j.kernels()}[kid] == "busy"
+    assert "keeping bea [full a100-80gb]" in log.text()
+
+
+async def test_gpu_active_without_http_activity_is_not_culled(env):
+    await ensure_running(env, "gil")
+    gpus_as_designed(env)
+    c, _ = culler(env)
+    report = await c.cycle()
+    o = outcome(report, "gil")
+    assert o.decision.action == KEEP
+    assert "GR_ENGINE_ACTIVE max 0.60" in o.decision.summary()
+    assert o.kernel_view is None  # the GPU alone decided: the server was not even asked
+    assert await running(env, "gil")
+
+
+async def test_idle_kernel_holding_memory_on_shared_gpu_is_shut_down_server_kept(env):
+    j, idle = await ensure_kernel(env, "sam", "idle")
+    gpus_as_designed(env)
+    c, log = culler(env)
+    report = await c.cycle()
+    o = outcome(report, "sam")
+    assert o.decision.action == RECLAIM
+    assert o.result.kernels_shut_down == [idle]
+    assert idle not in {k["id"] for k in await j.kernels()}
+    assert await running(env, "sam")
+    assert (
+        c.metrics.value(
+            "gpuspawner_culler_kernel_shutdowns_total", {"reason": "idle", "kind": "shared"}
+        )
+        == 1
+    )
+    assert "GPU memory held 6000 MiB" in o.decision.summary()
+    # dcgm-exporter then sees the memory freed: counted as reclaimed in the next cycle
+    gpu(env, "sam", SHARED_T, engine=0.0, fb=400.0)
+    report = await c.cycle()
+    assert report.reclaimed_mib == {"sam": 5600.0}
+    assert (
+        c.metrics.value(
+            "gpuspawner_culler_gpu_memory_reclaimed_mib_total",
+            {"action": "kernel_shutdown", "kind": "shared"},
+        )
+        == 5600.0
+    )
+    assert "6000 MiB -> 400 MiB after kernel shutdown" in log.text()
+
+
+async def test_idle_mig_whole_gpu_and_vgpu_servers_past_timeout_are_stopped(env):
+    await asyncio.gather(*(ensure_running(env, u) for u in ("mia", "fay", "val", "cal")))
+    gpus_as_designed(env)
+    c, log = culler(env)
+    before = c.metrics.value("gpuspawner_culler_requests_total", {"target": "prometheus"})
+    report = await c.cycle()
+    # ONE Prometheus request for the whole cycle
+    assert (
+        c.metrics.value("gpuspawner_culler_requests_total", {"target": "prometheus"}) - before == 1
+    )
+    for user, kind in (("mia", "mig"), ("fay", "full"), ("val", "vgpu")):
+        o = outcome(report, user)
+        assert o.decision.action == STOP, o.decision.summary()
+        assert o.result.stopped in ("stopped", "stopping")
+        assert (
+            c.metrics.value(
+                "gpuspawner_culler_server_stops_total", {"reason": "idle", "kind": kind}
+            )
+            == 1
+        )
+    for user in ("mia", "fay", "val"):
+        await env.hub.wait_stopped(user, NAMED.get(user, ""))
+    assert "GPU_UTIL max 0%" in outcome(report, "fay").decision.summary()
+    assert (
+        c.metrics.value(
+            "gpuspawner_culler_gpu_memory_reclaimed_mib_total",
+            {"action": "server_stop", "kind": "mig"},
+        )
+        == 5000.0
+    )
+    # a plain server within its 8 h is left alone
+    assert outcome(report, "cal").decision.action == KEEP and await running(env, "cal")
+    assert "stop server val/train [vgpu a10-24q] (idle)" in log.text()
+
+
+async def test_unreachable_kernel_api_holds_back(env):
+    await ensure_running(env, "ned")
+    gpus_as_designed(env)
+    c, log = culler(env)
+    report = await c.cycle()
+    o = outcome(report, "ned")
+    assert o.decision.action == HELD_BACK
+    assert "kernel view unavailable" in o.decision.summary()
+    assert c.metrics.value("gpuspawner_culler_errors_total", {"source": "server"}) >= 1
+    assert await running(env, "ned")
+
+
+async def test_prometheus_down_no_gpu_cull_then_resumes(env):
+    await asyncio.gather(*(ensure_running(env, u) for u in ("mia", "cal")))
+    sam, idle = await ensure_kernel(env, "sam", "idle")
+    gpus_as_designed(env)
+    env.prom.mode = "down"
+    c, log = culler(env, "--timeout=3600")  # plain servers: 1 h
+    report = await c.cycle()
+    assert not report.gpu_view.available
+    o = outcome(report, "mia")
+    assert o.decision.action == HELD_BACK
+    assert "no GPU-based cull without a known-idle GPU view" in o.decision.summary()
+    assert "GPU view unavailable" in log.text()
+    assert await running(env, "mia")
+    assert idle in {k["id"] for k in await sam.kernels()}  # no memory view, no shutdown
+    # hub signals alone still stop the plain server
+    assert outcome(report, "cal").decision.action == STOP
+    await env.hub.wait_stopped("cal")
+    assert c.metrics.value("gpuspawner_culler_gpu_view_up") == 0
+    assert c.metrics.value("gpuspawner_culler_errors_total", {"source": "prometheus"}) == 1
+    # Prometheus answers again: decisions resume
+    env.prom.mode = "ok"
+    report = await c.cycle()
+    assert outcome(report, "mia").decision.action == STOP
+    await env.hub.wait_stopped("mia")
+    assert c.metrics.value("gpuspawner_culler_gpu_view_up") == 1
+
+
+async def test_prometheus_slow_is_timed_out(env):
+    await ensure_running(env, "mia")
+    gpus_as_designed(env)
+    env.prom.mode, env.prom.slow_s = "slow", 5
+    try:
+        c, _ = culler(env, "--GpuCuller.prometheus_request_timeout=0.3", "--GpuCuller.retries=2")
+        report = await c.cycle()
+    finally:
+        env.prom.mode = "ok"
+    assert not report.gpu_view.available and "599" in report.gpu_view.error
+    assert outcome(report, "mia").decision.action == HELD_BACK
+
+
+async def test_hub_failing_slow_or_flaky_never_crashes_and_resumes(env):
+    await ensure_running(env, "mia")
+    gpus_as_designed(env)
+    c, log = culler(env, "--GpuCuller.hub_request_timeout=0.5", hub_url=env.faulty.url + "/hub/api")
+    for mode in ("fail", "slow"):
+        env.faulty.mode, env.faulty.slow_s = mode, 3
+        report = await c.cycle()
+        assert report.hub_error and not report.outcomes, mode
+    assert c.metrics.value("gpuspawner_culler_errors_total", {"source": "hub"}) == 2
+    assert "listing the hub's servers failed" in log.text()
+    assert await running(env, "mia")
+    # one failed request, then the hub answers: retried with backoff within the cycle
+    env.faulty.mode, env.faulty.flaky_left = "flaky", 1
+    try:
+        report = await c.cycle()
+    finally:
+        env.faulty.mode = "ok"
+    assert report.hub_error is None
+    assert outcome(report, "mia").decision.action == STOP
+    await env.hub.wait_stopped("mia")
+
+
+async def test_managed_service_from_the_example_runs_dry_and_serves_metrics(env):
+    """The hub itself runs `python -m gpuspawner.culler` as the example registers it
+    (with --dry-run and 1 s timeouts for mig and full): it decides, stops nothing,
+    and serves its metrics through the proxy."""
+    await asyncio.gather(*(ensure_running(env, u) for u in ("mia", "fay")))
+    gpus_as_designed(env)
+    client = AsyncHTTPClient()
+    url = env.hub.public_url + "/services/gpu-culler/metrics"
+    text = ""
+    for _ in range(120):
+        try:
+            text = (await client.fetch(url, request_timeout=5)).body.decode()
+        except Exception:
+            text = ""
+        if 'decision="stop",dry_run="true",kind="mig"' in text:
+            break
+        await asyncio.sleep(0.5)
+    assert 'decision="stop",dry_run="true",kind="mig"' in text, text[-2000:]
+    # nothing was done: no stop and no kernel shutdown was ever counted
+    assert "gpuspawner_culler_server_stops_total{" not in text
+    assert "gpuspawner_culler_kernel_shutdowns_total{" not in text
+    assert "gpuspawner_culler_cycle_duration_seconds_count" in text
+    assert await running(env, "mia") and await running(env, "fay")
+    log = env.hub.log_text()
+    assert "DRY RUN: would stop server mia" in log
+    # its token is the hub-managed service's, and it never stopped anything
+    assert "(gpu-culler@" in log
+    assert not any("DELETE" in line and "(gpu-culler@" in line for line in log.splitlines())
+
+
+async def test_users_are_only_deleted_when_configured(env):
+    # no server; her last activity (reported as a server would) "hours" old to the culler
+    await env.hub.create_users(["uma"])
+    await env.hub.api(
+        "POST",
+        "/users/uma/activity",
+        {"last_activity": utcnow().isoformat().replace("+00:00", "Z")},
+    )
+    env.prom.tsdb.clear()  # no GPU view: GPU servers are held back, whatever ran before
+    c, log = culler(env)
+    await c.cycle()
+    assert "uma" not in log.text()
+    c, log = culler(env, "--cull-users=true", "--dry-run", "--timeout=3600")
+    report = await c.cycle()
+    assert "DRY RUN: would delete user uma" in log.text() and not report.users_deleted
+    # the example's role has no admin:users: a real deletion is refused, logged, survived
+    c, log = culler(env, "--cull-users=true", "--timeout=3600", "--GpuCuller.stop_kinds=full")
+    report = await c.cycle()
+    assert "could not delete user uma" in log.text() and "403" in log.text()
+    assert c.metrics.value("gpuspawner_culler_errors_total", {"source": "hub"}) >= 1
+    assert (await env.hub.user("uma"))["name"] == "uma"
