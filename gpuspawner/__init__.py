@@ -2,11 +2,15 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["GPUSpawner", "__version__"]
+__all__ = ["GPUSpawner", "check_config", "__version__"]
 
 
 def __getattr__(name: str):
     # Import lazily: the pure core (offerings, discovery, ...) must not need KubeSpawner.
+    if name == "check_config":
+        from .checks import check_config
+
+        return check_config
     if name == "GPUSpawner":
         from .spawner import GPUSpawner
 

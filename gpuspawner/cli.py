@@ -96,12 +96,14 @@ def _config_from_file(path: str):
 
 
 def _catalog_config(config) -> "Any":
+    """The catalog settings of a loaded config; ValueError listing every problem in it."""
     from .catalog import CatalogConfig
+    from .checks import config_problems, gpuspawner_section
 
-    section: dict[str, Any] = {}
-    for name in ("KubeSpawner", "GPUSpawner"):
-        if config is not None and name in config:
-            section.update(config[name])
+    section = gpuspawner_section(config)
+    problems = config_problems(section)
+    if problems:
+        raise ValueError("the GPUSpawner settings are wrong:\n  - " + "\n  - ".join(problems))
     kwargs = {}
     for trait, field in (
         ("offerings", "offerings"),

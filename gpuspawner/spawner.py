@@ -16,20 +16,21 @@ import copy
 import time
 from datetime import datetime
 from typing import Any, AsyncIterator
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from markupsafe import Markup
 
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
-from traitlets import Bool, Dict, Float, Integer, List, Unicode, TraitError, validate
+from traitlets import Bool, Dict, Float, Integer, List, Unicode
 
 from . import metrics
-from .admission import ADMIT, QUEUE, REFUSE, WARN, Held, Quotas, admit, check_quota, units_held, validate_quota
+from .admission import ADMIT, QUEUE, REFUSE, WARN, Held, Quotas, admit, check_quota, units_held
+from .checks import config_problems
 from .catalog import CatalogConfig, build_catalog
 from .choice import RECORD_KEY, Choice, ChoiceError, parse_choice
 from .inventory import Inventory
-from .offerings import ADMISSION_POLICIES, Offering, OfferingConfigError
+from .offerings import Offering, OfferingConfigError
 from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
 from .form import COUNT_FIELD, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
 from .page import default_choice, option_views
@@ -173,49 +174,10 @@ class GPUSpawner(KubeSpawner):
         help="Seconds a spawn waits for the GPU inventory's first sync before it counts without it.",
     ).tag(config=True)
 
-    @validate("user_quota")
-    def _validate_user_quota(self, proposal):
-        try:
-            return validate_quota(proposal["value"], "c.GPUSpawner.user_quota")
-        except ValueError as exc:
-            raise TraitError(str(exc)) from None
-
-    @validate("group_quotas")
-    def _validate_group_quotas(self, proposal):
-        try:
-            return {g: validate_quota(q, f"c.GPUSpawner.group_quotas[{g!r}]") for g, q in proposal["value"].items()}
-        except ValueError as exc:
-            raise TraitError(str(exc)) from None
-
-    @validate("site_timezone")
-    def _validate_timezone(self, proposal):
-        try:
-            ZoneInfo(proposal["value"])
-        except (ZoneInfoNotFoundError, ValueError):
-            raise TraitError(f"c.GPUSpawner.site_timezone: unknown time zone {proposal['value']!r}; use a name like 'Europe/Zurich'") from None
-        return proposal["value"]
-
-    @validate("admission")
-    def _validate_admission(self, proposal):
-        if proposal["value"] not in ADMISSION_POLICIES:
-            raise TraitError(f"c.GPUSpawner.admission must be one of {list(ADMISSION_POLICIES)}, got {proposal['value']!r}")
-        return proposal["value"]
-
-    @validate("offerings")
-    def _validate_offerings(self, proposal):
-        try:
-            CatalogConfig(offerings=proposal["value"]).configured()
-        except OfferingConfigError as exc:
-            raise TraitError(str(exc)) from None
-        return proposal["value"]
-
-    @validate("offering_overrides")
-    def _validate_overrides(self, proposal):
-        try:
-            CatalogConfig(overrides=proposal["value"]).configured()
-        except OfferingConfigError as exc:
-            raise TraitError(str(exc)) from None
-        return proposal["value"]
+    def config_problems(self) -> list[str]:
+        """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.checks`)."""
+        names = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
+        return config_problems({name: getattr(self, name) for name in names})
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -250,7 +212,13 @@ class GPUSpawner(KubeSpawner):
         return Inventory.shared(self.api, self.vgpu_class_labels)
 
     async def catalog(self) -> list[Offering]:
-        """Every offering this hub has now (configured + discovered), in display order."""
+        """Every offering this hub has now (configured + discovered), in display order.
+
+        Raises OfferingConfigError (logged; users see a short message) if the settings are wrong.
+        """
+        problems = self.config_problems()
+        if problems:
+            raise OfferingConfigError("; ".join(problems))
         inventory = self.inventory
         if not inventory.ready and not await inventory.wait_ready(self.inventory_ready_timeout):
             self.log.warning("GPU inventory not synced (%s); offering what is known", inventory.last_error or "starting")
@@ -342,7 +310,7 @@ class GPUSpawner(KubeSpawner):
         return self._gpu_options_from_form
 
     def now(self) -> datetime:
-        return datetime.now(ZoneInfo(self.site_timezone))
+        return datetime.now(ZoneInfo(self.site_timezone))  # checked by catalog() before any use
 
     async def _render_gpu_form(self, spawner: "GPUSpawner | None" = None) -> str:
         """The spawn page's GPU choice (and KubeSpawner's profile choice beside it, if configured)."""

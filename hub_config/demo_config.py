@@ -123,3 +123,8 @@ if os.environ.get("GPUSPAWNER_DEMO_API_TOKEN"):  # an admin API token the tests 
     c.JupyterHub.load_roles.append({"name": "e2e-admin", "scopes": ["admin:users", "admin:servers", "read:metrics"], "services": ["e2e-admin"]})
 if os.environ.get("GPUSPAWNER_DEMO_EXTRA_CONFIG"):
     load_subconfig(os.environ["GPUSPAWNER_DEMO_EXTRA_CONFIG"])  # noqa: F821
+
+# ---------------------------------------------------------------- refuse to start with a broken GPU config
+from gpuspawner import check_config  # noqa: E402
+
+check_config(c)

@@ -196,8 +196,26 @@ async def test_restricted_offering_is_refused_like_an_unknown_one(devcluster, ku
         await member.stop(now=True)
 
 
-def test_a_broken_offering_config_names_the_entry_and_field(devcluster, namespace):
-    from traitlets import TraitError
+async def test_a_broken_offering_config_is_named_and_never_a_server_error(devcluster, kube, namespace):
+    from traitlets.config import Config
 
-    with pytest.raises(TraitError, match=r"offerings\[1\] \(slug 'b'\): field 'profile'"):
-        make_spawner(devcluster, namespace, offerings=[{"slug": "a", "kind": "cpu"}, {"slug": "b", "kind": "mig", "profile": "huge"}])
+    from gpuspawner import check_config
+    from gpuspawner.checks import GPUSpawnerConfigError
+
+    broken = [{"slug": "a", "kind": "cpu"}, {"slug": "b", "kind": "mig", "profile": "huge"}]
+    # At hub start-up: check_config(c) at the end of jupyterhub_config.py stops the hub.
+    config = Config()
+    config.GPUSpawner.offerings = broken
+    config.GPUSpawner.user_quota = {"gpus": 2}
+    with pytest.raises(GPUSpawnerConfigError) as info:
+        check_config(config)
+    assert "offerings[1] (slug 'b'): field 'profile'" in str(info.value)
+    assert "user_quota: unknown key 'gpus'" in str(info.value)
+    # Without it, the spawner still never fails with a server error: users get a short message.
+    spawner = make_spawner(devcluster, namespace, offerings=broken)
+    assert any("field 'profile'" in p for p in spawner.config_problems())
+    spawner.user_options = {"offering": "a"}
+    with pytest.raises(ChoiceError, match="misconfigured; please tell your administrator"):
+        await spawner.start()
+    assert "misconfigured" in await spawner._render_gpu_form()
+    assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"] == []

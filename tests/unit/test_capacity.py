@@ -289,6 +289,7 @@ def test_standard_nodes_with_pods_everywhere():
         "mig-nvidia-a100-sxm4-40gb-2g-10gb": 1,
         "mig-nvidia-a100-sxm4-40gb-3g-20gb": 0,
         "gpu-nvidia-h100-80gb-hbm3": 2,
+        "gpu-nvidia-tesla-a100": 1,
         "vgpu-vgpu-type-v100-8g-8gb": 1,
         "vgpu-nvidia-a10-24q": 1,
     }

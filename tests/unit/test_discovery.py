@@ -589,6 +589,7 @@ def test_standard_nodes_offerings_in_display_order():
         ("mig", "mig-gke-nvidia-tesla-a100-1g-5gb"),
         ("mig", "mig-nvidia-a100-sxm4-40gb-2g-10gb"),
         ("mig", "mig-nvidia-a100-sxm4-40gb-3g-20gb"),
+        ("full", "gpu-nvidia-tesla-a100"),  # GKE publishes no memory label: sorts first
         ("full", "gpu-nvidia-h100-80gb-hbm3"),
         ("vgpu", "vgpu-vgpu-type-v100-8g-8gb"),
         ("vgpu", "vgpu-nvidia-a10-24q"),
@@ -606,6 +607,7 @@ def test_standard_nodes_every_offering_counts_exactly_its_nodes():
         "mig-nvidia-a100-sxm4-40gb-2g-10gb": (1, ("gpu-a100-mig",)),
         "mig-nvidia-a100-sxm4-40gb-3g-20gb": (1, ("gpu-a100-mig",)),
         "gpu-nvidia-h100-80gb-hbm3": (8, ("gpu-h100-8x",)),
+        "gpu-nvidia-tesla-a100": (1, ("gke-a100-whole",)),  # not the partitioned GKE node
         "vgpu-vgpu-type-v100-8g-8gb": (1, ("gpu-v100-vgpu-class",)),
         "vgpu-nvidia-a10-24q": (1, ("gpu-a10-vgpu",)),
     }

@@ -607,7 +607,7 @@ def test_catalog_from_standard_nodes_with_overrides_and_cpu():
     assert by["gpu-nvidia-h100-80gb-hbm3"].groups == ("hpc",)
     assert by["gpu-nvidia-h100-80gb-hbm3"].counts == (1, 2)
     assert by["vgpu-nvidia-a10-24q"].hidden is True
-    assert len(slugs) == len(set(slugs)) == 12  # cpu + bitfusion + 10 discovered
+    assert len(slugs) == len(set(slugs)) == 13  # cpu + bitfusion + 11 discovered
 
 
 def test_catalog_without_discovery_or_cpu_is_an_error():

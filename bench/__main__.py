@@ -1,0 +1,25 @@
+"""Run every benchmark once, small enough for a 2-core machine: `python -m bench` (make bench).
+
+Each prints its own side-by-side ratios; run a module by itself for its options and full sizes.
+"""
+
+import subprocess
+import sys
+
+RUNS = [
+    ["-m", "bench.inventory_bench"],
+    ["-m", "bench.failfast_bench"],
+    ["-m", "bench.culler_bench", "--servers", "200"],
+]
+
+
+def main() -> int:
+    status = 0
+    for args in RUNS:
+        print(f"\n$ python {' '.join(args)}", flush=True)
+        status |= subprocess.call([sys.executable, *args])
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
