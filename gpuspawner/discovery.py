@@ -247,38 +247,14 @@ def _plain_gpu(facts: NodeFacts, product: str | None, class_labels: tuple[str, .
     if labels.get(VGPU_PRESENT_LABEL) == "true" and product:
         match = _VGPU_PROFILE.match(product)
         name = f"{product_name(match.group('gpu'))} vGPU {match.group('profile')}" if match else f"{product_name(product)} vGPU"
-        yield Offering(
-            slug=_slug("vgpu", product),
-            kind=Kind.VGPU,
-            display_name=name,
-            description=f"A virtual GPU of profile {product} on a vGPU guest node.",
-            resources={GPU: 1},
-            node_selector={VGPU_PRESENT_LABEL: "true", PRODUCT_LABEL: product},
-            tolerations=tolerations,
-            product=product,
-            memory_mib=memory_mib(labels.get(MEMORY_LABEL)),
-            compute_share="a vGPU time slice of the physical GPU",
-            isolation=Isolation.VM,
-            source="discovered",
-        )
+        yield _vgpu(_slug("vgpu", product), name, f"A virtual GPU of profile {product} on a vGPU guest node.",
+                    {VGPU_PRESENT_LABEL: "true", PRODUCT_LABEL: product}, labels, product, tolerations)
         return
     for key in class_labels:
         if labels.get(key):
             value = labels[key]
-            yield Offering(
-                slug=_slug("vgpu", key, value),
-                kind=Kind.VGPU,
-                display_name=f"vGPU class {value}",
-                description=f"Nodes of the site's vGPU class {key}={value}.",
-                resources={GPU: 1},
-                node_selector={key: value},
-                tolerations=tolerations,
-                product=product,
-                memory_mib=memory_mib(labels.get(MEMORY_LABEL)),
-                compute_share="a vGPU slice of the physical GPU",
-                isolation=Isolation.VM,
-                source="discovered",
-            )
+            yield _vgpu(_slug("vgpu", key, value), f"vGPU class {value}", f"Nodes of the site's vGPU class {key}={value}.",
+                        {key: value}, labels, product, tolerations)
             return
     name = product_name(product) if product else (product_name(accelerator) if accelerator else "GPU")
     selector = {PRODUCT_LABEL: product} if product else ({GKE_ACCELERATOR_LABEL: accelerator} if accelerator else {})
@@ -297,6 +273,24 @@ def _plain_gpu(facts: NodeFacts, product: str | None, class_labels: tuple[str, .
         memory_mib=memory_mib(labels.get(MEMORY_LABEL)),
         compute_share="all of its compute",
         isolation=Isolation.EXCLUSIVE,
+        source="discovered",
+    )
+
+
+def _vgpu(slug: str, name: str, description: str, selector: dict, labels: Mapping[str, str], product: str | None, tolerations) -> Offering:
+    """A vGPU node class: a guest's vGPU profile, or a site's own class label."""
+    return Offering(
+        slug=slug,
+        kind=Kind.VGPU,
+        display_name=name,
+        description=description,
+        resources={GPU: 1},
+        node_selector=selector,
+        tolerations=tolerations,
+        product=product,
+        memory_mib=memory_mib(labels.get(MEMORY_LABEL)),
+        compute_share="a vGPU slice of the physical GPU",
+        isolation=Isolation.VM,
         source="discovered",
     )
 

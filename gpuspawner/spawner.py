@@ -298,7 +298,7 @@ class GPUSpawner(KubeSpawner):
             "resources": {k: str(v) for k, v in offering.limits_for(self.choice.count).items()},
             "pod": self.pod_name,
             "namespace": self.namespace,
-            "url": url,
+            "url": url or getattr(self, "_record_url", None),
         }
 
     # ------------------------------------------------------------------ the spawn page
@@ -479,7 +479,8 @@ class GPUSpawner(KubeSpawner):
             watch.cancel()
             self.inventory.index.release(self._reservation_key)
         if self.choice is not None:
-            record = self.record(url=f"{url.rstrip('/')}{self.server.base_url}" if url else None)
+            self._record_url = f"{url.rstrip('/')}{self.server.base_url}" if url else None
+            record = self.record()
             self.user_options = {**self.user_options, RECORD_KEY: record}
             if self.orm_spawner is not None:
                 # The hub's REST API serves orm_spawner.user_options; the hub commits after start returns.
@@ -537,9 +538,11 @@ class GPUSpawner(KubeSpawner):
     # ------------------------------------------------------------------ state
 
     def get_state(self) -> dict[str, Any]:
+        """KubeSpawner's state plus what this server holds (kept across hub restarts)."""
         state = super().get_state()
-        if self.choice is not None:
-            state[RECORD_KEY] = self.record()
+        record = self.record() if self.choice is not None else getattr(self, "_saved_record", None)
+        if record:
+            state[RECORD_KEY] = record
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -550,4 +553,5 @@ class GPUSpawner(KubeSpawner):
         super().clear_state()
         self.choice = None
         self._saved_record = None
+        self._record_url = None
 
