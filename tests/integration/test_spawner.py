@@ -219,3 +219,29 @@ async def test_a_broken_offering_config_is_named_and_never_a_server_error(devclu
         await spawner.start()
     assert "misconfigured" in await spawner._render_gpu_form()
     assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"] == []
+
+
+async def test_kubespawner_image_choice_works_beside_the_gpu_choice(devcluster, namespace):
+    profiles = [
+        {"display_name": "Python", "slug": "python", "default": True,
+         "kubespawner_override": {"image": "quay.io/jupyter/scipy-notebook:2025-11-17"}},
+        {"display_name": "PyTorch", "slug": "pytorch",
+         "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-11-17"}},
+    ]
+    spawner = make_spawner(devcluster, namespace)
+    spawner.profile_list = profiles
+    form = await spawner._render_gpu_form()
+    assert 'name="offering"' in form and 'value="pytorch"' in form  # both choices on one page
+    options = await spawner._gpu_options_from_form(
+        {"offering": ["mig-nvidia-a100-sxm4-40gb-2g-10gb"], "profile": ["pytorch"], "_xsrf": ["x"], "evil": ["<b>"]}
+    )
+    assert options == {"profile": "pytorch", "offering": "mig-nvidia-a100-sxm4-40gb-2g-10gb", "count": 1}
+    spawner.user_options = options
+    await spawner.start()
+    try:
+        pod = await pod_of(spawner)
+        container = pod["spec"]["containers"][0]
+        assert container["image"] == "quay.io/jupyter/pytorch-notebook:cuda12-2025-11-17"
+        assert container["resources"]["limits"]["nvidia.com/mig-2g.10gb"] == "1"
+    finally:
+        await spawner.stop(now=True)
