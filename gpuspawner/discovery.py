@@ -307,7 +307,7 @@ def _mig(
         slug=_slug("mig", *( [slug_hint] if slug_hint else []), product, profile),
         kind=Kind.MIG,
         display_name=f"{name} · MIG {profile}" + (f" ({pool})" if pool else ""),
-        description=f"A MIG slice {profile} of an {name}: its own memory and compute, isolated in hardware.",
+        description=f"A MIG slice {profile} of {_a(name)}: its own memory and compute, isolated in hardware.",
         resources={resource: 1},
         node_selector={k: v for k, v in selector.items() if v},
         tolerations=tolerations,
@@ -332,11 +332,11 @@ def _shared(labels: Mapping[str, str], product: str | None, resource: str, selec
     isolation = Isolation.PARTIAL if strategy == "mps" else Isolation.NONE
     if strategy == "mps":
         memory = total // replicas if total and replicas else None  # MPS caps each client's memory
-        description = f"{share} of an {name} through MPS: a memory limit of your own, compute shared with others."
+        description = f"{share} of {_a(name)} through MPS: a memory limit of your own, compute shared with others."
     else:
         memory = total  # time-slicing does not split memory: all of it is shared
         description = (
-            f"{share} of an {name} by time-slicing. Memory is not isolated: "
+            f"{share} of {_a(name)} by time-slicing. Memory is not isolated: "
             "other users' notebooks share the same GPU memory, and one can starve the others."
         )
     return Offering(
@@ -353,6 +353,11 @@ def _shared(labels: Mapping[str, str], product: str | None, resource: str, selec
         isolation=isolation,
         source="discovered",
     )
+
+
+def _a(name: str) -> str:
+    """"an A100", "an H100", "an L4", "a Tesla T4": letters said with a vowel sound take "an"."""
+    return f"{'an' if name[:1].upper() in 'AEFHILMNORSX' else 'a'} {name}"
 
 
 def _int(value: str | None) -> int | None:

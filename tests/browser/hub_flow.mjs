@@ -56,7 +56,7 @@ try {
   out.scripts_in_options = await page.$$eval(".gs-option script, .gs-option img", (n) => n.length);
   await shot("spawn-page-1280", 1280);
   const top = join(env.SCREENSHOTS, `${PREFIX}-spawn-page-top.png`);
-  await page.screenshot({ path: top, clip: { x: 0, y: 0, width: 1280, height: 1650 } });
+  await page.screenshot({ path: top, fullPage: true, clip: { x: 0, y: 0, width: 1280, height: 1650 } });
   out.screenshots.push(top);
   await shot("spawn-page-375", 375);
   await page.setViewportSize({ width: 1280, height: 900 });
