@@ -35,6 +35,7 @@ LABEL_KIND = "gpuspawner.io/kind"
 #: MIG or ``.shared`` request still needs this to land on a ``nvidia.com/gpu``-tainted node.
 DEFAULT_GPU_TOLERATION: Mapping[str, str] = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 
+LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
@@ -246,7 +247,7 @@ _COMMON_FIELDS = {
     "slug", "kind", "display_name", "description", "resources", "counts", "node_selector",
     "tolerations", "extra_tolerations", "env", "labels", "annotations", "command_prefix",
     "product", "memory_mib", "compute_share", "isolation", "groups", "users", "hidden",
-    "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes", "windows",
+    "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes", "windows", "absent_labels",
 }
 ADMISSION_POLICIES = ("block", "warn", "queue")
 _KIND_FIELDS = {
@@ -374,6 +375,7 @@ def offering_from_config(raw: Any, index: int) -> Offering:
       resources                   {"nvidia.com/gpu": 1} per unit; limits = requests
       counts                      whole GPUs only: the counts a user may pick, e.g. [1, 2, 4]
       node_selector               {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+      absent_labels               labels a node must NOT have, e.g. ["cloud.google.com/gke-gpu-partition-size"]
       tolerations                 replaces the default nvidia.com/gpu Exists/NoSchedule toleration
       extra_tolerations           added to it (AKS: sku=gpu, some sites: node-role.kubernetes.io/gpu)
       env, labels, annotations    added to the pod (never NVIDIA_VISIBLE_DEVICES: the device plugin's job)
@@ -417,6 +419,10 @@ def offering_from_config(raw: Any, index: int) -> Offering:
     product = entry.text("product")
     resources = entry.resources()
     selector = entry.str_map("node_selector") if "node_selector" in raw else None
+    for key, value in (selector or {}).items():
+        if not LABEL_VALUE_RE.match(value):
+            raise entry.fail("node_selector", f"has {key}={value!r}, which is not a valid label value "
+                             "(at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)")
     counts = tuple(entry.positive_int("counts", c) for c in _as_list(entry, "counts", [1]))
     if kind is not Kind.FULL and counts != (1,):
         raise entry.fail("counts", f"applies to whole GPUs only; a {kind.value} offering is always exactly 1 unit")
@@ -458,6 +464,7 @@ def offering_from_config(raw: Any, index: int) -> Offering:
         resources=resources,
         counts=tuple(sorted(set(counts))),
         node_selector=selector,
+        absent_labels=entry.str_list("absent_labels"),
         tolerations=tolerations,
         env=entry.str_map("env"),
         labels=entry.str_map("labels"),

@@ -407,6 +407,10 @@ class GPUSpawner(KubeSpawner):
         offering, count = choice.offering, choice.count
         self._gpu_messages = []
         self._expect_wait = False
+        closed = window_state(offering.windows, self.now())
+        if closed:  # every kind, also those without a Kubernetes resource (e.g. a Bitfusion wrapper)
+            metrics.refused(offering, "window")
+            raise SpawnRefused(f"{offering.display_name} is {closed}.")
         if not offering.resources:
             return
         catalog = {o.slug: o for o in await self.catalog()}
@@ -417,10 +421,6 @@ class GPUSpawner(KubeSpawner):
         if quota.action == REFUSE:
             metrics.refused(offering, "quota")
             raise SpawnRefused(quota.message)
-        closed = window_state(offering.windows, self.now())
-        if closed:
-            metrics.refused(offering, "window")
-            raise SpawnRefused(f"{offering.display_name} is {closed}.")
         index = self.inventory.index
         others = [(o, index.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
         decision = admit(offering, count, index.availability(offering), self.admission, others)

@@ -186,3 +186,17 @@ async def test_inventory_recovers_after_api_server_and_etcd_restart(devcluster, 
         "the changes made around the outage", timeout=60,
     )
     assert inventory.ready and inventory.relists["pods"] > relists_before
+
+
+async def test_time_window_is_enforced_for_every_kind_on_api_starts(devcluster, kube, namespace):
+    from datetime import datetime, timezone
+
+    other_day = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[(datetime.now(timezone.utc).weekday() + 3) % 7]
+    offerings = [{"slug": "bitfusion-night", "kind": "custom", "display_name": "Remote half GPU",
+                  "command_prefix": ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"],
+                  "windows": [f"{other_day} 00:00-24:00"]}]
+    spawner = make_spawner(devcluster, namespace, offerings=offerings, site_timezone="UTC")
+    spawner.user_options = {"offering": "bitfusion-night"}  # a REST API start: no form in between
+    with pytest.raises(SpawnRefused, match=rf"Remote half GPU is only available {other_day} 00:00-24:00 \(UTC\)"):
+        await spawner.start()
+    assert pods(kube, namespace) == []

@@ -1,0 +1,24 @@
+{{/* The hub's namespace: hub.namespace, else this release's namespace. */}}
+{{- define "gpuspawner.hubNamespace" -}}
+{{- default .Release.Namespace .Values.hub.namespace -}}
+{{- end -}}
+
+{{/* Name of the ClusterRole and its binding: gpuspawner:<namespace>:<serviceaccount>. */}}
+{{- define "gpuspawner.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride -}}
+{{- else -}}
+{{- printf "gpuspawner:%s:%s" (include "gpuspawner.hubNamespace" .) .Values.hub.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuspawner.labels" -}}
+app.kubernetes.io/name: gpuspawner
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/component: hub-rbac
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+{{- range $key, $value := .Values.commonLabels }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
+{{- end -}}
