@@ -159,6 +159,15 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
+    stop_outside_window = Bool(
+        False,
+        help="""
+        Stop a running server when its offering's time window closes (e.g. a whole GPU taken
+        at night, still running at 07:00). Off by default: a window only limits new spawns.
+        The hub notices within its `c.JupyterHub.last_activity_interval`/poll interval.
+        """,
+    ).tag(config=True)
+
     hide_forbidden_offerings = Bool(
         False,
         help="Hide offerings a user may not use, instead of showing them disabled with the reason.",
@@ -505,6 +514,18 @@ class GPUSpawner(KubeSpawner):
                 metrics.refused(offering, "unschedulable")
                 head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."
                 return f"{head} The scheduler says: {scheduler_says}"
+
+    async def poll(self):
+        """KubeSpawner's poll; with ``stop_outside_window``, a server past its window counts as done."""
+        status = await super().poll()
+        if status is None and self.stop_outside_window:
+            slug = self.choice.offering.slug if self.choice else (getattr(self, "_saved_record", None) or {}).get("offering")
+            offering = next((o for o in await self.catalog() if o.slug == slug), None) if slug else None
+            closed = window_state(offering.windows, self.now()) if offering else ""
+            if closed:
+                self.log.info("%s: %s is %s now; stopping the server (stop_outside_window)", self._log_name, offering.slug, closed)
+                return 0  # the hub then stops it as a server that has exited
+        return status
 
     async def stop(self, now: bool = False):
         self.inventory.index.release(self._reservation_key)

@@ -245,3 +245,23 @@ async def test_kubespawner_image_choice_works_beside_the_gpu_choice(devcluster, 
         assert container["resources"]["limits"]["nvidia.com/mig-2g.10gb"] == "1"
     finally:
         await spawner.stop(now=True)
+
+
+async def test_a_running_server_is_stopped_by_a_closing_window_only_when_configured(devcluster, namespace):
+    from datetime import datetime, timedelta, timezone
+    from urllib.parse import urlparse
+
+    today = datetime.now(timezone.utc)
+    day = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[today.weekday()]
+    offerings = [{"slug": "night-h100", "kind": "full", "product": "NVIDIA-H100-80GB-HBM3", "windows": [f"{day} 00:00-24:00"]}]
+    for configured in (False, True):
+        spawner = make_spawner(devcluster, namespace, offerings=offerings, site_timezone="UTC", stop_outside_window=configured)
+        spawner.user_options = {"offering": "night-h100"}
+        url = urlparse(await spawner.start())
+        spawner.server.ip, spawner.server.port = url.hostname, url.port  # as the hub records it
+        try:
+            assert await spawner.poll() is None  # inside the window
+            spawner.now = lambda: today + timedelta(days=1)  # the window has closed
+            assert await spawner.poll() == (0 if configured else None)
+        finally:
+            await spawner.stop(now=True)
