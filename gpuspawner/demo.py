@@ -4,7 +4,8 @@
 
 Starts the devcluster (building it once), puts some GPU pods of another team on
 it, runs the local pod runner (so spawned pods become real JupyterLab servers on
-their pod IPs) and JupyterHub with hub_config/demo_config.py behind a real
+their pod IPs), simulated dcgm-exporter telemetry behind Prometheus' query API
+(for the GPU culler: there is no GPU here) and JupyterHub with hub_config/demo_config.py behind a real
 configurable-http-proxy, then prints the URL and who to log in as. Ctrl-C stops
 everything and removes the scratch folder.
 """
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .devcluster.cluster import DevCluster, KubeHTTP
+from .devcluster.fakedcgm import SimulatedDCGM
 from .devcluster.podrunner import PodRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +54,7 @@ class Demo:
     cluster: DevCluster
     runner: PodRunner
     hub: subprocess.Popen
+    telemetry: SimulatedDCGM
 
 
 def _free_port() -> int:
@@ -95,6 +98,7 @@ def running_demo(
     state = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
     cluster = DevCluster(state / "cluster")
     runner = None
+    telemetry = None
     hub = None
     try:
         cluster.up(log=(lambda m: None) if quiet else print)
@@ -103,6 +107,8 @@ def running_demo(
         seed_other_team(kube)
         runner = PodRunner(kube, root=state / "pods")
         runner.start()
+        telemetry = SimulatedDCGM(kube, step=5.0)  # no GPU here: dcgm-exporter's samples, simulated
+        telemetry.start()
         env = {
             **os.environ,
             **cluster.env(),
@@ -112,6 +118,7 @@ def running_demo(
             "GPUSPAWNER_DEMO_PROXY_API_PORT": str(_free_port()),
             "GPUSPAWNER_DEMO_NAMESPACE": NAMESPACE,
             "GPUSPAWNER_DEMO_CULLER": "1" if culler else "0",
+            "GPUSPAWNER_DEMO_PROMETHEUS_URL": telemetry.url,
             **(extra_env or {}),
         }
         log_file = state / "jupyterhub.log"
@@ -123,7 +130,7 @@ def running_demo(
             )
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/hub/health", 90, hub, log_file)
-        yield Demo(url=url, api_url=f"{url}/hub/api", state=state, cluster=cluster, runner=runner, hub=hub)
+        yield Demo(url=url, api_url=f"{url}/hub/api", state=state, cluster=cluster, runner=runner, hub=hub, telemetry=telemetry)
     finally:
         if hub is not None and hub.poll() is None:
             os.killpg(hub.pid, signal.SIGTERM)  # the hub stops the proxy and its services
@@ -135,6 +142,8 @@ def running_demo(
         _end_proxy(state / "proxy.pid")
         if runner is not None:
             runner.stop()
+        if telemetry is not None:
+            telemetry.stop()
         cluster.down(quiet=True)
         shutil.rmtree(state, ignore_errors=True)
 

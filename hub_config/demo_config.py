@@ -95,7 +95,12 @@ c.GPUSpawner.offering_overrides = {
 }
 
 # ---------------------------------------------------------------- the GPU-aware culler
-# Short timeouts so that a visitor can watch it work (see docs/culler.md).
+# Short timeouts so that a visitor can watch it work; the end-to-end tests shorten them further.
+CULLER_TIMING = os.environ.get("GPUSPAWNER_DEMO_CULLER_ARGS", "").split() or [
+    "--cull-every=30", "--timeout=900", "--kernel-timeout=300",
+    "--kind-timeout=full=300", "--kind-timeout=mig=600", "--kind-timeout=shared=900",
+    "--gpu-window=120", "--gpu-min-samples=4",
+]
 c.JupyterHub.load_roles = []
 c.JupyterHub.services = []
 if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
@@ -111,8 +116,9 @@ if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
             "name": "gpu-culler",
             "command": [
                 sys.executable, "-m", "gpuspawner.culler",
-                "--cull-every=30", "--timeout=900", "--kernel-timeout=300",
-                "--kind-timeout=full=300", "--kind-timeout=mig=600", "--kind-timeout=shared=900",
+                # The demo's GPU telemetry (simulated dcgm-exporter samples, Prometheus' query API).
+                f"--prometheus-url={os.environ.get('GPUSPAWNER_DEMO_PROMETHEUS_URL', 'http://127.0.0.1:9090')}",
+                *CULLER_TIMING,
             ],
         }
     )

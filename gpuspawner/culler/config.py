@@ -478,12 +478,19 @@ class GpuCuller(IdleCuller):
             ip, port, prefix = self.metrics_ip, self.metrics_port, "/"
         elif os.environ.get("JUPYTERHUB_SERVICE_URL"):
             u = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
-            ip, port = u.hostname or "", u.port or 80
+            # The hub hands services without a url "http://127.0.0.1:0/": nowhere to serve.
+            if not u.port:
+                return None
+            ip, port = u.hostname or "", u.port
             prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
         else:
             return None
         server = HTTPServer(make_metrics_app(culler.metrics, prefix))
-        server.listen(port, ip)
+        try:
+            server.listen(port, ip)
+        except OSError as exc:  # metrics are not worth a crash: the culling goes on
+            self.log.error("cannot serve metrics on %s:%s (%s); culling without them", ip, port, exc)
+            return None
         self.log.info("serving metrics at http://%s:%s%smetrics", ip or "*", port, prefix)
         return server
 
