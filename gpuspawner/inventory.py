@@ -115,7 +115,6 @@ class ClusterIndex:
         self.tracked: dict[str, _OfferingRows] = {}
         self._node_offers: dict[str, list[tuple[Offering, int]]] = {}
         self._discovered: list[Offering] | None = []
-        self.events = 0
 
     # ------------------------------------------------------------------ reads
 
@@ -133,9 +132,6 @@ class ClusterIndex:
         if rows is None or rows.offering != offering:
             rows = self._track(offering)
         return rows.availability()
-
-    def held_by_user(self, user: str) -> list[PodFacts]:
-        return [p for p in self.pods.values() if p.user == user and p.offering]
 
     # ------------------------------------------------------------------ writes
 
@@ -163,7 +159,6 @@ class ClusterIndex:
             self._track(self.tracked[slug].offering)
 
     def node_event(self, kind: str, raw: Mapping[str, Any]) -> None:
-        self.events += 1
         name = (raw.get("metadata") or {}).get("name", "")
         old_slugs = {o.slug for o, _ in self._node_offers.get(name, ())}
         if kind == "DELETED":
@@ -185,7 +180,6 @@ class ClusterIndex:
         self._refresh_node(name)
 
     def pod_event(self, kind: str, raw: Mapping[str, Any]) -> None:
-        self.events += 1
         key = pod_key(raw)
         old = self.pods.pop(key, None)
         new = None if kind == "DELETED" else PodFacts.from_pod(raw)

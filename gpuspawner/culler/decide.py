@@ -231,16 +231,6 @@ def plan_kernel_view(
     return KernelAsk(kernels=bool(could_stop or could_reclaim), status=bool(could_stop))
 
 
-def needs_kernel_view(
-    server: ServerRecord,
-    gpu: PodGpuView | None,
-    policy: Policy,
-    now: datetime,
-    **kw: object,
-) -> bool:
-    return plan_kernel_view(server, gpu, policy, now, **kw).kernels  # type: ignore[arg-type]
-
-
 def _kernel_words(kv: KernelView) -> str:
     if not kv.kernels:
         return "no kernels"
@@ -261,7 +251,7 @@ def decide(
     gpu_last_active: datetime | None = None,
 ) -> Decision:
     """Decide what to do with one server. ``gpu`` is None for servers without a
-    GPU; ``kernels`` None when they were not asked (see :func:`needs_kernel_view`);
+    GPU; ``kernels`` None when they were not asked (see :func:`plan_kernel_view`);
     ``arbiter_idle`` is a custom ``cull_arbiter_hook``'s answer, if one is set;
     ``gpu_last_active`` the last time an earlier cycle saw the pod's GPU active
     (so that activity older than the window still counts for the timeout)."""

@@ -236,14 +236,6 @@ class DevCluster:
                 client = KubeHTTP(state)
                 self._wait(lambda: client.ok("/readyz"), "kube-apiserver", timeout)
 
-    def load_nodes(self, nodes: Iterable[dict]) -> int:
-        client = self.client()
-        count = 0
-        for node in nodes:
-            client.request("POST", "/api/v1/nodes", node)
-            count += 1
-        return count
-
     # ------------------------------------------------------------------ internals
 
     def _start(self, bins: Path, name: str, args: list[str]) -> None:

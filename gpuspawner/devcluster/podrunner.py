@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,12 +153,3 @@ class PodRunner:
                     pass
                 server.process.wait(timeout=5)
         log.info("podrunner: stopped %s", server.name)
-
-    def wait_idle(self, timeout: float = 10.0) -> bool:
-        """True once no local server is running (for tests)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.servers:
-                return True
-            time.sleep(0.1)
-        return False

@@ -16,7 +16,7 @@ from gpuspawner.culler.decide import (
     STOP,
     Policy,
     decide,
-    needs_kernel_view,
+    plan_kernel_view,
 )
 from gpuspawner.culler.gpu_metrics import PodGpuView
 from gpuspawner.culler.hub import ServerRecord
@@ -266,19 +266,19 @@ def test_only_idle_kernels_are_reclaimed_and_only_busy_ones_veto():
 # -- when to ask kernels --------------------------------------------------------------
 def test_kernels_are_asked_only_when_they_can_change_the_decision():
     # hub shows activity within the timeout, no reclaim possible: no need
-    assert not needs_kernel_view(server("mig", idle=10 * M), gpu(), P, NOW)
+    assert not plan_kernel_view(server("mig", idle=10 * M), gpu(), P, NOW).kernels
     # past the timeout with an idle GPU: the kernels decide
-    assert needs_kernel_view(server("mig", idle=3 * H), gpu(), P, NOW)
+    assert plan_kernel_view(server("mig", idle=3 * H), gpu(), P, NOW).kernels
     # the GPU is active or unknown: no stop is possible anyway
-    assert not needs_kernel_view(server("mig", idle=3 * H), gpu("active"), P, NOW)
-    assert not needs_kernel_view(server("mig", idle=3 * H), gpu("unknown"), P, NOW)
+    assert not plan_kernel_view(server("mig", idle=3 * H), gpu("active"), P, NOW).kernels
+    assert not plan_kernel_view(server("mig", idle=3 * H), gpu("unknown"), P, NOW).kernels
     # a reclaim is possible on a shared GPU holding memory
-    assert needs_kernel_view(server("shared", idle=1 * M), gpu(), P, NOW)
-    assert not needs_kernel_view(server("shared", idle=1 * M), gpu(memory=1.0), P, NOW)
+    assert plan_kernel_view(server("shared", idle=1 * M), gpu(), P, NOW).kernels
+    assert not plan_kernel_view(server("shared", idle=1 * M), gpu(memory=1.0), P, NOW).kernels
     # no direct address: nothing to ask
-    assert not needs_kernel_view(server("mig", idle=3 * H, url=None), gpu(), P, NOW)
+    assert not plan_kernel_view(server("mig", idle=3 * H, url=None), gpu(), P, NOW).kernels
     # a custom arbiter may cull at any age: always ask
-    assert needs_kernel_view(server("mig", idle=1 * M), gpu(), P, NOW, custom_arbiter=True)
+    assert plan_kernel_view(server("mig", idle=1 * M), gpu(), P, NOW, custom_arbiter=True).kernels
 
 
 # -- properties -------------------------------------------------------------------------
