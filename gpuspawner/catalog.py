@@ -17,6 +17,16 @@ from .offerings import (
 )
 
 
+#: GPUSpawner trait -> CatalogConfig field.
+TRAITS = {
+    "offerings": "offerings",
+    "offering_overrides": "overrides",
+    "discover_offerings": "discover",
+    "include_cpu_offering": "include_cpu",
+    "vgpu_class_labels": "vgpu_class_labels",
+}
+
+
 @dataclass(frozen=True)
 class CatalogConfig:
     """The admin's settings that decide which offerings exist (see GPUSpawner's traits)."""
@@ -26,6 +36,11 @@ class CatalogConfig:
     discover: bool = True
     include_cpu: bool = True
     vgpu_class_labels: Sequence[str] = DEFAULT_VGPU_CLASS_LABELS
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> "CatalogConfig":
+        """From GPUSpawner's settings by trait name (a spawner's, or a loaded config's section)."""
+        return cls(**{field: settings[trait] for trait, field in TRAITS.items() if trait in settings})
 
     def configured(self) -> list[Offering]:
         """The admin's own offerings, validated (raises :class:`OfferingConfigError`)."""

@@ -27,12 +27,8 @@ class GPUSpawnerConfigError(ValueError):
 def config_problems(section: Mapping[str, Any]) -> list[str]:
     """Problems in a GPUSpawner settings mapping (trait name -> value); empty if none."""
     problems = []
-    catalog = CatalogConfig(
-        offerings=section.get("offerings", []),
-        overrides=section.get("offering_overrides", {}),
-    )
     try:
-        catalog.configured()
+        CatalogConfig.from_settings(section).configured()
     except OfferingConfigError as exc:
         problems.append(str(exc))
     try:

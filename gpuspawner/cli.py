@@ -104,17 +104,7 @@ def _catalog_config(config) -> "Any":
     problems = config_problems(section)
     if problems:
         raise ValueError("the GPUSpawner settings are wrong:\n  - " + "\n  - ".join(problems))
-    kwargs = {}
-    for trait, field in (
-        ("offerings", "offerings"),
-        ("offering_overrides", "overrides"),
-        ("discover_offerings", "discover"),
-        ("include_cpu_offering", "include_cpu"),
-        ("vgpu_class_labels", "vgpu_class_labels"),
-    ):
-        if trait in section:
-            kwargs[field] = section[trait]
-    return CatalogConfig(**kwargs)
+    return CatalogConfig.from_settings(section)
 
 
 def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:

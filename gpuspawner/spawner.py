@@ -25,8 +25,9 @@ from kubespawner.slugs import is_valid_label, safe_slug
 from traitlets import Bool, Dict, Float, Integer, List, Unicode
 
 from . import metrics
-from .admission import ADMIT, QUEUE, REFUSE, WARN, Held, Quotas, admit, check_quota, units_held
+from .admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, Quotas, admit, check_quota, units_held
 from .checks import config_problems
+from .catalog import TRAITS as CATALOG_TRAITS
 from .catalog import CatalogConfig, build_catalog
 from .choice import RECORD_KEY, Choice, ChoiceError, parse_choice
 from .inventory import Inventory
@@ -202,13 +203,7 @@ class GPUSpawner(KubeSpawner):
 
     @property
     def catalog_config(self) -> CatalogConfig:
-        return CatalogConfig(
-            offerings=self.offerings,
-            overrides=self.offering_overrides,
-            discover=self.discover_offerings,
-            include_cpu=self.include_cpu_offering,
-            vgpu_class_labels=self.vgpu_class_labels,
-        )
+        return CatalogConfig.from_settings({trait: getattr(self, trait) for trait in CATALOG_TRAITS})
 
     def requester(self) -> Requester:
         user = self.user
@@ -330,8 +325,9 @@ class GPUSpawner(KubeSpawner):
             return render_form(FormView(groups=(), selected=None, selected_count=1,
                                         message="This hub's GPU options are misconfigured; please tell your administrator."))
         index = self.inventory.index
-        held = self._held(self.user.name, {o.slug: o for o in catalog})
-        group_held = self._group_held({o.slug: o for o in catalog})
+        by_slug = {o.slug: o for o in catalog}
+        held = self._held(self.user.name, by_slug)
+        group_held = self._group_held(by_slug)
         quotas = Quotas(self.user_quota, self.group_quotas)
 
         def quota_reason(offering: Offering) -> str:
@@ -342,9 +338,8 @@ class GPUSpawner(KubeSpawner):
             catalog, self.requester(), index.availability, self.now(), self.admission,
             quota_reason, WaitQueue.length, self.hide_forbidden_offerings,
         )
-        by_slug = {o.slug: o for o in catalog}
-        pending = getattr(self, "_form_selection", None)
-        last = pending or {k: v for k, v in (self.orm_spawner.user_options or {}).items()} if self.orm_spawner else pending
+        # A refused POST's choice first, else what the user chose last time.
+        last = getattr(self, "_form_selection", None) or (self.orm_spawner.user_options if self.orm_spawner else None)
         selected, count = default_choice(rows, self.default_offering, last, by_slug)
         extra = ""
         if self.profile_list:
@@ -367,21 +362,10 @@ class GPUSpawner(KubeSpawner):
         ours = {k: options[k] for k in (OFFERING_FIELD, COUNT_FIELD) if k in options}
         self._form_selection = {k: v for k, v in ours.items() if isinstance(v, str)}
         choice = await self.resolve_choice(ours)
-        offering = choice.offering
-        closed = window_state(offering.windows, self.now())
-        if closed:
-            raise ChoiceError(f"{offering.display_name} is {closed}. Please pick another option.")
-        if offering.resources:
-            catalog = {o.slug: o for o in await self.catalog()}
-            quota = check_quota(offering, choice.count, Quotas(self.user_quota, self.group_quotas),
-                                self._held(self.user.name, catalog), self._group_held(catalog))
-            if quota.action == REFUSE:
-                raise ChoiceError(quota.message)
-            index = self.inventory.index
-            others = [(o, index.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
-            decision = admit(offering, choice.count, index.availability(offering), self.admission, others)
-            if decision.action == REFUSE:
-                raise ChoiceError(decision.message + " Your choice was taken just now; please pick again.")
+        reason, decision = await self._obstacle(choice)
+        if decision.action == REFUSE:
+            advice = {"window": " Please pick another option.", "no_capacity": " Your choice was taken just now; please pick again."}
+            raise ChoiceError(decision.message + advice.get(reason, ""))
         self._form_selection = None
         profile = KubeSpawner._options_from_form(self, formdata) if self.profile_list else {}
         return {**profile, **choice.as_user_options()}
@@ -411,31 +395,41 @@ class GPUSpawner(KubeSpawner):
                 out[name] = [h for member in members for h in self._held(member, catalog)]
         return out
 
+    async def _obstacle(self, choice: Choice) -> tuple[str, Decision]:
+        """What stands in the way of ``choice`` now, checked in order: its time window (every
+        kind, also those without a Kubernetes resource), quotas, then capacity.
+
+        Returns (refusal reason for the metrics, decision); the reason is "" unless refused.
+        Used by the form (to re-render it) and at start (to refuse the spawn).
+        """
+        offering, count = choice.offering, choice.count
+        closed = window_state(offering.windows, self.now())
+        if closed:
+            return "window", Decision(REFUSE, f"{offering.display_name} is {closed}.")
+        if not offering.resources:
+            return "", Decision(ADMIT)
+        catalog = {o.slug: o for o in await self.catalog()}
+        quota = check_quota(offering, count, Quotas(self.user_quota, self.group_quotas),
+                            self._held(self.user.name, catalog), self._group_held(catalog))
+        if quota.action == REFUSE:
+            return "quota", quota
+        index = self.inventory.index
+        others = [(o, index.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
+        decision = admit(offering, count, index.availability(offering), self.admission, others)
+        return ("no_capacity" if decision.action == REFUSE else ""), decision
+
     async def admit(self, choice: Choice) -> None:
         """Quotas, then capacity: refuse, warn, queue, or go. Holds a reservation when admitted."""
         offering, count = choice.offering, choice.count
         self._gpu_messages = []
         self._expect_wait = False
-        closed = window_state(offering.windows, self.now())
-        if closed:  # every kind, also those without a Kubernetes resource (e.g. a Bitfusion wrapper)
-            metrics.refused(offering, "window")
-            raise SpawnRefused(f"{offering.display_name} is {closed}.")
+        reason, decision = await self._obstacle(choice)
+        if decision.action == REFUSE:
+            metrics.refused(offering, reason)
+            raise SpawnRefused(decision.message)
         if not offering.resources:
             return
-        catalog = {o.slug: o for o in await self.catalog()}
-        quota = check_quota(
-            offering, count, Quotas(self.user_quota, self.group_quotas),
-            self._held(self.user.name, catalog), self._group_held(catalog),
-        )
-        if quota.action == REFUSE:
-            metrics.refused(offering, "quota")
-            raise SpawnRefused(quota.message)
         index = self.inventory.index
-        others = [(o, index.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
-        decision = admit(offering, count, index.availability(offering), self.admission, others)
-        if decision.action == REFUSE:
-            metrics.refused(offering, "no_capacity")
-            raise SpawnRefused(decision.message)
         if decision.action == QUEUE:
             await self._wait_in_queue(offering, count, decision.message)
         elif decision.action == WARN:
