@@ -39,14 +39,26 @@ class DevClusterError(RuntimeError):
     """The devcluster could not do what was asked; the message says why and what to do."""
 
 
+class ComponentExited(DevClusterError):
+    """A component died while starting (say, another process took its port in between)."""
+
+
 def default_dir() -> Path:
     return build.cache_root() / "devcluster" / "run" / "default"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _free_ports(names: Iterable[str]) -> dict[str, int]:
+    """Distinct free loopback ports, one per name (all sockets held open while choosing)."""
+    sockets = []
+    try:
+        for _ in names:
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return {name: sock.getsockname()[1] for name, sock in zip(names, sockets)}
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 @dataclass
@@ -151,6 +163,19 @@ class DevCluster:
         self.down(quiet=True)
         started = time.monotonic()
         bins = build.build()
+        nodes = list(nodes) if nodes is not None else standard_nodes()
+        for attempt in (1, 2):
+            try:
+                state = self._start_all(bins, nodes, timeout)
+                break
+            except ComponentExited as exc:
+                if attempt == 2:
+                    raise
+                log(f"devcluster: {exc}; starting again on other ports")
+        log(f"devcluster up in {time.monotonic() - started:.1f}s: {state.server} (KUBECONFIG={self.kubeconfig})")
+        return state
+
+    def _start_all(self, bins: Path, nodes: list[dict], timeout: float) -> ClusterState:
         self.directory.mkdir(parents=True, exist_ok=True)
         # Every `up` is a fresh cluster: the nodes of nodes.yaml and nothing else.
         shutil.rmtree(self.directory / "etcd", ignore_errors=True)
@@ -158,7 +183,7 @@ class DevCluster:
             (self.directory / sub).mkdir(exist_ok=True)
         state = ClusterState(
             directory=str(self.directory),
-            ports={name: _free_port() for name in ("etcd", "etcd-peer", "apiserver", "scheduler", "kcm", "kwok")},
+            ports=_free_ports(("etcd", "etcd-peer", "apiserver", "scheduler", "kcm", "kwok")),
             token=secrets.token_hex(24),
             started_at=time.time(),
         )
@@ -177,7 +202,7 @@ class DevCluster:
             self._start(bins, "kube-scheduler", self._scheduler_args(state))
             self._start(bins, "kwok", self._kwok_args(state))
             self._wait(lambda: client.ok("/api/v1/namespaces/default/serviceaccounts/default"), "default service account", timeout)
-            for node in nodes if nodes is not None else standard_nodes():
+            for node in nodes:
                 client.request("POST", "/api/v1/nodes", node)
             self._wait(lambda: self._nodes_ready(client), "nodes Ready (kwok)", timeout)
         except urllib.error.HTTPError as exc:
@@ -187,7 +212,6 @@ class DevCluster:
         except BaseException:
             self.down(quiet=True)
             raise
-        log(f"devcluster up in {time.monotonic() - started:.1f}s: {state.server} (KUBECONFIG={self.kubeconfig})")
         return state
 
     def down(self, quiet: bool = False, log=print) -> None:
@@ -262,7 +286,10 @@ class DevCluster:
                 return
             dead = [n for n, pid in self.state.pids.items() if not _alive(pid)]
             if dead:
-                raise DevClusterError(f"{', '.join(dead)} exited while waiting for {what}; see {self.directory / 'logs'}")
+                tail = _log_tail(self.directory / "logs" / f"{dead[0]}.log")
+                raise ComponentExited(
+                    f"{', '.join(dead)} exited while waiting for {what} (see {self.directory / 'logs'}); its log ends: {tail}"
+                )
             time.sleep(0.2)
         raise DevClusterError(f"timed out after {timeout:.0f}s waiting for {what}; see {self.directory / 'logs'}")
 
@@ -336,6 +363,13 @@ def _kubeconfig(state: ClusterState, ca: Path) -> str:
         "current-context": "devcluster",
     }
     return json.dumps(config, indent=2)
+
+
+def _log_tail(path: Path, lines: int = 3) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])[-600:]
+    except OSError:
+        return "(no log)"
 
 
 def _http_ok(url: str) -> bool:
