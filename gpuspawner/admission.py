@@ -28,10 +28,12 @@ class Decision:
 
 @dataclass(frozen=True)
 class Held:
-    """GPU units one server holds: its offering's kind and how many units."""
+    """GPU units one server holds (or has been granted): its offering's kind, how many
+    units, and whose they are (the user's pod-label form, ``hub.jupyter.org/username``)."""
 
     kind: str
     units: int
+    user: str = ""
 
 
 def units_held(offering: Offering, requests: Mapping[str, int]) -> int:
@@ -143,3 +145,70 @@ def validate_quota(value: object, where: str) -> dict[str, int]:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(f"{where}[{key!r}] must be a whole number >= 0, got {limit!r}")
     return dict(value)
+
+
+class QuotaLedger:
+    """The GPU units this hub process has granted and not yet taken back, by server.
+
+    A quota must count what a user *will* hold, not only what the cluster shows bound:
+    between admission and the scheduler binding the pod (and the inventory seeing it)
+    a spawn is visible nowhere else. Each grant is recorded under the server's key (the
+    pod's ``namespace/name``) until :meth:`release` (the server stopped or its start
+    failed); after a hub restart, running servers are counted from their bound pods.
+
+    :meth:`grant` checks and records in one synchronous step: under asyncio nothing can
+    run between the check and the record, so concurrent spawns of one user or group are
+    granted exactly up to the quota, in whatever order they interleave.
+    """
+
+    def __init__(self) -> None:
+        self.grants: dict[str, Held] = {}
+
+    def holdings(self, bound: Mapping[str, Held], exclude: str = "") -> dict[str, Held]:
+        """Everything held now, by server key: bound pods, overlaid by grants (one per key)."""
+        held = {**bound, **self.grants}
+        held.pop(exclude, None)
+        return held
+
+    def check(
+        self,
+        key: str,
+        offering: Offering,
+        count: int,
+        user: str,
+        quotas: Quotas,
+        group_members: Mapping[str, Iterable[str]],
+        bound: Mapping[str, Held],
+    ) -> Decision:
+        """Check ``count`` units of ``offering`` for ``user``'s server ``key`` against the
+        user's quota and that of each of ``group_members`` (group -> member users).
+        ``bound``: what bound pods hold, by server key. Records nothing."""
+        held = self.holdings(bound, exclude=key)
+        members = {group: set(users) for group, users in group_members.items()}
+        return check_quota(
+            offering,
+            count,
+            quotas,
+            [h for h in held.values() if h.user == user],
+            {group: [h for h in held.values() if h.user in names] for group, names in members.items()},
+        )
+
+    def grant(
+        self,
+        key: str,
+        offering: Offering,
+        count: int,
+        user: str,
+        quotas: Quotas,
+        group_members: Mapping[str, Iterable[str]],
+        bound: Mapping[str, Held],
+    ) -> Decision:
+        """:meth:`check`, and record the grant when admitted (a GPU offering with resources)."""
+        decision = self.check(key, offering, count, user, quotas, group_members, bound)
+        if decision.action != REFUSE and offering.is_gpu and offering.resources:
+            self.grants[key] = Held(offering.kind.value, count, user)
+        return decision
+
+    def release(self, key: str) -> None:
+        """The server ``key`` holds nothing any more (stopped, or its start failed)."""
+        self.grants.pop(key, None)
