@@ -234,15 +234,26 @@ class DevCluster:
 
         ``pause`` seconds pass between the stop and the start.
         """
+        self.stop_components(components)
+        time.sleep(pause)
+        self.start_components(components, timeout)
+
+    def stop_components(self, components: Iterable[str]) -> None:
+        """Stop ``components`` (e.g. ``["kube-apiserver"]`` for an API outage); the rest runs on."""
         state = self.state
         if state is None:
             raise DevClusterError(f"no devcluster in {self.directory}")
-        names = [n for n in COMPONENTS if n in set(components)]
-        for name in reversed(names):
+        for name in reversed([n for n in COMPONENTS if n in set(components)]):
             pid = state.pids.pop(name, None)
             if pid and _alive(pid):
                 _terminate(pid)
-        time.sleep(pause)
+        state.save()
+
+    def start_components(self, components: Iterable[str], timeout: float = 60.0) -> None:
+        """Start ``components`` again, on the ports and data they had, and wait until they answer."""
+        state = self.state
+        if state is None:
+            raise DevClusterError(f"no devcluster in {self.directory}")
         pki = self.directory / "pki"
         bins = build.bin_dir()
         args = {
@@ -252,7 +263,7 @@ class DevCluster:
             "kube-scheduler": lambda: self._scheduler_args(state),
             "kwok": lambda: self._kwok_args(state),
         }
-        for name in names:
+        for name in [n for n in COMPONENTS if n in set(components)]:
             self._start(bins, name, args[name]())
             if name == "etcd":
                 self._wait(lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), "etcd", timeout)
