@@ -132,7 +132,11 @@ def running_demo(
         _wait_http(f"{url}/hub/health", 90, hub, log_file)
         yield Demo(url=url, api_url=f"{url}/hub/api", state=state, cluster=cluster, runner=runner, hub=hub, telemetry=telemetry)
     finally:
+        managed: list[tuple[int, int]] = []
         if hub is not None and hub.poll() is None:
+            # The hub's managed services and its proxy run in sessions of their own: note them
+            # now, so that each is ended even if the hub does not stop it on its way out.
+            managed = descendants(hub.pid)
             os.killpg(hub.pid, signal.SIGTERM)  # the hub stops the proxy and its services
             try:
                 hub.wait(timeout=30)
@@ -140,6 +144,9 @@ def running_demo(
                 os.killpg(hub.pid, signal.SIGKILL)
                 hub.wait()
         _end_proxy(state / "proxy.pid")
+        for pid, started in managed:
+            if (process_stat(pid) or (0, None))[1] == started:  # still the same process
+                _end_process(pid)
         if runner is not None:
             runner.stop()
         if telemetry is not None:
@@ -148,12 +155,43 @@ def running_demo(
         shutil.rmtree(state, ignore_errors=True)
 
 
+def process_stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of a live process, from /proc/PID/stat; None
+    for one that is gone or a zombie (dead, waiting for its parent to read its exit)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # the name may hold ')'
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every live process below ``pid``, as (pid, start time): the start time tells a
+    process from a later one that got the same pid."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in Path("/proc").iterdir():
+        stat = process_stat(int(entry.name)) if entry.name.isdigit() else None
+        if stat is not None:
+            children.setdefault(stat[0], []).append((int(entry.name), stat[1]))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        found.append(child)
+        todo.extend(children.get(child[0], []))
+    return found
+
+
 def _end_proxy(pid_file: Path) -> None:
     """The hub stops its proxy on a clean exit; make sure of it (no process left behind)."""
     try:
         pid = int(pid_file.read_text().strip())
     except (OSError, ValueError):
         return
+    _end_process(pid)
+
+
+def _end_process(pid: int) -> None:
+    """SIGTERM, then SIGKILL after 5 s, unless it is already gone."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.kill(pid, sig)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuspawner.demo import descendants, process_stat
+
 pytestmark = pytest.mark.cluster
 
 
@@ -62,12 +64,19 @@ def test_demo_starts_and_ctrl_c_cleans_up(devcluster):  # devcluster: the binari
             assert resp.status == 200
         running = processes_mentioning(state)
         assert any("gpuspawner.culler" in p for p in running), running  # the hub's managed service too
+        # Everything the demo started, however deep: the control plane, the pod runner's
+        # servers, the hub, and the proxy and culler that the hub starts in sessions of their own.
+        started = descendants(demo.pid)
+        names = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") for pid, _ in started)
+        assert "configurable-http-proxy" in names and "gpuspawner.culler" in names and "kube-apiserver" in names
 
         os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends to the foreground group
         assert demo.wait(timeout=90) == 0
         assert "demo stopped" in demo.stdout.read()
         leftovers = processes_mentioning(state)
         assert leftovers == [], leftovers
+        alive = [pid for pid, since in started if (process_stat(pid) or (0, None))[1] == since]
+        assert alive == [], [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in alive]
         assert not Path(state).exists()
     finally:
         if demo.poll() is None:
