@@ -272,6 +272,8 @@ class Inventory:
         self._ready_event = asyncio.Event()
         self.relists = Counter()
         self.last_error: str = ""
+        #: How often a stream has failed (the API server gone, say): others use it to notice outages.
+        self.stream_failures = 0
 
     @classmethod
     def shared(cls, api: Any, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS) -> "Inventory":
@@ -283,6 +285,13 @@ class Inventory:
             inventory = cls._instances[key] = cls(api, vgpu_class_labels)
             inventory.start()
         return inventory
+
+    @classmethod
+    def running(cls, api: Any) -> "Inventory | None":
+        """This process's inventory for ``api``'s API server if one runs (never starts one)."""
+        host = getattr(getattr(api, "api_client", None), "configuration", None)
+        inventory = cls._instances.get(getattr(host, "host", "default"))
+        return inventory if inventory is not None and not inventory.stopped else None
 
     @property
     def ready(self) -> bool:
@@ -352,6 +361,7 @@ class Inventory:
                 raise
             except Exception as exc:  # the API server went away or answered garbage: reconnect
                 self._set_synced(kind, False)
+                self.stream_failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("inventory: %s stream failed (%s); retrying in %.1fs", kind, self.last_error, backoff)
                 await asyncio.sleep(backoff)

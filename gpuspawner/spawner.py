@@ -13,24 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import time
 from datetime import datetime
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, ClassVar
 from zoneinfo import ZoneInfo
 
 from markupsafe import Markup
 
+from kubernetes_asyncio.client.rest import ApiException
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
 from traitlets import Bool, Dict, Float, Integer, List, Unicode
 
 from . import metrics
-from .admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, Quotas, admit, check_quota, units_held
+from .admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaLedger, Quotas, admit, units_held
 from .checks import config_problems
 from .catalog import TRAITS as CATALOG_TRAITS
 from .catalog import CatalogConfig, build_catalog
 from .choice import RECORD_KEY, Choice, ChoiceError, parse_choice
-from .inventory import Inventory
+from .inventory import OFFERING_LABEL, Inventory
+from .orphans import OrphanReconciler, hub_servers_from_db
 from .offerings import Offering, OfferingConfigError
 from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
 from .form import COUNT_FIELD, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
@@ -54,8 +57,16 @@ POD_TRAITS = (
 )
 
 
+def user_label(name: str) -> str:
+    """A user name as KubeSpawner writes it in the pod label ``hub.jupyter.org/username``."""
+    return safe_slug(name, is_valid=is_valid_label)
+
+
 class GPUSpawner(KubeSpawner):
     """A KubeSpawner whose users choose a whole GPU, a MIG slice, a shared GPU, a vGPU class or no GPU."""
+
+    #: GPU units granted by this hub process against quotas (shared by every spawner).
+    quota_ledger = QuotaLedger()
 
     offerings = List(
         Dict(),
@@ -184,6 +195,41 @@ class GPUSpawner(KubeSpawner):
         help="Seconds a spawn waits for the GPU inventory's first sync before it counts without it.",
     ).tag(config=True)
 
+    stop_retry_timeout = Integer(
+        3600,
+        help="""
+        Seconds `stop()` keeps retrying a pod deletion that fails (say, the API server cannot
+        be reached) before it gives up. Meanwhile the server shows as stopping, never as
+        stopped while its pod may still hold a GPU. After giving up, the orphan reconciler
+        (`reconcile_orphan_pods`) deletes the pod once the cluster answers again.
+        """,
+    ).tag(config=True)
+
+    reconcile_orphan_pods = Bool(
+        True,
+        help="""
+        Delete GPU pods that GPUSpawner made and that no server of this hub owns any more
+        (a stop that gave up during an outage, a hub restart in the middle of a stop), after
+        `orphan_pod_grace_seconds`. Each one is logged and counted in the metric
+        `gpuspawner_orphan_pods_total`. Runs in the hub process, from its first spawner on.
+        """,
+    ).tag(config=True)
+
+    orphan_pod_grace_seconds = Integer(
+        300,
+        help="Seconds a GPU pod must have had no hub server behind it before it is deleted as an orphan.",
+    ).tag(config=True)
+
+    orphan_pod_check_seconds = Integer(
+        60,
+        help="How often the hub looks for orphaned GPU pods.",
+    ).tag(config=True)
+
+    orphan_pod_dry_run = Bool(
+        False,
+        help="Only log the orphaned GPU pods that would be deleted (and count them as `would_delete`).",
+    ).tag(config=True)
+
     def config_problems(self) -> list[str]:
         """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.checks`)."""
         names = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
@@ -196,6 +242,43 @@ class GPUSpawner(KubeSpawner):
         # What the admin configured, before any offering touched it.
         self._baseline = {name: copy.deepcopy(getattr(self, name)) for name in POD_TRAITS}
         self.choice: Choice | None = None
+        self._ensure_orphan_reconciler()
+
+    #: This hub process's orphan reconciler (see gpuspawner.orphans), made by its first spawner.
+    _orphans: ClassVar[OrphanReconciler | None] = None
+
+    def _ensure_orphan_reconciler(self) -> None:
+        """Start the process's orphan reconciler, inside a hub (with its database and loop)."""
+        db = getattr(self.user, "db", None)
+        if not self.reconcile_orphan_pods or db is None or GPUSpawner._orphans is not None:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        namespace, api = self.namespace, self.api
+        every_namespace = self.enable_user_namespaces
+
+        async def list_pods() -> list[dict[str, Any]]:
+            if every_namespace:
+                response = await api.list_pod_for_all_namespaces(label_selector=OFFERING_LABEL, _preload_content=False)
+            else:
+                response = await api.list_namespaced_pod(namespace, label_selector=OFFERING_LABEL, _preload_content=False)
+            return json.loads(await response.read()).get("items") or []
+
+        async def delete_pod(pod_namespace: str, name: str) -> None:
+            try:
+                await api.delete_namespaced_pod(name, pod_namespace, grace_period_seconds=self.delete_grace_period)
+            except ApiException as exc:
+                if exc.status != 404:  # already gone is what we wanted
+                    raise
+
+        GPUSpawner._orphans = OrphanReconciler(
+            list_pods, lambda: hub_servers_from_db(db), delete_pod,
+            grace=self.orphan_pod_grace_seconds, interval=self.orphan_pod_check_seconds,
+            dry_run=self.orphan_pod_dry_run, log=self.log,
+        )
+        GPUSpawner._orphans.start()
 
     def _restore_baseline(self) -> None:
         for name, value in self._baseline.items():
@@ -326,12 +409,10 @@ class GPUSpawner(KubeSpawner):
                                         message="This hub's GPU options are misconfigured; please tell your administrator."))
         index = self.inventory.index
         by_slug = {o.slug: o for o in catalog}
-        held = self._held(self.user.name, by_slug)
-        group_held = self._group_held(by_slug)
-        quotas = Quotas(self.user_quota, self.group_quotas)
+        bound, members = self._bound_holdings(by_slug), self._group_members()
 
         def quota_reason(offering: Offering) -> str:
-            decision = check_quota(offering, offering.counts[0], quotas, held, group_held)
+            decision = self._check_quota(offering, offering.counts[0], bound, members)
             return "over your quota" if decision.action == REFUSE else ""
 
         rows = option_views(
@@ -376,31 +457,40 @@ class GPUSpawner(KubeSpawner):
     def _reservation_key(self) -> str:
         return f"{self.namespace}/{self.pod_name}"
 
-    def _held(self, username: str, catalog: dict[str, Offering]) -> list[Held]:
-        """GPU units ``username``'s pods hold now (from the inventory), other than this server's."""
-        label = safe_slug(username, is_valid=is_valid_label)
-        held = []
+    def _bound_holdings(self, catalog: dict[str, Offering]) -> dict[str, Held]:
+        """GPU units that bound pods of this hub's users hold now (from the inventory), by pod key."""
+        out = {}
         for key, pod in self.inventory.index.pods.items():
             offering = catalog.get(pod.offering or "")
-            if pod.user == label and offering is not None and key != self._reservation_key:
-                held.append(Held(offering.kind.value, units_held(offering, pod.requests)))
-        return held
+            if pod.user and offering is not None:
+                out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user)
+        return out
 
-    def _group_held(self, catalog: dict[str, Offering]) -> dict[str, list[Held]]:
-        out: dict[str, list[Held]] = {}
+    def _group_members(self) -> dict[str, list[str]]:
+        """Members (as pod labels) of this user's groups that have a quota."""
+        out: dict[str, list[str]] = {}
         for group in getattr(self.user, "groups", None) or ():
             name = getattr(group, "name", str(group))
             if name in self.group_quotas:
-                members = [getattr(u, "name", str(u)) for u in (getattr(group, "users", None) or ())]
-                out[name] = [h for member in members for h in self._held(member, catalog)]
+                out[name] = [user_label(getattr(u, "name", str(u))) for u in (getattr(group, "users", None) or ())]
         return out
 
-    async def _obstacle(self, choice: Choice) -> tuple[str, Decision]:
+    def _check_quota(
+        self, offering: Offering, count: int, bound: dict[str, Held], members: dict[str, list[str]], grant: bool = False
+    ) -> Decision:
+        """This server's quota decision, counting bound pods and every grant not yet bound.
+        With ``grant``, an admitted decision is recorded in the same step (see QuotaLedger)."""
+        ledger = self.quota_ledger
+        args = (self._reservation_key, offering, count, user_label(self.user.name), Quotas(self.user_quota, self.group_quotas), members, bound)
+        return ledger.grant(*args) if grant else ledger.check(*args)
+
+    async def _obstacle(self, choice: Choice, grant: bool = False) -> tuple[str, Decision]:
         """What stands in the way of ``choice`` now, checked in order: its time window (every
         kind, also those without a Kubernetes resource), quotas, then capacity.
 
         Returns (refusal reason for the metrics, decision); the reason is "" unless refused.
-        Used by the form (to re-render it) and at start (to refuse the spawn).
+        Used by the form (to re-render it) and at start (to refuse the spawn). With ``grant``
+        (at start), the quota check also records the grant: release it if the spawn does not go on.
         """
         offering, count = choice.offering, choice.count
         closed = window_state(offering.windows, self.now())
@@ -409,8 +499,8 @@ class GPUSpawner(KubeSpawner):
         if not offering.resources:
             return "", Decision(ADMIT)
         catalog = {o.slug: o for o in await self.catalog()}
-        quota = check_quota(offering, count, Quotas(self.user_quota, self.group_quotas),
-                            self._held(self.user.name, catalog), self._group_held(catalog))
+        # No await from here on: the quota check and its grant are one step.
+        quota = self._check_quota(offering, count, self._bound_holdings(catalog), self._group_members(), grant=grant)
         if quota.action == REFUSE:
             return "quota", quota
         index = self.inventory.index
@@ -423,12 +513,21 @@ class GPUSpawner(KubeSpawner):
         offering, count = choice.offering, choice.count
         self._gpu_messages = []
         self._expect_wait = False
-        reason, decision = await self._obstacle(choice)
+        reason, decision = await self._obstacle(choice, grant=True)
         if decision.action == REFUSE:
+            self.quota_ledger.release(self._reservation_key)
             metrics.refused(offering, reason)
             raise SpawnRefused(decision.message)
         if not offering.resources:
             return
+        try:
+            await self._take(offering, count, decision)
+        except BaseException:
+            self.quota_ledger.release(self._reservation_key)
+            raise
+
+    async def _take(self, offering: Offering, count: int, decision: Decision) -> None:
+        """Queue, warn or go for ``decision``, then reserve the units on a node."""
         index = self.inventory.index
         if decision.action == QUEUE:
             await self._wait_in_queue(offering, count, decision.message)
@@ -478,6 +577,9 @@ class GPUSpawner(KubeSpawner):
                 await asyncio.gather(start, return_exceptions=True)
                 await self.stop(now=True)
                 raise SpawnRefused(reason)
+        except BaseException:
+            self.quota_ledger.release(self._reservation_key)
+            raise
         finally:
             watch.cancel()
             self.inventory.index.release(self._reservation_key)
@@ -522,8 +624,52 @@ class GPUSpawner(KubeSpawner):
         return status
 
     async def stop(self, now: bool = False):
+        """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``)."""
         self.inventory.index.release(self._reservation_key)
-        return await super().stop(now=now)
+        deadline = time.monotonic() + self.stop_retry_timeout
+        attempt = 0
+        try:
+            while True:
+                try:
+                    return await super().stop(now=now)
+                except Exception as exc:  # the API server down, refusing, or the pod not going away
+                    attempt += 1
+                    what = f"{self._log_name}: could not delete pod {self._reservation_key} ({_brief(exc)})"
+                    if time.monotonic() >= deadline:
+                        self.log.error(
+                            "%s; giving up after %d attempts. The hub will show the server stopped; "
+                            "the orphan reconciler deletes the pod once the cluster answers.", what, attempt,
+                        )
+                        raise
+                    delay = min(30, 2 ** attempt)
+                    self.log.warning("%s; retrying in %ds (attempt %d). The server stays 'stopping' until its pod is gone.", what, delay, attempt)
+                    await asyncio.sleep(delay)
+        finally:
+            self.quota_ledger.release(self._reservation_key)
+
+    #: The inventory's stream failures when the pod reflector was last (re)started.
+    _reflector_outages: ClassVar[int] = 0
+
+    async def _start_watching_pods(self, replace: bool = False):
+        """KubeSpawner's pod reflector, started afresh after an API server outage.
+
+        After an outage KubeSpawner's reflector may have given up (it stops for good after
+        about 30 s of errors) or may resume without seeing new pods; it is replaced only
+        when a stop times out, so until then every start waits out ``start_timeout`` for a
+        pod it never sees, and poll reads a frozen picture. Every start, poll and stop comes
+        through here first: once the inventory (which reconnects on its own) has seen an
+        outage and is in sync again, the next one restarts the reflector.
+        """
+        inventory = Inventory.running(self.api)
+        outages = inventory.stream_failures if inventory is not None and inventory.ready else GPUSpawner._reflector_outages
+        task = getattr(self.pod_reflector, "watch_task", None)
+        if not replace and self.pod_reflector is not None and (
+            (task is not None and task.done()) or outages != GPUSpawner._reflector_outages
+        ):
+            self.log.warning("%s: restarting KubeSpawner's pod reflector after an API server outage", self._log_name)
+            replace = True
+        GPUSpawner._reflector_outages = outages
+        return await super()._start_watching_pods(replace=replace)
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """KubeSpawner's pod events, with our own steps (admission, reservation, queue position) between."""
@@ -570,3 +716,9 @@ class GPUSpawner(KubeSpawner):
         self._saved_record = None
         self._record_url = None
 
+
+
+def _brief(exc: BaseException) -> str:
+    """One line about a failed Kubernetes call, for the hub log."""
+    text = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+    return str(text).splitlines()[0][:200]

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from gpuspawner.demo import NAMESPACE, running_demo
-from tests.e2e.test_hub_e2e import free_port
+from tests.e2e.demo_stack import free_port
 
 pytestmark = pytest.mark.cluster
 CULLER_ARGS = ("--cull-every=5 --timeout=900 --kernel-timeout=300 --kind-timeout=mig=15 --kind-timeout=full=15 "

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from gpuspawner.demo import NAMESPACE, running_demo
+from gpuspawner.demo import NAMESPACE
+from tests.e2e.demo_stack import demo_with_token
 from tests.conftest import ARTIFACTS, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -41,20 +39,9 @@ c.GPUSpawner.offerings.append({
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    token = secrets.token_hex(16)
-    extra = tmp_path_factory.mktemp("hubcfg") / "extra_config.py"
-    extra.write_text(EXTRA_CONFIG)
-    env = {"GPUSPAWNER_DEMO_API_TOKEN": token, "GPUSPAWNER_DEMO_EXTRA_CONFIG": str(extra)}
-    with running_demo(port=free_port(), hub_port=free_port(), quiet=True, extra_env=env) as running:
-        running.token = token
+    with demo_with_token(tmp_path_factory, EXTRA_CONFIG) as running:
         yield running
 
 

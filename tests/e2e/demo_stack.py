@@ -1,0 +1,29 @@
+"""The demo stack for end-to-end tests, with an admin API token and extra hub config."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import socket
+from typing import Iterator
+
+from gpuspawner.demo import Demo, running_demo
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def demo_with_token(tmp_path_factory, extra_config: str, culler: bool = True) -> Iterator[Demo]:
+    """``running_demo`` plus ``extra_config`` (Python appended to the hub's config); the
+    yielded demo has ``.token``, an API token with admin:users, admin:servers and read:metrics."""
+    token = secrets.token_hex(16)
+    extra = tmp_path_factory.mktemp("hubcfg") / "extra_config.py"
+    extra.write_text(extra_config)
+    env = {"GPUSPAWNER_DEMO_API_TOKEN": token, "GPUSPAWNER_DEMO_EXTRA_CONFIG": str(extra)}
+    with running_demo(port=free_port(), hub_port=free_port(), culler=culler, quiet=True, extra_env=env) as running:
+        running.token = token  # type: ignore[attr-defined]
+        yield running
