@@ -13,7 +13,6 @@ alone or in any order.
 from __future__ import annotations
 
 import asyncio
-import logging
 from datetime import timedelta
 
 import pytest
@@ -28,11 +27,10 @@ from culler_fakes import (
     free_port,
     template,
 )
-from culler_hub import Hub, Jupyter
+from culler_hub import Hub, Jupyter, Records, in_process_culler
 from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient
 
-from gpuspawner.culler import GpuCuller
 from gpuspawner.culler.cycle import Culler
 from gpuspawner.culler.decide import HELD_BACK, KEEP, RECLAIM, STOP
 from gpuspawner.culler.gpu_metrics import ENGINE, FB_USED, UTIL
@@ -108,18 +106,6 @@ class Env:
     hub: Hub
     prom: FakePrometheus
     faulty: FaultyProxy
-
-
-class Records(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-    def text(self) -> str:
-        return "\n".join(self.lines)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -207,25 +193,9 @@ def gpus_as_designed(e: Env) -> None:
 
 
 def culler(e: Env, *argv: str, hub_url: str | None = None) -> tuple[Culler, Records]:
-    app = GpuCuller()
-    app.initialize(
-        [
-            f"--url={hub_url or e.hub.api_url}",
-            f"--prometheus-url={e.prom.url}",
-            "--offering-timeout",
-            "t4-shared=14400",
-            f"--GpuCuller.api_token={e.hub.culler_token}",
-            "--GpuCuller.retry_base_delay=0.05",
-            "--GpuCuller.retry_max_delay=0.2",
-            "--GpuCuller.server_request_timeout=5",
-            *argv,
-        ]
+    c, rec, _ = in_process_culler(
+        hub_url or e.hub.api_url, e.prom.url, e.hub.culler_token, *argv, skew=SKEW
     )
-    rec = Records()
-    app.log.addHandler(rec)
-    app.log.setLevel(logging.DEBUG)
-    c = app.make_culler()
-    c.clock = lambda: utcnow() + SKEW
     return c, rec
 
 
