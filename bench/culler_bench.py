@@ -15,7 +15,8 @@ Prometheus is faked with the dcgm-exporter label sets of tests/culler/data.
 
 Printed: wall time and hub API calls per cycle (read from the hub's own
 /hub/metrics), side by side as a ratio (target <= 1.3x), the other requests the
-GPU-aware culler makes, and the reclaim latency -- from the moment a notebook's
+GPU-aware culler makes (per-server tokens minted through the hub included: a
+new culler mints one per server whose kernels it reads), and the reclaim latency -- from the moment a notebook's
 kernel goes idle to its GPU memory being freed -- against the physical floor,
 kernel timeout + one cycle. No assertion on time: read the numbers.
 """
@@ -57,6 +58,7 @@ class StandIn:
         self.deleted: dict[str, float] = {}  # user -> when its kernel was shut down
         self.untracked = 0  # kernel API requests missing no_track_activity
         self.requests = 0
+        self.credentials: set[str] = set()  # every Authorization header the culler sent
 
 
 class _Base(web.RequestHandler):
@@ -85,6 +87,7 @@ class KernelsAPI(_Base):
 
     def _count(self) -> None:
         self.s.requests += 1
+        self.s.credentials.add(self.request.headers.get("Authorization", ""))
         if self.get_argument("no_track_activity", None) is None:
             self.s.untracked += 1
 
@@ -125,7 +128,12 @@ class Control(_Base):
 
     def get(self, action: str, user: str = "") -> None:
         self.finish(
-            {"deleted": self.s.deleted, "requests": self.s.requests, "untracked": self.s.untracked}
+            {
+                "deleted": self.s.deleted,
+                "requests": self.s.requests,
+                "untracked": self.s.untracked,
+                "credentials": sorted(self.s.credentials),
+            }
         )
 
 
@@ -282,6 +290,12 @@ async def main(args: argparse.Namespace) -> None:
             r = await client.fetch(hub.public_url + "/hub/metrics")
             return hub_request_count(r.body.decode())
 
+        mint_budget = (
+            [f"--GpuCuller.token_mints_per_cycle={args.token_mints_per_cycle}"]
+            if args.token_mints_per_cycle >= 0
+            else []
+        )
+
         def make_ours(*extra: str):
             app = GpuCuller()
             app.initialize(
@@ -291,6 +305,7 @@ async def main(args: argparse.Namespace) -> None:
                     f"--GpuCuller.api_token={hub.culler_token}",
                     f"--api-page-size={args.page_size}",
                     "--log-level=WARN",
+                    *mint_budget,
                     *extra,
                 ]
             )
@@ -311,19 +326,31 @@ async def main(args: argparse.Namespace) -> None:
         def reqs(c, target: str) -> float:
             return c.metrics.value("gpuspawner_culler_requests_total", {"target": target})
 
+        def tokens_minted(c) -> float:
+            return c.metrics.value("gpuspawner_culler_server_tokens_total", {"action": "minted"})
+
         steady = make_ours()
         await upstream_cycle()  # warm-up: the hub's caches, the stand-in
-        await steady.cycle()  # the steady culler has seen every server once
+        # the steady culler has seen every server once: it mints per-server tokens
+        # token_mints_per_cycle at a time, so it takes a few cycles to catch up
+        catch_up: list[float] = []
+        while True:
+            m0 = tokens_minted(steady)
+            catch_up.append((await steady.cycle()).duration_s)
+            if tokens_minted(steady) == m0:
+                break
         runs = ("upstream", "cold", "steady")
         times: dict[str, list[float]] = {k: [] for k in runs}
         calls: dict[str, list[float]] = {k: [] for k in runs}
         server_calls: dict[str, list[float]] = {k: [] for k in runs}
         prom_calls: dict[str, list[float]] = {k: [] for k in runs}
+        minted: dict[str, list[float]] = {k: [] for k in runs}
         for _ in range(args.cycles):
             for name in runs:
                 c = None if name == "upstream" else (make_ours() if name == "cold" else steady)
                 s0 = reqs(c, "server") if c else 0
                 p0 = reqs(c, "prometheus") if c else 0
+                m0 = tokens_minted(c) if c else 0
                 c0 = await hub_count()
                 t0 = time.perf_counter()
                 result = await (upstream_cycle() if c is None else c.cycle())
@@ -332,9 +359,12 @@ async def main(args: argparse.Namespace) -> None:
                 if c is not None:
                     server_calls[name].append(reqs(c, "server") - s0)
                     prom_calls[name].append(reqs(c, "prometheus") - p0)
+                    minted[name].append(tokens_minted(c) - m0)
                     counts = result.counts()
                     assert counts.get("stop", 0) == 0 and counts.get("reclaim", 0) == 0, counts
                     assert len(result.outcomes) == n, len(result.outcomes)
+                if name == "cold":  # revoke its tokens, outside the measured cycle
+                    await c.close()
         st = json.loads((await client.fetch(f"http://127.0.0.1:{stand_port}/_control/state")).body)
 
         med = {k: statistics.median(v) for k, v in times.items()}
@@ -359,6 +389,11 @@ async def main(args: argparse.Namespace) -> None:
             f"{cal['steady']:12.0f}{cal['steady'] / cal['upstream']:7.2f}x"
         )
         print(
+            f"{'  of which token mints':26}{'-':>12}"
+            f"{statistics.median(minted['cold']):12.0f}"
+            f"{'':8}{statistics.median(minted['steady']):12.0f}"
+        )
+        print(
             f"{'server API calls / cycle':26}{'-':>12}"
             f"{statistics.median(server_calls['cold']):12.0f}"
             f"{'':8}{statistics.median(server_calls['steady']):12.0f}"
@@ -369,11 +404,21 @@ async def main(args: argparse.Namespace) -> None:
             f"{'':8}{statistics.median(prom_calls['steady']):12.0f}"
         )
         print(
-            "(1st cycle: a new culler asks every server's kernels; steady: it asks a server again"
-            " only once an action could be due)"
+            "(1st cycle: a new culler asks the kernels of every server it has a token for; steady:"
+            " it asks a server again only once an action could be due)"
+        )
+        print(
+            f"a new culler had read every server's kernels after {len(catch_up)} cycles"
+            f" ({sum(catch_up):.1f}s of cycles in all, one token mint per server,"
+            f" token_mints_per_cycle={steady.tokens.mints_per_cycle or 'unlimited'})"
         )
         print(
             f"kernel API requests without no_track_activity: {st['untracked']} of {st['requests']}"
+        )
+        own = sum(hub.culler_token in cred for cred in st["credentials"])
+        print(
+            f"credentials sent to the servers: {len(st['credentials'])} distinct per-server"
+            f" tokens; the culler's own token: {'SENT' if own else 'never'}"
         )
         print(
             "all cycles (s): " + ", ".join(f"{k} {[round(x, 3) for x in times[k]]}" for k in runs)
@@ -391,6 +436,7 @@ async def main(args: argparse.Namespace) -> None:
                 f"--cull-every={ce}",
                 f"--api-page-size={args.page_size}",
                 "--log-level=WARN",
+                *mint_budget,
             ]
         )
         reclaimer = app2.make_culler()
@@ -421,6 +467,8 @@ async def main(args: argparse.Namespace) -> None:
                 break
             await asyncio.sleep(0.2)
         task.cancel()
+        await reclaimer.close()
+        await steady.close()
         lat = [st["deleted"][u] - t0s[u] for u in probes if u in st["deleted"]]
         floor = kt + ce
         print()
@@ -469,6 +517,12 @@ def parse() -> argparse.Namespace:
     )
     p.add_argument("--cull-every", type=int, default=3, help="reclaim phase: cycle interval (s)")
     p.add_argument("--probes", type=int, default=5, help="reclaim phase: notebooks that go idle")
+    p.add_argument(
+        "--token-mints-per-cycle",
+        type=int,
+        default=-1,
+        help="the culler's token_mints_per_cycle (0: no limit; default: the culler's own)",
+    )
     p.add_argument("--stand-in", type=int, default=0, help=argparse.SUPPRESS)
     return p.parse_args()
 

@@ -25,14 +25,18 @@ c = get_config()  # noqa: F821  (provided by JupyterHub when it loads the config
 #:   read:users:activity  users' and servers' last_activity
 #:   read:servers         server models, with user_options (the spawner's offering)
 #:   delete:servers       stop idle servers
-#:   access:servers       the kernel view: GET/DELETE /api/kernels on each server
+#:   tokens               the kernel view: per server, a short-lived token owned by
+#:                        its user with only access:servers!server=<user>/<name>,
+#:                        revoked when the server goes (docs/culler.md, Threat model)
+#: NOT access:servers: the culler's own token never leaves the hub's side; a user
+#: controls their pod, so nothing sent there may open anything but that server.
 #: Add "admin:users" only with --cull-users (deleting users).
 GPU_CULLER_SCOPES = [
     "list:users",
     "read:users:activity",
     "read:servers",
     "delete:servers",
-    "access:servers",
+    "tokens",
 ]
 
 c.JupyterHub.services.append(
@@ -56,6 +60,8 @@ c.JupyterHub.services.append(
             "--timeout=28800",
             # idle kernels holding memory on shared GPUs
             "--kernel-timeout=1800",
+            # a GPU idle this long (by telemetry) is stopped whatever its pod claims
+            "--gpu-idle-limit=14400",
             # start with --dry-run, read the log for a day, then remove it
             "--dry-run",
         ],

@@ -107,7 +107,7 @@ if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
     c.JupyterHub.load_roles.append(
         {
             "name": "gpu-culler",
-            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers", "access:servers"],
+            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers", "tokens"],
             "services": ["gpu-culler"],
         }
     )

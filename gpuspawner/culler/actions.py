@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from .decide import HELD_BACK, KEEP, RECLAIM, STOP, Decision
+from jupyterhub_idle_culler import format_td
+
+from .decide import GPU_IDLE_LIMIT, HELD_BACK, KEEP, RECLAIM, STOP, Decision
 from .gpu_metrics import GpuView
 from .hub import HubClient, ServerRecord
 from .kernels import KernelClient
@@ -102,7 +104,19 @@ class Actions:
         o = server.offering
         what = f"{server.label} [{o.kind}{' ' + o.slug if o.slug else ''}]"
         dry = "DRY RUN: would " if self.dry_run else ""
-        if d.action == STOP:
+        if d.action == STOP and d.stop_reason == GPU_IDLE_LIMIT:
+            self.log.warning(
+                "%sstop server %s (%s): GPU telemetry has shown its GPU idle for %s, past"
+                " gpu_idle_limit, while the server claims: %s -- the GPU's telemetry wins over"
+                " what a pod says. %s",
+                dry,
+                what,
+                d.stop_reason,
+                format_td(d.gpu_idle_for),
+                "; ".join(d.overruled),
+                d.summary(),
+            )
+        elif d.action == STOP:
             self.log.info("%sstop server %s (%s): %s", dry, what, d.stop_reason, d.summary())
         elif d.action == RECLAIM:
             self.log.info(
@@ -146,10 +160,8 @@ class Actions:
                 self.metrics.memory_reclaimed.labels("server_stop", kind).inc(d.memory_mib)
             return result
         # RECLAIM
-        url = server.offering.url
-        assert url is not None
         for action in d.shutdown:
-            r = await self.kernels.shutdown(url, action.kernel_id)
+            r = await self.kernels.shutdown(server, action.kernel_id)
             if r.ok:
                 result.kernels_shut_down.append(action.kernel_id)
                 self.metrics.kernel_shutdowns.labels("idle", kind).inc()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 import time
 from textwrap import dedent
@@ -21,30 +22,59 @@ from urllib.parse import urlparse
 
 from jupyterhub_idle_culler import IdleCuller, default_cull_arbiter, make_ssl_context
 from tornado.httpserver import HTTPServer
-from traitlets import Bool, Dict, Float, Int, List, Unicode, default
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default, validate
 
 from .contract import GPU_KINDS, KINDS
 from .cycle import Culler
-from .decide import DEFAULT_KIND_TIMEOUTS, Policy
+from .decide import DEFAULT_GPU_IDLE_LIMIT, DEFAULT_KIND_TIMEOUTS, Policy
 from .gpu_metrics import GpuQuerySettings
 from .hub import HubClient
 from .kernels import KernelClient
 from .metrics import CullerMetrics, make_metrics_app
 from .prometheus import PrometheusClient
+from .tokens import ServerTokens
 from .transport import RequestFailed, RetryPolicy, Transport
 
-#: the scopes the culler's role needs, and no more (see docs/culler.md)
+#: the scopes the culler's role needs, and no more (see docs/culler.md). No
+#: ``access:servers``: the culler reaches each server with a token of that
+#: server's own user (``tokens``), never with its own.
 REQUIRED_SCOPES: tuple[str, ...] = (
     "list:users",
     "read:users:activity",
     "read:servers",
     "delete:servers",
-    "access:servers",
+    "tokens",
 )
+#: scopes that would let the culler's own token into users' servers: not needed
+NEEDLESS_SCOPES: tuple[str, ...] = ("access:servers", "admin:servers", "servers")
 #: only with --cull-users
 USER_CULLING_SCOPES: tuple[str, ...] = ("admin:users",)
 
 _GPU_KIND_DEFAULTS = {k: v for k, v in DEFAULT_KIND_TIMEOUTS.items() if k != "cpu"}
+
+
+def scope_problems(scopes: list[str], cull_users: bool = False) -> list[str]:
+    """What is wrong with the scopes the culler's token holds (as ``GET
+    /hub/api/user`` lists them): too much, or too little."""
+    bases = {s.split("!", 1)[0] for s in scopes}
+    out = [
+        f"the culler's role grants {s!r}, which it does not need (it reaches each server"
+        " with a token of that server's own user): remove it, so that the culler's token"
+        " cannot open users' servers (docs/culler.md, Scopes)"
+        for s in sorted(set(scopes) & set(NEEDLESS_SCOPES))
+    ]
+    if "tokens" not in bases:
+        out.append(
+            "the culler's role lacks 'tokens': it cannot mint per-server tokens, so it"
+            " cannot read kernels, and servers with a direct address are held back"
+            " (docs/culler.md, Scopes)"
+        )
+    for need in REQUIRED_SCOPES:
+        if need != "tokens" and need not in bases:
+            out.append(f"the culler's role lacks {need!r} (docs/culler.md, Scopes)")
+    if cull_users and "admin:users" not in bases:
+        out.append("--cull-users needs 'admin:users' in the culler's role")
+    return out
 
 
 def _h(text: str) -> str:
@@ -201,6 +231,36 @@ class GpuCuller(IdleCuller):
         ),
     ).tag(config=True)
 
+    gpu_idle_limit = Int(
+        DEFAULT_GPU_IDLE_LIMIT,
+        help=_h(
+            """
+            Seconds after which a GPU that GPU telemetry has shown idle, in every
+            cycle since, wins over everything its pod claims: the server is
+            stopped even though it says a kernel is busy, reports fresh activity
+            (kernels, ``/api/status``, the hub's ``last_activity``, which the
+            pod's own jupyterhub-singleuser reports) or does not answer -- with a
+            WARNING in the log naming what it claimed. Only with a known GPU view
+            that is idle now; real GPU activity always keeps the server and
+            starts the count again. Never shorter than the offering's idle
+            timeout; no effect where that timeout is 0. Counted from the first
+            cycle that saw the GPU idle (after a culler restart: from scratch).
+            0: off (the pod's word can keep a GPU forever). Default 4 hours.
+            """
+        ),
+    ).tag(config=True)
+
+    offering_gpu_idle_limits = Dict(
+        key_trait=Unicode(),
+        value_trait=Int(),
+        help=_h(
+            """
+            ``gpu_idle_limit`` per offering slug (seconds; 0: off for that
+            offering). Example: ``{"a100-80gb-full": 3600, "t4-shared": 0}``.
+            """
+        ),
+    ).tag(config=True)
+
     # ---- GPU view ----------------------------------------------------------
     prometheus_url = Unicode(
         os.environ.get("GPUSPAWNER_CULLER_PROMETHEUS_URL", ""),
@@ -283,6 +343,48 @@ class GpuCuller(IdleCuller):
         20, help="Requests in flight at once to single-user servers (kernel view, shutdowns)."
     ).tag(config=True)
 
+    server_token_lifetime = Int(
+        3600,
+        help=_h(
+            """
+            Lifetime (seconds, at least 60) of the per-server tokens the culler
+            sends to notebook servers to read their kernels. Each is owned by the
+            server's user and grants only ``access:servers!server=<user>/<name>``;
+            it is renewed after three quarters of its lifetime and revoked when
+            the server is gone or the culler stops. The lifetime bounds how long
+            a token sent to a pod address that has meanwhile gone to another pod
+            stays usable (docs/culler.md, Threat model). Capped by the hub's
+            ``c.JupyterHub.token_expires_in_max_seconds`` (the culler logs it
+            and uses the cap).
+            """
+        ),
+    ).tag(config=True)
+
+    token_mints_per_cycle = Int(
+        100,
+        help=_h(
+            """
+            Per-server tokens minted per cycle, at most, for kernel views that can
+            only lead to a kernel shutdown (each mint is a write to the hub's
+            database). Servers beyond it are read in a later cycle: a culler
+            restarted among thousands of shared-GPU servers catches up over a few
+            cycles instead of holding the hub busy for one long one. Views that
+            can lead to a stop are never deferred. 0: no limit.
+            """
+        ),
+    ).tag(config=True)
+
+    @validate("server_token_lifetime")
+    def _valid_token_lifetime(self, proposal: dict) -> int:
+        value = int(proposal["value"])
+        if value < 60:
+            raise TraitError(
+                f"server_token_lifetime={value}: must be at least 60 seconds (a token is"
+                " renewed after three quarters of its lifetime; shorter ones would be"
+                " minted for nearly every request)"
+            )
+        return value
+
     # ---- the rest ----------------------------------------------------------
     dry_run = Bool(False, help="Log what would be done, with its reasons, and do nothing.").tag(
         config=True
@@ -321,6 +423,9 @@ class GpuCuller(IdleCuller):
         "prometheus-selector": "GpuCuller.prometheus_selector",
         "gpu-window": "GpuCuller.gpu_window",
         "gpu-min-samples": "GpuCuller.gpu_min_samples",
+        "gpu-idle-limit": "GpuCuller.gpu_idle_limit",
+        "offering-gpu-idle-limit": "GpuCuller.offering_gpu_idle_limits",
+        "server-token-lifetime": "GpuCuller.server_token_lifetime",
         "memory-held-mib": "GpuCuller.memory_held_mib",
         "metrics-port": "GpuCuller.metrics_port",
         "log-level": "Application.log_level",
@@ -355,6 +460,8 @@ class GpuCuller(IdleCuller):
             gpu_activity_blocks_kernel_reclaim=self.gpu_activity_blocks_kernel_reclaim,
             cull_default_servers=self.cull_default_servers,
             cull_named_servers=self.cull_named_servers,
+            gpu_idle_limit=self.gpu_idle_limit,
+            offering_gpu_idle_limits=dict(self.offering_gpu_idle_limits),
         )
 
     def gpu_settings(self) -> GpuQuerySettings:
@@ -430,9 +537,19 @@ class GpuCuller(IdleCuller):
         arbiter = self.cull_arbiter_hook
         if arbiter is default_cull_arbiter:
             arbiter = None
+        # the culler's own token goes on the hub transport only; servers get theirs
+        hub = HubClient(self.url, self.api_token, hub_t, page_size=self.api_page_size)
+        tokens = ServerTokens(
+            hub,
+            self.server_token_lifetime,
+            log,
+            metrics,
+            mints_per_cycle=max(0, self.token_mints_per_cycle),
+        )
         return Culler(
-            hub=HubClient(self.url, self.api_token, hub_t, page_size=self.api_page_size),
-            kernels=KernelClient(self.api_token, srv_t),
+            hub=hub,
+            kernels=KernelClient(tokens, srv_t),
+            tokens=tokens,
             prometheus=prom,
             policy=self.policy(),
             metrics=metrics,
@@ -449,7 +566,7 @@ class GpuCuller(IdleCuller):
         p = culler.policy
         self.log.info(
             "gpuspawner culler%s: every %ss; timeouts %s, plain servers %ss, offerings %s; "
-            "kernel timeout %ss on kinds %s; GPU view %s",
+            "kernel timeout %ss on kinds %s; gpu_idle_limit %s; GPU view %s",
             " (DRY RUN)" if self.dry_run else "",
             self.cull_every,
             dict(p.kind_timeouts),
@@ -457,6 +574,7 @@ class GpuCuller(IdleCuller):
             dict(p.offering_timeouts) or "-",
             p.kernel_timeout,
             sorted(p.reclaim_kinds),
+            f"{p.gpu_idle_limit}s" if p.gpu_idle_limit > 0 else "off",
             f"from {self.prometheus_url} over {self.gpu_window}s"
             if self.prometheus_url
             else "DISABLED (no prometheus_url): GPU servers will not be stopped",
@@ -464,7 +582,8 @@ class GpuCuller(IdleCuller):
         if self.prometheus_url and self.cull_every > self.gpu_window:
             self.log.warning(
                 "cull_every (%ss) > gpu_window (%ss): GPU activity between two windows is "
-                "missed; make gpu_window at least cull_every",
+                "missed, and no GPU idle streak lasts (gpu_idle_limit never applies); make "
+                "gpu_window at least cull_every",
                 self.cull_every,
                 self.gpu_window,
             )
@@ -494,25 +613,48 @@ class GpuCuller(IdleCuller):
         self.log.info("serving metrics at http://%s:%s%smetrics", ip or "*", port, prefix)
         return server
 
-    async def run(self) -> None:
-        """Cycle forever; nothing the hub, a server or Prometheus does ends this."""
-        culler = self.make_culler()
-        self._log_startup(culler)
-        self._serve_metrics(culler)
+    async def check_hub(self, culler: Culler) -> None:
+        """Log the hub's version and what is wrong with the culler's scopes."""
         try:
             info = await culler.hub.info()
             self.log.info("hub version %s at %s", info.get("version"), self.url)
+            me = await culler.hub.whoami()
         except RequestFailed as e:
             culler.metrics.errors.labels("hub").inc()
             self.log.error("hub not reachable yet (%s); cycling anyway", e)
-        while True:
-            t0 = time.monotonic()
+            return
+        for problem in scope_problems(me.get("scopes") or [], self.cull_users):
+            self.log.warning("%s", problem)
+
+    async def run(self) -> None:
+        """Cycle forever; nothing the hub, a server or Prometheus does ends this.
+        SIGTERM (how the hub stops a managed service) and Ctrl-C end it after
+        revoking the per-server tokens it holds."""
+        culler = self.make_culler()
+        self._log_startup(culler)
+        self._serve_metrics(culler)
+        task = asyncio.current_task()
+        if task is not None:
             try:
-                await culler.cycle()
-            except Exception:  # a bug, not an outage: log it and keep the service up
-                culler.metrics.errors.labels("culler").inc()
-                self.log.exception("unexpected error in a culling cycle")
-            await asyncio.sleep(max(1.0, self.cull_every - (time.monotonic() - t0)))
+                asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                pass
+        try:
+            await self.check_hub(culler)
+            while True:
+                t0 = time.monotonic()
+                try:
+                    await culler.cycle()
+                except Exception:  # a bug, not an outage: log it and keep the service up
+                    culler.metrics.errors.labels("culler").inc()
+                    self.log.exception("unexpected error in a culling cycle")
+                await asyncio.sleep(max(1.0, self.cull_every - (time.monotonic() - t0)))
+        finally:
+            self.log.info("stopping: revoking %d per-server tokens", len(culler.tokens))
+            try:
+                await asyncio.wait_for(culler.close(), 15)
+            except Exception as e:  # they expire on their own
+                self.log.warning("could not revoke every per-server token: %r", e)
 
     def start(self) -> None:
         if self.generate_config:
@@ -526,7 +668,7 @@ class GpuCuller(IdleCuller):
             sys.exit(2)
         try:
             asyncio.run(self.run())
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, asyncio.CancelledError):
             pass
 
 

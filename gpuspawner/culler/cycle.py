@@ -2,7 +2,11 @@
 as soon as its page arrives, concurrently -- read its views, decide, act.
 
 The GPU view (one Prometheus query) is asked at the start of the cycle, in
-parallel with the first page of users; only GPU servers wait for it.
+parallel with the first page of users; only GPU servers wait for it. Across
+cycles the culler remembers, per pod, the last cycle that saw its GPU active and
+how long its GPU has been idle, and per server its kernel memo and its token;
+what belongs to servers the hub no longer lists is forgotten (tokens revoked) at
+the end of each cycle.
 """
 
 from __future__ import annotations
@@ -24,18 +28,21 @@ from .dates import parse_time
 from .decide import (
     STOP,
     Decision,
+    GpuIdleStreak,
     KernelMemo,
     Policy,
     decide,
     kernel_memo,
     last_seen,
     plan_kernel_view,
+    track_gpu_idle,
 )
 from .gpu_metrics import GpuView, expect_devices, unavailable
 from .hub import HubClient, ServerRecord, server_record
 from .kernels import KernelClient, KernelView
 from .metrics import CullerMetrics
 from .prometheus import PrometheusClient
+from .tokens import ServerTokens
 from .transport import RequestFailed
 
 
@@ -78,6 +85,7 @@ class Culler:
         *,
         hub: HubClient,
         kernels: KernelClient,
+        tokens: ServerTokens,
         prometheus: PrometheusClient | None,
         policy: Policy,
         metrics: CullerMetrics,
@@ -92,6 +100,7 @@ class Culler:
     ) -> None:
         self.hub = hub
         self.kernels = kernels
+        self.tokens = tokens
         self.prometheus = prometheus
         self.policy = policy
         self.metrics = metrics
@@ -108,6 +117,9 @@ class Culler:
         self._warned_contracts: set[tuple[str, str]] = set()
         #: (namespace, pod) -> the last cycle's time that saw its GPU active
         self._gpu_last_active: dict[tuple[str, str], datetime] = {}
+        #: (namespace, pod) -> how long every GPU view has shown its GPU idle
+        self._gpu_idle: dict[tuple[str, str], GpuIdleStreak] = {}
+        self._gpu_pods_seen: set[tuple[str, str]] = set()
         #: (user, server) -> ((started, url), memo of its last kernel view)
         self._memos: dict[tuple[str, str], tuple[tuple[Any, Any], KernelMemo]] = {}
         self._seen: set[tuple[str, str]] = set()
@@ -146,25 +158,42 @@ class Culler:
             self.log.warning("server %s: %s", rec.label, o.problem)
         gpu = None
         gpu_seen = None
+        idle_since = None
         if o.is_gpu:
-            gpu = expect_devices((await gpu_task).for_pod(o.namespace, o.pod), o.expected_devices)
-            key = (o.namespace or "", o.pod or "")
+            view = await gpu_task
+            gpu = expect_devices(view.for_pod(o.namespace, o.pod), o.expected_devices)
+            pod = (o.namespace or "", o.pod or "")
+            self._gpu_pods_seen.add(pod)
             if gpu.active:
-                self._gpu_last_active[key] = now
-            gpu_seen = self._gpu_last_active.get(key)
+                self._gpu_last_active[pod] = now
+            gpu_seen = self._gpu_last_active.get(pod)
+            streak = track_gpu_idle(self._gpu_idle.get(pod), gpu, now, view.window_s)
+            if streak is None:
+                self._gpu_idle.pop(pod, None)
+            else:
+                self._gpu_idle[pod] = streak
+                idle_since = streak.since
         custom = self.arbiter is not None
         key = (rec.user, rec.name)
         self._seen.add(key)
         memo_entry = self._memos.get(key)
         memo = memo_entry[1] if memo_entry and memo_entry[0] == (rec.started, o.url) else None
         ask = plan_kernel_view(
-            rec, gpu, self.policy, now, custom_arbiter=custom, gpu_last_active=gpu_seen, memo=memo
+            rec,
+            gpu,
+            self.policy,
+            now,
+            custom_arbiter=custom,
+            gpu_last_active=gpu_seen,
+            memo=memo,
+            gpu_idle_since=idle_since,
         )
         kv = None
         if ask.kernels:
-            assert o.url is not None
-            kv = await self.kernels.view(o.url, with_status=ask.status)
-            if not kv.ok:
+            kv = await self.kernels.view(rec, with_status=ask.status)
+            if kv.deferred:
+                self.log.debug("kernel view of %s %s", rec.label, kv.error)
+            elif not kv.ok:
                 self.metrics.errors.labels("server").inc()
                 self.log.warning("kernel view of %s unavailable: %s", rec.label, kv.error)
             new_memo = kernel_memo(kv, now, self.policy, o)
@@ -185,8 +214,10 @@ class Culler:
                     )
                 )
             )
-        decision = decide(rec, kv, gpu, self.policy, now, arbiter_idle, gpu_seen)
+        decision = decide(rec, kv, gpu, self.policy, now, arbiter_idle, gpu_seen, idle_since)
         result = await self.actions.apply(rec, decision)
+        if result.stopped:
+            await self.tokens.revoke(rec)
         return ServerOutcome(rec, decision, result, kv)
 
     async def _user(
@@ -249,6 +280,8 @@ class Culler:
         now = self.clock()
         report = CycleReport(started=now)
         self._seen = set()
+        self._gpu_pods_seen = set()
+        self.tokens.new_cycle()
         gpu_task = asyncio.ensure_future(self._gpu_view(report))
         tasks: list[asyncio.Future[None]] = []
         states = ["ready"] + (["inactive"] if self.cull_users else [])
@@ -272,12 +305,19 @@ class Culler:
                 self.log.error("error in cycle", exc_info=r)
         await gpu_task
         self._forget_old_gpu_activity(now)
-        if report.hub_error is None:  # servers gone from the hub: forget their memos
+        if report.hub_error is None:  # servers gone from the hub: forget them
             for key in set(self._memos) - self._seen:
                 del self._memos[key]
+            for pod in set(self._gpu_idle) - self._gpu_pods_seen:
+                del self._gpu_idle[pod]
+            await self.tokens.keep_only(self._seen)
         report.duration_s = time.monotonic() - t0
         self._finish(report)
         return report
+
+    async def close(self) -> None:
+        """Revoke every per-server token (the culler is stopping)."""
+        await self.tokens.close()
 
     def _forget_old_gpu_activity(self, now: datetime) -> None:
         longest = max(

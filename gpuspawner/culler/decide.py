@@ -12,7 +12,13 @@ Per server, in order:
    * the server holds a GPU and its GPU view is unknown (Prometheus down, too few
      samples, no series): held back -- unknown never justifies a cull;
    * its kernel view was needed and could not be read: held back.
-3. otherwise **reclaim** (keep the server, free GPU memory) on kinds listed in
+3. **stop** a GPU server whose GPU telemetry has shown it idle, continuously, for
+   longer than the offering's ``gpu_idle_limit`` -- whatever its pod says. Busy
+   kernels, kernel and ``/api/status`` activity, a kernel API that fails, and the
+   hub's ``last_activity`` (reported by the pod's own jupyterhub-singleuser, or
+   traffic the user sends through the proxy) are all the user's word; the GPU's
+   telemetry is not. Real GPU activity still always keeps the server.
+4. otherwise **reclaim** (keep the server, free GPU memory) on kinds listed in
    ``reclaim_kinds``: shut down kernels idle longer than the kernel timeout while
    the pod holds GPU memory -- held back when memory or activity is unknown, and
    not while the GPU is active (by default).
@@ -41,6 +47,9 @@ DEFAULT_KIND_TIMEOUTS: Mapping[str, int] = {
 }
 
 STOP, RECLAIM, KEEP, HELD_BACK = "stop", "reclaim", "keep", "held_back"
+#: why a server is stopped
+IDLE, MAX_AGE, GPU_IDLE_LIMIT = "idle", "max_age", "gpu_idle_limit"
+DEFAULT_GPU_IDLE_LIMIT = 4 * 60 * 60
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,11 @@ class Policy:
     gpu_activity_blocks_kernel_reclaim: bool = True
     cull_default_servers: bool = True
     cull_named_servers: bool = True
+    #: seconds of continuous, telemetry-known GPU idleness after which a GPU
+    #: server is stopped whatever its pod claims; 0 or less: off
+    gpu_idle_limit: int = DEFAULT_GPU_IDLE_LIMIT
+    #: per offering slug; wins over ``gpu_idle_limit``
+    offering_gpu_idle_limits: Mapping[str, int] = field(default_factory=dict)
 
     def timeout_for(self, offering: ServerOffering) -> int:
         if offering.slug and offering.slug in self.offering_timeouts:
@@ -75,6 +89,21 @@ class Policy:
         if offering.slug and offering.slug in self.offering_kernel_timeouts:
             return int(self.offering_kernel_timeouts[offering.slug])
         return int(self.kernel_timeout)
+
+    def gpu_idle_limit_for(self, offering: ServerOffering) -> int:
+        """The bound after which GPU idleness wins, in seconds; 0: none. Never
+        shorter than the offering's idle timeout, and none where that timeout
+        is off (the admin said "never stop this for idleness")."""
+        if not offering.is_gpu:
+            return 0
+        if offering.slug and offering.slug in self.offering_gpu_idle_limits:
+            limit = int(self.offering_gpu_idle_limits[offering.slug])
+        else:
+            limit = int(self.gpu_idle_limit)
+        timeout = self.timeout_for(offering)
+        if limit <= 0 or timeout <= 0:
+            return 0
+        return max(limit, timeout)
 
 
 @dataclass(frozen=True)
@@ -93,6 +122,10 @@ class Decision:
     held_back: tuple[str, ...] = ()
     memory_mib: float | None = None
     inactive: timedelta | None = None
+    #: with stop_reason "gpu_idle_limit": what the pod claimed, overruled
+    overruled: tuple[str, ...] = ()
+    #: with stop_reason "gpu_idle_limit": how long telemetry has shown the GPU idle
+    gpu_idle_for: timedelta | None = None
 
     def summary(self) -> str:
         parts = list(self.reasons)
@@ -137,6 +170,52 @@ def _memory_held(gpu: PodGpuView | None, policy: Policy) -> bool:
     return (
         gpu is not None and gpu.memory_mib is not None and gpu.memory_mib >= policy.memory_held_mib
     )
+
+
+@dataclass(frozen=True)
+class GpuIdleStreak:
+    """A pod's GPU seen idle by every GPU view from ``since`` to ``last_idle``."""
+
+    since: datetime
+    last_idle: datetime
+
+
+def track_gpu_idle(
+    prev: GpuIdleStreak | None, gpu: PodGpuView | None, now: datetime, window_s: int
+) -> GpuIdleStreak | None:
+    """Carry a pod's GPU idle streak over one more cycle's GPU view.
+
+    Activity ends the streak. An unknown view neither ends nor extends it. An
+    idle view extends it when the previous idle view is at most one query window
+    old -- each idle answer vouches for the window before it, so together they
+    cover the whole time -- and starts a new one otherwise (a gap no answer
+    covers, e.g. Prometheus down longer than the window). A streak starts at the
+    first cycle that saw the GPU idle: the bound is counted from there, not from
+    the start of that cycle's window, and from scratch after a culler restart.
+    """
+    if gpu is None or gpu.active:
+        return None
+    if not gpu.idle:
+        return prev
+    if prev is None or (now - prev.last_idle).total_seconds() > window_s:
+        return GpuIdleStreak(now, now)
+    return GpuIdleStreak(prev.since, now)
+
+
+def gpu_idle_past_limit(
+    server: ServerRecord,
+    gpu: PodGpuView | None,
+    policy: Policy,
+    now: datetime,
+    gpu_idle_since: datetime | None,
+) -> timedelta | None:
+    """How long the GPU has been idle, when that is past the offering's
+    ``gpu_idle_limit`` and the GPU view says idle *now*; else None."""
+    limit = policy.gpu_idle_limit_for(server.offering)
+    if limit <= 0 or gpu is None or not gpu.idle or gpu_idle_since is None:
+        return None
+    idle_for = now - gpu_idle_since
+    return idle_for if idle_for.total_seconds() >= limit else None
 
 
 @dataclass(frozen=True)
@@ -195,6 +274,7 @@ def plan_kernel_view(
     custom_arbiter: bool = False,
     gpu_last_active: datetime | None = None,
     memo: KernelMemo | None = None,
+    gpu_idle_since: datetime | None = None,
 ) -> KernelAsk:
     """Whether asking the server's kernels could change this cycle's decision.
 
@@ -203,12 +283,19 @@ def plan_kernel_view(
     kernels say; a GPU server whose GPU view is active or unknown cannot be
     stopped either. Kernels are then asked only when a reclaim is possible.
     A :class:`KernelMemo` from an earlier cycle defers asking until an action
-    could be due.
+    could be due. A GPU idle past its ``gpu_idle_limit`` stops the server
+    whatever the kernels say; they are asked only so that the log can name
+    what the pod claimed.
     """
     o = server.offering
     if not o.url or not server.ready or server.pending:
         return KernelAsk()
     if custom_arbiter:
+        return KernelAsk(True, True)
+    if (
+        gpu_idle_past_limit(server, gpu, policy, now, gpu_idle_since) is not None
+        and _stop_allowed(server, policy) is None
+    ):
         return KernelAsk(True, True)
     timeout = policy.timeout_for(o)
     seen = last_seen(server, None, gpu_last_active)
@@ -241,6 +328,30 @@ def _kernel_words(kv: KernelView) -> str:
     return f"{len(kv.kernels)} kernels, none busy"
 
 
+def _claims(
+    kernels: KernelView | None,
+    inactive: timedelta | None,
+    timeout: int,
+    arbiter_idle: bool | None,
+) -> tuple[str, ...]:
+    """What kept a server whose GPU has been idle past its bound: all of it
+    comes from the pod (its kernels, its status, the activity it reported)."""
+    out = []
+    if kernels is not None and kernels.ok and kernels.busy_kernels:
+        out.append(_kernel_words(kernels))
+    if kernels is not None and not kernels.ok:
+        out.append(f"kernel view unavailable ({kernels.error})")
+    if inactive is None:
+        out.append("no activity time known")
+    elif inactive < timedelta(0):
+        out.append(f"activity {format_td(-inactive)} in the future")
+    elif timeout > 0 and inactive.total_seconds() < timeout:
+        out.append(f"activity {format_td(inactive)} ago (hub, server status or kernels)")
+    if arbiter_idle is False:
+        out.append("cull_arbiter_hook said not idle")
+    return tuple(out) or ("nothing",)
+
+
 def decide(
     server: ServerRecord,
     kernels: KernelView | None,
@@ -249,12 +360,15 @@ def decide(
     now: datetime,
     arbiter_idle: bool | None = None,
     gpu_last_active: datetime | None = None,
+    gpu_idle_since: datetime | None = None,
 ) -> Decision:
     """Decide what to do with one server. ``gpu`` is None for servers without a
     GPU; ``kernels`` None when they were not asked (see :func:`plan_kernel_view`);
     ``arbiter_idle`` is a custom ``cull_arbiter_hook``'s answer, if one is set;
     ``gpu_last_active`` the last time an earlier cycle saw the pod's GPU active
-    (so that activity older than the window still counts for the timeout)."""
+    (so that activity older than the window still counts for the timeout);
+    ``gpu_idle_since`` the start of the pod's GPU idle streak
+    (:func:`track_gpu_idle`)."""
     o = server.offering
     if server.pending:
         return Decision(KEEP, reasons=(f"pending {server.pending}",))
@@ -266,7 +380,11 @@ def decide(
     inactive = now - seen if seen is not None else None
     what = f"offering {o.slug!r}, kind {o.kind}" if o.slug else f"kind {o.kind}"
     limit = format_td(timedelta(seconds=timeout)) if timeout > 0 else "never"
-    reasons = [f"inactive for {format_td(inactive)} (timeout {limit}, {what})"]
+    if inactive is not None and inactive < timedelta(0):  # only a pod's claim can say so
+        idle_words = f"activity claimed {format_td(-inactive)} in the future"
+    else:
+        idle_words = f"inactive for {format_td(inactive)}"
+    reasons = [f"{idle_words} (timeout {limit}, {what})"]
     held: list[str] = []
     vetoes: list[str] = []
 
@@ -298,9 +416,9 @@ def decide(
     else:
         time_idle = timeout > 0 and inactive is not None and inactive.total_seconds() >= timeout
     aged = _aged(server, policy, now)
+    blocked = _stop_allowed(server, policy)
     if time_idle or aged:
-        stop_reason = "idle" if time_idle else "max_age"
-        blocked = _stop_allowed(server, policy)
+        stop_reason = IDLE if time_idle else MAX_AGE
         if aged and not time_idle:
             reasons.append(f"older than max_age {format_td(timedelta(seconds=policy.max_age))}")
         if vetoes:
@@ -319,6 +437,22 @@ def decide(
                 memory_mib=memory,
                 inactive=inactive,
             )
+
+    # --- the pod's word against the GPU's telemetry -------------------------
+    gpu_idle_for = gpu_idle_past_limit(server, gpu, policy, now, gpu_idle_since)
+    if gpu_idle_for is not None and blocked is None:
+        limit = format_td(timedelta(seconds=policy.gpu_idle_limit_for(o)))
+        return Decision(
+            STOP,
+            stop_reason=GPU_IDLE_LIMIT,
+            reasons=tuple(
+                reasons + [f"GPU idle for {format_td(gpu_idle_for)} (gpu_idle_limit {limit})"]
+            ),
+            memory_mib=memory,
+            inactive=inactive,
+            overruled=_claims(kernels, inactive, timeout, arbiter_idle),
+            gpu_idle_for=gpu_idle_for,
+        )
 
     # --- reclaim memory, keep the server ----------------------------------
     ktimeout = policy.kernel_timeout_for(o)

@@ -1,4 +1,5 @@
-"""The hub's REST API: paged user/server listing, stopping servers, deleting users.
+"""The hub's REST API: paged user/server listing, stopping servers, deleting users,
+and the per-server tokens of the kernel view (see :mod:`.tokens`).
 
 Follows jupyterhub-idle-culler 2.0 request for request (same endpoints, the
 ``state`` filter, the pagination media type, ``{"remove": true}`` for named
@@ -59,8 +60,19 @@ def server_record(user: Mapping[str, Any], name: str, server: Mapping[str, Any])
     )
 
 
+@dataclass(frozen=True)
+class MintedToken:
+    """A token the hub created for a user (``POST /users/{name}/tokens``)."""
+
+    id: str
+    token: str = field(repr=False)
+    scopes: tuple[str, ...] = ()
+
+
 class HubClient:
-    """JupyterHub REST API, as the culler service uses it."""
+    """JupyterHub REST API, as the culler service uses it. The service's own token
+    is set on this client's transport only: it goes to the hub API URL and
+    nowhere else."""
 
     def __init__(self, api_url: str, token: str, transport: Transport, page_size: int = 0):
         self.api_url = api_url.rstrip("/")
@@ -70,6 +82,10 @@ class HubClient:
 
     async def info(self) -> dict[str, Any]:
         return await self.transport.fetch_json(f"{self.api_url}/")
+
+    async def whoami(self) -> dict[str, Any]:
+        """The culler's own model, with the scopes its token holds (``GET /user``)."""
+        return await self.transport.fetch_json(f"{self.api_url}/user")
 
     async def iter_users(self, state: str | None = "ready") -> AsyncIterator[dict[str, Any]]:
         """Yield user models, page by page; the next page is asked for before the
@@ -124,6 +140,32 @@ class HubClient:
                 return "gone"
             raise
         return "stopping" if resp.code == 202 else "stopped"
+
+    async def create_token(
+        self, user: str, scopes: list[str], expires_in: int, note: str
+    ) -> MintedToken:
+        """A new token owned by ``user`` with exactly ``scopes`` (the hub refuses
+        scopes the user does not hold: 400), for ``expires_in`` seconds."""
+        body = json.dumps({"scopes": scopes, "expires_in": expires_in, "note": note})
+        model = await self.transport.fetch_json(
+            f"{self.api_url}/users/{quote(user, safe='')}/tokens", "POST", body=body
+        )
+        if not isinstance(model, Mapping) or not model.get("token") or not model.get("id"):
+            raise RequestFailed(
+                "hub", "POST", f"{self.api_url}/users/{user}/tokens", 200, "no token in the answer"
+            )
+        return MintedToken(
+            str(model["id"]), str(model["token"]), tuple(map(str, model.get("scopes") or ()))
+        )
+
+    async def delete_token(self, user: str, token_id: str) -> None:
+        """Revoke one of ``user``'s tokens; one already gone (404) is fine."""
+        url = f"{self.api_url}/users/{quote(user, safe='')}/tokens/{quote(token_id, safe='')}"
+        try:
+            await self.transport.fetch(url, "DELETE")
+        except RequestFailed as e:
+            if e.code != 404:
+                raise
 
     async def delete_user(self, user: str) -> None:
         await self.transport.fetch(f"{self.api_url}/users/{quote(user, safe='')}", "DELETE")

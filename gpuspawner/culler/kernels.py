@@ -2,7 +2,10 @@
 
 Never through the proxy (a request through the proxy counts as activity), always
 with ``?no_track_activity=1`` (so the culler's own polling is not activity to
-jupyter_server either), with the service's token (scope ``access:servers``).
+jupyter_server either), and with that server's own token (owned by its user,
+scope ``access:servers!server=<user>/<name>``: see :mod:`.tokens`) -- never the
+culler's. Everything a server answers is the word of its user: it is read as a
+claim, which GPU telemetry can outweigh (see ``gpu_idle_limit`` in :mod:`.decide`).
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from .dates import parse_time
+from .hub import ServerRecord
+from .tokens import TokenDeferred, TokenUnavailable
 from .transport import RequestFailed, Transport
 
 NO_TRACK = "no_track_activity=1"
@@ -50,6 +55,8 @@ class KernelView:
     #: ``/api/status`` last_activity: the server's own idea (kernels, API, terminals)
     server_last_activity: datetime | None = None
     error: str | None = None
+    #: not asked this cycle for want of a token (the mint budget was spent)
+    deferred: bool = False
 
     @property
     def busy_kernels(self) -> tuple[KernelInfo, ...]:
@@ -90,22 +97,54 @@ def parse_status(body: Any) -> datetime | None:
     return parse_time(body.get("last_activity"))
 
 
+class TokenSource(Protocol):
+    """Where a server's own token comes from (:class:`.tokens.ServerTokens`)."""
+
+    async def get(self, server: ServerRecord, budgeted: bool = False) -> str: ...
+
+    async def refused(self, server: ServerRecord) -> None: ...
+
+
 class KernelClient:
-    """Ask single-user servers about their kernels; shut kernels down."""
+    """Ask single-user servers about their kernels; shut kernels down. Each
+    request carries the token of the server it goes to, and no other."""
 
-    def __init__(self, token: str, transport: Transport) -> None:
+    def __init__(self, tokens: TokenSource, transport: Transport) -> None:
+        self.tokens = tokens
         self.transport = transport
-        self.transport.headers["Authorization"] = f"token {token}"
+        if "Authorization" in transport.headers:
+            raise ValueError("the server transport must carry no credential of its own")
 
-    async def view(self, base_url: str, with_status: bool = True) -> KernelView:
-        """``/api/kernels`` (and ``/api/status``) at once; never raises."""
-        calls = [self.transport.fetch_json(f"{base_url}api/kernels?{NO_TRACK}")]
+    async def _headers(self, server: ServerRecord, budgeted: bool = False) -> dict[str, str]:
+        return {"Authorization": f"token {await self.tokens.get(server, budgeted)}"}
+
+    async def _refused(self, server: ServerRecord, exc: BaseException) -> None:
+        if isinstance(exc, RequestFailed) and exc.code in (401, 403):
+            await self.tokens.refused(server)
+
+    async def view(self, server: ServerRecord, with_status: bool = True) -> KernelView:
+        """``/api/kernels`` (and ``/api/status``) at once; never raises. A view
+        without ``/api/status`` can only lead to a kernel shutdown: its token
+        mint counts against the cycle's budget (and may be deferred)."""
+        base_url = server.offering.url
+        if not base_url:
+            return KernelView(ok=False, error="no direct url")
+        try:
+            headers = await self._headers(server, budgeted=not with_status)
+        except TokenDeferred as e:
+            return KernelView(ok=False, error=str(e), deferred=True)
+        except TokenUnavailable as e:
+            return KernelView(ok=False, error=f"no per-server token: {e}")
+        calls = [self.transport.fetch_json(f"{base_url}api/kernels?{NO_TRACK}", headers=headers)]
         if with_status:
-            calls.append(self.transport.fetch_json(f"{base_url}api/status?{NO_TRACK}"))
+            calls.append(
+                self.transport.fetch_json(f"{base_url}api/status?{NO_TRACK}", headers=headers)
+            )
         results = await asyncio.gather(*calls, return_exceptions=True)
         kernels_body = results[0]
         status_body = results[1] if with_status else None
         if isinstance(kernels_body, BaseException):
+            await self._refused(server, kernels_body)
             return KernelView(ok=False, error=_describe(kernels_body))
         try:
             kernels = parse_kernels(kernels_body)
@@ -117,13 +156,18 @@ class KernelClient:
             status = parse_status(status_body)
         return KernelView(ok=True, kernels=kernels, server_last_activity=status)
 
-    async def shutdown(self, base_url: str, kernel_id: str) -> KernelShutdown:
-        url = f"{base_url}api/kernels/{quote(kernel_id, safe='')}?{NO_TRACK}"
+    async def shutdown(self, server: ServerRecord, kernel_id: str) -> KernelShutdown:
+        url = f"{server.offering.url}api/kernels/{quote(kernel_id, safe='')}?{NO_TRACK}"
         try:
-            await self.transport.fetch(url, "DELETE")
+            headers = await self._headers(server)
+        except TokenUnavailable as e:
+            return KernelShutdown(kernel_id, False, f"no per-server token: {e}")
+        try:
+            await self.transport.fetch(url, "DELETE", headers=headers)
         except RequestFailed as e:
             if e.code == 404:  # already gone: the memory is free all the same
                 return KernelShutdown(kernel_id, True, "already gone")
+            await self._refused(server, e)
             return KernelShutdown(kernel_id, False, str(e))
         return KernelShutdown(kernel_id, True)
 
@@ -134,6 +178,7 @@ def _describe(exc: BaseException) -> str:
 
 __all__ = [
     "KernelClient",
+    "TokenSource",
     "KernelInfo",
     "KernelShutdown",
     "KernelView",

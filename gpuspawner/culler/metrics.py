@@ -58,6 +58,13 @@ class CullerMetrics:
             ["target"],
             registry=r,
         )
+        self.server_tokens = Counter(
+            f"{PREFIX}_server_tokens",
+            "Per-server tokens (owned by the server's user, for its kernel view) minted"
+            " and revoked through the hub",
+            ["action"],
+            registry=r,
+        )
         self.cycle_duration = Histogram(
             f"{PREFIX}_cycle_duration_seconds",
             "Duration of one culling cycle",
@@ -84,6 +91,8 @@ class CullerMetrics:
             self.errors.labels(source)
         for target in ("hub", "server", "prometheus"):
             self.requests.labels(target)
+        for action in ("minted", "revoked"):
+            self.server_tokens.labels(action)
 
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:
         """Current value of a sample (0 if absent); for tests and the bench."""

@@ -1,7 +1,10 @@
 """HTTP with bounded concurrency, time-outs and retries with backoff.
 
 One :class:`Transport` per target (hub, single-user servers, Prometheus), so that a
-slow target cannot starve the others and errors are counted by source.
+slow target cannot starve the others, errors are counted by source, and a
+credential set on one target's transport is never sent to another. Redirects are
+never followed: a notebook pod (which its user controls) must not be able to
+bounce a request, and the credential on it, somewhere else.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from typing import Any, Callable
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 
 from .metrics import CullerMetrics
+
+#: so that a pod's or the hub's logs say who asked
+USER_AGENT = "gpuspawner-culler"
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,8 @@ class Transport:
                 request_timeout=self.retry.request_timeout,
                 connect_timeout=self.retry.connect_timeout,
                 ssl_options=self.ssl_context,
+                follow_redirects=False,
+                user_agent=USER_AGENT,
             )
             self.metrics.requests.labels(self.source).inc()
             try:
@@ -112,6 +120,9 @@ class Transport:
                     return await self._client.fetch(req)
             except HTTPClientError as e:
                 last_code, last_msg = e.code, _message(e)
+                if 300 <= e.code < 400:
+                    where = e.response.headers.get("Location", "?") if e.response else "?"
+                    last_msg = f"redirect to {where} not followed"
             except (OSError, asyncio.TimeoutError) as e:
                 last_code, last_msg = 599, f"{type(e).__name__}: {e}"
             if not retry_if(last_code) or attempt == tries - 1:

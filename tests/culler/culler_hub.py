@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -12,13 +13,18 @@ import sys
 import textwrap
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from culler_fakes import free_port
+from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
+
+from gpuspawner.culler import GpuCuller
+from gpuspawner.culler.cycle import Culler
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -218,6 +224,50 @@ class Hub:
             if e.code not in (400, 404):
                 raise
         await self.wait_stopped(user, name)
+
+
+# --------------------------------------------------------------------------
+# the culler, in the test's process
+# --------------------------------------------------------------------------
+class Records(logging.Handler):
+    """Every log record of one culler."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def text(self, level: int = logging.DEBUG) -> str:
+        return "\n".join(r.getMessage() for r in self.records if r.levelno >= level)
+
+
+def in_process_culler(
+    api_url: str, prometheus_url: str, token: str, *argv: str, skew: timedelta = timedelta(0)
+) -> tuple[Culler, Records, GpuCuller]:
+    """A culler built from command-line options as the service's would be, with
+    fast retries, its log recorded, and its clock ``skew`` ahead of ours."""
+    app = GpuCuller()
+    app.initialize(
+        [
+            f"--url={api_url}",
+            f"--prometheus-url={prometheus_url}",
+            f"--GpuCuller.api_token={token}",
+            "--offering-timeout",
+            "t4-shared=14400",
+            "--GpuCuller.retry_base_delay=0.05",
+            "--GpuCuller.retry_max_delay=0.2",
+            "--GpuCuller.server_request_timeout=5",
+            *argv,
+        ]
+    )
+    rec = Records()
+    app.log.addHandler(rec)
+    app.log.setLevel(logging.DEBUG)
+    c = app.make_culler()
+    c.clock = lambda: utcnow() + skew
+    return c, rec, app
 
 
 # --------------------------------------------------------------------------

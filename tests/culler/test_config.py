@@ -99,3 +99,39 @@ def test_missing_url_or_token_fails_fast(monkeypatch, capsys):
     assert e.value.code == 2
     a.url = "http://127.0.0.1:8081/hub/api"
     assert "no API token" in a.config_problem()
+
+
+def test_a_too_short_token_lifetime_is_refused_with_a_reason():
+    from traitlets import TraitError
+
+    with pytest.raises(TraitError, match="at least 60 seconds"):
+        GpuCuller(server_token_lifetime=30)
+
+
+def test_gpu_idle_limit_and_token_lifetime_flags():
+    a = app(
+        [
+            "--gpu-idle-limit=7200",
+            "--offering-gpu-idle-limit",
+            "t4-shared=0",
+            "--server-token-lifetime=900",
+        ]
+    )
+    p = a.policy()
+    assert p.gpu_idle_limit == 7200 and p.offering_gpu_idle_limits == {"t4-shared": 0}
+    assert a.server_token_lifetime == 900
+    assert app([]).policy().gpu_idle_limit == 4 * 3600
+
+
+def test_scope_problems_name_too_much_and_too_little():
+    from gpuspawner.culler.config import scope_problems
+
+    assert scope_problems(list(REQUIRED_SCOPES)) == []
+    # what the hub lists for the role (expanded, filtered forms included)
+    assert scope_problems([*REQUIRED_SCOPES, "read:tokens", "tokens!group=gpu"]) == []
+    old_role = ["list:users", "read:users:activity", "read:servers", "delete:servers", "access:servers"]
+    problems = scope_problems(old_role)
+    assert len(problems) == 2
+    assert "'access:servers', which it does not need" in problems[0]
+    assert "lacks 'tokens'" in problems[1] and "held back" in problems[1]
+    assert any("admin:users" in p for p in scope_problems(list(REQUIRED_SCOPES), cull_users=True))

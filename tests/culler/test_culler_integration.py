@@ -13,7 +13,7 @@ alone or in any order.
 from __future__ import annotations
 
 import asyncio
-import logging
+import re
 from datetime import timedelta
 
 import pytest
@@ -28,11 +28,10 @@ from culler_fakes import (
     free_port,
     template,
 )
-from culler_hub import Hub, Jupyter
+from culler_hub import Hub, Jupyter, Records, in_process_culler
 from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient
 
-from gpuspawner.culler import GpuCuller
 from gpuspawner.culler.cycle import Culler
 from gpuspawner.culler.decide import HELD_BACK, KEEP, RECLAIM, STOP
 from gpuspawner.culler.gpu_metrics import ENGINE, FB_USED, UTIL
@@ -108,18 +107,6 @@ class Env:
     hub: Hub
     prom: FakePrometheus
     faulty: FaultyProxy
-
-
-class Records(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-    def text(self) -> str:
-        return "\n".join(self.lines)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -207,25 +194,9 @@ def gpus_as_designed(e: Env) -> None:
 
 
 def culler(e: Env, *argv: str, hub_url: str | None = None) -> tuple[Culler, Records]:
-    app = GpuCuller()
-    app.initialize(
-        [
-            f"--url={hub_url or e.hub.api_url}",
-            f"--prometheus-url={e.prom.url}",
-            "--offering-timeout",
-            "t4-shared=14400",
-            f"--GpuCuller.api_token={e.hub.culler_token}",
-            "--GpuCuller.retry_base_delay=0.05",
-            "--GpuCuller.retry_max_delay=0.2",
-            "--GpuCuller.server_request_timeout=5",
-            *argv,
-        ]
+    c, rec, _ = in_process_culler(
+        hub_url or e.hub.api_url, e.prom.url, e.hub.culler_token, *argv, skew=SKEW
     )
-    rec = Records()
-    app.log.addHandler(rec)
-    app.log.setLevel(logging.DEBUG)
-    c = app.make_culler()
-    c.clock = lambda: utcnow() + SKEW
     return c, rec
 
 
@@ -464,9 +435,11 @@ async def test_managed_service_from_the_example_runs_dry_and_serves_metrics(env)
     assert await running(env, "mia") and await running(env, "fay")
     log = env.hub.log_text()
     assert "DRY RUN: would stop server mia" in log
-    # its token is the hub-managed service's, and it never stopped anything
+    # its token is the hub-managed service's, and it never stopped anything (it only
+    # revokes the per-server tokens it minted to read kernels)
     assert "(gpu-culler@" in log
-    assert not any("DELETE" in line and "(gpu-culler@" in line for line in log.splitlines())
+    deletes = [line for line in log.splitlines() if "DELETE" in line and "(gpu-culler@" in line]
+    assert all(re.search(r"DELETE /hub/api/users/[^/ ]+/tokens/", line) for line in deletes)
 
 
 async def test_users_are_only_deleted_when_configured(env):

@@ -10,13 +10,17 @@ from hypothesis import strategies as st
 
 from gpuspawner.culler.contract import parse_offering
 from gpuspawner.culler.decide import (
+    GPU_IDLE_LIMIT,
     HELD_BACK,
     KEEP,
     RECLAIM,
     STOP,
+    GpuIdleStreak,
     Policy,
     decide,
+    kernel_memo,
     plan_kernel_view,
+    track_gpu_idle,
 )
 from gpuspawner.culler.gpu_metrics import PodGpuView
 from gpuspawner.culler.hub import ServerRecord
@@ -281,6 +285,103 @@ def test_kernels_are_asked_only_when_they_can_change_the_decision():
     assert plan_kernel_view(server("mig", idle=1 * M), gpu(), P, NOW, custom_arbiter=True).kernels
 
 
+# -- the pod's word against the GPU's telemetry (gpu_idle_limit) ---------------------------
+def liar_view() -> KernelView:
+    """What a pod that wants to keep its GPU says: a busy kernel, activity "now"
+    and even in the future."""
+    return KernelView(
+        ok=True,
+        kernels=(kernel("busy", idle=timedelta(0)), kernel("idle", idle=-24 * H, kid="k2")),
+        server_last_activity=NOW + 24 * H,
+    )
+
+
+def test_gpu_idle_past_the_limit_wins_over_everything_a_pod_claims():
+    s = server("full", idle=1 * M)  # the hub's last_activity is fresh too
+    before = decide(s, liar_view(), gpu(), P, NOW, gpu_idle_since=NOW - 3 * H)
+    assert before.action == KEEP
+    assert "activity claimed 24:00:00 in the future" in before.summary()
+    d = decide(s, liar_view(), gpu(), P, NOW, gpu_idle_since=NOW - 4 * H)
+    assert d.action == STOP and d.stop_reason == GPU_IDLE_LIMIT
+    assert d.gpu_idle_for == 4 * H
+    assert "GPU idle for 04:00:00 (gpu_idle_limit 04:00:00)" in d.summary()
+    assert d.overruled == (
+        "1 of 2 kernels busy (k1 busy)",
+        "activity 24:00:00 in the future",
+    )
+    # a kernel API that fails: held back before the bound, overruled after it
+    down = KernelView(ok=False, error="connection refused")
+    quiet = server("full", idle=3 * H)
+    assert decide(quiet, down, gpu(), P, NOW, gpu_idle_since=NOW - 3 * H).action == HELD_BACK
+    d = decide(quiet, down, gpu(), P, NOW, gpu_idle_since=NOW - 5 * H)
+    assert d.stop_reason == GPU_IDLE_LIMIT
+    assert d.overruled == ("kernel view unavailable (connection refused)",)
+    # ...and so is fresh hub activity (the pod's jupyterhub-singleuser reports it)
+    assert decide(s, down, gpu(), P, NOW, gpu_idle_since=NOW - 3 * H).action == KEEP
+    d = decide(s, down, gpu(), P, NOW, gpu_idle_since=NOW - 5 * H)
+    assert d.stop_reason == GPU_IDLE_LIMIT
+    assert d.overruled == (
+        "kernel view unavailable (connection refused)",
+        "activity 00:01:00 ago (hub, server status or kernels)",
+    )
+    # a custom arbiter's "not idle" is overruled as well (it judges the pod's claims)
+    d = decide(s, kv(kernel()), gpu(), P, NOW, False, gpu_idle_since=NOW - 5 * H)
+    assert d.stop_reason == GPU_IDLE_LIMIT and "cull_arbiter_hook said not idle" in d.overruled
+
+
+def test_real_gpu_activity_or_an_unknown_gpu_is_never_overruled():
+    s = server("full", idle=1 * M)
+    for g in (gpu("active"), gpu("unknown"), None):
+        d = decide(s, liar_view(), g, P, NOW, gpu_idle_since=NOW - 100 * H)
+        assert d.action in (KEEP, HELD_BACK), d.summary()
+    # and activity ends the streak
+    assert track_gpu_idle(GpuIdleStreak(NOW - 9 * H, NOW - M), gpu("active"), NOW, 600) is None
+
+
+def test_gpu_idle_limit_per_offering_never_below_the_timeout_and_off_switches():
+    full = server("full").offering
+    assert P.gpu_idle_limit_for(full) == 4 * 3600
+    assert P.gpu_idle_limit_for(server("plain").offering) == 0  # no GPU, no bound
+    assert Policy(gpu_idle_limit=0).gpu_idle_limit_for(full) == 0
+    assert Policy(gpu_idle_limit=60).gpu_idle_limit_for(full) == 1800  # the full timeout
+    per = Policy(offering_gpu_idle_limits={"a100-full": 7200, "a100-mig": 0})
+    assert per.gpu_idle_limit_for(full) == 7200
+    assert per.gpu_idle_limit_for(server("mig").offering) == 0
+    # "never stop this offering for idleness" holds for the bound too
+    never = Policy(offering_timeouts={"a100-full": 0})
+    assert never.gpu_idle_limit_for(full) == 0
+    s = server("full", idle=1 * M)
+    assert decide(s, liar_view(), gpu(), never, NOW, gpu_idle_since=NOW - 99 * H).action == KEEP
+    # switched-off stopping (stop_kinds, cull_named_servers) is not overruled
+    off = Policy(stop_kinds=frozenset({"mig"}))
+    assert decide(s, liar_view(), gpu(), off, NOW, gpu_idle_since=NOW - 99 * H).action == KEEP
+
+
+def test_gpu_idle_streak_needs_every_gap_covered_by_an_idle_window():
+    w = 600
+    st0 = track_gpu_idle(None, gpu(), NOW, w)
+    assert st0 == GpuIdleStreak(NOW, NOW)  # counted from the first cycle that saw it
+    st1 = track_gpu_idle(st0, gpu(), NOW + 10 * M, w)
+    assert st1 == GpuIdleStreak(NOW, NOW + 10 * M)  # within one window: continuous
+    # unknown (Prometheus down, too few samples) neither ends nor extends it...
+    st2 = track_gpu_idle(st1, gpu("unknown"), NOW + 15 * M, w)
+    assert st2 == st1
+    assert track_gpu_idle(st1, None, NOW + 15 * M, w) is None  # no GPU view at all
+    # ...but a gap longer than the window that no idle answer covers starts over
+    st3 = track_gpu_idle(st2, gpu(), NOW + 21 * M, w)
+    assert st3 == GpuIdleStreak(NOW + 21 * M, NOW + 21 * M)
+    assert track_gpu_idle(st2, gpu(), NOW + 20 * M, w) == GpuIdleStreak(NOW, NOW + 20 * M)
+
+
+def test_kernels_are_asked_once_the_limit_is_reached_to_name_the_claims():
+    s = server("full", idle=1 * M)
+    busy_memo = kernel_memo(kv(kernel("busy")), NOW, P, s.offering)
+    assert not plan_kernel_view(s, gpu(), P, NOW, memo=busy_memo, gpu_idle_since=NOW - 3 * H).kernels
+    ask = plan_kernel_view(s, gpu(), P, NOW, memo=busy_memo, gpu_idle_since=NOW - 4 * H)
+    assert ask.kernels and ask.status
+    assert not plan_kernel_view(s, gpu("active"), P, NOW, gpu_idle_since=NOW - 9 * H).kernels
+
+
 # -- properties -------------------------------------------------------------------------
 kinds = st.sampled_from(["full", "mig", "shared", "vgpu", "custom", "cpu", "plain"])
 states = st.sampled_from(["idle", "busy", "starting", "dead", "restarting"])
@@ -313,15 +414,25 @@ gpus = st.one_of(
     kernels=views,
     g=gpus,
     max_age=st.sampled_from([0, 3600, 36000]),
+    idle_since=st.one_of(st.none(), st.timedeltas(min_value=timedelta(0), max_value=20 * H)),
+    limit=st.sampled_from([0, 3600, 4 * 3600]),
 )
-def test_never_stops_a_busy_or_gpu_active_or_unknown_gpu_server(kind, idle, kernels, g, max_age):
+def test_never_stops_a_busy_or_gpu_active_or_unknown_gpu_server(
+    kind, idle, kernels, g, max_age, idle_since, limit
+):
     s = server(kind, idle=idle)
-    d = decide(s, kernels, g if s.offering.is_gpu else None, Policy(max_age=max_age), NOW)
+    policy = Policy(max_age=max_age, gpu_idle_limit=limit)
+    since = NOW - idle_since if idle_since is not None else None
+    d = decide(s, kernels, g if s.offering.is_gpu else None, policy, NOW, gpu_idle_since=since)
     busy = kernels is not None and kernels.ok and any(k.busy for k in kernels.kernels)
     if d.action == STOP:
-        assert not busy
-        if s.offering.is_gpu:
+        if s.offering.is_gpu:  # whatever the pod says, never without a known-idle GPU
             assert g is not None and g.idle
+        if busy:  # only the GPU's telemetry outweighs a busy kernel, past its bound
+            assert d.stop_reason == GPU_IDLE_LIMIT and s.offering.is_gpu
+            assert idle_since >= timedelta(seconds=policy.gpu_idle_limit_for(s.offering)) > (
+                timedelta(0)
+            )
     if d.action == RECLAIM:
         ids = {a.kernel_id for a in d.shutdown}
         assert all(not k.busy for k in kernels.kernels if k.id in ids)

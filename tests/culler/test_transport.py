@@ -12,7 +12,8 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from gpuspawner.culler.gpu_metrics import ENGINE, GpuQuerySettings
-from gpuspawner.culler.hub import HubClient
+from gpuspawner.culler.contract import parse_offering
+from gpuspawner.culler.hub import HubClient, ServerRecord
 from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.prometheus import PrometheusClient
@@ -156,28 +157,93 @@ async def test_hub_stop_server_paths(scripted):
     assert scripted.seen[0][2] == "token tok"
 
 
-async def test_kernel_view_asks_directly_without_tracking_activity(scripted):
+class Tokens:
+    """The per-server token source, reduced to what KernelClient asks of it."""
+
+    def __init__(self):
+        self.refusals: list[str] = []
+
+    async def get(self, server, budgeted=False):
+        return f"tok-{server.label}"
+
+    async def refused(self, server):
+        self.refusals.append(server.label)
+
+
+def record(base_url: str, user: str = "alice") -> ServerRecord:
+    offering = parse_offering({"gpuspawner": {"kind": "shared", "url": base_url + f"/user/{user}/"}})
+    return ServerRecord(user, "", False, True, None, None, None, offering)
+
+
+async def test_kernel_view_asks_directly_with_the_server_s_own_token(scripted):
     scripted.body = (
         '[{"id": "k1", "name": "python3", "last_activity": "2026-05-04T11:00:00Z",'
         ' "execution_state": "busy", "connections": 1}]'
     )
-    kc = KernelClient("svc-token", transport(CullerMetrics(), "server"))
-    v = await kc.view(scripted.url + "/user/alice/")
+    tokens = Tokens()
+    kc = KernelClient(tokens, transport(CullerMetrics(), "server"))
+    alice = record(scripted.url)
+    v = await kc.view(alice)
     assert v.ok and [k.id for k in v.kernels] == ["k1"] and v.kernels[0].busy
     uris = sorted(s[1] for s in scripted.seen)
     assert uris == [
         "/user/alice/api/kernels?no_track_activity=1",
         "/user/alice/api/status?no_track_activity=1",
     ]
-    assert {s[2] for s in scripted.seen} == {"token svc-token"}
+    assert {s[2] for s in scripted.seen} == {"token tok-alice"}
     scripted.codes = [404]
-    assert (await kc.shutdown(scripted.url + "/user/alice/", "k1")).ok  # already gone
+    assert (await kc.shutdown(alice, "k1")).ok  # already gone
     scripted.codes = [500] * 3
-    bad = await kc.shutdown(scripted.url + "/user/alice/", "k2")
+    bad = await kc.shutdown(alice, "k2")
     assert not bad.ok and "500" in bad.error
     scripted.codes = [500] * 6  # both calls, every try
-    down = await kc.view(scripted.url + "/user/alice/")
+    down = await kc.view(alice)
     assert not down.ok
+    assert tokens.refusals == []
+    # a server that refuses its token: the token is dropped (a new one next time)
+    scripted.codes = [403, 403]
+    assert not (await kc.view(alice)).ok
+    scripted.codes = [401]
+    assert not (await kc.shutdown(alice, "k3")).ok
+    assert tokens.refusals == ["alice", "alice"]
+
+
+async def test_the_server_transport_carries_no_credential_of_its_own():
+    t = transport(CullerMetrics(), "server")
+    t.headers["Authorization"] = "token culler-secret"
+    with pytest.raises(ValueError, match="no credential"):
+        KernelClient(Tokens(), t)
+
+
+async def test_redirects_are_never_followed(scripted):
+    """A pod that answers with a redirect gets an error, and the credential on
+    the request never reaches where it points."""
+    elsewhere = Script()
+    port = free_port()
+    server = HTTPServer(web.Application([(r"(.*)", Handler, {"script": elsewhere})]))
+    server.listen(port, "127.0.0.1")
+
+    class Redirect(Handler):
+        async def get(self, path):
+            self.script.seen.append((self.request.method, self.request.uri, None))
+            self.redirect(f"http://127.0.0.1:{port}/hub/api/users")
+
+    rport = free_port()
+    rserver = HTTPServer(web.Application([(r"(.*)", Redirect, {"script": scripted})]))
+    rserver.listen(rport, "127.0.0.1")
+    try:
+        tokens = Tokens()
+        kc = KernelClient(tokens, transport(CullerMetrics(), "server"))
+        v = await kc.view(record(f"http://127.0.0.1:{rport}"))
+        hub = HubClient(f"http://127.0.0.1:{rport}/hub/api", "culler-secret", transport(CullerMetrics()))
+        with pytest.raises(RequestFailed) as e:
+            await hub.info()
+    finally:
+        server.stop()
+        rserver.stop()
+    assert not v.ok and "not followed" in v.error
+    assert e.value.code == 302 and "not followed" in str(e.value)
+    assert elsewhere.seen == []
 
 
 async def test_prometheus_one_request_and_errors():
@@ -205,3 +271,20 @@ async def test_prometheus_one_request_and_errors():
         assert not v.available and "bad matcher" in v.error
     finally:
         fake.stop()
+
+
+async def test_a_deferred_token_is_a_deferred_view_and_nothing_is_sent(scripted):
+    from gpuspawner.culler.tokens import TokenDeferred
+
+    class Spent(Tokens):
+        async def get(self, server, budgeted=False):
+            if budgeted:
+                raise TokenDeferred("deferred to a later cycle: token_mints_per_cycle (1) reached")
+            return await super().get(server)
+
+    scripted.body = "[]"
+    kc = KernelClient(Spent(), transport(CullerMetrics(), "server"))
+    v = await kc.view(record(scripted.url), with_status=False)  # could only reclaim
+    assert not v.ok and v.deferred and "token_mints_per_cycle" in v.error
+    assert scripted.seen == []
+    assert (await kc.view(record(scripted.url), with_status=True)).ok  # could stop: asked

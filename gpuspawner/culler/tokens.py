@@ -1,0 +1,253 @@
+"""Per-server tokens for the kernel view: the only credential the culler sends
+into a notebook pod.
+
+A user controls everything in their pod (the server process, its logs, its
+answers), so whatever the culler sends there must be worth nothing beyond that
+server. For each server whose kernels it needs to read, the culler asks the hub
+for a token **owned by that server's user**, with the single scope
+``access:servers!server=<user>/<name>`` and a short lifetime. The hub never lets
+a token exceed its owner's own scopes, so a captured token gives its user
+nothing they did not have; it is revoked as soon as the server is gone,
+restarted or moved, or the culler stops, and expires on its own otherwise. The
+culler's own token (``tokens`` scope and the rest of its role) stays on the hub
+transport. See docs/culler.md, "Threat model".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .hub import HubClient, ServerRecord
+from .metrics import CullerMetrics
+from .transport import RequestFailed
+
+#: the hub does not count API use of tokens whose note starts so as the user's
+#: own activity (JupyterHub's handlers/base.py): the kernel view is not the user's
+NOTE_PREFIX = "Server at "
+_MAX_LIFETIME = re.compile(r"must not exceed (\d+)")
+
+
+class TokenUnavailable(Exception):
+    """No per-server token could be had; the message says why and what to do."""
+
+
+class TokenDeferred(TokenUnavailable):
+    """This cycle's budget of token mints is spent; a later cycle mints it."""
+
+
+def server_scope(user: str, name: str) -> str:
+    """The one scope of a server's token: access to that server and no other."""
+    return f"access:servers!server={user}/{name}"
+
+
+def allowed_scopes(user: str, name: str) -> frozenset[str]:
+    """What the hub may list for such a token: its scope, and the owner's name and
+    groups, which the hub adds so that the server can tell who the token is."""
+    return frozenset(
+        {
+            server_scope(user, name),
+            f"read:users:name!user={user}",
+            f"read:users:groups!user={user}",
+        }
+    )
+
+
+@dataclass
+class _Held:
+    token_id: str
+    token: str = field(repr=False)
+    #: the server instance it was minted for: (started, direct url)
+    instance: tuple[Any, Any] = (None, None)
+    #: time.monotonic() after which it is renewed (before it expires)
+    renew_at: float = 0.0
+    #: time.monotonic() at which the hub lets it expire
+    expires_at: float = 0.0
+
+
+class ServerTokens:
+    """Mints, caches, renews and revokes one token per running server.
+
+    A token is bound to one server *instance* (its ``started`` time and direct
+    URL): a restarted or moved server gets a new token and the old one is
+    revoked first. Tokens are renewed once three quarters of their lifetime
+    have passed, so a request never carries one about to expire; the old one
+    then expires on its own within a quarter lifetime (one hub write saved).
+
+    Each mint is a write to the hub's database (~30 ms of the hub's time on
+    sqlite). ``mints_per_cycle`` bounds the mints a cycle makes for *budgeted*
+    requests (kernel views that can only lead to a kernel shutdown), so that a
+    restarted culler catches up over a few cycles instead of holding the hub
+    busy for one long one; views that can lead to a stop are never deferred.
+    """
+
+    def __init__(
+        self,
+        hub: HubClient,
+        lifetime_s: int,
+        log: logging.Logger,
+        metrics: CullerMetrics | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        mints_per_cycle: int = 0,
+    ) -> None:
+        self.hub = hub
+        self.lifetime_s = int(lifetime_s)
+        self.mints_per_cycle = int(mints_per_cycle)
+        self._cycle_mints = 0
+        self.log = log
+        self.metrics = metrics or CullerMetrics()
+        self.monotonic = monotonic
+        self._held: dict[tuple[str, str], _Held] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._logged: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def _lock(self, key: tuple[str, str]) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def new_cycle(self) -> None:
+        """A culling cycle starts: its budget of mints is whole again."""
+        self._cycle_mints = 0
+
+    async def get(self, server: ServerRecord, budgeted: bool = False) -> str:
+        """The server's token: cached while it is valid for this server instance,
+        else minted (unless ``budgeted`` and this cycle's budget is spent:
+        :class:`TokenDeferred`). Raises :class:`TokenUnavailable`."""
+        key = (server.user, server.name)
+        instance = (server.started, server.offering.url)
+        async with self._lock(key):
+            held = self._held.get(key)
+            now = self.monotonic()
+            if held is not None and held.instance == instance:
+                if now < held.renew_at:
+                    return held.token
+            elif held is not None:  # another instance of the server: never its token
+                await self._revoke(key)
+                held = None
+            if budgeted and 0 < self.mints_per_cycle <= self._cycle_mints:
+                if held is not None and now < held.expires_at - 60:
+                    return held.token  # due for renewal, still good: renewed next cycle
+                raise TokenDeferred(
+                    f"deferred to a later cycle: token_mints_per_cycle ({self.mints_per_cycle})"
+                    " reached"
+                )
+            return await self._mint(server, key, instance)
+
+    async def refused(self, server: ServerRecord) -> None:
+        """The server answered 401/403 to its token (revoked by its user, expired,
+        or a pod that says so): drop it; the next kernel view mints a new one."""
+        key = (server.user, server.name)
+        async with self._lock(key):
+            await self._revoke(key)
+
+    async def revoke(self, server: ServerRecord) -> None:
+        """The server is stopped (or being stopped): its token goes now."""
+        key = (server.user, server.name)
+        async with self._lock(key):
+            await self._revoke(key)
+
+    async def keep_only(self, running: Iterable[tuple[str, str]]) -> None:
+        """Revoke the tokens of servers the hub no longer lists as running."""
+        gone = set(self._held) - set(running)
+        await asyncio.gather(*(self._revoke(key) for key in gone))
+        for key in set(self._locks) - set(self._held):
+            lock = self._locks[key]
+            if not lock.locked():
+                del self._locks[key]
+
+    async def close(self) -> None:
+        """Revoke every token (the culler is stopping)."""
+        await asyncio.gather(*(self._revoke(key) for key in list(self._held)))
+
+    # -- the hub ---------------------------------------------------------------
+    async def _mint(self, server: ServerRecord, key: tuple[str, str], instance: tuple) -> str:
+        scope = server_scope(server.user, server.name)
+        where = server.model.get("url") or f"/user/{server.user}/{server.name}"
+        note = f"{NOTE_PREFIX}{where} (gpu-culler kernel view, revoked when it stops)"
+        started = self.monotonic()
+        lifetime = self.lifetime_s
+        self._cycle_mints += 1
+        try:
+            minted = await self.hub.create_token(server.user, [scope], lifetime, note)
+        except RequestFailed as e:
+            found = _MAX_LIFETIME.search(str(e)) if e.code == 400 else None
+            cap = int(found.group(1)) if found else 0
+            if not 1 <= cap < lifetime:
+                raise TokenUnavailable(self._explain(server, scope, e)) from e
+            if self.lifetime_s > cap:  # said once, however many mints met the cap at once
+                self.log.warning(
+                    "the hub caps token lifetimes at %ss (c.JupyterHub.token_expires_in_max_"
+                    "seconds); per-server tokens now last %ss instead of server_token_lifetime="
+                    "%ss: set GpuCuller.server_token_lifetime at most that to silence this",
+                    cap,
+                    cap,
+                    self.lifetime_s,
+                )
+                self.lifetime_s = cap
+            started, lifetime = self.monotonic(), min(cap, self.lifetime_s)
+            try:
+                minted = await self.hub.create_token(server.user, [scope], lifetime, note)
+            except RequestFailed as e2:
+                raise TokenUnavailable(self._explain(server, scope, e2)) from e2
+        beyond = set(minted.scopes) - allowed_scopes(server.user, server.name)
+        if beyond:
+            # never send a pod a token that can do more than its own server
+            await self._delete(server.user, minted.id)
+            raise TokenUnavailable(
+                f"the hub minted a token for {server.label} with scopes {sorted(beyond)}"
+                f" beyond {scope!r}; not used, revoked"
+            )
+        self.metrics.server_tokens.labels("minted").inc()
+        self._held[key] = _Held(
+            minted.id, minted.token, instance, started + lifetime * 3 / 4, started + lifetime
+        )
+        return minted.token
+
+    def _explain(self, server: ServerRecord, scope: str, e: RequestFailed) -> str:
+        """Why no token could be had; role and user problems logged once each
+        (not once per server and cycle)."""
+        if e.code == 403:
+            problem = (
+                "the hub refuses to create tokens for users (403): the culler's role needs"
+                " the 'tokens' scope (docs/culler.md, Scopes)"
+            )
+            why = f"{problem}; user {server.user!r}"
+        elif e.code == 400 and "not held by" in str(e):
+            problem = why = (
+                f"user {server.user!r} does not hold {scope!r} (their roles do not let them"
+                " use their own server), so no token for it can exist"
+            )
+        else:
+            return f"minting a token for {server.label} failed: {e}"
+        if problem not in self._logged:
+            self._logged.add(problem)
+            self.log.error("no kernel view: %s", problem)
+        return why
+
+    async def _revoke(self, key: tuple[str, str]) -> None:
+        held = self._held.pop(key, None)
+        if held is not None:
+            await self._delete(key[0], held.token_id)
+
+    async def _delete(self, user: str, token_id: str) -> None:
+        try:
+            await self.hub.delete_token(user, token_id)
+        except RequestFailed as e:  # it expires on its own
+            self.log.warning(
+                "could not revoke per-server token %s of %s (it expires on its own): %s",
+                token_id,
+                user,
+                e,
+            )
+            return
+        self.metrics.server_tokens.labels("revoked").inc()
