@@ -101,9 +101,12 @@ class Tally:
             return False
         return blocked(self.pod, node, self.tolerations) is None
 
-    def row(self, node: NodeFacts, used: Mapping[str, int]) -> Row | None:
-        """This offering's numbers on ``node`` given what its pods request (None: not one of its nodes)."""
-        if not self.reaches(node):
+    def row(self, node: NodeFacts, used: Mapping[str, int], reached: bool | None = None) -> Row | None:
+        """This offering's numbers on ``node`` given what its pods request (None: not one of its nodes).
+
+        ``reached``: :meth:`reaches` for this node if known (it changes only when the node does).
+        """
+        if not (self.reaches(node) if reached is None else reached):
             return None
         offering = self.offering
         capacity = units(offering, node.allocatable)

@@ -82,12 +82,14 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 class _OfferingRows:
     """Capacity, allocated and free units of one offering, per node and in total."""
 
-    __slots__ = ("offering", "tally", "rows", "capacity", "allocated", "free", "largest_hist", "_cached")
+    __slots__ = ("offering", "tally", "rows", "reach", "capacity", "allocated", "free", "largest_hist", "_cached")
 
     def __init__(self, offering: Offering, notebook: Notebook):
         self.offering = offering
         self.tally = Tally(offering, notebook)
         self.rows: dict[str, Row] = {}
+        #: node -> whether the offering's pod may land there at all (pod events do not change it)
+        self.reach: dict[str, bool] = {}
         self.capacity = self.allocated = self.free = 0
         self.largest_hist: Counter[int] = Counter()
         self._cached: Availability | None = None
@@ -200,6 +202,8 @@ class ClusterIndex:
                 return  # a status heartbeat: nothing the counts use changed
             offers = list(node_offerings(facts, self.class_labels))
             self._node_offers[name] = offers
+        for rows in self.tracked.values():
+            rows.reach.pop(name, None)
         new_slugs = {o.slug for o, _ in offers} if kind != "DELETED" else set()
         if new_slugs != old_slugs or any(o.kind is Kind.FULL for o, _ in offers):
             self._discovered = None
@@ -268,7 +272,12 @@ class ClusterIndex:
 
     def _row(self, rows: _OfferingRows, node: str) -> Row | None:
         facts = self.nodes.get(node)
-        return None if facts is None else rows.tally.row(facts, self.used.get(node, {}))
+        if facts is None:
+            return None
+        reached = rows.reach.get(node)
+        if reached is None:
+            reached = rows.reach[node] = rows.tally.reaches(facts)
+        return rows.tally.row(facts, self.used.get(node, {}), reached)
 
     def _refresh_node(self, node: str) -> None:
         for rows in self.tracked.values():
