@@ -101,15 +101,21 @@ def _notebook(config, args: argparse.Namespace) -> tuple["Any", str]:
 
     Returns (Notebook, where its cpu/memory came from).
     """
+    from traitlets.config import LazyConfigValue
+
     from .notebook import NOTEBOOK_TRAITS, Notebook
 
     settings: dict[str, Any] = {}
     origin: dict[str, str] = {}
+    dicts = {"node_selector", "extra_resource_guarantees", "extra_resource_limits"}
     for section in ("Spawner", "KubeSpawner", "GPUSpawner"):
         if config is not None and section in config:
             for name in NOTEBOOK_TRAITS:
                 if name in config[section]:
-                    settings[name] = config[section][name]
+                    value = config[section][name]
+                    if isinstance(value, LazyConfigValue):  # c.KubeSpawner.tolerations.append(...)
+                        value = value.get_value(settings.get(name, {} if name in dicts else []))
+                    settings[name] = value
                     origin[name] = f"c.{section}.{name}"
     for name in ("cpu_guarantee", "mem_guarantee"):
         value = getattr(args, name)

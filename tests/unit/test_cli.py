@@ -110,3 +110,21 @@ def test_bad_guarantee_is_one_line_and_exit_2(nodes_file):
     done = run("offerings", "--nodes", str(nodes_file), "--mem-guarantee", "lots")
     assert done.returncode == 2
     assert done.stderr.strip() == "gpuspawner: --mem-guarantee must be bytes or a size such as '1G' or '512M', got 'lots'"
+
+
+def test_notebook_settings_from_every_spawner_section_and_appends(nodes_file, tmp_path):
+    # The hub's own node selector, built up in two sections with update(), keeps notebooks on one node.
+    config = tmp_path / "jupyterhub_config.py"
+    config.write_text(
+        "c = get_config()\n"
+        "c.Spawner.mem_guarantee = '2G'\n"
+        "c.KubeSpawner.node_selector.update({'kubernetes.io/hostname': 'gpu-t4-ts-shared'})\n"
+        "c.GPUSpawner.node_selector.update({'type': 'kwok'})\n"
+    )
+    done = run("offerings", "--nodes", str(nodes_file), "--config", str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {r["slug"]: r for r in json.loads(done.stdout)}
+    assert rows["shared-tesla-t4-shared-time-slicing-4x"]["capacity"] == 4
+    assert rows["shared-tesla-t4-time-slicing-4x"]["capacity"] == 0  # the other T4 node: not the hub's
+    table = run("offerings", "--nodes", str(nodes_file), "--config", str(config))
+    assert "memory 2.00 GiB (c.Spawner.mem_guarantee)" in table.stdout.splitlines()[0]
