@@ -3,15 +3,25 @@
 #   make test    install everything, build the devcluster once, run all tests
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md)
 #
+# Long checks (not part of `make test`, which runs small fixed-seed versions of them):
+#
+#   make capacity-truth   free counts against the real kube-scheduler on 200 random
+#                         cluster states (STATES=N for more); prints
+#                         "K of M offerings agree over N states"
+#   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
+#   make bench            the benchmarks, printed side by side
+#
 # The Python environment lives in .venv; npm packages (configurable-http-proxy,
 # playwright-core) in node_modules; the Kubernetes binaries in ~/.cache/gpuspawner.
 
 PYTHON ?= python3
+STATES ?= 200
+CLUSTERS ?= 30000
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test unit install devcluster-build demo bench clean
+.PHONY: test unit install devcluster-build demo bench capacity-truth fuzz-clusters clean
 
 test: install devcluster-build
 	$(PY) -m pytest -q -p no:cacheprovider
@@ -39,6 +49,12 @@ demo: install devcluster-build
 
 bench: install devcluster-build
 	$(PY) -m bench
+
+capacity-truth: install devcluster-build
+	$(PY) -m gpuspawner.devcluster.truth --states $(STATES) --quiet
+
+fuzz-clusters: install
+	GPUSPAWNER_CLUSTERS=$(CLUSTERS) $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_cluster_properties.py
 
 clean:
 	rm -rf $(VENV) node_modules test-artifacts

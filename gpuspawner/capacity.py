@@ -1,9 +1,20 @@
 """Nodes + pods -> capacity, allocated and free per offering. Pure.
 
-Counts from exactly the facts the scheduler uses: a node's ``status.allocatable``
-(never ``capacity``), the requests of every non-terminal pod bound to it (all
-namespaces, init containers as Kubernetes counts them), the taints the offering
-tolerates and the labels it selects, and cordoned nodes excluded.
+Counted with the scheduler's own filters (:mod:`gpuspawner.fit`) applied to the pod the
+hub would create for the offering: its GPU limits, node selector, node affinity and
+tolerations, plus what the notebook itself asks for (:class:`~gpuspawner.notebook.Notebook`:
+cpu and memory guarantees, one pod's room). A node counts for an offering exactly where
+that pod could land:
+
+* ``capacity``: the units of the offering the node advertises (``status.allocatable``,
+  never ``capacity``), on nodes the pod's selector, affinity, tolerations and the
+  node's cordon let it onto;
+* ``allocated``: the units the pods bound there request (all namespaces, non-terminal,
+  init containers as the scheduler counts them);
+* ``free``: how many one-unit notebooks the scheduler would still bind there, one after
+  another: also limited by ``allocatable.pods`` and by the cpu and memory left beside
+  the other pods' requests (a GPU is not free if the notebook cannot fit beside it);
+* ``largest_free``: the most units one notebook can take on one node (at most its largest count).
 """
 
 from __future__ import annotations
@@ -11,11 +22,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .discovery import NodeFacts
-from .offerings import Offering, quantity
+from .fit import (  # noqa: F401  (pod_requests, holds_resources, used_by_node: part of this module's interface)
+    NodeFacts,
+    PodSpec,
+    blocked,
+    holds_resources,
+    pod_requests,
+    room,
+    used_by_node,
+)
+from .notebook import Notebook
+from .offerings import Offering
+from .podspec import merge_tolerations
+from .selectors import and_terms, tolerates  # noqa: F401  (tolerates: re-exported)
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-_HARD_EFFECTS = ("NoSchedule", "NoExecute")
+NO_NOTEBOOK = Notebook()
 
 
 @dataclass(frozen=True)
@@ -35,38 +56,8 @@ class Availability:
 
 UNCOUNTED = Availability(capacity=None, allocated=None, free=None, largest_free=None)
 
-
-def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    """Kubernetes' toleration matching (v1 helper ``ToleratesTaint``)."""
-    for tol in tolerations:
-        effect = tol.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = tol.get("key") or ""
-        operator = tol.get("operator") or "Equal"
-        if not key:
-            if operator == "Exists":
-                return True
-            continue
-        if key != taint.get("key"):
-            continue
-        if operator == "Exists" or (tol.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
-def node_serves(offering: Offering, node: NodeFacts) -> bool:
-    """Could the scheduler place this offering's pod on ``node`` if it were empty?"""
-    if not node.hosts_pods:
-        return False
-    labels = node.labels
-    if any(labels.get(k) != v for k, v in offering.node_selector.items()):
-        return False
-    if any(k in labels for k in offering.absent_labels):
-        return False
-    if any(node.allocatable.get(r, 0) <= 0 for r in offering.resources):
-        return False
-    return all(tolerates(offering.tolerations, t) for t in node.taints if t.get("effect") in _HARD_EFFECTS)
+#: One node's numbers for one offering: (capacity, allocated, free, largest_free).
+Row = tuple[int, int, int, int]
 
 
 def units(offering: Offering, amounts: Mapping[str, int]) -> int:
@@ -74,101 +65,123 @@ def units(offering: Offering, amounts: Mapping[str, int]) -> int:
     return min((amounts.get(r, 0) // per for r, per in offering.resources.items()), default=0)
 
 
-def _whole(value: Any) -> int:
-    amount = quantity(value)
-    return amount if amount is not None else 0
+def offering_pod(offering: Offering, notebook: Notebook = NO_NOTEBOOK, count: int = 1) -> PodSpec:
+    """The scheduler's view of the notebook pod for ``count`` units of ``offering``.
 
-
-def _extended(resources: Mapping[str, Any] | None) -> dict[str, int]:
-    out = {}
-    requests = (resources or {}).get("requests") or {}
-    limits = (resources or {}).get("limits") or {}
-    for name in set(requests) | set(limits):
-        if "/" in name:  # extended resources; requests default to limits
-            out[name] = _whole(requests.get(name, limits.get(name)))
-    return out
-
-
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
-    """Effective extended-resource requests of a pod, as the scheduler computes them.
-
-    max(sum of app containers + sidecars, each init container + the sidecars started
-    before it) + pod overhead.
+    Merged the way GPUSpawner merges an offering into KubeSpawner's settings: the
+    offering's selector wins over the hub's on the same key, affinity terms AND together,
+    tolerations add up.
     """
-    spec = pod.get("spec") or {}
-    total: dict[str, int] = {}
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for init in spec.get("initContainers") or ():
-        req = _extended(init.get("resources"))
-        if init.get("restartPolicy") == "Always":
-            for k, v in req.items():
-                sidecars[k] = sidecars.get(k, 0) + v
-            req = dict(sidecars)
-        else:
-            req = {k: req.get(k, 0) + sidecars.get(k, 0) for k in set(req) | set(sidecars)}
-        for k, v in req.items():
-            init_peak[k] = max(init_peak.get(k, 0), v)
-    for container in spec.get("containers") or ():
-        for k, v in _extended(container.get("resources")).items():
-            total[k] = total.get(k, 0) + v
-    for k, v in sidecars.items():
-        total[k] = total.get(k, 0) + v
-    for k, v in init_peak.items():
-        total[k] = max(total.get(k, 0), v)
-    for k, v in (spec.get("overhead") or {}).items():
-        if "/" in k:
-            total[k] = total.get(k, 0) + _whole(v)
-    return {k: v for k, v in total.items() if v}
+    requests = dict(notebook.requests)
+    for name, amount in offering.limits_for(count).items():
+        requests[name] = requests.get(name, 0) + amount
+    return PodSpec(
+        requests=requests,
+        node_selector={**notebook.node_selector, **offering.node_selector},
+        terms=and_terms(notebook.terms, offering.placement_terms),
+        tolerations=tuple(merge_tolerations(list(notebook.tolerations), offering.tolerations)),
+    )
 
 
-def holds_resources(pod: Mapping[str, Any]) -> bool:
-    """Bound and not terminal: the scheduler counts its requests against the node."""
-    spec = pod.get("spec") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    return bool(spec.get("nodeName")) and phase not in TERMINAL_PHASES
+class Tally:
+    """Counts one offering node by node; built once per offering and notebook (the index keeps it)."""
+
+    __slots__ = ("offering", "pod", "notebook_requests", "tolerations")
+
+    def __init__(self, offering: Offering, notebook: Notebook = NO_NOTEBOOK):
+        self.offering = offering
+        self.pod = offering_pod(offering, notebook)
+        self.notebook_requests = dict(notebook.requests)
+        self.tolerations = self.pod.admitted_tolerations()
+
+    def reaches(self, node: NodeFacts) -> bool:
+        """Could the scheduler place this offering's pod on ``node`` if it were empty?"""
+        resources = self.offering.resources
+        if not resources or any(node.allocatable.get(r, 0) <= 0 for r in resources):
+            return False
+        return blocked(self.pod, node, self.tolerations) is None
+
+    def row(self, node: NodeFacts, used: Mapping[str, int], reached: bool | None = None) -> Row | None:
+        """This offering's numbers on ``node`` given what its pods request (None: not one of its nodes).
+
+        ``reached``: :meth:`reaches` for this node if known (it changes only when the node does).
+        """
+        if not (self.reaches(node) if reached is None else reached):
+            return None
+        offering = self.offering
+        capacity = units(offering, node.allocatable)
+        gpu_free = max(units(offering, {r: node.allocatable.get(r, 0) - used.get(r, 0) for r in offering.resources}), 0)
+        free = room(self.pod.requests, node, used)
+        largest = min(gpu_free, max(offering.counts)) if room(self.notebook_requests, node, used) >= 1 else 0
+        return capacity, capacity - gpu_free, free, largest
 
 
-def used_by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
-    """node name -> extended resource -> amount requested by the pods bound there."""
-    used: dict[str, dict[str, int]] = {}
-    for pod in pods:
-        if not holds_resources(pod):
-            continue
-        node = pod["spec"]["nodeName"]
-        bucket = used.setdefault(node, {})
-        for k, v in pod_requests(pod).items():
-            bucket[k] = bucket.get(k, 0) + v
-    return used
+def node_serves(offering: Offering, node: NodeFacts, notebook: Notebook = NO_NOTEBOOK) -> bool:
+    """Could the scheduler place ``offering``'s pod on ``node`` if it were empty?"""
+    return Tally(offering, notebook).reaches(node)
 
 
-def node_availability(offering: Offering, node: NodeFacts, used: Mapping[str, int]) -> tuple[int, int]:
-    """(capacity units, free units) of ``offering`` on one node it serves."""
-    capacity = units(offering, node.allocatable)
-    free = units(offering, {r: node.allocatable.get(r, 0) - used.get(r, 0) for r in offering.resources})
-    return capacity, max(free, 0)
-
-
-def summarise(offering: Offering, per_node: Iterable[tuple[str, int, int]]) -> Availability:
-    """Fold (node, capacity, free) rows of the nodes that serve ``offering``."""
-    capacity = free = largest = 0
+def summarise(rows: Iterable[tuple[str, Row]]) -> Availability:
+    """Fold (node, row) pairs of the nodes that serve one offering."""
+    capacity = allocated = free = largest = 0
     names = []
-    for name, cap, fr in per_node:
+    for name, (cap, alloc, fr, big) in rows:
         capacity += cap
+        allocated += alloc
         free += fr
-        largest = max(largest, fr)
+        largest = max(largest, big)
         names.append(name)
-    return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=largest, nodes=tuple(sorted(names)))
+    return Availability(capacity=capacity, allocated=allocated, free=free, largest_free=largest, nodes=tuple(sorted(names)))
 
 
-def availability(offering: Offering, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> Availability:
+def availability(
+    offering: Offering,
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    notebook: Notebook = NO_NOTEBOOK,
+) -> Availability:
     """One offering's availability over a snapshot of the cluster (the CLI and tests use it)."""
     if not offering.resources:
         return UNCOUNTED
     used = used_by_node(pods)
+    counter = Tally(offering, notebook)
     rows = []
     for raw in nodes:
         facts = NodeFacts.from_node(raw)
-        if node_serves(offering, facts):
-            rows.append((facts.name, *node_availability(offering, facts, used.get(facts.name, {}))))
-    return summarise(offering, rows)
+        row = counter.row(facts, used.get(facts.name, {}))
+        if row is not None:
+            rows.append((facts.name, row))
+    return summarise(rows)
+
+
+def unreached(
+    nodes: Iterable[Mapping[str, Any]],
+    offerings: Iterable[Offering],
+    notebook: Notebook = NO_NOTEBOOK,
+    class_labels: Iterable[str] = (),
+) -> list[tuple[str, str, int, str]]:
+    """GPU resources no offering's pod can land on, and why: (node, resource, units, reason).
+
+    Every GPU a node advertises belongs to exactly one offering or shows up here: cordoned,
+    a VM host, MIG mid-reconfiguration, a taint none tolerates, a resource no offering asks for.
+    """
+    from .nodeclass import unserved_reason
+
+    labels = tuple(class_labels)
+    tallies = [Tally(o, notebook) for o in offerings if o.resources]
+    out = []
+    for raw in nodes:
+        facts = NodeFacts.from_node(raw)
+        for resource, amount in sorted(facts.allocatable.items()):
+            if "/" not in resource or amount <= 0:
+                continue
+            asking = [t for t in tallies if resource in t.offering.resources]
+            if any(t.reaches(facts) for t in asking):
+                continue
+            reason = unserved_reason(facts, resource, labels)
+            if reason is None and asking:
+                blocks = {blocked(t.pod, facts, t.tolerations) for t in asking}
+                blocks.discard(None)
+                reason = "; ".join(sorted(blocks)) or "no offering's pod fits"
+            out.append((facts.name, resource, amount, reason or f"no offering asks for {resource}"))
+    return out

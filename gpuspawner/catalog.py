@@ -44,7 +44,7 @@ class CatalogConfig:
 
     def configured(self) -> list[Offering]:
         """The admin's own offerings, validated (raises :class:`OfferingConfigError`)."""
-        configured = offerings_from_config(list(self.offerings))
+        configured = offerings_from_config(list(self.offerings), self.vgpu_class_labels)
         # Overrides are validated even when no discovered slug matches yet.
         apply_overrides([], self.overrides)
         return configured

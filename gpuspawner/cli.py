@@ -1,7 +1,7 @@
 """The ``gpuspawner`` admin command.
 
     gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
-    gpuspawner offerings [--nodes F] [--pods F] [--config F] [--json]
+    gpuspawner offerings [--nodes F] [--pods F] [--config F] [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
 """
 
 from __future__ import annotations
@@ -95,6 +95,38 @@ def _config_from_file(path: str):
     return config
 
 
+def _notebook(config, args: argparse.Namespace) -> tuple["Any", str]:
+    """The notebook pod's own requests and placement from the config (c.Spawner < c.KubeSpawner
+    < c.GPUSpawner, as JupyterHub resolves them), then --cpu-guarantee/--mem-guarantee.
+
+    Returns (Notebook, where its cpu/memory came from).
+    """
+    from traitlets.config import LazyConfigValue
+
+    from .notebook import NOTEBOOK_TRAITS, Notebook
+
+    settings: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    dicts = {"node_selector", "extra_resource_guarantees", "extra_resource_limits"}
+    for section in ("Spawner", "KubeSpawner", "GPUSpawner"):
+        if config is not None and section in config:
+            for name in NOTEBOOK_TRAITS:
+                if name in config[section]:
+                    value = config[section][name]
+                    if isinstance(value, LazyConfigValue):  # c.KubeSpawner.tolerations.append(...)
+                        value = value.get_value(settings.get(name, {} if name in dicts else []))
+                    settings[name] = value
+                    origin[name] = f"c.{section}.{name}"
+    for name in ("cpu_guarantee", "mem_guarantee"):
+        value = getattr(args, name)
+        if value is not None:
+            settings[name] = value
+            origin[name] = f"--{name.replace('_', '-')}"
+    notebook = Notebook.from_settings(settings, origin)
+    sources = [origin[n] for n in ("cpu_guarantee", "mem_guarantee", "cpu_limit", "mem_limit") if n in origin]
+    return notebook, ", ".join(sources) or "none set"
+
+
 def _catalog_config(config) -> "Any":
     """The catalog settings of a loaded config; ValueError listing every problem in it."""
     from .catalog import CatalogConfig
@@ -128,12 +160,13 @@ def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
 
 
 def _offerings(args: argparse.Namespace) -> int:
-    from .capacity import availability
+    from .capacity import availability, unreached
     from .catalog import build_catalog
     from .offerings import OfferingConfigError
 
     try:
         config = _config_from_file(args.config) if args.config else None
+        notebook, source = _notebook(config, args)
         if args.nodes:
             nodes = _read_items(args.nodes, "nodes")
             pods = _read_items(args.pods, "pods -A") if args.pods else []
@@ -144,16 +177,19 @@ def _offerings(args: argparse.Namespace) -> int:
                 nodes, pods = _live_items(args)
             except Exception as exc:
                 return _fail(f"could not read the cluster ({type(exc).__name__}: {exc}); give --nodes FILE to work offline", 1)
-        catalog = build_catalog(_catalog_config(config), nodes)
+        catalog_config = _catalog_config(config)
+        catalog = build_catalog(catalog_config, nodes)
     except (ValueError, OfferingConfigError) as exc:
         return _fail(str(exc))
     rows = []
     for offering in catalog:
-        avail = availability(offering, nodes, pods)
-        rows.append({**offering.summary(), "capacity": avail.capacity, "free": avail.free, "nodes": avail.nodes})
+        avail = availability(offering, nodes, pods, notebook)
+        rows.append({**offering.summary(), "capacity": avail.capacity, "free": avail.free, "largest_free": avail.largest_free,
+                     "nodes": avail.nodes})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    print(f"# Free: notebooks the scheduler would still place, each with its GPU and {notebook.describe()} ({source}).")
     print(f"{'SLUG':44s} {'KIND':7s} {'FREE':>5s} {'CAP':>5s}  NAME / LIMITS")
     for row in rows:
         cap = "-" if row["capacity"] is None else str(row["capacity"])
@@ -163,6 +199,11 @@ def _offerings(args: argparse.Namespace) -> int:
         who = f" (groups: {', '.join(row['groups'])})" if row["groups"] else ""
         print(f"{row['slug']:44s} {row['kind']:7s} {free:>5s} {cap:>5s}  {row['display_name']}{flags}{who}")
         print(f"{'':44s} {'':7s} {'':>5s} {'':>5s}    {limits}; {row['isolation_phrase']}")
+    hidden = unreached(nodes, catalog, notebook, catalog_config.vgpu_class_labels)
+    if hidden:
+        print("\nGPUs no offering can use:")
+        for node, resource, amount, reason in hidden:
+            print(f"  {node}: {amount} x {resource}: {reason}")
     return 0
 
 
@@ -185,6 +226,10 @@ def parser() -> argparse.ArgumentParser:
     off.add_argument("--pods", metavar="FILE", help="`kubectl get pods -A -o json` output, for free counts")
     off.add_argument("--config", metavar="FILE", help="a jupyterhub_config.py to read c.GPUSpawner from")
     off.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for live mode (default: $KUBECONFIG)")
+    off.add_argument("--cpu-guarantee", type=float, metavar="CORES",
+                     help="CPU cores each notebook requests (default: c.KubeSpawner.cpu_guarantee from --config)")
+    off.add_argument("--mem-guarantee", metavar="SIZE",
+                     help="memory each notebook requests, e.g. 1G (zero-to-jupyterhub's default; default: c.KubeSpawner.mem_guarantee)")
     off.add_argument("--json", action="store_true", help="print a JSON list")
     off.set_defaults(func=_offerings)
     return top

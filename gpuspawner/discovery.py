@@ -2,49 +2,60 @@
 
 Pure: takes node dicts (as ``kubectl get nodes -o json`` prints them, or as the
 Kubernetes API returns them) and returns :class:`~gpuspawner.offerings.Offering`
-objects. The rules, all from the NVIDIA device plugin / GFD conventions:
+objects. Which kind of GPU each node's resource is, and the node-affinity terms that
+select exactly the nodes of that kind, is :mod:`gpuspawner.nodeclass`'s; here each class
+gets its name, its slug and its tolerations, and the nodes of one slug fold into one
+offering. The rules, all from the NVIDIA device plugin / GFD conventions:
 
 * Only ``status.allocatable`` counts; ``status.capacity`` keeps stale keys after a
   MIG reconfiguration. A resource listed with value 0 is not an offering.
-* MIG resources count only where ``nvidia.com/mig.config.state`` is absent or
-  ``success`` (mig-manager is reconfiguring otherwise).
+* MIG resources count only where ``nvidia.com/mig.config.state`` is not one of
+  mig-manager's unsettled states (pending, rebooting, failed).
 * Cordoned nodes and nodes that host VMs (``nvidia.com/gpu.workload.config=vm-*``)
   offer nothing to pods.
+* A node without GPU labels (a plain device-plugin install, or labels not there yet)
+  gets an offering of its own, named after its cloud accelerator label or instance type
+  if it has one ("GPU (unlabelled nodes)" if not); it never joins a labelled one.
 * ``nvidia.com/gpu.memory`` is MiB in today's GFD and bytes in old releases.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
+from .fit import NodeFacts
+from .nodeclass import (
+    GKE_MAX_CLIENTS_LABEL,
+    GKE_SHARING_LABEL,
+    INSTANCE_TYPE_LABEL,
+    MEMORY_LABEL,
+    MIG_STATE_LABEL,
+    MIG_STRATEGY_LABEL,
+    REPLICAS_LABEL,
+    SHARING_LABEL,
+    WORKLOAD_LABEL,
+    GpuClass,
+    node_classes,
+)
 from .offerings import (
-    GKE_ACCELERATOR_LABEL,
-    GKE_PARTITION_LABEL,
+    DEFAULT_GPU_TOLERATION,
     GPU,
-    GPU_SHARED,
-    PRODUCT_LABEL,
-    VGPU_PRESENT_LABEL,
     Isolation,
     Kind,
     Offering,
-    DEFAULT_GPU_TOLERATION,
-    mig_profile_from_resource,
     mig_profile_parts,
     mig_resource_name,
-    quantity,
     share_phrase,
 )
+from .selectors import HARD_EFFECTS, Terms, all_of, and_terms, any_of, equals, factor, tolerates
 
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
-WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
-REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
-MEMORY_LABEL = "nvidia.com/gpu.memory"
-GKE_SHARING_LABEL = "cloud.google.com/gke-gpu-sharing-strategy"
-GKE_MAX_CLIENTS_LABEL = "cloud.google.com/gke-max-shared-clients-per-gpu"
+__all__ = [
+    "DEFAULT_VGPU_CLASS_LABELS", "GPU_TAINT_KEYS", "MIG_STATE_LABEL", "MIG_STRATEGY_LABEL", "NodeFacts",
+    "REPLICAS_LABEL", "SHARING_LABEL", "WORKLOAD_LABEL", "aggregate", "discover", "gpu_tolerations",
+    "memory_mib", "node_offerings", "product_name",
+]
 
 #: Taints that clouds and sites put on GPU nodes to keep other pods off; a discovered
 #: offering tolerates the ones its nodes carry. Any other taint is the admin's to
@@ -56,7 +67,7 @@ DEFAULT_VGPU_CLASS_LABELS = ("vgpu.type",)
 
 _VGPU_PROFILE = re.compile(r"^(?P<gpu>.+?)-(?P<profile>\d+[ABCQ])$")
 _FORM_FACTORS = {"SXM", "SXM2", "SXM4", "SXM5", "PCIE", "HBM2", "HBM2E", "HBM3", "HBM3E", "NVL", "GRID"}
-_GKE_ACCELERATORS = {
+_CLOUD_ACCELERATORS = {
     "nvidia-tesla-a100": "A100 40GB",
     "nvidia-a100-80gb": "A100 80GB",
     "nvidia-h100-80gb": "H100 80GB",
@@ -64,44 +75,6 @@ _GKE_ACCELERATORS = {
     "nvidia-tesla-t4": "Tesla T4",
     "nvidia-l4": "L4",
 }
-
-
-@dataclass(frozen=True)
-class NodeFacts:
-    """What discovery needs of one node, read once."""
-
-    name: str
-    labels: Mapping[str, str]
-    allocatable: Mapping[str, int]
-    taints: tuple[Mapping[str, Any], ...]
-    unschedulable: bool
-
-    @classmethod
-    def from_node(cls, node: Mapping[str, Any]) -> "NodeFacts":
-        meta = node.get("metadata") or {}
-        spec = node.get("spec") or {}
-        status = node.get("status") or {}
-        allocatable = {}
-        for name, qty in (status.get("allocatable") or {}).items():
-            if "/" in name:  # extended resources are whole numbers; cpu/memory are not ours
-                amount = quantity(qty)
-                if amount is not None:
-                    allocatable[name] = amount
-        return cls(
-            name=str(meta.get("name", "")),
-            labels=dict(meta.get("labels") or {}),
-            allocatable=allocatable,
-            taints=tuple(spec.get("taints") or ()),
-            unschedulable=bool(spec.get("unschedulable")),
-        )
-
-    @property
-    def hosts_pods(self) -> bool:
-        return not self.unschedulable and not self.labels.get(WORKLOAD_LABEL, "").startswith("vm-")
-
-    @property
-    def mig_ready(self) -> bool:
-        return self.labels.get(MIG_STATE_LABEL, "success") == "success"
 
 
 def memory_mib(value: str | None) -> int | None:
@@ -116,26 +89,28 @@ def memory_mib(value: str | None) -> int | None:
 
 
 def product_name(product: str) -> str:
-    """``NVIDIA-A100-SXM4-40GB`` -> ``A100 40GB``; ``Tesla-T4-SHARED`` -> ``Tesla T4``."""
-    if product in _GKE_ACCELERATORS:
-        return _GKE_ACCELERATORS[product]
+    """``NVIDIA-A100-SXM4-40GB`` -> ``A100 40GB``; ``Tesla-T4-SHARED`` -> ``Tesla T4``; ``nvidia-a10g`` -> ``A10G``."""
+    if product in _CLOUD_ACCELERATORS:
+        return _CLOUD_ACCELERATORS[product]
     words = product.replace("_", "-").split("-")
     if words and words[0].upper() == "NVIDIA":
         words = words[1:]
     if "MIG" in words:
         words = words[: words.index("MIG")]
     kept = [w for w in words if w.upper() not in _FORM_FACTORS and w.upper() != "SHARED"]
+    if product == product.lower():  # a cloud's accelerator label: nvidia-tesla-v100 -> Tesla V100
+        kept = [w.upper() if any(c.isdigit() for c in w) else w.capitalize() for w in kept]
     return " ".join(kept) or product
 
 
 def _slug(*parts: str) -> str:
-    text = "-".join(parts).lower().replace("+", "-plus-")
+    text = "-".join(p for p in parts if p).lower().replace("+", "-plus-")
     text = re.sub(r"[^a-z0-9]+", "-", text).strip("-")
     return text[:63].rstrip("-")
 
 
 def discover(nodes: Iterable[Mapping[str, Any]], vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS) -> list[Offering]:
-    """All GPU offerings the given nodes can serve, one per distinct (kind, product, slice).
+    """All GPU offerings the given nodes can serve, one per distinct (kind, identity, slice).
 
     The order is stable: by kind (shared, MIG, whole, vGPU), then by memory.
     """
@@ -143,23 +118,42 @@ def discover(nodes: Iterable[Mapping[str, Any]], vgpu_class_labels: Iterable[str
     return aggregate(node_offerings(NodeFacts.from_node(node), class_labels) for node in nodes)
 
 
+def _full_terms(offering: Offering) -> Terms:
+    return and_terms(all_of(*(equals(k, v) for k, v in offering.node_selector.items())), offering.node_affinity)
+
+
 def aggregate(per_node: Iterable[Iterable[tuple[Offering, int]]]) -> list[Offering]:
     """Fold the offerings of each node (with the units it has) into one ordered list.
 
-    A whole-GPU offering's counts are the powers of two up to the most GPUs one node has.
+    Nodes whose offerings share a slug are one offering: it selects the nodes of each
+    (its terms are ORed; e.g. an L4 named by GFD's product label on one node and by
+    GKE's accelerator label on another) and tolerates the GPU taints of each. A
+    whole-GPU offering's counts are the powers of two up to the most GPUs one node has.
     """
     found: dict[str, Offering] = {}
+    terms: dict[str, Terms] = {}
     max_units: dict[str, int] = {}
     for offers in per_node:
         for offering, units in offers:
+            first = found.get(offering.slug)
+            if first is not None and first.resources != offering.resources:
+                # Never one offering for two resources (its pod can ask for only one of them).
+                offering = replace(offering, slug=_slug(offering.slug, *offering.resources))
             first = found.setdefault(offering.slug, offering)
-            if first is not offering and offering.tolerations != first.tolerations:
-                # Nodes of one offering may carry different GPU taints: tolerate them all.
+            if first is not offering:
                 extra = tuple(t for t in offering.tolerations if t not in first.tolerations)
-                found[offering.slug] = replace(first, tolerations=first.tolerations + extra)
+                if extra:  # nodes of one offering may carry different GPU taints: tolerate them all
+                    found[offering.slug] = replace(first, tolerations=first.tolerations + extra)
+                mine = _full_terms(offering)
+                if mine != terms[offering.slug]:
+                    terms[offering.slug] = any_of(terms[offering.slug], mine)
+            else:
+                terms[offering.slug] = _full_terms(offering)
             max_units[offering.slug] = max(max_units.get(offering.slug, 0), units)
     out = []
     for slug, offering in found.items():
+        selector, affinity = factor(terms[slug])
+        offering = replace(offering, node_selector=selector, node_affinity=affinity)
         if offering.kind is Kind.FULL:
             counts = tuple(c for c in (1, 2, 4, 8, 16) if c <= max_units[slug]) or (1,)
             offering = replace(offering, counts=counts)
@@ -170,166 +164,101 @@ def aggregate(per_node: Iterable[Iterable[tuple[Offering, int]]]) -> list[Offeri
 
 def node_offerings(facts: NodeFacts, class_labels: tuple[str, ...] = DEFAULT_VGPU_CLASS_LABELS) -> list[tuple[Offering, int]]:
     """The offerings one node serves, each with the units of it the node has."""
-    if not facts.hosts_pods:
-        return []
-    return list(_node_offerings(facts, tuple(class_labels)))
-
-
-def _node_offerings(facts: NodeFacts, class_labels: tuple[str, ...]) -> Iterable[tuple[Offering, int]]:
-    labels = facts.labels
-    product = labels.get(PRODUCT_LABEL)
     tolerations = gpu_tolerations(facts.taints)
-    for resource, units in facts.allocatable.items():
-        if units <= 0:
-            continue
-        profile = mig_profile_from_resource(resource)
-        if profile is not None:
-            if facts.mig_ready:
-                yield _mig(profile, resource, product or "GPU", {PRODUCT_LABEL: product} if product else {}, labels, tolerations), units
-        elif resource == GPU_SHARED:
-            yield _shared(labels, product, GPU_SHARED, _sharing_selector(labels, product), tolerations), units
-        elif resource == GPU:
-            yield from ((o, units) for o in _plain_gpu(facts, product, class_labels, tolerations))
-
-
-def _sharing_selector(labels: Mapping[str, str], product: str | None) -> dict[str, str]:
-    """Product plus replicas and strategy: a 1/8 share must not land on a 1/4 node."""
-    selector = {PRODUCT_LABEL: product} if product else {}
-    for key in (REPLICAS_LABEL, SHARING_LABEL):
-        if labels.get(key):
-            selector[key] = labels[key]
-    return selector
+    return [(_offering(cls, facts.labels, tolerations), units) for cls, units in node_classes(facts, class_labels)]
 
 
 def gpu_tolerations(taints: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
     """The default ``nvidia.com/gpu`` toleration plus one for each GPU-node taint in ``taints``."""
-    out = [dict(DEFAULT_GPU_TOLERATION)]
+    out: list[dict[str, Any]] = [dict(DEFAULT_GPU_TOLERATION)]
     for taint in taints:
         key = taint.get("key")
-        if key in GPU_TAINT_KEYS and key != GPU and taint.get("effect") in ("NoSchedule", "NoExecute"):
-            tol = {"key": key, "operator": "Equal", "value": taint.get("value", ""), "effect": taint["effect"]}
-            if tol not in out:
-                out.append(tol)
+        if key in GPU_TAINT_KEYS and taint.get("effect") in HARD_EFFECTS and not tolerates(out, taint):
+            # (also nvidia.com/gpu:NoExecute, which the default NoSchedule toleration does not cover)
+            out.append({"key": key, "operator": "Equal", "value": taint.get("value", ""), "effect": taint["effect"]})
     return tuple(out)
 
 
-def _plain_gpu(facts: NodeFacts, product: str | None, class_labels: tuple[str, ...], tolerations) -> Iterable[Offering]:
-    labels = facts.labels
-    partition = labels.get(GKE_PARTITION_LABEL)
-    accelerator = labels.get(GKE_ACCELERATOR_LABEL)
-    if partition:  # GKE MIG: plain nvidia.com/gpu plus the partition-size node label
-        if not facts.mig_ready:
-            return
-        selector = {GKE_PARTITION_LABEL: partition}
-        if accelerator:
-            selector[GKE_ACCELERATOR_LABEL] = accelerator
-        pool = labels.get("cloud.google.com/gke-nodepool")
-        yield _mig(partition, GPU, accelerator or product or "GPU", selector, labels, tolerations, slug_hint="gke", pool=pool)
-        return
-    if product and labels.get(MIG_STRATEGY_LABEL) == "single" and "-MIG-" in product:
-        if not facts.mig_ready:
-            return
-        base, profile = product.split("-MIG-", 1)
-        yield _mig(profile, GPU, base, {PRODUCT_LABEL: product}, labels, tolerations, slug_hint="single")
-        return
-    gke_sharing = labels.get(GKE_SHARING_LABEL)
-    replicas = _int(labels.get(REPLICAS_LABEL)) or 1
-    if (product and product.endswith("-SHARED")) or replicas > 1 or gke_sharing:
-        if gke_sharing:
-            selector = {GKE_SHARING_LABEL: gke_sharing}
-            for key in (GKE_ACCELERATOR_LABEL, GKE_MAX_CLIENTS_LABEL):
-                if labels.get(key):
-                    selector[key] = labels[key]
-        else:
-            selector = _sharing_selector(labels, product)
-        yield _shared(labels, product or accelerator, GPU, selector, tolerations)
-        return
-    if labels.get(VGPU_PRESENT_LABEL) == "true" and product:
-        match = _VGPU_PROFILE.match(product)
-        name = f"{product_name(match.group('gpu'))} vGPU {match.group('profile')}" if match else f"{product_name(product)} vGPU"
-        yield _vgpu(_slug("vgpu", product), name, f"A virtual GPU of profile {product} on a vGPU guest node.",
-                    {VGPU_PRESENT_LABEL: "true", PRODUCT_LABEL: product}, labels, product, tolerations)
-        return
-    for key in class_labels:
-        if labels.get(key):
-            value = labels[key]
-            yield _vgpu(_slug("vgpu", key, value), f"vGPU class {value}", f"Nodes of the site's vGPU class {key}={value}.",
-                        {key: value}, labels, product, tolerations)
-            return
-    name = product_name(product) if product else (product_name(accelerator) if accelerator else "GPU")
-    selector = {PRODUCT_LABEL: product} if product else ({GKE_ACCELERATOR_LABEL: accelerator} if accelerator else {})
-    # GKE gives whole-GPU, MIG and shared pools the same accelerator label: keep whole GPUs off the others.
-    absent = (GKE_PARTITION_LABEL, GKE_SHARING_LABEL) if not product and accelerator else ()
-    yield Offering(
-        slug=_slug("gpu", product or accelerator or "nvidia"),
-        kind=Kind.FULL,
-        display_name=name,
-        description=f"Whole {name} GPUs, not shared with anyone.",
-        resources={GPU: 1},
-        node_selector=selector,
-        absent_labels=absent,
-        tolerations=tolerations,
-        product=product or accelerator,
-        memory_mib=memory_mib(labels.get(MEMORY_LABEL)),
-        compute_share="all of its compute",
-        isolation=Isolation.EXCLUSIVE,
-        source="discovered",
-    )
+def _identity_name(cls: GpuClass) -> tuple[str, str]:
+    """(display name, slug part) of the GPU a class's nodes carry."""
+    if cls.identity is None:
+        return "GPU (unlabelled nodes)", "unlabelled"
+    key, value = cls.identity
+    if key == INSTANCE_TYPE_LABEL:
+        return f"GPU on {value}", value
+    return product_name(value), value
 
 
-def _vgpu(slug: str, name: str, description: str, selector: dict, labels: Mapping[str, str], product: str | None, tolerations) -> Offering:
-    """A vGPU node class: a guest's vGPU profile, or a site's own class label."""
-    return Offering(
-        slug=slug,
-        kind=Kind.VGPU,
-        display_name=name,
-        description=description,
-        resources={GPU: 1},
-        node_selector=selector,
-        tolerations=tolerations,
-        product=product,
-        memory_mib=memory_mib(labels.get(MEMORY_LABEL)),
-        compute_share="a vGPU slice of the physical GPU",
-        isolation=Isolation.VM,
-        source="discovered",
-    )
+def _offering(cls: GpuClass, labels: Mapping[str, str], tolerations: tuple[dict[str, Any], ...]) -> Offering:
+    selector, affinity = factor(cls.terms)
+    common = dict(resources={cls.resource: 1}, node_selector=selector, node_affinity=affinity, tolerations=tolerations,
+                  source="discovered")
+    if cls.kind == "mig":
+        return _mig(cls, labels, common)
+    if cls.kind == "shared":
+        return _shared(cls, labels, common)
+    name, part = _identity_name(cls)
+    product = cls.identity[1] if cls.identity else None
+    memory = memory_mib(labels.get(MEMORY_LABEL))
+    if cls.kind == "vgpu" and cls.class_label is not None:
+        key, value = cls.class_label
+        return Offering(slug=_slug("vgpu", key, value), kind=Kind.VGPU, display_name=f"vGPU class {value}",
+                        description=f"Nodes of the site's vGPU class {key}={value}.", product=product, memory_mib=memory,
+                        compute_share="a vGPU slice of the physical GPU", isolation=Isolation.VM, **common)
+    if cls.kind == "vgpu":
+        match = _VGPU_PROFILE.match(product or "")
+        display = f"{product_name(match.group('gpu'))} vGPU {match.group('profile')}" if match else f"{name} vGPU"
+        return Offering(slug=_slug("vgpu", part), kind=Kind.VGPU, display_name=display,
+                        description=f"A virtual GPU of profile {product or 'unknown'} on a vGPU guest node.",
+                        product=product, memory_mib=memory, compute_share="a vGPU slice of the physical GPU",
+                        isolation=Isolation.VM, **common)
+    if cls.identity is None or cls.identity[0] == INSTANCE_TYPE_LABEL:
+        description = (f"Whole GPUs on nodes that carry no GPU Feature Discovery labels ({name}). "
+                       "Their model and sharing settings are unknown to the hub.")
+    else:
+        description = f"Whole {name} GPUs, not shared with anyone."
+    return Offering(slug=_slug("gpu", part), kind=Kind.FULL, display_name=name, description=description, product=product,
+                    memory_mib=memory, compute_share="all of its compute", isolation=Isolation.EXCLUSIVE, **common)
 
 
-def _mig(
-    profile: str, resource: str, product: str, selector: dict, labels: Mapping[str, str], tolerations,
-    slug_hint: str = "", pool: str | None = None,
-) -> Offering:
+def _mig(cls: GpuClass, labels: Mapping[str, str], common: dict[str, Any]) -> Offering:
+    profile = cls.profile or ""
     parts = mig_profile_parts(profile)
     slices, gb = parts if parts else (0, 0)
     mem = memory_mib(labels.get(f"{mig_resource_name(profile)}.memory")) or (gb * 1024 or None)
-    name = product_name(product)
+    name, part = _identity_name(cls)
+    product = cls.identity[1] if cls.identity else None
+    pool = labels.get("cloud.google.com/gke-nodepool") if cls.flavour == "gke" else None
+    if cls.flavour == "single" and product:
+        part = product.split("-MIG-", 1)[0]
+        name = product_name(part)
+    hint = {"gke": "gke", "single": "single"}.get(cls.flavour, "")
     return Offering(
-        slug=_slug("mig", *( [slug_hint] if slug_hint else []), product, profile),
+        slug=_slug("mig", hint, part if cls.identity else "gpu", profile),
         kind=Kind.MIG,
         display_name=f"{name} · MIG {profile}" + (f" ({pool})" if pool else ""),
         description=f"A MIG slice {profile} of {_a(name)}: its own memory and compute, isolated in hardware.",
-        resources={resource: 1},
-        node_selector={k: v for k, v in selector.items() if v},
-        tolerations=tolerations,
         product=product,
         memory_mib=mem,
         compute_share=f"{slices}/7 of the GPU's compute" if slices else "a MIG slice",
         isolation=Isolation.HARDWARE,
-        source="discovered",
+        **common,
     )
 
 
-def _shared(labels: Mapping[str, str], product: str | None, resource: str, selector: dict, tolerations) -> Offering:
+def _shared(cls: GpuClass, labels: Mapping[str, str], common: dict[str, Any]) -> Offering:
     gke_sharing = labels.get(GKE_SHARING_LABEL)
     strategy = labels.get(SHARING_LABEL) or ("mps" if gke_sharing == "mps" else "time-slicing")
     if strategy not in ("mps", "time-slicing"):
         strategy = "time-slicing"
     replicas = _int(labels.get(REPLICAS_LABEL)) or _int(labels.get(GKE_MAX_CLIENTS_LABEL)) or 0
-    name = product_name(product) if product else "GPU"
+    name, part = _identity_name(cls)
+    product = cls.identity[1] if cls.identity else None
+    if cls.profile:
+        name = f"{name} MIG {cls.profile}"
     share = f"1/{replicas}" if replicas else "a share"
     how = "MPS share" if strategy == "mps" else "time-sliced"
     total = memory_mib(labels.get(MEMORY_LABEL))
-    isolation = Isolation.PARTIAL if strategy == "mps" else Isolation.NONE
     if strategy == "mps":
         memory = total // replicas if total and replicas else None  # MPS caps each client's memory
         description = f"{share} of {_a(name)} through MPS: a memory limit of your own, compute shared with others."
@@ -339,19 +268,22 @@ def _shared(labels: Mapping[str, str], product: str | None, resource: str, selec
             f"{share} of {_a(name)} by time-slicing. Memory is not isolated: "
             "other users' notebooks share the same GPU memory, and one can starve the others."
         )
+    slice_part = cls.profile if cls.profile and cls.profile.lower() not in part.lower() else ""
+    part = part if cls.identity else "gpu"
+    if cls.resource == GPU and not part.upper().endswith("-SHARED"):
+        # A share requested as plain nvidia.com/gpu (GKE, labels mid-change) is the same thing as on
+        # a "-SHARED" product node, and never the same as a renamed nvidia.com/gpu.shared share.
+        part = f"{part}-SHARED"
     return Offering(
-        slug=_slug("shared", product or "gpu", strategy, f"{replicas}x" if replicas else ""),
+        slug=_slug("shared", part, slice_part, strategy, f"{replicas}x" if replicas else ""),
         kind=Kind.SHARED,
         display_name=f"{name} · {share} {how}",
         description=description,
-        resources={resource: 1},
-        node_selector=selector,
-        tolerations=tolerations,
         product=product,
         memory_mib=memory,
         compute_share=share_phrase(replicas, strategy) if replicas else f"a {how} share",
-        isolation=isolation,
-        source="discovered",
+        isolation=Isolation.PARTIAL if strategy == "mps" else Isolation.NONE,
+        **common,
     )
 
 
@@ -365,3 +297,4 @@ def _int(value: str | None) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
+

@@ -2,18 +2,22 @@
 
 Two layers:
 
-* :class:`ClusterIndex` (pure, no I/O): the slim facts the counts need — each
-  node's labels, taints and extended allocatable; each bound non-terminal pod's
-  extended requests — and, per tracked offering, capacity and free units kept up
-  to date *per event*: an event touches one node, and only that node's rows are
-  recomputed. A page view reads ready numbers.
+* :class:`ClusterIndex` (pure, no I/O): the slim facts the counts need — each node's
+  labels, taints, cordon and allocatable (GPUs, cpu, memory, pods); each bound
+  non-terminal pod's requests (GPUs, cpu, memory, and the one pod it is) — and, per
+  tracked offering, capacity and free units kept up to date *per event*: an event
+  touches one node, and only that node's rows are recomputed. A page view reads ready
+  numbers. The counts are the scheduler's (:mod:`gpuspawner.capacity`), for the pod the
+  hub makes: :meth:`ClusterIndex.set_notebook` gives the notebook's own cpu and memory
+  guarantees, selector and tolerations.
 * :class:`Inventory`: feeds the index from the API server with kubernetes_asyncio
   (list, then watch from the list's resourceVersion; relist on ``410 Gone``;
   reconnect with backoff when the API server goes away). ``ready`` is true while
   both streams are synced.
 
 RBAC it needs, and nothing more: ``get``, ``list``, ``watch`` on ``nodes`` and
-``list``, ``watch`` on ``pods`` (cluster-wide: GPU pods of other namespaces use GPUs too).
+``list``, ``watch`` on ``pods`` (cluster-wide: pods of other namespaces use GPUs, cpu,
+memory and pod slots too).
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .capacity import Availability, UNCOUNTED, holds_resources, node_availability, node_serves, pod_requests
+from .capacity import NO_NOTEBOOK, UNCOUNTED, Availability, Row, Tally, holds_resources, pod_requests
 from .discovery import DEFAULT_VGPU_CLASS_LABELS, NodeFacts, aggregate, node_offerings
-from .offerings import Offering
+from .notebook import Notebook
+from .offerings import Kind, Offering
 
 log = logging.getLogger("gpuspawner.inventory")
 
@@ -36,9 +41,22 @@ log = logging.getLogger("gpuspawner.inventory")
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 USER_LABEL = "hub.jupyter.org/username"
 OFFERING_LABEL = "gpuspawner.io/offering"
+#: Pods of a cluster ask for few distinct request sets: each is kept once.
+_INTERNED: dict[tuple, Mapping[str, int]] = {}
+_INTERN_LIMIT = 50_000
 
 
-@dataclass(frozen=True)
+def _interned(requests: dict[str, int]) -> Mapping[str, int]:
+    key = tuple(sorted(requests.items()))
+    found = _INTERNED.get(key)
+    if found is None:
+        if len(_INTERNED) >= _INTERN_LIMIT:
+            return requests
+        found = _INTERNED[key] = requests
+    return found
+
+
+@dataclass(frozen=True, slots=True)
 class PodFacts:
     """What the counts need of one pod (never the whole object)."""
 
@@ -51,11 +69,9 @@ class PodFacts:
     def from_pod(cls, pod: Mapping[str, Any]) -> "PodFacts | None":
         if not holds_resources(pod):
             return None
-        requests = pod_requests(pod)
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        if not requests and OFFERING_LABEL not in labels:
-            return None  # a CPU-only pod uses no GPU resource
-        return cls(node=pod["spec"]["nodeName"], requests=requests, user=labels.get(USER_LABEL), offering=labels.get(OFFERING_LABEL))
+        return cls(node=pod["spec"]["nodeName"], requests=_interned(pod_requests(pod)),
+                   user=labels.get(USER_LABEL), offering=labels.get(OFFERING_LABEL))
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -64,19 +80,21 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 
 
 class _OfferingRows:
-    """Capacity and free units of one offering, per node and in total."""
+    """Capacity, allocated and free units of one offering, per node and in total."""
 
-    __slots__ = ("offering", "rows", "capacity", "free", "free_hist", "_cached")
+    __slots__ = ("offering", "tally", "rows", "reach", "capacity", "allocated", "free", "largest_hist", "_cached")
 
-    def __init__(self, offering: Offering):
+    def __init__(self, offering: Offering, notebook: Notebook):
         self.offering = offering
-        self.rows: dict[str, tuple[int, int]] = {}
-        self.capacity = 0
-        self.free = 0
-        self.free_hist: Counter[int] = Counter()
+        self.tally = Tally(offering, notebook)
+        self.rows: dict[str, Row] = {}
+        #: node -> whether the offering's pod may land there at all (pod events do not change it)
+        self.reach: dict[str, bool] = {}
+        self.capacity = self.allocated = self.free = 0
+        self.largest_hist: Counter[int] = Counter()
         self._cached: Availability | None = None
 
-    def set(self, node: str, row: tuple[int, int] | None) -> None:
+    def set(self, node: str, row: Row | None) -> None:
         old = self.rows.pop(node, None)
         if old == row and row is not None:
             self.rows[node] = row
@@ -84,20 +102,22 @@ class _OfferingRows:
         self._cached = None
         if old is not None:
             self.capacity -= old[0]
-            self.free -= old[1]
-            self.free_hist[old[1]] -= 1
+            self.allocated -= old[1]
+            self.free -= old[2]
+            self.largest_hist[old[3]] -= 1
         if row is not None:
             self.rows[node] = row
             self.capacity += row[0]
-            self.free += row[1]
-            self.free_hist[row[1]] += 1
+            self.allocated += row[1]
+            self.free += row[2]
+            self.largest_hist[row[3]] += 1
 
     def availability(self) -> Availability:
         """Cached until a row changes: a page view costs nothing per node."""
         if self._cached is None:
-            largest = max((f for f, n in self.free_hist.items() if n > 0), default=0)
+            largest = max((f for f, n in self.largest_hist.items() if n > 0), default=0)
             self._cached = Availability(
-                capacity=self.capacity, allocated=self.capacity - self.free, free=self.free,
+                capacity=self.capacity, allocated=self.allocated, free=self.free,
                 largest_free=largest, nodes=tuple(sorted(self.rows)),
             )
         return self._cached
@@ -108,6 +128,7 @@ class ClusterIndex:
 
     def __init__(self, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS):
         self.class_labels = tuple(vgpu_class_labels)
+        self.notebook: Notebook = NO_NOTEBOOK
         self.nodes: dict[str, NodeFacts] = {}
         self.pods: dict[str, PodFacts] = {}
         self.used: dict[str, Counter[str]] = {}
@@ -135,6 +156,13 @@ class ClusterIndex:
 
     # ------------------------------------------------------------------ writes
 
+    def set_notebook(self, notebook: Notebook) -> None:
+        """The hub's notebook pod (cpu/memory guarantees, selector, tolerations): every count fits it beside the GPU."""
+        if notebook != self.notebook:
+            self.notebook = notebook
+            for slug in list(self.tracked):
+                self._track(self.tracked[slug].offering)
+
     def replace(self, nodes: Iterable[Mapping[str, Any]] | None = None, pods: Iterable[Mapping[str, Any]] | None = None) -> None:
         """A (re)list: replace all nodes and/or all pods, then recompute every row."""
         if nodes is not None:
@@ -155,6 +183,8 @@ class ClusterIndex:
                     self.pods[key] = facts
                     self._add_use(facts.node, facts.requests, +1)
                     self.reservations.pop(key, None)
+            for node, requests in self.reservations.values():
+                self._add_use(node, requests, +1)
         for slug in list(self.tracked):
             self._track(self.tracked[slug].offering)
 
@@ -168,14 +198,14 @@ class ClusterIndex:
             facts = NodeFacts.from_node(raw)
             old = self.nodes.get(name)
             self.nodes[name] = facts
-            if old is not None and (old.labels, old.allocatable, old.taints, old.unschedulable) == (
-                facts.labels, facts.allocatable, facts.taints, facts.unschedulable
-            ):
+            if old == facts:
                 return  # a status heartbeat: nothing the counts use changed
             offers = list(node_offerings(facts, self.class_labels))
             self._node_offers[name] = offers
+        for rows in self.tracked.values():
+            rows.reach.pop(name, None)
         new_slugs = {o.slug for o, _ in offers} if kind != "DELETED" else set()
-        if new_slugs != old_slugs or any(o.kind.value == "full" for o, _ in offers):
+        if new_slugs != old_slugs or any(o.kind is Kind.FULL for o, _ in offers):
             self._discovered = None
         self._refresh_node(name)
 
@@ -206,18 +236,20 @@ class ClusterIndex:
     def reserve(self, key: str, offering: Offering, count: int) -> str | None:
         """Hold ``count`` units of ``offering`` for the pod ``key`` until it is bound (or released).
 
-        The units are taken on the node with the most free room for them, so every
-        offering that shares that node's resources sees them taken. Returns the node,
-        or None if no node has room (nothing is held then).
+        The units (and the notebook's cpu, memory and pod slot) are taken on the node with
+        the most free room for them, so every offering that shares that node sees them
+        taken. Returns the node, or None if no node has room (nothing is held then).
         """
         self.release(key)
         self.availability(offering)
         rows = self.tracked[offering.slug].rows
-        fits = [(free, node) for node, (_cap, free) in rows.items() if free >= count]
+        fits = [(largest, free, node) for node, (_cap, _alloc, free, largest) in rows.items() if largest >= count]
         if not fits:
             return None
-        _free, node = max(fits)
-        requests = offering.limits_for(count)
+        *_, node = max(fits)
+        requests = dict(self.notebook.requests)
+        for name, amount in offering.limits_for(count).items():
+            requests[name] = requests.get(name, 0) + amount
         self.reservations[key] = (node, requests)
         self._add_use(node, requests, +1)
         self._refresh_node(node)
@@ -238,20 +270,23 @@ class ClusterIndex:
             if not bucket[name]:
                 del bucket[name]
 
-    def _row(self, offering: Offering, node: str) -> tuple[int, int] | None:
+    def _row(self, rows: _OfferingRows, node: str) -> Row | None:
         facts = self.nodes.get(node)
-        if facts is None or not node_serves(offering, facts):
+        if facts is None:
             return None
-        return node_availability(offering, facts, self.used.get(node, {}))
+        reached = rows.reach.get(node)
+        if reached is None:
+            reached = rows.reach[node] = rows.tally.reaches(facts)
+        return rows.tally.row(facts, self.used.get(node, {}), reached)
 
     def _refresh_node(self, node: str) -> None:
         for rows in self.tracked.values():
-            rows.set(node, self._row(rows.offering, node))
+            rows.set(node, self._row(rows, node))
 
     def _track(self, offering: Offering) -> _OfferingRows:
-        rows = _OfferingRows(offering)
+        rows = _OfferingRows(offering, self.notebook)
         for node in self.nodes:
-            row = self._row(offering, node)
+            row = self._row(rows, node)
             if row is not None:
                 rows.set(node, row)
         self.tracked[offering.slug] = rows

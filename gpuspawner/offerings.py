@@ -19,14 +19,19 @@ import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from decimal import Decimal, InvalidOperation
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-GPU = "nvidia.com/gpu"
-GPU_SHARED = "nvidia.com/gpu.shared"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
-GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-VGPU_PRESENT_LABEL = "nvidia.com/vgpu.present"
+from .nodeclass import (  # noqa: F401  (the label names, re-exported for the rest of gpuspawner)
+    GKE_ACCELERATOR_LABEL,
+    GKE_PARTITION_LABEL,
+    GPU,
+    GPU_SHARED,
+    PRODUCT_LABEL,
+    VGPU_PRESENT_LABEL,
+    mig_profile_of,
+    whole_gpu_terms,
+)
+from .selectors import Terms, absent, all_of, and_terms, terms_to_k8s
 
 LABEL_OFFERING = "gpuspawner.io/offering"
 LABEL_KIND = "gpuspawner.io/kind"
@@ -142,6 +147,9 @@ class Offering:
     #: Node labels that must NOT be present (node affinity DoesNotExist), e.g. GKE's partition label
     #: for whole GPUs on a pool whose accelerator label MIG pools share.
     absent_labels: tuple[str, ...] = ()
+    #: Required node-affinity terms beyond ``node_selector`` (ORed terms of ANDed requirements):
+    #: what keeps a whole GPU off time-sliced, MPS, MIG and vGPU nodes of the same product.
+    node_affinity: Terms = ()
     tolerations: tuple[Mapping[str, Any], ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -168,6 +176,11 @@ class Offering:
     def is_gpu(self) -> bool:
         return self.kind is not Kind.CPU
 
+    @property
+    def placement_terms(self) -> Terms:
+        """The required node-affinity terms of this offering's pod (``node_affinity`` and ``absent_labels``)."""
+        return and_terms(self.node_affinity, all_of(*(absent(k) for k in self.absent_labels)))
+
     def limits_for(self, count: int) -> dict[str, int]:
         """Extended-resource limits for ``count`` units (requests must equal limits)."""
         return {name: qty * count for name, qty in self.resources.items()}
@@ -189,6 +202,7 @@ class Offering:
             "limits": {k: str(v) for k, v in self.resources.items()},
             "counts": list(self.counts),
             "node_selector": dict(self.node_selector),
+            "node_affinity": terms_to_k8s(self.placement_terms),
             "tolerations": [dict(t) for t in self.tolerations],
             "memory_mib": self.memory_mib,
             "compute_share": self.compute_share,
@@ -223,14 +237,8 @@ def mig_resource_name(profile: str) -> str:
     return f"nvidia.com/mig-{profile.replace('+', '.')}"
 
 
-def mig_profile_from_resource(resource: str) -> str | None:
-    """Inverse of :func:`mig_resource_name` for the profile's display form (``.me`` shown as ``+me``)."""
-    if not resource.startswith("nvidia.com/mig-") or resource.endswith((".count", ".memory")):
-        return None
-    profile = resource[len("nvidia.com/mig-"):]
-    if profile.endswith(".me"):
-        profile = profile[: -len(".me")] + "+me"
-    return profile
+#: Inverse of :func:`mig_resource_name` for the profile's display form (``.me`` shown as ``+me``).
+mig_profile_from_resource = mig_profile_of
 
 
 def mig_profile_parts(profile: str) -> tuple[int, int] | None:
@@ -361,7 +369,7 @@ class _Entry:
         return tuple(dict(t) for t in value)
 
 
-def offering_from_config(raw: Any, index: int) -> Offering:
+def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] = ("vgpu.type",)) -> Offering:
     """Validate one entry of ``c.GPUSpawner.offerings`` and build its :class:`Offering`.
 
     Every entry has ``slug`` (lower-case, digits, '-') and ``kind``; the rest is optional.
@@ -382,7 +390,8 @@ def offering_from_config(raw: Any, index: int) -> Offering:
       command_prefix              wraps the server command, e.g. ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"]
 
     Kind shortcuts:
-      full     product -> nvidia.com/gpu on nodes of that product
+      full     product -> nvidia.com/gpu on nodes of that product; never on time-sliced, MPS, MIG
+               or vGPU nodes (node affinity keeps them out, also without a product)
       mig      profile ("3g.20gb", "1g.10gb+me"); mig_strategy mixed (default) | single (needs product) | gke
       shared   sharing time-slicing | mps; replicas; rename_by_default (true: nvidia.com/gpu.shared;
                false: nvidia.com/gpu on "<product>-SHARED" nodes, needs product)
@@ -465,6 +474,7 @@ def offering_from_config(raw: Any, index: int) -> Offering:
         counts=tuple(sorted(set(counts))),
         node_selector=selector,
         absent_labels=entry.str_list("absent_labels"),
+        node_affinity=whole_gpu_terms(vgpu_class_labels) if kind is Kind.FULL else (),
         tolerations=tolerations,
         env=entry.str_map("env"),
         labels=entry.str_map("labels"),
@@ -564,14 +574,14 @@ def share_phrase(replicas: int, sharing: str) -> str:
     return f"1/{replicas} of the GPU ({how})"
 
 
-def offerings_from_config(raw: Any) -> list[Offering]:
+def offerings_from_config(raw: Any, vgpu_class_labels: Iterable[str] = ("vgpu.type",)) -> list[Offering]:
     """Validate the whole ``c.GPUSpawner.offerings`` list (slugs must be unique)."""
     if not isinstance(raw, (list, tuple)):
         raise OfferingConfigError(f"c.GPUSpawner.offerings must be a list of dicts, got {type(raw).__name__}")
     seen: dict[str, int] = {}
     out = []
     for index, entry in enumerate(raw):
-        offering = offering_from_config(entry, index)
+        offering = offering_from_config(entry, index, vgpu_class_labels)
         if offering.slug in seen:
             raise OfferingConfigError(
                 f"c.GPUSpawner.offerings[{index}]: slug {offering.slug!r} is already used by entry {seen[offering.slug]}; slugs must be unique"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .offerings import LABEL_KIND, LABEL_OFFERING, Offering
+from .selectors import Terms, terms_to_k8s
 
 ENV_OFFERING = "GPUSPAWNER_OFFERING"
 ENV_KIND = "GPUSPAWNER_KIND"
@@ -26,8 +27,9 @@ class PodChanges:
 
     limits: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
-    #: Node-affinity match expressions every node selector term must also hold (labels that must be absent).
-    node_affinity: tuple[Mapping[str, Any], ...] = ()
+    #: Required node-affinity terms the pod must also meet (ORed terms of ANDed requirements):
+    #: labels that must be absent, or keep a whole GPU off shared and MIG nodes.
+    node_affinity: Terms = ()
     tolerations: tuple[Mapping[str, Any], ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -51,7 +53,7 @@ def pod_changes(offering: Offering, count: int = 1) -> PodChanges:
     return PodChanges(
         limits={name: str(qty) for name, qty in offering.limits_for(count).items()},
         node_selector=dict(offering.node_selector),
-        node_affinity=tuple({"key": key, "operator": "DoesNotExist"} for key in offering.absent_labels),
+        node_affinity=offering.placement_terms,
         tolerations=tuple(dict(t) for t in offering.tolerations),
         env=env,
         labels=labels,
@@ -69,10 +71,18 @@ def merge_tolerations(base: list[Mapping[str, Any]], extra: tuple[Mapping[str, A
     return out
 
 
-def merge_affinity_terms(terms: list[Mapping[str, Any]], expressions: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:
-    """Add ``expressions`` to every required node-selector term (terms are ORed, expressions ANDed)."""
-    if not expressions:
+def merge_affinity_terms(terms: list[Mapping[str, Any]], required: Terms) -> list[dict[str, Any]]:
+    """KubeSpawner's ``node_affinity_required`` terms AND the offering's ``required`` terms.
+
+    Terms are ORed and each term's expressions ANDed, so the result is every pairing of
+    one of ``terms`` with one of ``required`` (either alone when the other is empty).
+    """
+    ours = terms_to_k8s(required)
+    if not ours:
         return [dict(t) for t in terms]
     if not terms:
-        return [{"matchExpressions": [dict(e) for e in expressions]}]
-    return [{**t, "matchExpressions": [*(t.get("matchExpressions") or []), *(dict(e) for e in expressions)]} for t in terms]
+        return ours
+    return [
+        {**t, "matchExpressions": [*(t.get("matchExpressions") or []), *(o.get("matchExpressions") or [])]}
+        for t in terms for o in ours
+    ]

@@ -33,6 +33,7 @@ from .catalog import TRAITS as CATALOG_TRAITS
 from .catalog import CatalogConfig, build_catalog
 from .choice import RECORD_KEY, Choice, ChoiceError, parse_choice
 from .inventory import OFFERING_LABEL, Inventory
+from .notebook import NOTEBOOK_TRAITS, Notebook
 from .orphans import OrphanReconciler, hub_servers_from_db
 from .offerings import Offering, OfferingConfigError
 from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
@@ -309,6 +310,10 @@ class GPUSpawner(KubeSpawner):
         inventory = self.inventory
         if not inventory.ready and not await inventory.wait_ready(self.inventory_ready_timeout):
             self.log.warning("GPU inventory not synced (%s); offering what is known", inventory.last_error or "starting")
+        try:  # free counts fit the notebook's own cpu/memory guarantees, selector and tolerations beside the GPU
+            inventory.index.set_notebook(Notebook.from_settings({n: self._baseline.get(n, getattr(self, n)) for n in NOTEBOOK_TRAITS}))
+        except ValueError as exc:
+            raise OfferingConfigError(str(exc)) from None
         discovered = inventory.index.discovered() if self.discover_offerings else None
         catalog = build_catalog(self.catalog_config, discovered=discovered)
         metrics.observe_catalog(inventory.index, catalog)

@@ -75,7 +75,7 @@ c.GPUSpawner.offerings = [
     # apart only by the sharing labels (so rename_by_default is False and the selector is
     # given explicitly).
     {
-        "slug": "shared-nvidia-tesla-t4-time-slicing-4x",
+        "slug": "shared-nvidia-tesla-t4-shared-time-slicing-4x",
         "kind": "shared",
         "sharing": "time-slicing",
         "replicas": 4,

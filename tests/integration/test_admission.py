@@ -200,3 +200,24 @@ async def test_time_window_is_enforced_for_every_kind_on_api_starts(devcluster, 
     with pytest.raises(SpawnRefused, match=rf"Remote half GPU is only available {other_day} 00:00-24:00 \(UTC\)"):
         await spawner.start()
     assert pods(kube, namespace) == []
+
+
+async def test_a_gpu_is_not_free_when_the_notebook_cannot_fit_beside_it(devcluster, kube, namespace, other_namespace):
+    # Someone's job holds all but 512Mi of the T4 node's memory; the hub's notebooks ask for 1G (z2jh's default).
+    hog = foreign_pod("hog", {}, {"kubernetes.io/hostname": "gpu-t4-ts-renamed"})
+    hog["spec"]["containers"][0]["resources"] = {"requests": {"memory": "261632Mi"}}
+    kube.request("POST", f"/api/v1/namespaces/{other_namespace}/pods", hog)
+    spawner = make_spawner(devcluster, namespace)
+    spawner.mem_guarantee = 2**30
+    await spawner.catalog()
+    await inventory_sees(spawner, lambda idx: free_of(spawner, T4_SHARED) == 0, "the memory hog")
+    offering = next(o for o in spawner.inventory.index.discovered() if o.slug == T4_SHARED)
+    assert spawner.inventory.index.availability(offering).capacity == 4  # four shares there, none usable
+    spawner.user_options = {"offering": T4_SHARED}
+    with pytest.raises(SpawnRefused, match="is free"):
+        await spawner.start()
+    assert not pods(kube, namespace)  # refused before a pod was made, not left Pending
+    small = make_spawner(devcluster, namespace)
+    small.mem_guarantee = 256 * 2**20
+    await small.catalog()
+    assert free_of(small, T4_SHARED) == 2  # two 256Mi notebooks fit in what is left

@@ -43,6 +43,7 @@ from gpuspawner.choice import Choice
 from gpuspawner.devcluster import build as devcluster_build
 from gpuspawner.offerings import Kind, Offering, quantity
 from gpuspawner.policy import window_state
+from gpuspawner.selectors import terms_match
 from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -195,22 +196,22 @@ def same_request(offering: Offering) -> tuple:
         offering.kind,
         tuple(sorted(offering.resources.items())),
         tuple(sorted(offering.node_selector.items())),
-        tuple(sorted(offering.absent_labels)),
+        offering.placement_terms,
         offering.command_prefix,
     )
 
 
 def nodes_of_class(offering: Offering, nodes: list[dict]) -> set[str]:
-    """Nodes carrying the offering's labels and resources, whatever their taints."""
+    """Nodes carrying the offering's labels (selector and node affinity) and resources, whatever their taints."""
     out = set()
     for node in nodes:
         labels = node["metadata"].get("labels") or {}
         allocatable = node.get("status", {}).get("allocatable") or {}
         if node.get("spec", {}).get("unschedulable"):
             continue
-        if all(labels.get(k) == v for k, v in offering.node_selector.items()) and all(
-            (quantity(allocatable.get(r, 0)) or 0) > 0 for r in offering.resources
-        ):
+        if all(labels.get(k) == v for k, v in offering.node_selector.items()) and terms_match(
+            offering.placement_terms, labels
+        ) and all((quantity(allocatable.get(r, 0)) or 0) > 0 for r in offering.resources):
             out.add(node["metadata"]["name"])
     return out
 

@@ -14,6 +14,7 @@ from traitlets.config import Config
 from gpuspawner.capacity import availability
 from gpuspawner.catalog import build_catalog
 from gpuspawner.choice import ChoiceError
+from gpuspawner.podspec import merge_affinity_terms
 from gpuspawner.spawner import GPUSpawner
 
 pytestmark = pytest.mark.cluster
@@ -105,9 +106,12 @@ async def test_each_offering_lands_on_its_node_class_and_nowhere_else(devcluster
             env = {e["name"]: e.get("value") for e in container.get("env", [])}
             assert env["GPUSPAWNER_OFFERING"] == offering.slug
             assert "NVIDIA_VISIBLE_DEVICES" not in env
-            if offering.absent_labels:  # GKE whole GPUs: never on the partitioned pool of the same accelerator
+            if offering.placement_terms:  # e.g. whole GPUs kept off shared, MIG and vGPU nodes of the same product
                 terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-                assert {"key": "cloud.google.com/gke-gpu-partition-size", "operator": "DoesNotExist"} in terms[0]["matchExpressions"]
+                assert terms == merge_affinity_terms([], offering.placement_terms), offering.slug
+            if offering.slug == "gpu-nvidia-tesla-a100":  # GKE whole GPUs: never on the partitioned pool of the same accelerator
+                assert all({"key": "cloud.google.com/gke-gpu-partition-size", "operator": "DoesNotExist"} in t["matchExpressions"]
+                           for t in terms)
             if offering.command_prefix:
                 assert container["args"][: len(offering.command_prefix)] == list(offering.command_prefix)
             record = spawner.user_options["gpuspawner"]

@@ -21,6 +21,7 @@ from gpuspawner.capacity import (
     used_by_node,
 )
 from gpuspawner.devcluster.nodes import standard_nodes
+from gpuspawner.fit import PODS
 from gpuspawner.discovery import NodeFacts, discover
 from gpuspawner.offerings import CPU_OFFERING, GPU, PRODUCT_LABEL, offering_from_config
 
@@ -29,11 +30,16 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 SKU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 
 
+#: What every node also advertises (a real node always lists pods, cpu and memory).
+HOST = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+
+
 def node(name, allocatable, labels=None, taints=(), unschedulable=False, capacity=None):
+    allocatable = {**HOST, **allocatable}
     return {
         "metadata": {"name": name, "labels": dict({PRODUCT_LABEL: H100} if labels is None else labels)},
         "spec": {"taints": list(taints), "unschedulable": unschedulable},
-        "status": {"allocatable": dict(allocatable), "capacity": dict(capacity or allocatable)},
+        "status": {"allocatable": allocatable, "capacity": dict(capacity or allocatable)},
     }
 
 
@@ -113,23 +119,37 @@ def test_requests_default_to_limits_and_explicit_requests_count():
     limits_only = pod("h", (gpu(2), None))
     requests_only = pod("h", (None, gpu(3)))
     both = pod("h", (gpu(1), gpu(1)))
-    assert pod_requests(limits_only) == {GPU: 2}
-    assert pod_requests(requests_only) == {GPU: 3}
-    assert pod_requests(both) == {GPU: 1}
+    assert pod_requests(limits_only) == {GPU: 2, PODS: 1}
+    assert pod_requests(requests_only) == {GPU: 3, PODS: 1}
+    assert pod_requests(both) == {GPU: 1, PODS: 1}
     assert availability(full(), [node("h", gpu(8))], [limits_only, requests_only, both]).free == 2
 
 
 def test_app_containers_are_summed():
-    assert pod_requests(pod("h", gpu(1), gpu(2), {"cpu": "1"})) == {GPU: 3}
+    assert pod_requests(pod("h", gpu(1), gpu(2), {"cpu": "1"})) == {GPU: 3, "cpu": 1000, PODS: 1}
 
 
-def test_cpu_and_memory_are_not_extended_resources():
-    assert pod_requests(pod("h", {"cpu": "500m", "memory": "1Gi", "hugepages-2Mi": "1Gi"})) == {}
+def test_cpu_memory_and_hugepages_in_scheduler_units():
+    # cpu in millicores, memory in bytes, rounded up as Quantity.MilliValue()/Value() do; one pod
+    assert pod_requests(pod("h", {"cpu": "500m", "memory": "1Gi", "hugepages-2Mi": "1Gi"})) == {
+        "cpu": 500, "memory": 2**30, "hugepages-2Mi": 2**30, PODS: 1}
+    assert pod_requests(pod("h", {"cpu": "0.0001", "memory": "1.5k"})) == {"cpu": 1, "memory": 1500, PODS: 1}
+    assert pod_requests(pod("h", {"cpu": "2", "memory": "1G"})) == {"cpu": 2000, "memory": 10**9, PODS: 1}
+
+
+def test_a_pod_without_requests_still_takes_a_pod_slot():
+    assert pod_requests(pod("h", {})) == {PODS: 1}
+
+
+def test_pod_level_cpu_and_memory_requests_replace_the_containers_sum():
+    p = pod("h", {"cpu": "1", "memory": "1Gi", GPU: "1"}, {"cpu": "1"})
+    p["spec"]["resources"] = {"requests": {"cpu": "3", "memory": "4Gi"}}
+    assert pod_requests(p) == {"cpu": 3000, "memory": 4 * 2**30, GPU: 1, PODS: 1}
 
 
 def test_int_and_string_quantities():
     p = pod("h", {"resources": {"limits": {GPU: 2}}}, {"resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}}})
-    assert pod_requests(p) == {GPU: 2, "nvidia.com/mig-1g.5gb": 1}
+    assert pod_requests(p) == {GPU: 2, "nvidia.com/mig-1g.5gb": 1, PODS: 1}
 
 
 # --------------------------------------------------------------------- init containers
@@ -137,30 +157,30 @@ def test_int_and_string_quantities():
 
 def test_init_container_larger_than_apps_sets_the_request():
     # max(max(init), sum(app)) = max(4, 1)
-    assert pod_requests(pod("h", gpu(1), init=[gpu(4), gpu(2)])) == {GPU: 4}
+    assert pod_requests(pod("h", gpu(1), init=[gpu(4), gpu(2)])) == {GPU: 4, PODS: 1}
 
 
 def test_apps_larger_than_init_set_the_request():
     # init containers run one at a time: max(2, 3), not 2 + 3
-    assert pod_requests(pod("h", gpu(2), gpu(1), init=[gpu(2), gpu(1)])) == {GPU: 3}
+    assert pod_requests(pod("h", gpu(2), gpu(1), init=[gpu(2), gpu(1)])) == {GPU: 3, PODS: 1}
 
 
 def test_restartable_sidecar_init_container_adds_to_apps():
     sidecar = {"restartPolicy": "Always", "resources": res(gpu(1))}
     # sum(app) + sidecars = 2 + 1
-    assert pod_requests(pod("h", gpu(2), init=[sidecar])) == {GPU: 3}
+    assert pod_requests(pod("h", gpu(2), init=[sidecar])) == {GPU: 3, PODS: 1}
 
 
 def test_init_container_after_a_sidecar_runs_beside_it():
     sidecar = {"restartPolicy": "Always", "resources": res(gpu(1))}
     # init after the sidecar: 2 + 1 = 3 > app 1 + sidecar 1
-    assert pod_requests(pod("h", gpu(1), init=[sidecar, gpu(2)])) == {GPU: 3}
+    assert pod_requests(pod("h", gpu(1), init=[sidecar, gpu(2)])) == {GPU: 3, PODS: 1}
 
 
 def test_init_container_before_a_sidecar_does_not_add_it():
     sidecar = {"restartPolicy": "Always", "resources": res(gpu(1))}
     # init first alone: 2; then app 1 + sidecar 1 = 2
-    assert pod_requests(pod("h", gpu(1), init=[gpu(2), sidecar])) == {GPU: 2}
+    assert pod_requests(pod("h", gpu(1), init=[gpu(2), sidecar])) == {GPU: 2, PODS: 1}
 
 
 def test_init_containers_count_against_the_node():
@@ -169,7 +189,8 @@ def test_init_containers_count_against_the_node():
 
 
 def test_pod_overhead_of_extended_resources_adds():
-    assert pod_requests(pod("h", gpu(1), overhead={"cpu": "250m", "example.com/dev": "1"})) == {GPU: 1, "example.com/dev": 1}
+    assert pod_requests(pod("h", gpu(1), overhead={"cpu": "250m", "example.com/dev": "1"})) == {
+        GPU: 1, "example.com/dev": 1, "cpu": 250, PODS: 1}
 
 
 # ---------------------------------------------------------------- which nodes are counted
@@ -265,7 +286,7 @@ def test_cpu_offering_is_not_counted():
 
 def test_used_by_node_sums_bound_non_terminal_pods():
     pods = [pod("a", gpu(1)), pod("a", {"nvidia.com/mig-1g.5gb": "1"}), pod("b", gpu(2)), pod("b", gpu(5), phase="Failed"), pod(None, gpu(9))]
-    assert used_by_node(pods) == {"a": {GPU: 1, "nvidia.com/mig-1g.5gb": 1}, "b": {GPU: 2}}
+    assert used_by_node(pods) == {"a": {GPU: 1, "nvidia.com/mig-1g.5gb": 1, PODS: 2}, "b": {GPU: 2, PODS: 1}}
 
 
 def test_standard_nodes_with_pods_everywhere():

@@ -74,3 +74,57 @@ def test_missing_file_and_broken_config(nodes_file, tmp_path):
     assert done.returncode == 2
     assert "offerings[0] (slug 'x'): unknown field 'count'; did you mean 'counts'?" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_config_guarantees_count_as_the_hub_counts(nodes_file, tmp_path):
+    # A job holds all but 512Mi of the H100 node's memory: with z2jh's 1G guarantee no notebook fits beside it.
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps({"items": [{
+        "metadata": {"name": "hog", "namespace": "batch"},
+        "spec": {"nodeName": "gpu-h100-8x", "containers": [{"name": "c", "resources": {"requests": {"memory": "261632Mi"}}}]},
+        "status": {"phase": "Running"},
+    }]}))
+    config = tmp_path / "jupyterhub_config.py"
+    config.write_text('c = get_config()\nc.KubeSpawner.mem_guarantee = "1G"\nc.GPUSpawner.cpu_guarantee = 0.5\n')
+
+    def h100(*extra):
+        done = run("offerings", "--nodes", str(nodes_file), "--pods", str(pods), "--json", *extra)
+        assert done.returncode == 0, done.stderr
+        return next(r for r in json.loads(done.stdout) if r["slug"] == "gpu-nvidia-h100-80gb-hbm3")
+
+    assert (h100()["capacity"], h100()["free"]) == (8, 8)
+    assert (h100("--config", str(config))["capacity"], h100("--config", str(config))["free"]) == (8, 0)
+    assert h100("--mem-guarantee", "256M")["free"] == 2  # two 256 MiB notebooks still fit; one may take all 8 GPUs
+    assert h100("--mem-guarantee", "256M")["largest_free"] == 8
+    table = run("offerings", "--nodes", str(nodes_file), "--config", str(config))
+    assert "cpu 500m, memory 1.00 GiB (c.GPUSpawner.cpu_guarantee, c.KubeSpawner.mem_guarantee)" in table.stdout.splitlines()[0]
+
+
+def test_table_says_which_gpus_no_offering_can_use(nodes_file):
+    done = run("offerings", "--nodes", str(nodes_file))
+    assert "GPUs no offering can use:" in done.stdout
+    assert "gpu-v100-fractional: 1000 x nvidia.com/vgpu: nvidia.com/vgpu is no GPU kind discovery knows" in done.stdout
+
+
+def test_bad_guarantee_is_one_line_and_exit_2(nodes_file):
+    done = run("offerings", "--nodes", str(nodes_file), "--mem-guarantee", "lots")
+    assert done.returncode == 2
+    assert done.stderr.strip() == "gpuspawner: --mem-guarantee must be bytes or a size such as '1G' or '512M', got 'lots'"
+
+
+def test_notebook_settings_from_every_spawner_section_and_appends(nodes_file, tmp_path):
+    # The hub's own node selector, built up in two sections with update(), keeps notebooks on one node.
+    config = tmp_path / "jupyterhub_config.py"
+    config.write_text(
+        "c = get_config()\n"
+        "c.Spawner.mem_guarantee = '2G'\n"
+        "c.KubeSpawner.node_selector.update({'kubernetes.io/hostname': 'gpu-t4-ts-shared'})\n"
+        "c.GPUSpawner.node_selector.update({'type': 'kwok'})\n"
+    )
+    done = run("offerings", "--nodes", str(nodes_file), "--config", str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {r["slug"]: r for r in json.loads(done.stdout)}
+    assert rows["shared-tesla-t4-shared-time-slicing-4x"]["capacity"] == 4
+    assert rows["shared-tesla-t4-time-slicing-4x"]["capacity"] == 0  # the other T4 node: not the hub's
+    table = run("offerings", "--nodes", str(nodes_file), "--config", str(config))
+    assert "memory 2.00 GiB (c.Spawner.mem_guarantee)" in table.stdout.splitlines()[0]

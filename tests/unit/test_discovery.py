@@ -20,6 +20,7 @@ from gpuspawner.discovery import (
     memory_mib,
     product_name,
 )
+from gpuspawner.nodeclass import hosts_pods, mig_settled
 from gpuspawner.offerings import DEFAULT_GPU_TOLERATION, GPU, GPU_SHARED, PRODUCT_LABEL, Isolation, Kind
 
 DEFAULT_TOL = dict(DEFAULT_GPU_TOLERATION)
@@ -77,13 +78,18 @@ A100_MIG_ALLOC = {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "0", "nvidia
                   "nvidia.com/mig-2g.10gb": "1", "nvidia.com/mig-3g.20gb": "1"}
 
 
+#: What every node also advertises (a real node always lists pods, cpu and memory).
+HOST = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+
+
 def node(name, labels, allocatable, taints=(), unschedulable=False, capacity=None):
+    allocatable = {**HOST, **allocatable}
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": dict(labels)},
         "spec": {"taints": [dict(t) for t in taints], **({"unschedulable": True} if unschedulable else {})},
-        "status": {"allocatable": dict(allocatable), "capacity": dict(capacity if capacity is not None else allocatable)},
+        "status": {"allocatable": allocatable, "capacity": dict(capacity if capacity is not None else allocatable)},
     }
 
 
@@ -476,7 +482,8 @@ def test_site_vgpu_class_label():
     assert o.slug == "vgpu-vgpu-type-v100-8g-8gb"
     assert o.kind is Kind.VGPU
     assert o.display_name == "vGPU class v100-8g-8GB"
-    assert dict(o.node_selector) == {"vgpu.type": "v100-8g-8GB"}
+    # The product is pinned too: a class's pods must not land on a "-SHARED" (time-sliced) node of the class.
+    assert dict(o.node_selector) == {"vgpu.type": "v100-8g-8GB", PRODUCT_LABEL: "GRID-V100-8C"}
     assert o.memory_mib == 8192
     assert o.isolation is Isolation.VM
 
@@ -487,7 +494,7 @@ def test_site_vgpu_class_label_is_configurable():
     assert plain.kind is Kind.FULL  # label not configured: just a GPU
     o = only(discover([node("v", labels, {GPU: "1"})], vgpu_class_labels=("example.org/gpu-class",)))
     assert o.kind is Kind.VGPU
-    assert dict(o.node_selector) == {"example.org/gpu-class": "half-v100"}
+    assert dict(o.node_selector) == {"example.org/gpu-class": "half-v100", PRODUCT_LABEL: "GRID-V100-8C"}
 
 
 # ------------------------------------------------------------------- nodes offering nothing
@@ -514,11 +521,12 @@ def test_cpu_nodes_and_malformed_quantities_offer_nothing():
     assert discover([{"metadata": {"name": "bare"}}]) == []
 
 
-def test_node_facts_reads_only_extended_allocatable():
+def test_node_facts_read_allocatable_in_scheduler_units():
     facts = NodeFacts.from_node(node("a100", A100_MIG_LABELS, A100_MIG_ALLOC, taints=[GKE_TAINT]))
-    assert dict(facts.allocatable) == {"nvidia.com/gpu": 0, "nvidia.com/mig-1g.5gb": 2, "nvidia.com/mig-2g.10gb": 1, "nvidia.com/mig-3g.20gb": 1}
+    assert dict(facts.allocatable) == {"nvidia.com/gpu": 0, "nvidia.com/mig-1g.5gb": 2, "nvidia.com/mig-2g.10gb": 1,
+                                       "nvidia.com/mig-3g.20gb": 1, "cpu": 32000, "memory": 256 * 2**30, "pods": 110}
     assert facts.taints == (GKE_TAINT,)
-    assert facts.hosts_pods and facts.mig_ready
+    assert hosts_pods(facts) and mig_settled(facts.labels)
 
 
 # ------------------------------------------------------------------- memory label units
@@ -620,3 +628,132 @@ def test_discovery_does_not_mutate_input_nodes():
     before = copy.deepcopy(nodes)
     discover(nodes)
     assert nodes == before
+
+
+# ------------------------------------------------- nodes the devcluster does not simulate
+
+
+def served(offering, nodes):
+    return set(availability(offering, nodes, []).nodes)
+
+
+def test_unlabelled_device_plugin_node_is_an_offering_of_its_own():
+    # A plain device-plugin install: nvidia.com/gpu and no GPU labels. Its offering must not
+    # select labelled nodes (a whole T4, a time-sliced L4, a MIG-single A100 all serve nvidia.com/gpu).
+    bare = node("bare", {}, {GPU: "4"})
+    whole = node("t4", SEED_T4_LABELS, {GPU: "1"})
+    shared = node("l4", {PRODUCT_LABEL: "NVIDIA-L4-SHARED", "nvidia.com/gpu.replicas": "4",
+                         "nvidia.com/gpu.sharing-strategy": "time-slicing"}, {GPU: "4"})
+    single = node("single", SINGLE_LABELS, {GPU: "7"})
+    nodes = [bare, whole, shared, single]
+    found = by_slug(discover(nodes))
+    plain = found["gpu-unlabelled"]
+    assert plain.kind is Kind.FULL and plain.display_name == "GPU (unlabelled nodes)"
+    assert "no GPU Feature Discovery labels" in plain.description
+    assert served(plain, nodes) == {"bare"}
+    assert served(found["gpu-tesla-t4"], nodes) == {"t4"}
+    assert {n for o in found.values() for n in served(o, nodes)} == {"bare", "t4", "l4", "single"}
+
+
+def test_unlabelled_nodes_are_named_by_cloud_labels_when_they_have_them():
+    eks = node("eks", {"k8s.amazonaws.com/accelerator": "nvidia-tesla-v100", "node.kubernetes.io/instance-type": "p3.2xlarge"}, {GPU: "1"})
+    aks = node("aks", {"kubernetes.azure.com/accelerator": "nvidia", "node.kubernetes.io/instance-type": "Standard_NC6s_v3"},
+               {GPU: "1"}, taints=[{"key": "sku", "value": "gpu", "effect": "NoSchedule"}])
+    found = by_slug(discover([eks, aks]))
+    assert found["gpu-nvidia-tesla-v100"].display_name == "Tesla V100"
+    assert found["gpu-standard-nc6s-v3"].display_name == "GPU on Standard_NC6s_v3"
+    assert served(found["gpu-nvidia-tesla-v100"], [eks, aks]) == {"eks"}
+    assert served(found["gpu-standard-nc6s-v3"], [eks, aks]) == {"aks"}  # tolerates AKS's sku=gpu taint
+
+
+def test_whole_gpu_never_selects_a_time_sliced_node_of_its_product_mid_change():
+    # The replicas label is there, the product not yet "-SHARED": the node is a share, and the
+    # whole-T4 offering of another node must not land on it.
+    whole = node("t4", SEED_T4_LABELS, {GPU: "1"})
+    changing = node("t4-ts", t4(**{"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": None}), {GPU: "4"})
+    found = by_slug(discover([whole, changing]))
+    assert served(found["gpu-tesla-t4"], [whole, changing]) == {"t4"}
+    share = next(o for o in found.values() if o.kind is Kind.SHARED)
+    assert served(share, [whole, changing]) == {"t4-ts"}
+    assert share.slug == "shared-tesla-t4-shared-time-slicing-4x"  # a plain nvidia.com/gpu share
+
+
+def test_a_node_named_by_gfd_and_one_named_by_gke_are_one_offering():
+    gfd = node("l4-gfd", {PRODUCT_LABEL: "NVIDIA-L4", "nvidia.com/gpu.replicas": "1"}, {GPU: "1"})
+    gke = node("l4-gke", {"cloud.google.com/gke-accelerator": "nvidia-l4"}, {GPU: "2"})
+    o = only(discover([gfd, gke]))
+    assert o.slug == "gpu-nvidia-l4" and o.counts == (1, 2)
+    assert served(o, [gfd, gke]) == {"l4-gfd", "l4-gke"}
+    assert o.node_selector == {}  # the two nodes are told apart by different labels: both in the terms
+
+
+def test_renamed_and_plain_shares_of_one_product_stay_apart():
+    renamed = node("r", t4(**{"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}),
+                   {"nvidia.com/gpu.shared": "4"})
+    plain = node("p", t4(**{"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}), {GPU: "4"})
+    found = by_slug(discover([renamed, plain]))
+    assert {o.slug: dict(o.resources) for o in found.values()} == {
+        "shared-tesla-t4-time-slicing-4x": {"nvidia.com/gpu.shared": 1},
+        "shared-tesla-t4-shared-time-slicing-4x": {GPU: 1},
+    }
+
+
+def test_mig_offering_of_a_settled_node_never_reaches_one_being_reconfigured():
+    settled = node("a", A100_MIG_LABELS, A100_MIG_ALLOC)
+    pending = node("b", {**A100_MIG_LABELS, "nvidia.com/mig.config.state": "pending"}, A100_MIG_ALLOC)
+    for o in discover([settled, pending]):
+        assert served(o, [settled, pending]) == {"a"}, o.slug
+
+
+def test_mig_slices_of_an_unnamed_gpu_stay_off_named_ones():
+    named = node("a", A100_MIG_LABELS, A100_MIG_ALLOC)
+    unnamed = node("u", {"nvidia.com/mig.strategy": "mixed"}, {"nvidia.com/mig-1g.5gb": "7"})
+    found = by_slug(discover([named, unnamed]))
+    assert served(found["mig-gpu-1g-5gb"], [named, unnamed]) == {"u"}
+    assert served(found["mig-nvidia-a100-sxm4-40gb-1g-5gb"], [named, unnamed]) == {"a"}
+
+
+def test_mig_single_and_whole_gpus_without_the_strategy_label():
+    # Partial labels: the -MIG- product says it is a slice even without nvidia.com/mig.strategy.
+    labels = {k: v for k, v in SINGLE_LABELS.items() if k != "nvidia.com/mig.strategy"}
+    o = only(discover([node("single", labels, {GPU: "7"})]))
+    assert o.kind is Kind.MIG and o.display_name == "A100 40GB · MIG 1g.5gb"
+
+
+def test_time_sliced_mig_slices_are_shares_not_isolated_slices():
+    labels = {**SINGLE_LABELS, PRODUCT_LABEL: "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED", "nvidia.com/gpu.replicas": "2",
+              "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    o = only(discover([node("s", labels, {GPU: "14"})]))
+    assert o.kind is Kind.SHARED and o.isolation is Isolation.NONE
+    assert o.display_name == "A100 40GB MIG 1g.5gb · 1/2 time-sliced"
+
+
+def test_gpu_taint_with_no_execute_is_tolerated_by_the_offering_of_its_node():
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"}
+    n = node("t4", SEED_T4_LABELS, {GPU: "1"}, taints=[taint])
+    o = only(discover([n]))
+    assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoExecute"} in o.tolerations
+    assert served(o, [n]) == {"t4"}
+
+
+def test_vgpu_class_and_guest_nodes_are_not_whole_gpus_of_their_product():
+    klass = node("c", {"vgpu.type": "v100-8g-8GB", PRODUCT_LABEL: "GRID-V100-8C"}, {GPU: "1"})
+    plain = node("p", {PRODUCT_LABEL: "GRID-V100-8C"}, {GPU: "1"})
+    guest = node("g", {PRODUCT_LABEL: "GRID-V100-8C", "nvidia.com/vgpu.present": "true"}, {GPU: "1"})
+    found = discover([klass, plain, guest])
+    assert {o.slug: served(o, [klass, plain, guest]) for o in found} == {
+        "vgpu-vgpu-type-v100-8g-8gb": {"c"}, "vgpu-grid-v100-8c": {"g"}, "gpu-grid-v100-8c": {"p"},
+    }
+
+
+def test_configured_whole_gpu_offering_keeps_off_shared_mig_and_vgpu_nodes():
+    from gpuspawner.offerings import offering_from_config
+
+    any_gpu = offering_from_config({"slug": "any", "kind": "full"}, 0)
+    t4_whole = node("w", SEED_T4_LABELS, {GPU: "1"})
+    ts = node("ts", t4(**{PRODUCT_LABEL: "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4",
+                           "nvidia.com/gpu.sharing-strategy": "time-slicing"}), {GPU: "4"})
+    gke_mig = node("gke", GKE_MIG_LABELS, {GPU: "7"})
+    guest = node("g", {PRODUCT_LABEL: "NVIDIA-A10-24Q", "nvidia.com/vgpu.present": "true"}, {GPU: "1"})
+    site = node("site", {"vgpu.type": "x"}, {GPU: "1"})
+    assert served(any_gpu, [t4_whole, ts, gke_mig, guest, site]) == {"w"}

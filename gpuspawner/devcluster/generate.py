@@ -1,0 +1,497 @@
+"""Random GPU clusters beyond the devcluster's own node classes, for property and truth tests.
+
+``random_cluster(rng)`` draws nodes the way real clusters have them: GPU Feature
+Discovery labels of real products (whole GPUs of several counts; MIG mixed and single,
+some with labels missing; time-slicing renamed and not; MPS; vGPU guests; a site's vGPU
+class), nodes a plain device-plugin install serves with no GPU labels at all, the node
+pools of GKE, EKS, AKS and OpenShift with their labels and taints, and what goes wrong:
+cordons, NotReady and unreachable taints, taints nobody tolerates, zero allocatable,
+mig-manager mid-reconfiguration, labels and allocatable out of step mid-change, and
+pod limits as small as the clouds set them. ``random_pods`` adds what other users
+already run there (GPU jobs and cpu/memory hogs in other namespaces, daemon pods).
+
+Every node comes with ``truth``: for each GPU resource it advertises, the kind of offering
+it must belong to (``full``, ``shared``, ``mig``, ``vgpu``) or why no offering may take it
+(``hidden:<reason>``). The truth is written here from what the generator chose to build,
+not from gpuspawner's rules, so a property test can hold discovery to it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from .nodes import KWOK_ANNOTATION, pod_cidr
+
+GPU = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu.shared"
+
+#: product -> (memory MiB, family, compute capability, MIG layouts {name: {profile: slices per GPU}})
+PRODUCTS: dict[str, tuple[int, str, str, dict[str, dict[str, int]]]] = {
+    "NVIDIA-A100-SXM4-40GB": (40960, "ampere", "8.0", {
+        "all-1g.5gb": {"1g.5gb": 7}, "all-balanced": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
+        "all-3g.20gb": {"3g.20gb": 2}, "all-7g.40gb": {"7g.40gb": 1}, "me": {"1g.5gb+me": 1, "1g.5gb": 6}}),
+    "NVIDIA-A100-80GB-PCIe": (81920, "ampere", "8.0", {
+        "all-1g.10gb": {"1g.10gb": 7}, "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}),
+    "NVIDIA-H100-80GB-HBM3": (81559, "hopper", "9.0", {
+        "all-1g.10gb": {"1g.10gb": 7}, "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
+        "all-1g.20gb": {"1g.20gb": 4}}),
+    "NVIDIA-A30": (24576, "ampere", "8.0", {"all-1g.6gb": {"1g.6gb": 4}, "all-balanced": {"1g.6gb": 2, "2g.12gb": 1}}),
+    "Tesla-T4": (15360, "turing", "7.5", {}),
+    "NVIDIA-L4": (23034, "ada-lovelace", "8.9", {}),
+    "NVIDIA-A10": (23028, "ampere", "8.6", {}),
+    "NVIDIA-A10G": (23028, "ampere", "8.6", {}),
+    "Tesla-V100-SXM2-16GB": (16384, "volta", "7.0", {}),
+    "NVIDIA-L40S": (46068, "ada-lovelace", "8.9", {}),
+    "NVIDIA-GeForce-RTX-4090": (24564, "ada-lovelace", "8.9", {}),
+}
+MIG_PRODUCTS = [p for p, spec in PRODUCTS.items() if spec[3]]
+VGPU_PROFILES = ["NVIDIA-A10-24Q", "NVIDIA-A10-12Q", "GRID-V100-8C", "NVIDIA-A30-12C", "NVIDIA-L4-24Q"]
+SITE_CLASSES = ["v100-8g-8GB", "a10-12g", "a30-6g"]
+GKE_ACCELERATORS = {"nvidia-tesla-t4": "n1-standard-8", "nvidia-l4": "g2-standard-8", "nvidia-tesla-a100": "a2-highgpu-1g",
+                    "nvidia-a100-80gb": "a2-ultragpu-1g", "nvidia-h100-80gb": "a3-highgpu-8g"}
+GKE_PARTITIONS = {"nvidia-tesla-a100": ["1g.5gb", "2g.10gb", "3g.20gb"], "nvidia-a100-80gb": ["1g.10gb", "3g.40gb"],
+                  "nvidia-h100-80gb": ["1g.10gb", "3g.40gb"]}
+EKS_ACCELERATORS = {"nvidia-tesla-t4": ("g4dn.xlarge", "Tesla-T4", 29), "nvidia-a10g": ("g5.2xlarge", "NVIDIA-A10G", 58),
+                    "nvidia-tesla-v100": ("p3.2xlarge", "Tesla-V100-SXM2-16GB", 58)}
+AKS_SIZES = {"Standard_NC4as_T4_v3": "Tesla-T4", "Standard_NC24ads_A100_v4": "NVIDIA-A100-80GB-PCIe", "Standard_NC6s_v3": "Tesla-V100-SXM2-16GB"}
+
+GFD_COMMON = {
+    "nvidia.com/cuda.driver-version.full": "550.54.15", "nvidia.com/cuda.driver-version.major": "550",
+    "nvidia.com/cuda.runtime-version.full": "12.4", "nvidia.com/cuda.runtime-version.major": "12",
+    "nvidia.com/gfd.timestamp": "1728992460", "nvidia.com/gpu.deploy.device-plugin": "true",
+    "nvidia.com/gpu.present": "true", "nvidia.com/gpu.mode": "compute",
+    "feature.node.kubernetes.io/pci-10de.present": "true",
+}
+GPU_TAINTS = [
+    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"},
+    {"key": "node-role.kubernetes.io/gpu", "value": "true", "effect": "NoSchedule"},
+]
+FOREIGN_TAINT = {"key": "dedicated", "value": "ml-team", "effect": "NoSchedule"}
+SOFT_TAINT = {"key": "dedicated", "value": "gpu", "effect": "PreferNoSchedule"}
+USER_POOL_TAINT = {"key": "hub.jupyter.org/dedicated", "value": "user", "effect": "NoSchedule"}
+NOT_READY = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}, {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
+UNREACHABLE = [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}, {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
+
+
+@dataclass
+class GeneratedNode:
+    """A Node manifest and what each of its GPU resources is (``truth``: resource -> kind or ``hidden:why``)."""
+
+    manifest: dict[str, Any]
+    truth: dict[str, str] = field(default_factory=dict)
+    platform: str = ""
+    scheme: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.manifest["metadata"]["name"]
+
+
+class _Draw:
+    """One node being drawn: labels, allocatable, taints, truth."""
+
+    def __init__(self, rng: random.Random, name: str, index: int):
+        self.rng = rng
+        self.name = name
+        self.index = index
+        self.labels: dict[str, str] = {}
+        self.allocatable: dict[str, str] = {}
+        self.taints: list[dict[str, str]] = []
+        self.truth: dict[str, str] = {}
+        self.unschedulable = False
+        self.platform = "on-prem"
+        self.scheme = ""
+
+    def gfd(self, product: str, count: int, replicas: int = 1, strategy: str | None = "none", old: bool = False) -> None:
+        """GPU Feature Discovery's labels (``old``: a GFD before the sharing-strategy label)."""
+        memory, family, cc = PRODUCTS.get(product.split("-MIG-")[0].removesuffix("-SHARED"), (16384, "unknown", "0.0", {}))[:3]
+        self.labels.update(GFD_COMMON)
+        self.labels.update({
+            "nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(count), "nvidia.com/gpu.memory": str(memory),
+            "nvidia.com/gpu.family": family, "nvidia.com/gpu.compute.major": cc.split(".")[0],
+            "nvidia.com/gpu.compute.minor": cc.split(".")[1], "nvidia.com/vgpu.present": "false",
+            "nvidia.com/mig.capable": "true" if product in MIG_PRODUCTS else "false",
+        })
+        if not old:
+            self.labels["nvidia.com/gpu.replicas"] = str(replicas)
+            if strategy is not None:
+                self.labels["nvidia.com/gpu.sharing-strategy"] = strategy
+        elif replicas > 1:
+            self.labels["nvidia.com/gpu.replicas"] = str(replicas)
+
+    def host(self, pods: int | None = None) -> None:
+        rng = self.rng
+        cpu = rng.choice([4, 8, 16, 32, 64, 96])
+        self.allocatable.update({
+            "cpu": str(cpu) if rng.random() < 0.7 else f"{cpu * 1000 - rng.choice([100, 250, 940])}m",
+            "memory": f"{cpu * rng.choice([4, 8])}Gi" if rng.random() < 0.7 else f"{cpu * 4 * 1024 * 1024 - 3_145_728}Ki",
+            "pods": str(pods if pods is not None else rng.choice([110, 110, 110, 58, 30, 8, 4])),
+            "ephemeral-storage": "100Gi",
+        })
+
+    def manifest(self) -> dict[str, Any]:
+        labels = {**self.labels, "kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
+                  "kubernetes.io/arch": "amd64", "type": "kwok"}
+        cidr = pod_cidr(self.index)
+        spec: dict[str, Any] = {"podCIDR": cidr, "podCIDRs": [cidr], "taints": [dict(t) for t in self.taints]}
+        if self.unschedulable:
+            spec["unschedulable"] = True
+        return {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": self.name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
+            "spec": spec,
+            "status": {"allocatable": dict(self.allocatable), "capacity": dict(self.allocatable)},
+        }
+
+
+# ------------------------------------------------------------------------- GPU schemes
+
+
+def _whole(d: _Draw) -> None:
+    rng = d.rng
+    product = rng.choice(list(PRODUCTS))
+    count = rng.choice([1, 1, 2, 4, 8])
+    old = rng.random() < 0.15
+    d.gfd(product, count, old=old)
+    if rng.random() < 0.1:  # only the product label survived (a partial or hand-made label set)
+        for key in ("nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy"):
+            d.labels.pop(key, None)
+    d.allocatable[GPU] = str(count)
+    d.truth[GPU] = "full"
+    d.scheme = "whole" + (" (old GFD)" if old else "")
+
+
+def _mig_mixed(d: _Draw) -> None:
+    rng = d.rng
+    product = rng.choice(MIG_PRODUCTS)
+    count = rng.choice([1, 2, 4, 8])
+    layout_name, layout = rng.choice(list(PRODUCTS[product][3].items()))
+    disabled = rng.choice([0, 0, 0, 1]) if count > 1 else 0  # GPUs left out of MIG: plain nvidia.com/gpu
+    d.gfd(product, count)
+    d.labels.update({"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig.config": layout_name})
+    state = rng.choice(["success"] * 6 + ["pending", "rebooting", "failed", None])
+    if state is not None:
+        d.labels["nvidia.com/mig.config.state"] = state
+    for profile, per_gpu in layout.items():
+        resource = f"nvidia.com/mig-{profile.replace('+', '.')}"
+        d.allocatable[resource] = str(per_gpu * (count - disabled))
+        if rng.random() < 0.8:  # partial labels: some per-profile labels missing
+            d.labels[f"{resource}.count"] = str(per_gpu * (count - disabled))
+        d.truth[resource] = "mig" if state in ("success", None) else "hidden:mig-reconfiguring"
+    if rng.random() < 0.15:
+        d.labels.pop("nvidia.com/mig.strategy")
+    if rng.random() < 0.1:  # a partial label set without the product: slices of an unnamed GPU
+        for key in ("nvidia.com/gpu.product", "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy"):
+            d.labels.pop(key, None)
+    d.allocatable[GPU] = str(disabled)
+    if disabled:
+        d.truth[GPU] = "full"
+    d.scheme = f"MIG mixed {layout_name}" + (f" ({state})" if state not in ("success", None) else "")
+
+
+def _mig_single(d: _Draw) -> None:
+    rng = d.rng
+    product = rng.choice(MIG_PRODUCTS)
+    layouts = {n: lay for n, lay in PRODUCTS[product][3].items() if len(lay) == 1 and "+" not in next(iter(lay))}
+    layout_name, layout = rng.choice(list(layouts.items()))
+    profile, per_gpu = next(iter(layout.items()))
+    count = rng.choice([1, 2, 4])
+    d.gfd(f"{product}-MIG-{profile}", count * per_gpu)
+    d.labels.update({"nvidia.com/mig.strategy": "single", "nvidia.com/mig.config": layout_name})
+    state = rng.choice(["success"] * 5 + ["pending", None])
+    if state is not None:
+        d.labels["nvidia.com/mig.config.state"] = state
+    if rng.random() < 0.15:  # partial labels: no strategy label, the product still says -MIG-
+        d.labels.pop("nvidia.com/mig.strategy")
+    d.allocatable[GPU] = str(count * per_gpu)
+    d.truth[GPU] = "mig" if state != "pending" else "hidden:mig-reconfiguring"
+    d.scheme = f"MIG single {profile}" + (" (pending)" if state == "pending" else "")
+
+
+def _shared(d: _Draw, mps: bool = False) -> None:
+    rng = d.rng
+    product = rng.choice([p for p in PRODUCTS if p not in MIG_PRODUCTS or rng.random() < 0.3])
+    count = rng.choice([1, 1, 2, 4])
+    replicas = rng.choice([2, 4, 4, 8, 10])
+    renamed = rng.random() < 0.5
+    strategy = "mps" if mps else "time-slicing"
+    old = not mps and rng.random() < 0.2  # before GFD had the sharing-strategy label
+    d.gfd(product if renamed else f"{product}-SHARED", count, replicas, strategy, old=old)
+    if mps:
+        d.labels["nvidia.com/mps.capable"] = "true"
+    resource = SHARED if renamed else GPU
+    d.allocatable[resource] = str(count * replicas)
+    if renamed and rng.random() < 0.5:
+        d.allocatable[GPU] = "0"
+    d.truth[resource] = "shared"
+    d.scheme = f"{strategy} x{replicas} {'renamed' if renamed else '-SHARED'}" + (" (old GFD)" if old else "")
+
+
+def _mid_change(d: _Draw) -> None:
+    """The device plugin's sharing config changed and labels or allocatable lag behind."""
+    rng = d.rng
+    product = rng.choice(["Tesla-T4", "NVIDIA-L4", "NVIDIA-A10"])
+    count = rng.choice([1, 2])
+    case = rng.choice(["labels-first", "allocatable-first", "replicas-only"])
+    if case == "labels-first":  # GFD relabelled for time-slicing; the plugin still serves whole GPUs
+        d.gfd(f"{product}-SHARED", count, 4, "time-slicing")
+        d.allocatable[GPU] = str(count)
+        d.truth[GPU] = "shared"
+    elif case == "allocatable-first":  # the plugin serves 4 replicas; GFD labels still say whole GPUs
+        d.gfd(product, count)
+        d.allocatable[GPU] = str(count * 4)
+        d.truth[GPU] = "full"
+    else:  # the replicas label updated, nothing else yet
+        d.gfd(product, count, replicas=4, strategy="none")
+        d.allocatable[GPU] = str(count * 4)
+        d.truth[GPU] = "shared"
+    d.scheme = f"mid-change {case}"
+
+
+def _vgpu_guest(d: _Draw) -> None:
+    product = d.rng.choice(VGPU_PROFILES)
+    d.gfd(product, 1)
+    d.labels["nvidia.com/vgpu.present"] = "true"
+    d.labels["nvidia.com/vgpu.host-driver-version"] = "550.54.10"
+    d.allocatable[GPU] = "1"
+    d.truth[GPU] = "vgpu"
+    d.scheme = "vGPU guest"
+
+
+def _site_class(d: _Draw) -> None:
+    d.gfd(d.rng.choice(["GRID-V100-8C", "NVIDIA-A10-12C"]), 1)
+    d.labels["vgpu.type"] = d.rng.choice(SITE_CLASSES)
+    d.allocatable[GPU] = "1"
+    d.truth[GPU] = "vgpu"
+    d.scheme = "site vGPU class"
+
+
+def _unlabelled(d: _Draw) -> None:
+    """A plain device-plugin install: nvidia.com/gpu and no GPU labels (maybe a cloud instance type)."""
+    count = d.rng.choice([1, 2, 4, 8])
+    d.allocatable[GPU] = str(count)
+    if d.rng.random() < 0.5:
+        d.labels["node.kubernetes.io/instance-type"] = d.rng.choice(["gpu-box-1", "gpu-box-4", "p3.8xlarge"])
+    d.truth[GPU] = "full"
+    d.scheme = "unlabelled device plugin"
+
+
+def _fractional(d: _Draw) -> None:
+    d.gfd("Tesla-V100-SXM2-16GB", 1)
+    d.allocatable["nvidia.com/vgpu"] = "1000"
+    d.truth["nvidia.com/vgpu"] = "hidden:not-discovered"
+    d.scheme = "fractional device plugin"
+
+
+def _vm_host(d: _Draw) -> None:
+    d.gfd(d.rng.choice(["NVIDIA-A10", "Tesla-T4"]), 2)
+    d.labels["nvidia.com/gpu.workload.config"] = d.rng.choice(["vm-passthrough", "vm-vgpu"])
+    d.allocatable[GPU] = "2"  # stale: the sandbox plugin serves VMs, not pods
+    d.truth[GPU] = "hidden:vm-host"
+    d.scheme = "VM host"
+
+
+def _cpu(d: _Draw) -> None:
+    d.scheme = "cpu"
+
+
+SCHEMES = [(_whole, 6), (_mig_mixed, 3), (_mig_single, 2), (_shared, 3), (lambda d: _shared(d, mps=True), 2),
+           (_mid_change, 1), (_vgpu_guest, 1), (_site_class, 1), (_unlabelled, 3), (_fractional, 1), (_vm_host, 1), (_cpu, 2)]
+
+
+# ------------------------------------------------------------------------------ clouds
+
+
+def _gke(d: _Draw) -> None:
+    rng = d.rng
+    accelerator = rng.choice(list(GKE_ACCELERATORS))
+    d.platform = "gke"
+    d.labels.update({"cloud.google.com/gke-accelerator": accelerator, "cloud.google.com/gke-gpu": "true",
+                     "cloud.google.com/gke-nodepool": f"pool-{accelerator.split('-')[-1]}",
+                     "node.kubernetes.io/instance-type": GKE_ACCELERATORS[accelerator],
+                     "topology.kubernetes.io/zone": "europe-west4-a"})
+    d.taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
+    count = rng.choice([1, 2, 4])
+    mode = rng.choice(["whole", "whole", "partition", "sharing"] if accelerator in GKE_PARTITIONS else ["whole", "sharing"])
+    if mode == "partition":
+        partition = rng.choice(GKE_PARTITIONS[accelerator])
+        d.labels["cloud.google.com/gke-gpu-partition-size"] = partition
+        d.allocatable[GPU] = str(count * rng.choice([2, 3, 7]))
+        d.truth[GPU] = "mig"
+    elif mode == "sharing":
+        clients = rng.choice([2, 4, 8])
+        d.labels.update({"cloud.google.com/gke-gpu-sharing-strategy": rng.choice(["time-sharing", "mps"]),
+                         "cloud.google.com/gke-max-shared-clients-per-gpu": str(clients)})
+        d.allocatable[GPU] = str(count * clients)
+        d.truth[GPU] = "shared"
+    else:
+        d.allocatable[GPU] = str(count)
+        d.truth[GPU] = "full"
+    d.scheme = f"GKE {mode}"
+
+
+def _eks(d: _Draw) -> None:
+    rng = d.rng
+    accelerator = rng.choice(list(EKS_ACCELERATORS))
+    instance, product, pods = EKS_ACCELERATORS[accelerator]
+    d.platform = "eks"
+    d.labels.update({"eks.amazonaws.com/nodegroup": f"gpu-{instance.split('.')[0]}", "eks.amazonaws.com/capacityType": "ON_DEMAND",
+                     "k8s.amazonaws.com/accelerator": accelerator, "node.kubernetes.io/instance-type": instance})
+    if rng.random() < 0.5:
+        d.taints.append({"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"})
+    if rng.random() < 0.5:  # the GPU operator's GFD runs here too
+        d.gfd(product, 1)
+    d.allocatable[GPU] = "1"
+    d.truth[GPU] = "full"
+    d.host(pods)
+    d.scheme = "EKS" + (" + GFD" if "nvidia.com/gpu.product" in d.labels else "")
+
+
+def _aks(d: _Draw) -> None:
+    rng = d.rng
+    size = rng.choice(list(AKS_SIZES))
+    d.platform = "aks"
+    d.labels.update({"kubernetes.azure.com/agentpool": "gpupool", "kubernetes.azure.com/accelerator": "nvidia",
+                     "kubernetes.azure.com/mode": "user", "node.kubernetes.io/instance-type": size})
+    d.taints.append({"key": "sku", "value": "gpu", "effect": "NoSchedule"})
+    if rng.random() < 0.5:
+        d.gfd(AKS_SIZES[size], 1)
+    d.allocatable[GPU] = "1"
+    d.truth[GPU] = "full"
+    d.host(30)
+    d.scheme = "AKS" + (" + GFD" if "nvidia.com/gpu.product" in d.labels else "")
+
+
+# ---------------------------------------------------------------------------- the draw
+
+
+def random_node(rng: random.Random, name: str, index: int) -> GeneratedNode:
+    """One node: a platform, a GPU scheme, then what can go wrong with it."""
+    d = _Draw(rng, name, index)
+    platform = rng.choices(["on-prem", "openshift", "gke", "eks", "aks"], weights=[5, 2, 2, 1, 1])[0]
+    if platform == "gke":
+        _gke(d)
+    elif platform == "eks":
+        _eks(d)
+    elif platform == "aks":
+        _aks(d)
+    else:
+        schemes, weights = zip(*SCHEMES)
+        rng.choices(schemes, weights=weights)[0](d)
+        if platform == "openshift":
+            d.platform = "openshift"
+            d.labels.update({"node-role.kubernetes.io/worker": "", "node.openshift.io/os_id": "rhcos"})
+        if d.allocatable and rng.random() < 0.5:
+            d.taints.append(dict(rng.choice(GPU_TAINTS)))
+    if "pods" not in d.allocatable:
+        d.host()
+    _mishaps(d)
+    return GeneratedNode(d.manifest(), d.truth, d.platform, d.scheme)
+
+
+def _hide(d: _Draw, why: str) -> None:
+    """Every GPU resource of the node is out of reach; ``hidden:a+b`` when there are two causes."""
+    for resource, kind in d.truth.items():
+        d.truth[resource] = f"{kind}+{why}" if kind.startswith("hidden:") else f"hidden:{why}"
+
+
+def _mishaps(d: _Draw) -> None:
+    rng = d.rng
+    roll = rng.random()
+    if roll < 0.07:
+        d.unschedulable = True
+        if rng.random() < 0.5:  # the node lifecycle controller adds this taint to a cordoned node, in time
+            d.taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+        _hide(d, "cordoned")
+    elif roll < 0.12:
+        d.taints.extend(dict(t) for t in rng.choice([NOT_READY, UNREACHABLE]))
+        _hide(d, "not-ready")
+    elif roll < 0.15:  # only the NoExecute half: every pod tolerates it (the API server's defaults)
+        d.taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"})
+    elif roll < 0.19:
+        d.taints.append(dict(FOREIGN_TAINT))
+        _hide(d, "untolerated-taint")
+    elif roll < 0.22:
+        d.taints.append(dict(SOFT_TAINT))
+    elif roll < 0.25:
+        d.taints.append(dict(USER_POOL_TAINT))  # z2jh user pools: reachable only with the hub's user-pod tolerations
+        _hide(d, "user-pool-taint")
+    elif roll < 0.28:  # zero allocatable: the device plugin has not registered (yet)
+        for resource in list(d.truth):
+            d.allocatable[resource] = "0"
+            del d.truth[resource]
+
+
+def random_cluster(rng: random.Random, size: tuple[int, int] = (4, 12), prefix: str = "n") -> list[GeneratedNode]:
+    """A random set of nodes (names ``{prefix}-00``, ...)."""
+    return [random_node(rng, f"{prefix}-{i:02d}", i) for i in range(rng.randint(*size))]
+
+
+# -------------------------------------------------------------------------------- pods
+
+
+def random_pods(rng: random.Random, nodes: list[dict[str, Any]], namespaces=("team-a", "team-b", "kube-system")) -> list[dict[str, Any]]:
+    """Pods other users already run, bound to nodes (as the scheduler or a DaemonSet would have).
+
+    GPU jobs take some of a node's GPU resources, cpu/memory hogs a share of its cpu and
+    memory, daemon pods a little of both; all within what the node has (a kubelet refuses
+    more). Pods go by ``spec.nodeName``, so they land without the scheduler.
+    """
+    from ..fit import NodeFacts
+
+    pods = []
+    for raw in nodes:
+        facts = NodeFacts.from_node(raw)
+        if raw["spec"].get("unschedulable") and rng.random() < 0.5:
+            continue
+        left = dict(facts.allocatable)
+        for _ in range(rng.choice([0, 0, 1, 2, 3, 5])):
+            if left.get("pods", 0) <= 1 and rng.random() < 0.7:
+                break  # leave the notebook a slot now and then, take the last one sometimes
+            if left.get("pods", 0) <= 0:
+                break
+            gpus = [r for r, v in left.items() if "/" in r and v > 0]
+            kind = rng.choice(["gpu", "gpu", "hog", "daemon"]) if gpus else rng.choice(["hog", "daemon"])
+            requests: dict[str, str] = {}
+            limits: dict[str, str] = {}
+            if kind == "gpu":
+                resource = rng.choice(gpus)
+                amount = rng.randint(1, left[resource])
+                limits[resource] = str(amount)
+                left[resource] -= amount
+                cpu = min(left.get("cpu", 0), rng.choice([500, 1000, 4000]))
+                if cpu > 0:
+                    requests["cpu"] = f"{cpu}m"
+                    left["cpu"] -= cpu
+            elif kind == "hog":
+                cpu = int(left.get("cpu", 0) * rng.choice([0.5, 0.9, 1.0]))
+                mem = int(left.get("memory", 0) * rng.choice([0.3, 0.9, 1.0]))
+                if cpu > 0:
+                    requests["cpu"] = f"{cpu}m"
+                if mem > 0:
+                    requests["memory"] = str(mem)
+                left["cpu"] = left.get("cpu", 0) - cpu
+                left["memory"] = left.get("memory", 0) - mem
+            else:
+                requests.update({"cpu": "100m", "memory": "128Mi"})
+                left["cpu"] = left.get("cpu", 0) - 100
+                left["memory"] = left.get("memory", 0) - 128 * 2**20
+            left["pods"] = left.get("pods", 0) - 1
+            if left.get("cpu", 0) < 0 or left.get("memory", 0) < 0:
+                break
+            resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+            pods.append({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"{kind}-{len(pods)}", "namespace": rng.choice(namespaces), "labels": {"app": kind}},
+                "spec": {
+                    "nodeName": facts.name,
+                    "containers": [{"name": "main", "image": "busybox", "resources": resources}],
+                    "tolerations": [{"operator": "Exists"}],
+                },
+                "status": {"phase": "Running"},
+            })
+    return pods
