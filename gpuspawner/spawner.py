@@ -30,16 +30,17 @@ from . import metrics
 from .admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaLedger, Quotas, admit, units_held
 from .checks import config_problems
 from .catalog import TRAITS as CATALOG_TRAITS
-from .catalog import CatalogConfig, build_catalog
+from .catalog import CatalogConfig, build_catalog, gpu_offerings_in_play
 from .choice import RECORD_KEY, Choice, ChoiceError, parse_choice
-from .inventory import OFFERING_LABEL, Inventory
+from .capacity import UNCOUNTED, Availability
+from .inventory import OFFERING_LABEL, ClusterIndex, Inventory
 from .notebook import NOTEBOOK_TRAITS, Notebook
 from .orphans import OrphanReconciler, hub_servers_from_db
 from .offerings import Offering, OfferingConfigError
 from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
 from .form import COUNT_FIELD, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
 from .page import default_choice, option_views
-from .policy import Requester, allowed, window_state
+from .policy import Requester, allowed, named, window_state
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
 from .offerings import Kind
 from jupyterhub.utils import maybe_future
@@ -289,9 +290,13 @@ class GPUSpawner(KubeSpawner):
     def catalog_config(self) -> CatalogConfig:
         return CatalogConfig.from_settings({trait: getattr(self, trait) for trait in CATALOG_TRAITS})
 
+    def _user_groups(self) -> list[tuple[str, Any]]:
+        """(name, group) of the user's groups, whatever shape the hub's User gives them in."""
+        return named(getattr(self.user, "groups", None))
+
     def requester(self) -> Requester:
         user = self.user
-        groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(user, "groups", None) or ()))
+        groups = frozenset(name for name, _ in self._user_groups())
         return Requester(name=user.name, groups=groups, admin=bool(getattr(user, "admin", False)))
 
     @property
@@ -307,17 +312,34 @@ class GPUSpawner(KubeSpawner):
         problems = self.config_problems()
         if problems:
             raise OfferingConfigError("; ".join(problems))
+        config = self.catalog_config
+        if not config.needs_inventory():
+            return build_catalog(config)  # nothing to discover or count: no cluster-wide watch
         inventory = self.inventory
-        if not inventory.ready and not await inventory.wait_ready(self.inventory_ready_timeout):
+        if not inventory.ready and not await inventory.wait_ready(self.inventory_ready_timeout) and not inventory.forbidden:
             self.log.warning("GPU inventory not synced (%s); offering what is known", inventory.last_error or "starting")
         try:  # free counts fit the notebook's own cpu/memory guarantees, selector and tolerations beside the GPU
             inventory.index.set_notebook(Notebook.from_settings({n: self._baseline.get(n, getattr(self, n)) for n in NOTEBOOK_TRAITS}))
         except ValueError as exc:
             raise OfferingConfigError(str(exc)) from None
         discovered = inventory.index.discovered() if self.discover_offerings else None
-        catalog = build_catalog(self.catalog_config, discovered=discovered)
-        metrics.observe_catalog(inventory.index, catalog)
+        catalog = build_catalog(config, discovered=discovered)
+        if not inventory.forbidden:
+            metrics.observe_catalog(inventory.index, catalog)
         return catalog
+
+    def _counts(self) -> ClusterIndex | None:
+        """The live counts, or None where there are none: no offering needs them (no watch
+        is started then), or the hub may not read the cluster (see Inventory.forbidden)."""
+        if not self.catalog_config.needs_inventory():
+            return None
+        inventory = self.inventory
+        return None if inventory.forbidden else inventory.index
+
+    def availability(self, offering: Offering) -> Availability:
+        """Capacity and free units of ``offering`` now; uncounted where there are no counts."""
+        index = self._counts()
+        return index.availability(offering) if index is not None else UNCOUNTED
 
     async def available_offerings(self) -> dict[str, Offering]:
         """The offerings this spawner's user may take, by slug."""
@@ -345,11 +367,23 @@ class GPUSpawner(KubeSpawner):
             return await super()._run_apply_user_options(user_options)
 
     async def load_user_options(self) -> None:
-        """Apply the chosen offering on top of the admin's config (and KubeSpawner's profile, if any)."""
+        """Apply the chosen offering on top of the admin's config (and KubeSpawner's profile, if any).
+
+        With no GPU offering in play this is KubeSpawner's own: user_options, the pod and
+        the state stay exactly KubeSpawner's (an ``offering`` key, which KubeSpawner would
+        ignore, is still checked, so a request for a GPU this hub does not have is refused).
+        """
         self._restore_baseline()
+        self.choice = None
         await super().load_user_options()
         options = {k: v for k, v in (self.user_options or {}).items() if k != RECORD_KEY}
+        try:
+            in_play = gpu_offerings_in_play(await self.catalog())
+        except OfferingConfigError:
+            in_play = True  # resolve_choice logs it and refuses with a short message
         choice = await self.resolve_choice(options)
+        if not in_play:
+            return
         self.apply_choice(choice)
         await self.admit(choice)
 
@@ -462,10 +496,18 @@ class GPUSpawner(KubeSpawner):
     def _reservation_key(self) -> str:
         return f"{self.namespace}/{self.pod_name}"
 
+    def _release_reservation(self) -> None:
+        """Give back units reserved for this pod, in the inventory if one runs (never starts one)."""
+        inventory = Inventory.running(self.api)
+        if inventory is not None:
+            inventory.index.release(self._reservation_key)
+
     def _bound_holdings(self, catalog: dict[str, Offering]) -> dict[str, Held]:
-        """GPU units that bound pods of this hub's users hold now (from the inventory), by pod key."""
+        """GPU units that bound pods of this hub's users hold now (from the inventory), by pod key.
+        Without counts: none (quotas then count the grants this hub process made)."""
         out = {}
-        for key, pod in self.inventory.index.pods.items():
+        index = self._counts()
+        for key, pod in (index.pods if index is not None else {}).items():
             offering = catalog.get(pod.offering or "")
             if pod.user and offering is not None:
                 out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user)
@@ -474,10 +516,9 @@ class GPUSpawner(KubeSpawner):
     def _group_members(self) -> dict[str, list[str]]:
         """Members (as pod labels) of this user's groups that have a quota."""
         out: dict[str, list[str]] = {}
-        for group in getattr(self.user, "groups", None) or ():
-            name = getattr(group, "name", str(group))
+        for name, group in self._user_groups():
             if name in self.group_quotas:
-                out[name] = [user_label(getattr(u, "name", str(u))) for u in (getattr(group, "users", None) or ())]
+                out[name] = [user_label(member) for member, _ in named(getattr(group, "users", None))]
         return out
 
     def _check_quota(
@@ -508,9 +549,8 @@ class GPUSpawner(KubeSpawner):
         quota = self._check_quota(offering, count, self._bound_holdings(catalog), self._group_members(), grant=grant)
         if quota.action == REFUSE:
             return "quota", quota
-        index = self.inventory.index
-        others = [(o, index.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
-        decision = admit(offering, count, index.availability(offering), self.admission, others)
+        others = [(o, self.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
+        decision = admit(offering, count, self.availability(offering), self.admission, others)
         return ("no_capacity" if decision.action == REFUSE else ""), decision
 
     async def admit(self, choice: Choice) -> None:
@@ -533,7 +573,11 @@ class GPUSpawner(KubeSpawner):
 
     async def _take(self, offering: Offering, count: int, decision: Decision) -> None:
         """Queue, warn or go for ``decision``, then reserve the units on a node."""
-        index = self.inventory.index
+        index = self._counts()
+        if index is None:  # the hub may not read the cluster: the scheduler decides alone
+            metrics.admitted(offering, decision.action)
+            self._gpu_messages.append(f"Starting {count} x {offering.display_name} (free count unavailable).")
+            return
         if decision.action == QUEUE:
             await self._wait_in_queue(offering, count, decision.message)
         elif decision.action == WARN:
@@ -550,11 +594,10 @@ class GPUSpawner(KubeSpawner):
         queue = WaitQueue.for_offering(offering.slug)
         timeout = offering.queue_timeout or self.queue_timeout
         self._gpu_messages.append(message)
-        index = self.inventory.index
         async with queue.place(self._reservation_key) as place:
             deadline = time.monotonic() + timeout
             while True:
-                if place.first and (index.availability(offering).largest_free or 0) >= count:
+                if place.first and (self.availability(offering).largest_free or 0) >= count:
                     return  # admit() reserves before anyone else can run
                 if time.monotonic() > deadline:
                     metrics.refused(offering, "queue_timeout")
@@ -587,9 +630,10 @@ class GPUSpawner(KubeSpawner):
             raise
         finally:
             watch.cancel()
-            self.inventory.index.release(self._reservation_key)
+            self._release_reservation()
         if self.choice is not None:
-            self._record_url = f"{url.rstrip('/')}{self.server.base_url}" if url else None
+            # Without the hub's Server object (a script, a test) there is no base URL to name.
+            self._record_url = f"{url.rstrip('/')}{self.server.base_url}" if url and self.server else None
             record = self.record()
             self.user_options = {**self.user_options, RECORD_KEY: record}
             if self.orm_spawner is not None:
@@ -609,9 +653,8 @@ class GPUSpawner(KubeSpawner):
             scheduler_says = unschedulable_reason(pod) if pod else None
             if scheduler_says:
                 offering = self.choice.offering
-                index = self.inventory.index
                 catalog = allowed(await self.catalog(), self.requester()).values()
-                decision = admit(offering, self.choice.count, index.availability(offering), REFUSE, [(o, index.availability(o)) for o in catalog])
+                decision = admit(offering, self.choice.count, self.availability(offering), REFUSE, [(o, self.availability(o)) for o in catalog])
                 metrics.refused(offering, "unschedulable")
                 head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."
                 return f"{head} The scheduler says: {scheduler_says}"
@@ -630,7 +673,7 @@ class GPUSpawner(KubeSpawner):
 
     async def stop(self, now: bool = False):
         """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``)."""
-        self.inventory.index.release(self._reservation_key)
+        self._release_reservation()
         deadline = time.monotonic() + self.stop_retry_timeout
         attempt = 0
         try:
