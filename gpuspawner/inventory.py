@@ -13,7 +13,9 @@ Two layers:
 * :class:`Inventory`: feeds the index from the API server with kubernetes_asyncio
   (list, then watch from the list's resourceVersion; relist on ``410 Gone``;
   reconnect with backoff when the API server goes away). ``ready`` is true while
-  both streams are synced.
+  both streams are synced; :attr:`Inventory.health` says, without waiting, how old
+  the counts are and why when they are not live (the spawn page shows it, spawns
+  are refused with it).
 
 RBAC it needs, and nothing more: ``get``, ``list``, ``watch`` on ``nodes`` and
 ``list``, ``watch`` on ``pods`` (cluster-wide: pods of other namespaces use GPUs, cpu,
@@ -293,6 +295,22 @@ class ClusterIndex:
         return rows
 
 
+@dataclass(frozen=True)
+class Health:
+    """How far the counts can be trusted now. Read without waiting.
+
+    ``ready``: both streams are synced, the counts are live. Otherwise ``answered``
+    says whether the API server has answered (or failed) at all since this process
+    started, ``as_of`` is the wall-clock time (``time.time()``) at which the counts
+    were last live (None: never), and ``error`` the last failure, for the log.
+    """
+
+    ready: bool
+    answered: bool = True
+    as_of: float | None = None
+    error: str = ""
+
+
 class Inventory:
     """Keeps a :class:`ClusterIndex` in sync with the API server (list, then watch)."""
 
@@ -305,6 +323,9 @@ class Inventory:
         self._synced = {"nodes": False, "pods": False}
         self._tasks: list[asyncio.Task] = []
         self._ready_event = asyncio.Event()
+        self._answered = asyncio.Event()  # set by the first sync or the first failure
+        self._lost_at: float | None = None  # when the counts stopped being live (None: live, or never were)
+        self._ever_ready = False
         self.relists = Counter()
         self.last_error: str = ""
         #: How often a stream has failed (the API server gone, say): others use it to notice outages.
@@ -333,6 +354,12 @@ class Inventory:
         return all(self._synced.values())
 
     @property
+    def health(self) -> Health:
+        if self.ready:
+            return Health(ready=True)
+        return Health(ready=False, answered=self._answered.is_set(), as_of=self._lost_at, error=self.last_error)
+
+    @property
     def stopped(self) -> bool:
         return bool(self._tasks) and all(t.done() for t in self._tasks)
 
@@ -357,12 +384,32 @@ class Inventory:
             return False
         return self.ready
 
+    async def wait_answered(self, timeout: float) -> Health:
+        """Wait (at most ``timeout`` s) until the API server has answered once, then say how things are.
+
+        Returns at once after the first sync or the first failure: a cluster that cannot
+        be reached never makes a caller wait longer than it takes to find that out.
+        """
+        if not self._answered.is_set():
+            try:
+                await asyncio.wait_for(self._answered.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        return self.health
+
     def _set_synced(self, kind: str, value: bool) -> None:
         self._synced[kind] = value
         if self.ready:
+            self._ever_ready = True
+            self._lost_at = None
             self._ready_event.set()
+            self._answered.set()
         else:
+            if self._ever_ready and self._lost_at is None:
+                self._lost_at = time.time()
             self._ready_event.clear()
+            if not value:
+                self._answered.set()
 
     async def _list(self, method, kwargs: dict) -> tuple[list[dict], str]:
         items: list[dict] = []
