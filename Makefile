@@ -2,6 +2,8 @@
 #
 #   make test    install everything, build the devcluster once, run all tests
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md)
+#   make fuzz    >= 10,000 generated spawn requests through a real hub's REST API and form
+#                (tests/api/test_fuzz.py; CI runs a few hundred of them in `make test`)
 #
 # Long checks (not part of `make test`, which runs small fixed-seed versions of them):
 #
@@ -21,13 +23,17 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test unit install devcluster-build demo bench capacity-truth fuzz-clusters clean
+.PHONY: test unit fuzz install devcluster-build demo bench capacity-truth fuzz-clusters clean
 
 test: install devcluster-build
 	$(PY) -m pytest -q -p no:cacheprovider
 
 unit: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+fuzz: install devcluster-build
+	GPUSPAWNER_FUZZ_EXAMPLES=360 GPUSPAWNER_FUZZ_BATCH=60 GPUSPAWNER_FUZZ_MIN_REQUESTS=10000 \
+		$(PY) -m pytest -q -s -p no:cacheprovider tests/api/test_fuzz.py
 
 $(STAMP): pyproject.toml package.json
 	@command -v go >/dev/null || { echo "Go 1.26+ is needed to build the devcluster: https://go.dev/dl/"; exit 1; }

@@ -22,8 +22,22 @@ COUNT_KEY = "count"
 RECORD_KEY = "gpuspawner"
 
 
+#: ChoiceError reasons: the request is malformed (a count of "1e9", a list for an
+#: offering), or it names nothing this user may take (unknown and forbidden alike).
+MALFORMED = "malformed"
+NOT_OFFERED = "not_offered"
+
+
 class ChoiceError(ValueError):
-    """The user's choice cannot be honoured; ``str()`` is the message to show them."""
+    """The user's choice cannot be honoured; ``str()`` is the message to show them.
+
+    ``reason`` is :data:`MALFORMED` or :data:`NOT_OFFERED`; the spawner turns it
+    into the HTTP status (see :mod:`gpuspawner.scheduling`).
+    """
+
+    def __init__(self, message: str, reason: str = MALFORMED):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -91,13 +105,14 @@ def parse_choice(
     else:
         slug = default_slug
         if slug is None:
-            raise ChoiceError("No GPU option was chosen and this hub has no default. Pick one on the spawn page.")
+            raise ChoiceError("No GPU option was chosen and this hub has no default. Pick one on the spawn page.", NOT_OFFERED)
     offering = offerings.get(slug)
     if offering is None:
         names = ", ".join(sorted(o.display_name for o in offerings.values() if not o.hidden)[:8])
         raise ChoiceError(
             f"The GPU option '{shown(slug)}' is not offered to you on this hub (it may have been removed or "
-            f"renamed since you last used it). Available: {names or 'none'}."
+            f"renamed since you last used it). Available: {names or 'none'}.",
+            NOT_OFFERED,
         )
     count = parse_count(options[COUNT_KEY]) if COUNT_KEY in options else offering.counts[0]
     if count not in offering.counts:

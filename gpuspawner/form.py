@@ -19,7 +19,8 @@ Fields the form posts (``multipart/form-data``, as spawn.html sends it):
 The page refreshes free counts by itself (``ui/static/gpuspawner.js``): it
 re-fetches the spawn page's path *without its query string* (JupyterHub spawns
 on a GET that carries query arguments) and copies availability, disabled state,
-reasons and count choices into the page without touching the user's selection.
+reasons, count choices and the notice about the counts' age (when the cluster
+cannot be reached) into the page without touching the user's selection.
 The server re-validates everything on submit.
 """
 
@@ -111,6 +112,7 @@ class FormView:
     selected: str | None
     selected_count: int
     message: str = ""  # an error shown above the choices (plain text)
+    notice: str = ""  # why the free counts are not live, and how old they are (plain text; "" when live)
     extra_html: Markup | str = ""  # KubeSpawner's own form, as Markup (inserted as-is); a plain str is escaped
     refresh_seconds: int = 15  # 0 turns the live refresh off
 

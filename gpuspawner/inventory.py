@@ -13,15 +13,18 @@ Two layers:
 * :class:`Inventory`: feeds the index from the API server with kubernetes_asyncio
   (list, then watch from the list's resourceVersion; relist on ``410 Gone``;
   reconnect with backoff when the API server goes away). ``ready`` is true while
-  both streams are synced.
+  both streams are synced; :attr:`Inventory.health` says, without waiting, how old
+  the counts are and why when they are not live (the spawn page shows it, spawns
+  are refused with it).
 
 RBAC it needs, and nothing more: ``get``, ``list``, ``watch`` on ``nodes`` and
 ``list``, ``watch`` on ``pods`` (cluster-wide: pods of other namespaces use GPUs, cpu,
-memory and pod slots too); charts/gpuspawner grants exactly that. Without it (a stock zero-to-jupyterhub hub) the
-API server answers 403: the inventory logs one error naming the missing permissions,
-says so in :attr:`Inventory.forbidden` (nobody waits for counts that cannot come), and
-tries again every ``forbidden_retry`` seconds, quietly, so that granting them later
-makes the counts live without a hub restart.
+memory and pod slots too); charts/gpuspawner grants exactly that. Without it (a stock
+zero-to-jupyterhub hub) the API server answers 403: the inventory logs one error naming
+the missing permissions, says so in :attr:`Inventory.forbidden` and ``health.forbidden``
+(nobody waits for counts that cannot come; pods can still be made), and tries again
+every ``forbidden_retry`` seconds, quietly, so that granting them later makes the counts
+live without a hub restart.
 """
 
 from __future__ import annotations
@@ -336,6 +339,25 @@ def forbidden_message(refused: Refused) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Health:
+    """How far the counts can be trusted now. Read without waiting.
+
+    ``ready``: both streams are synced, the counts are live. Otherwise ``answered``
+    says whether the API server has answered (or failed) at all since this process
+    started, ``as_of`` is the wall-clock time (``time.time()``) at which the counts
+    were last live (None: never), and ``error`` the last failure, for the log.
+    ``forbidden``: the API server answers, but the hub may not list/watch nodes and pods
+    (its RBAC; the logged message): there are no counts, yet pods can be made.
+    """
+
+    ready: bool
+    answered: bool = True
+    as_of: float | None = None
+    error: str = ""
+    forbidden: str = ""
+
+
 class Inventory:
     """Keeps a :class:`ClusterIndex` in sync with the API server (list, then watch)."""
 
@@ -355,8 +377,9 @@ class Inventory:
         self._synced = {"nodes": False, "pods": False}
         self._tasks: list[asyncio.Task] = []
         self._ready_event = asyncio.Event()
-        #: Set while the counts are live or cannot come (forbidden): nobody need wait then.
-        self._settled = asyncio.Event()
+        self._answered = asyncio.Event()  # set by the first sync or the first failure
+        self._lost_at: float | None = None  # when the counts stopped being live (None: live, or never were)
+        self._ever_ready = False
         self.relists = Counter()
         self.last_error: str = ""
         #: How often a stream has failed (the API server gone, say): others use it to notice outages.
@@ -388,6 +411,15 @@ class Inventory:
         return all(self._synced.values())
 
     @property
+    def health(self) -> Health:
+        if self.ready and not self.forbidden:
+            return Health(ready=True)
+        return Health(
+            ready=False, answered=self._answered.is_set(), as_of=self._lost_at, error=self.last_error,
+            forbidden=self.forbidden,
+        )
+
+    @property
     def stopped(self) -> bool:
         return bool(self._tasks) and all(t.done() for t in self._tasks)
 
@@ -406,23 +438,38 @@ class Inventory:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def wait_ready(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for the first sync; at once when the hub may not read the cluster."""
         try:
-            await asyncio.wait_for(self._settled.wait(), timeout)
+            await asyncio.wait_for(self._ready_event.wait(), timeout)
         except asyncio.TimeoutError:
             return False
         return self.ready
 
+    async def wait_answered(self, timeout: float) -> Health:
+        """Wait (at most ``timeout`` s) until the API server has answered once, then say how things are.
+
+        Returns at once after the first sync or the first failure: a cluster that cannot
+        be reached never makes a caller wait longer than it takes to find that out.
+        """
+        if not self._answered.is_set():
+            try:
+                await asyncio.wait_for(self._answered.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        return self.health
+
     def _set_synced(self, kind: str, value: bool) -> None:
         self._synced[kind] = value
         if self.ready:
+            self._ever_ready = True
+            self._lost_at = None
             self._ready_event.set()
+            self._answered.set()
         else:
+            if self._ever_ready and self._lost_at is None:
+                self._lost_at = time.time()
             self._ready_event.clear()
-        if self.ready or self.forbidden:
-            self._settled.set()
-        else:
-            self._settled.clear()
+            if not value:
+                self._answered.set()
 
     def _allowed(self, kind: str) -> None:
         """The ``kind`` stream's watch was accepted: it may read what it needs (again)."""
@@ -431,7 +478,6 @@ class Inventory:
             if not self._forbidden_streams:
                 self.forbidden = ""
                 log.info("inventory: the hub may %s now; free counts are live", NEEDED_PERMISSIONS)
-                self._set_synced(kind, self._synced[kind])
 
     def _refused(self, kind: str, refused: Refused) -> None:
         """A 403: say it once (one error for both streams), and let nobody wait."""

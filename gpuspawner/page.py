@@ -8,12 +8,15 @@ rows, and picks the default choice.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from .capacity import Availability
 from .form import OptionView
 from .offerings import Kind, Offering
 from .policy import Requester, may_use, window_state
+
+if TYPE_CHECKING:
+    from .inventory import Health
 
 
 def availability_text(offering: Offering, avail: Availability, policy: str, queued: int) -> tuple[str, str]:
@@ -99,3 +102,40 @@ def default_choice(rows: list[OptionView], admin_default: str, last: Mapping | N
         return cpu[0].slug, 1
     first = next(iter(selectable.values()), None)
     return (first.slug, first.counts[0]) if first else (None, 1)
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 2 * 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
+
+
+def counts_notice(health: "Health", now: datetime) -> str:
+    """What the spawn page says above the choices when the free counts are not live ("" when they are).
+
+    ``now`` is timezone-aware (the site's zone): the time the counts are from is shown in it.
+    """
+    if health.ready:
+        return ""
+    if not health.answered:
+        return "Counting free GPUs: the hub is still connecting to the cluster. Reload the page in a moment."
+    if health.as_of is None:
+        return ("The GPU cluster cannot be reached, so the free counts are unknown and no server can start "
+                "right now. Please try again in a few minutes.")
+    as_of = datetime.fromtimestamp(health.as_of, now.tzinfo)
+    return (f"The GPU cluster cannot be reached: the free counts are as of {as_of:%H:%M:%S} "
+            f"({_age(now.timestamp() - health.as_of)} ago) and may be out of date. No server can start "
+            "until the cluster is back; please try again in a few minutes.")
+
+
+def unreachable_message(health: "Health", now: datetime) -> str:
+    """Why a spawn is refused while the counts are not live (the 503's message)."""
+    if not health.answered:
+        return "The hub is still connecting to the GPU cluster, so no server can start yet. Please try again in a few seconds."
+    since = ""
+    if health.as_of is not None:
+        since = f" (since {datetime.fromtimestamp(health.as_of, now.tzinfo):%H:%M:%S}, {_age(now.timestamp() - health.as_of)} ago)"
+    return f"The GPU cluster cannot be reached{since}, so no server can start now. Please try again in a few minutes."

@@ -1,4 +1,4 @@
-"""Waiting on the scheduler and on each other: refusals, the scheduler's reason, the queue."""
+"""Waiting on the scheduler and on each other: refusals (and their HTTP status), the scheduler's reason, the queue."""
 
 from __future__ import annotations
 
@@ -8,21 +8,60 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping
 
+from tornado.web import HTTPError
+
+try:
+    from jupyterhub.spawner import SpawnException  # JupyterHub >= 6
+except ImportError:  # JupyterHub 5: an HTTPError gives the same answer (counted as an error)
+    SpawnException = HTTPError
+
 _PREEMPTION_TAIL = re.compile(r"\s*(no new claims to deallocate,\s*)?preemption:.*$", re.S)
 
 
-class SpawnRefused(RuntimeError):
+#: Why a spawn was refused -> the HTTP status of the answer (the REST API's, and the form's).
+#: An unknown offering and a forbidden one are both "not_offered" (403): a different
+#: status for each would tell a user which offerings exist that they may not see.
+#: Over quota is 429, as JupyterHub answers its own per-hub server limit; nothing free
+#: now is 409 (the request is fine, the cluster's state conflicts with it).
+REFUSAL_STATUS = {
+    "malformed": 400,
+    "not_offered": 403,
+    "window": 403,
+    "no_capacity": 409,
+    "queue_timeout": 409,
+    "unschedulable": 409,
+    "quota": 429,
+    "unreachable": 503,
+    "misconfigured": 503,
+}
+#: Seconds a client is told to wait before trying again after a 503.
+RETRY_AFTER_SECONDS = 30
+
+
+class SpawnRefused(SpawnException):
     """The spawn cannot go ahead; ``str()`` is the message for the user.
 
-    JupyterHub shows a spawn failure's message on the spawn-pending page, and the
-    hub's log keeps no traceback for it beyond one line.
+    A JupyterHub :class:`~jupyterhub.spawner.SpawnException`, so the hub answers with
+    the status of ``reason`` (:data:`REFUSAL_STATUS`) and this message as the REST
+    API's JSON ``message``, the form's error and the spawn-pending page's, logs one
+    line without a traceback, and counts a refusal, not a hub error (a hub error
+    counts towards ``consecutive_failure_limit``).
     """
 
-    jupyterhub_message = None
+    #: Nothing more for tornado to log: the hub already logged ``str(self)``.
+    log_message = ""
 
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.jupyterhub_message = message
+    def __init__(self, message: str, reason: str = "no_capacity"):
+        status = REFUSAL_STATUS.get(reason, 409)
+        HTTPError.__init__(self, status, None, reason=reason)
+        self.status_code = status
+        self.message = self.jupyterhub_message = message
+        self.message_html = ""
+        if status == 503:
+            self.headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def unschedulable_reason(pod: Mapping[str, Any]) -> str | None:

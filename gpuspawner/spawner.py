@@ -24,24 +24,25 @@ from markupsafe import Markup
 from kubernetes_asyncio.client.rest import ApiException
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
-from traitlets import Bool, Dict, Float, Integer, List, Unicode
+from traitlets import Bool, Dict, Float, Integer, List, Unicode, validate
 
-from . import metrics
+from . import hubhooks, metrics
 from .admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaLedger, Quotas, admit, units_held
 from .checks import config_problems
 from .catalog import TRAITS as CATALOG_TRAITS
 from .catalog import CatalogConfig, build_catalog, gpu_offerings_in_play
 from .choice import RECORD_KEY, Choice, ChoiceError, parse_choice
 from .capacity import UNCOUNTED, Availability
-from .inventory import OFFERING_LABEL, ClusterIndex, Inventory
+from .inventory import OFFERING_LABEL, ClusterIndex, Health, Inventory
 from .notebook import NOTEBOOK_TRAITS, Notebook
 from .orphans import OrphanReconciler, hub_servers_from_db
 from .offerings import Offering, OfferingConfigError
 from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
 from .form import COUNT_FIELD, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
-from .page import default_choice, option_views
+from .page import counts_notice, default_choice, option_views, unreachable_message
 from .policy import Requester, allowed, named, window_state
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
+from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, split_known
 from .offerings import Kind
 from jupyterhub.utils import maybe_future
 
@@ -193,8 +194,23 @@ class GPUSpawner(KubeSpawner):
     ).tag(config=True)
 
     inventory_ready_timeout = Float(
-        10.0,
-        help="Seconds a spawn waits for the GPU inventory's first sync before it counts without it.",
+        3.0,
+        help="""
+        Seconds a spawn page or a spawn waits, right after the hub starts, for the API server's
+        first answer to the GPU inventory. Never longer, and never again once it has answered:
+        an API server that is down is noticed at once, the page then says so (and how old its
+        counts are) and spawns are refused with 503 until it is back.
+        """,
+    ).tag(config=True)
+
+    extra_user_options = List(
+        Unicode(),
+        help="""
+        `user_options` keys that a REST API spawn may carry besides gpuspawner's (`offering`,
+        `count`), KubeSpawner's profile keys and the keys of a dict `apply_user_options`: name
+        here the keys a callable `apply_user_options` or a `pre_spawn_hook` reads. Every other
+        key is dropped (logged, never stored).
+        """,
     ).tag(config=True)
 
     stop_retry_timeout = Integer(
@@ -244,6 +260,8 @@ class GPUSpawner(KubeSpawner):
         # What the admin configured, before any offering touched it.
         self._baseline = {name: copy.deepcopy(getattr(self, name)) for name in POD_TRAITS}
         self.choice: Choice | None = None
+        hubhooks.own_row(self)
+        hubhooks.log_refusals_on_one_line(self.log)
         self._ensure_orphan_reconciler()
 
     #: This hub process's orphan reconciler (see gpuspawner.orphans), made by its first spawner.
@@ -316,8 +334,8 @@ class GPUSpawner(KubeSpawner):
         if not config.needs_inventory():
             return build_catalog(config)  # nothing to discover or count: no cluster-wide watch
         inventory = self.inventory
-        if not inventory.ready and not await inventory.wait_ready(self.inventory_ready_timeout) and not inventory.forbidden:
-            self.log.warning("GPU inventory not synced (%s); offering what is known", inventory.last_error or "starting")
+        if not inventory.ready:
+            await inventory.wait_answered(self.inventory_ready_timeout)  # at once unless the hub has just started
         try:  # free counts fit the notebook's own cpu/memory guarantees, selector and tolerations beside the GPU
             inventory.index.set_notebook(Notebook.from_settings({n: self._baseline.get(n, getattr(self, n)) for n in NOTEBOOK_TRAITS}))
         except ValueError as exc:
@@ -327,6 +345,10 @@ class GPUSpawner(KubeSpawner):
         if not inventory.forbidden:
             metrics.observe_catalog(inventory.index, catalog)
         return catalog
+
+    def _health(self) -> Health:
+        """How far the counts can be trusted; live when none are needed (no watch is started)."""
+        return self.inventory.health if self.catalog_config.needs_inventory() else Health(ready=True)
 
     def _counts(self) -> ClusterIndex | None:
         """The live counts, or None where there are none: no offering needs them (no watch
@@ -352,17 +374,66 @@ class GPUSpawner(KubeSpawner):
         return cpu[0] if cpu else next(iter(offerings), None)
 
     async def resolve_choice(self, user_options: dict[str, Any]) -> Choice:
-        """Validate ``user_options`` against what this user may take now (raises :class:`ChoiceError`)."""
+        """Validate ``user_options`` against what this user may take now.
+
+        Raises :class:`SpawnRefused`: 400 malformed, 403 not offered to this user, 503 when
+        the cluster cannot be reached (or the hub's GPU settings are wrong).
+        """
         try:
             offerings = await self.available_offerings()
         except OfferingConfigError as exc:
             self.log.error("GPUSpawner configuration error: %s", exc)
-            raise ChoiceError("This hub's GPU options are misconfigured; please tell your administrator.") from None
-        return parse_choice(user_options, offerings, self._default_slug(offerings))
+            raise SpawnRefused("This hub's GPU options are misconfigured; please tell your administrator.", "misconfigured") from None
+        health = self._health()
+        if not health.ready and not health.forbidden:  # no pod can be made, and the counts cannot be trusted
+            raise SpawnRefused(unreachable_message(health, self.now()), "unreachable")
+        try:
+            return parse_choice(user_options, offerings, self._default_slug(offerings))
+        except ChoiceError as exc:
+            raise SpawnRefused(str(exc), exc.reason) from None
+
+    # ------------------------------------------------------------------ user_options keys
+
+    def known_user_options(self) -> KnownKeys:
+        """The ``user_options`` keys a spawn may carry (see :mod:`gpuspawner.useroptions`)."""
+        declared = list(self.extra_user_options)
+        if isinstance(self.apply_user_options, dict):
+            declared += list(self.apply_user_options)
+        return known_keys(self.profile_list, declared)
+
+    def storable_user_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """What of ``options`` the hub may store for this server (called as it is stored; see
+        :mod:`gpuspawner.hubhooks`). The other keys are named in one log line."""
+        kept, dropped = self._known_options(options, stored_record_is_ours=False)
+        if dropped:
+            self.log.warning("%s: user_options keys dropped, not stored: %s", self._log_name, describe_keys(dropped))
+        return kept
+
+    @validate("user_options")
+    def _only_known_user_options(self, proposal: dict[str, Any]) -> dict[str, Any]:
+        """``self.user_options`` holds known keys only, whoever sets it (the hub serves it in its
+        REST API while this spawner object lives); values are checked at start."""
+        return self._known_options(proposal["value"])[0]
+
+    def _known_options(self, options: dict[str, Any], stored_record_is_ours: bool = True) -> tuple[dict[str, Any], list[str]]:
+        """Split ``options`` into known keys and the rest; the ``gpuspawner`` record is kept only
+        when this spawner wrote it: it is the running server's record, or (for the hub's copy)
+        the one in the database row, which only this spawner stores (see storable_user_options)."""
+        kept, dropped = split_known(options, self.known_user_options())
+        if RECORD_KEY in dropped:
+            record = options[RECORD_KEY]
+            ours = getattr(self, "choice", None) is not None and record == self.record()
+            if not ours and stored_record_is_ours and self.orm_spawner is not None:
+                ours = record == (self.orm_spawner.user_options or {}).get(RECORD_KEY)
+            if ours:
+                kept[RECORD_KEY] = record
+                dropped.remove(RECORD_KEY)
+        return kept, dropped
 
     async def _run_apply_user_options(self, user_options):
-        """JupyterHub's ``apply_user_options`` hook still works; without one, nothing is "unhandled":
-        gpuspawner applies ``offering``/``count`` (and KubeSpawner's profile) in load_user_options."""
+        """JupyterHub's ``apply_user_options`` hook still works (on the known keys); without one,
+        nothing is "unhandled": gpuspawner applies ``offering``/``count`` (and KubeSpawner's
+        profile) in load_user_options."""
         if self.apply_user_options:
             return await super()._run_apply_user_options(user_options)
 
@@ -372,20 +443,43 @@ class GPUSpawner(KubeSpawner):
         With no GPU offering in play this is KubeSpawner's own: user_options, the pod and
         the state stay exactly KubeSpawner's (an ``offering`` key, which KubeSpawner would
         ignore, is still checked, so a request for a GPU this hub does not have is refused).
+        Raises :class:`SpawnRefused` (its status and message become the hub's answer).
         """
         self._restore_baseline()
+        self._refused = False
         self.choice = None
-        await super().load_user_options()
-        options = {k: v for k, v in (self.user_options or {}).items() if k != RECORD_KEY}
         try:
-            in_play = gpu_offerings_in_play(await self.catalog())
-        except OfferingConfigError:
-            in_play = True  # resolve_choice logs it and refuses with a short message
-        choice = await self.resolve_choice(options)
-        if not in_play:
+            await self._load_profile_options()
+            try:
+                in_play = gpu_offerings_in_play(await self.catalog())
+            except OfferingConfigError:
+                in_play = True  # resolve_choice logs it and refuses with a short message
+            choice = await self.resolve_choice(self.user_options)
+            if in_play:
+                self.apply_choice(choice)
+                await self.admit(choice)
+        except SpawnRefused:
+            self._refused = True  # before any pod was made: poll() says so without asking the cluster
+            raise
+
+    async def _initialized_profile_list(self) -> list[dict]:
+        profile_list = self._sorted_dict_values(self.profile_list)
+        if callable(profile_list):
+            profile_list = await maybe_future(profile_list(self))
+        return self._get_initialized_profile_list(profile_list)
+
+    async def _load_profile_options(self) -> None:
+        """KubeSpawner's profile choice, with a wrong profile or option a 400 and a short message."""
+        if not self.profile_list:
             return
-        self.apply_choice(choice)
-        await self.admit(choice)
+        try:
+            check_profile(self.user_options, await self._initialized_profile_list())
+        except ChoiceError as exc:
+            raise SpawnRefused(str(exc), exc.reason) from None
+        try:
+            await super().load_user_options()
+        except ValueError as exc:  # KubeSpawner's unlisted-choice checks (its own words name no user input)
+            raise SpawnRefused(f"The profile options were not accepted: {exc}", "malformed") from None
 
     def apply_choice(self, choice: Choice) -> None:
         """Set KubeSpawner's pod settings for ``choice`` (on top of what is already set)."""
@@ -454,6 +548,7 @@ class GPUSpawner(KubeSpawner):
             decision = self._check_quota(offering, offering.counts[0], bound, members)
             return "over your quota" if decision.action == REFUSE else ""
 
+        notice = counts_notice(self.inventory.health, self.now())
         rows = option_views(
             catalog, self.requester(), index.availability, self.now(), self.admission,
             quota_reason, WaitQueue.length, self.hide_forbidden_offerings,
@@ -467,7 +562,7 @@ class GPUSpawner(KubeSpawner):
         return render_form(FormView(
             groups=group_options(rows, [k.value for k in Kind]),
             selected=selected, selected_count=count,
-            extra_html=extra, refresh_seconds=self.form_refresh_seconds,
+            extra_html=extra, refresh_seconds=self.form_refresh_seconds, notice=notice,
         ))
 
     async def _render_profile_form(self) -> str:
@@ -477,17 +572,25 @@ class GPUSpawner(KubeSpawner):
         return self._render_options_form(self._sorted_dict_values(profile_list))
 
     async def _gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        """The POST -> validated ``user_options``. A ChoiceError re-renders the form with the message."""
+        """The POST -> validated ``user_options``. A :class:`SpawnRefused` re-renders the form with
+        its message (and answers with its status, as the REST API would)."""
         options = user_options_from_form(formdata)
         ours = {k: options[k] for k in (OFFERING_FIELD, COUNT_FIELD) if k in options}
         self._form_selection = {k: v for k, v in ours.items() if isinstance(v, str)}
+        profile = {}
+        if self.profile_list:  # checked first, as at start
+            fields = {k: v for k, v in formdata.items() if k == "profile" or k.startswith("profile-option-")}
+            profile = KubeSpawner._options_from_form(self, fields)
+            try:
+                check_profile(profile, await self._initialized_profile_list())
+            except ChoiceError as exc:
+                raise SpawnRefused(str(exc), exc.reason) from None
         choice = await self.resolve_choice(ours)
         reason, decision = await self._obstacle(choice)
         if decision.action == REFUSE:
             advice = {"window": " Please pick another option.", "no_capacity": " Your choice was taken just now; please pick again."}
-            raise ChoiceError(decision.message + advice.get(reason, ""))
+            raise SpawnRefused(decision.message + advice.get(reason, ""), reason)
         self._form_selection = None
-        profile = KubeSpawner._options_from_form(self, formdata) if self.profile_list else {}
         return {**profile, **choice.as_user_options()}
 
     # ------------------------------------------------------------------ admission
@@ -562,7 +665,7 @@ class GPUSpawner(KubeSpawner):
         if decision.action == REFUSE:
             self.quota_ledger.release(self._reservation_key)
             metrics.refused(offering, reason)
-            raise SpawnRefused(decision.message)
+            raise SpawnRefused(decision.message, reason)
         if not offering.resources:
             return
         try:
@@ -602,7 +705,8 @@ class GPUSpawner(KubeSpawner):
                 if time.monotonic() > deadline:
                     metrics.refused(offering, "queue_timeout")
                     raise SpawnRefused(
-                        f"No {offering.display_name} became free within {timeout // 60 or 1} minute(s). Please try again later."
+                        f"No {offering.display_name} became free within {timeout // 60 or 1} minute(s). Please try again later.",
+                        "queue_timeout",
                     )
                 self._queue_position = place.position
                 await asyncio.sleep(0.25)
@@ -624,12 +728,13 @@ class GPUSpawner(KubeSpawner):
                 start.cancel()
                 await asyncio.gather(start, return_exceptions=True)
                 await self.stop(now=True)
-                raise SpawnRefused(reason)
+                raise SpawnRefused(reason, "unschedulable")
         except BaseException:
             self.quota_ledger.release(self._reservation_key)
             raise
         finally:
             watch.cancel()
+            start.cancel()  # an interrupted spawn must not go on to create its pod after the stop
             self._release_reservation()
         if self.choice is not None:
             # Without the hub's Server object (a script, a test) there is no base URL to name.
@@ -661,6 +766,8 @@ class GPUSpawner(KubeSpawner):
 
     async def poll(self):
         """KubeSpawner's poll; with ``stop_outside_window``, a server past its window counts as done."""
+        if getattr(self, "_refused", False):
+            return 1  # refused before its pod was made (the hub polls before cleaning up): nothing runs
         status = await super().poll()
         if status is None and self.stop_outside_window:
             slug = self.choice.offering.slug if self.choice else (getattr(self, "_saved_record", None) or {}).get("offering")
@@ -760,6 +867,7 @@ class GPUSpawner(KubeSpawner):
 
     def clear_state(self) -> None:
         super().clear_state()
+        self._refused = False
         self.choice = None
         self._saved_record = None
         self._record_url = None

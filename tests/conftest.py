@@ -40,7 +40,11 @@ def kube(devcluster) -> KubeHTTP:
 @pytest.fixture
 def namespace(kube: KubeHTTP):
     """A fresh namespace; its pods are deleted (and the namespace removed) afterwards."""
-    name = f"t-{secrets.token_hex(4)}"
+    yield from fresh_namespace(kube, f"t-{secrets.token_hex(4)}")
+
+
+def fresh_namespace(kube: KubeHTTP, name: str):
+    """Create namespace ``name``, yield it, then delete its pods and remove it (a fixture's body)."""
     kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     wait_for(lambda: _has_default_sa(kube, name), "default service account", timeout=30)
     yield name

@@ -239,21 +239,18 @@ class DevCluster:
         self.start_components(components, timeout)
 
     def stop_components(self, components: Iterable[str]) -> None:
-        """Stop ``components`` (e.g. ``["kube-apiserver"]`` for an API outage); the rest runs on."""
-        state = self.state
-        if state is None:
-            raise DevClusterError(f"no devcluster in {self.directory}")
-        for name in reversed([n for n in COMPONENTS if n in set(components)]):
+        """Stop ``components`` (e.g. ``("kube-apiserver",)``): an outage that lasts until
+        :meth:`start_components` brings them back on the same ports and data."""
+        state = self._require_state()
+        for name in reversed(self._ordered(components)):
             pid = state.pids.pop(name, None)
             if pid and _alive(pid):
                 _terminate(pid)
         state.save()
 
     def start_components(self, components: Iterable[str], timeout: float = 60.0) -> None:
-        """Start ``components`` again, on the ports and data they had, and wait until they answer."""
-        state = self.state
-        if state is None:
-            raise DevClusterError(f"no devcluster in {self.directory}")
+        """Start ``components`` again (after :meth:`stop_components`) and wait until they answer."""
+        state = self._require_state()
         pki = self.directory / "pki"
         bins = build.bin_dir()
         args = {
@@ -263,13 +260,26 @@ class DevCluster:
             "kube-scheduler": lambda: self._scheduler_args(state),
             "kwok": lambda: self._kwok_args(state),
         }
-        for name in [n for n in COMPONENTS if n in set(components)]:
+        for name in self._ordered(components):
             self._start(bins, name, args[name]())
             if name == "etcd":
                 self._wait(lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), "etcd", timeout)
             if name == "kube-apiserver":
                 client = KubeHTTP(state)
                 self._wait(lambda: client.ok("/readyz"), "kube-apiserver", timeout)
+
+    def _require_state(self) -> ClusterState:
+        if self.state is None:
+            raise DevClusterError(f"no devcluster in {self.directory}")
+        return self.state
+
+    @staticmethod
+    def _ordered(components: Iterable[str]) -> list[str]:
+        wanted = set(components)
+        unknown = wanted - set(COMPONENTS)
+        if unknown:
+            raise DevClusterError(f"unknown devcluster component(s) {sorted(unknown)}; known: {', '.join(COMPONENTS)}")
+        return [n for n in COMPONENTS if n in wanted]
 
     # ------------------------------------------------------------------ internals
 

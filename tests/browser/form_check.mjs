@@ -122,6 +122,8 @@ async function state(page) {
     const count = document.querySelector('select[name="count-h100"]');
     out.count = count ? count.value : null;
     out.refreshes = Number(document.querySelector("[data-gpuspawner]").getAttribute("data-gs-refreshes") || 0);
+    const notice = document.querySelector("[data-gs-notice]");
+    out.notice = notice && !notice.hidden ? notice.textContent.trim() : "";
     return out;
   });
 }

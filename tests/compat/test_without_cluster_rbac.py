@@ -105,8 +105,8 @@ async def test_inventory_names_the_missing_permissions_once_and_heals_when_grant
     inventory.start()
     try:
         # Nobody waits for counts that cannot come: a generous bound, far below the timeout asked for.
-        assert await asyncio.wait_for(inventory.wait_ready(3600), 60) is False
-        assert NEEDED_PERMISSIONS in inventory.forbidden and "charts/gpuspawner" in inventory.forbidden
+        health = await asyncio.wait_for(inventory.wait_answered(3600), 60)
+        assert not health.ready and NEEDED_PERMISSIONS in health.forbidden and "charts/gpuspawner" in health.forbidden
         await until(lambda: inventory.stream_failures >= 6, "several refused retries")
         errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
         assert len(errors) == 1, errors
@@ -122,7 +122,7 @@ async def test_inventory_names_the_missing_permissions_once_and_heals_when_grant
 
         created += install_chart(kube, namespace, tmp_path)
         await until(lambda: inventory.ready and not inventory.forbidden, lambda: f"the inventory to sync once the chart's ClusterRole is bound ({inventory.last_error})")
-        assert inventory.forbidden == ""
+        assert inventory.forbidden == "" and inventory.health.ready
         assert "gpu-v100-fractional" in inventory.index.nodes
         assert any("counts are live" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
     finally:

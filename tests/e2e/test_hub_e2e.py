@@ -92,8 +92,8 @@ def test_student_picks_a_mig_slice_and_lands_in_jupyterlab(demo):
     assert "&lt;script&gt;" in markup["description"] and "<script" not in markup["description"]
     assert result["scripts_in_options"] == 0
 
-    # The hand-made POST for a whole GPU was refused on the form, and made no pod.
-    assert result["forbidden"]["status"] == 200
+    # The hand-made POST for a whole GPU was refused on the form (403, as the REST API answers), and made no pod.
+    assert result["forbidden"]["status"] == 403
     assert "is not offered to you" in result["forbidden"]["error"]
 
     # The real spawn: JupyterLab, served from the pod's IP by the pod runner.

@@ -96,6 +96,7 @@ async def test_refusal_names_what_is_free_instead_and_creates_no_pod(devcluster,
         await spawner.start()
     took = time.monotonic() - started
     message = str(info.value)
+    assert info.value.status_code == 409  # the REST API's answer: nothing free now
     assert message.startswith("No A100 40GB · MIG 3g.20gb is free (0 of 1 free). Free now: ")
     assert "A100 40GB · MIG 1g.5gb (2)" in message
     assert pods(kube, namespace) == []
@@ -132,8 +133,9 @@ async def test_user_quota_counts_servers_across_the_users_named_servers(devclust
         second.pod_name = f"{first.pod_name}--second"
         second.user_options = {"offering": "mig-nvidia-a100-sxm4-40gb-1g-5gb"}
         await inventory_sees(second, lambda idx: any(p.offering for p in idx.pods.values()), "the first server's pod")
-        with pytest.raises(SpawnRefused, match=r"Over your quota: you may hold 1 GPUs of any kind at once and already hold 1"):
+        with pytest.raises(SpawnRefused, match=r"Over your quota: you may hold 1 GPUs of any kind at once and already hold 1") as info:
             await second.start()
+        assert info.value.status_code == 429
         assert len(pods(kube, namespace)) == 1
         cpu = make_spawner(devcluster, namespace, user_quota={"total": 1})
         cpu.user = first.user
@@ -197,8 +199,9 @@ async def test_time_window_is_enforced_for_every_kind_on_api_starts(devcluster, 
                   "windows": [f"{other_day} 00:00-24:00"]}]
     spawner = make_spawner(devcluster, namespace, offerings=offerings, site_timezone="UTC")
     spawner.user_options = {"offering": "bitfusion-night"}  # a REST API start: no form in between
-    with pytest.raises(SpawnRefused, match=rf"Remote half GPU is only available {other_day} 00:00-24:00 \(UTC\)"):
+    with pytest.raises(SpawnRefused, match=rf"Remote half GPU is only available {other_day} 00:00-24:00 \(UTC\)") as info:
         await spawner.start()
+    assert info.value.status_code == 403
     assert pods(kube, namespace) == []
 
 

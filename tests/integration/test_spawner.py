@@ -13,8 +13,8 @@ from traitlets.config import Config
 
 from gpuspawner.capacity import availability
 from gpuspawner.catalog import build_catalog
-from gpuspawner.choice import ChoiceError
 from gpuspawner.podspec import merge_affinity_terms
+from gpuspawner.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
 
 pytestmark = pytest.mark.cluster
@@ -69,6 +69,7 @@ def make_spawner(devcluster, namespace, **gpu_config) -> GPUSpawner:
     config.KubeSpawner.start_timeout = 60
     config.KubeSpawner.image = "quay.io/jupyter/base-notebook:latest"
     config.KubeSpawner.node_selector = {"site": "any"} if gpu_config.pop("site_selector", False) else {}
+    config.GPUSpawner.inventory_ready_timeout = 60.0  # a loaded test machine may list slowly; not what these tests are about
     for key, value in gpu_config.items():
         setattr(config.GPUSpawner, key, value)
     name = f"u{secrets.token_hex(3)}"
@@ -163,21 +164,22 @@ async def test_cpu_spawn_after_gpu_spawn_on_the_same_spawner_has_no_gpu(devclust
 
 
 @pytest.mark.parametrize(
-    "options, message",
+    "options, message, status",
     [
-        ({"offering": "no-such-gpu"}, "not offered to you"),
-        ({"offering": "<script>alert(1)</script>"}, "not a valid GPU option"),
-        ({"offering": "gpu-nvidia-h100-80gb-hbm3", "count": "3"}, "not 3"),
-        ({"offering": "gpu-nvidia-h100-80gb-hbm3", "count": "-1"}, "whole number"),
-        ({"offering": ["cpu", "gpu-nvidia-h100-80gb-hbm3"]}, "exactly one"),
+        ({"offering": "no-such-gpu"}, "not offered to you", 403),
+        ({"offering": "<script>alert(1)</script>"}, "not a valid GPU option", 400),
+        ({"offering": "gpu-nvidia-h100-80gb-hbm3", "count": "3"}, "not 3", 400),
+        ({"offering": "gpu-nvidia-h100-80gb-hbm3", "count": "-1"}, "whole number", 400),
+        ({"offering": ["cpu", "gpu-nvidia-h100-80gb-hbm3"]}, "exactly one", 400),
     ],
 )
-async def test_bad_choices_are_refused_before_any_pod_exists(devcluster, kube, namespace, options, message):
+async def test_bad_choices_are_refused_before_any_pod_exists(devcluster, kube, namespace, options, message, status):
     spawner = make_spawner(devcluster, namespace)
     spawner.user_options = options
-    with pytest.raises(ChoiceError) as info:
+    with pytest.raises(SpawnRefused) as info:
         await spawner.start()
-    assert message in str(info.value)
+    assert message in str(info.value) and info.value.status_code == status
+    assert info.value.jupyterhub_message == str(info.value)  # what the hub answers with
     assert "<" not in str(info.value)
     assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"] == []
 
@@ -186,8 +188,9 @@ async def test_restricted_offering_is_refused_like_an_unknown_one(devcluster, ku
     overrides = {"gpu-nvidia-h100-80gb-hbm3": {"groups": ["researchers"]}}
     spawner = make_spawner(devcluster, namespace, offering_overrides=overrides)
     spawner.user_options = {"offering": "gpu-nvidia-h100-80gb-hbm3"}
-    with pytest.raises(ChoiceError, match="not offered to you"):
+    with pytest.raises(SpawnRefused, match="not offered to you") as info:
         await spawner.start()
+    assert info.value.status_code == 403
     assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"] == []
 
     member = make_spawner(devcluster, namespace, offering_overrides=overrides)
@@ -219,8 +222,9 @@ async def test_a_broken_offering_config_is_named_and_never_a_server_error(devclu
     spawner = make_spawner(devcluster, namespace, offerings=broken)
     assert any("field 'profile'" in p for p in spawner.config_problems())
     spawner.user_options = {"offering": "a"}
-    with pytest.raises(ChoiceError, match="misconfigured; please tell your administrator"):
+    with pytest.raises(SpawnRefused, match="misconfigured; please tell your administrator") as info:
         await spawner.start()
+    assert info.value.status_code == 503
     assert "misconfigured" in await spawner._render_gpu_form()
     assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"] == []
 

@@ -10,7 +10,8 @@ Pages (each path has its own GET counter):
 
 * ``/hub/spawn/submit``: always the example view (its refresh changes nothing).
 * ``/hub/spawn/live``, ``/hub/spawn/live2``: the example view on the first GET, a later
-  availability on every GET after it, refreshed every second.
+  availability (and a notice that the cluster cannot be reached) on every GET after it,
+  refreshed every second.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ HUB = Path(DATA_FILES_PATH)
 SCREENSHOTS = Path(os.environ.get("GPUSPAWNER_TEST_ARTIFACTS", REPO / "test-artifacts")) / "screenshots"
 
 MESSAGE = "You asked for 4 × H100 80GB but your quota is 2 GPUs. Pick 1 or 2, or a MIG slice."
+NOTICE = "The GPU cluster cannot be reached: the free counts are as of 14:03:07 (44 s ago) and may be out of date."
 
 
 def spawn_page(fragment: str, action: str) -> str:
@@ -84,7 +86,8 @@ class Hub:
         if path == "/hub/spawn/error":
             return spawn_page(render_form(example_view(selected="h100", selected_count=2, message=MESSAGE)), action)
         if path in ("/hub/spawn/live", "/hub/spawn/live2"):
-            return spawn_page(render_form(example_view(refreshed=not first, refresh_seconds=1)), action)
+            notice = "" if first else NOTICE  # the cluster went away between the page load and its refresh
+            return spawn_page(render_form(example_view(refreshed=not first, refresh_seconds=1, notice=notice)), action)
         return None
 
     def serve(self) -> ThreadingHTTPServer:
@@ -228,6 +231,8 @@ def test_live_refresh_updates_availability_and_keeps_the_selection(run):
     assert after["reason"]["h100"] == "none free right now"
     assert after["count"] == "4"
     assert after["optionClass"]["h100"] is True
+    # The notice that the counts are not live comes (and would go) with the refresh.
+    assert before["notice"] == "" and after["notice"] == NOTICE
     # The refresh fetched the page's path without its query string: JupyterHub spawns on a GET with query arguments.
     gets = hub.gets["/hub/spawn/live"]
     assert gets[0] == "_xsrf=abc" and len(gets) >= 2

@@ -112,3 +112,65 @@ async def test_list_then_watch_relists_on_410_and_reconnects():
         assert inventory.ready and "API server went away" in inventory.last_error
     finally:
         await inventory.stop()
+
+
+class Down:
+    """An API server that refuses every connection, or (``api.lists`` > 0) answers that many
+    lists first and drops the watches once both streams have listed."""
+
+    def __init__(self, api: "DownApi"):
+        self.api = api
+
+    async def __call__(self, **kwargs):
+        if self.api.up:
+            return Body(b'{"items": [], "metadata": {"resourceVersion": "1"}}')
+        if kwargs.get("watch") and self.api.lists:
+            while self.api.listed < self.api.lists:
+                await asyncio.sleep(0.01)
+        if kwargs.get("watch") or self.api.listed >= self.api.lists:
+            raise ConnectionRefusedError("Connect call failed ('127.0.0.1', 6443)")
+        self.api.listed += 1
+        return Body(b'{"items": [], "metadata": {"resourceVersion": "1"}}')
+
+
+class DownApi:
+    def __init__(self, lists: int = 0):
+        self.lists, self.listed, self.up = lists, 0, False
+        self.list_node = Down(self)
+        self.list_pod_for_all_namespaces = Down(self)
+
+
+async def test_an_api_server_that_is_down_is_noticed_at_once_not_waited_for():
+    inventory = Inventory(DownApi())
+    inventory.start()
+    try:
+        health = await inventory.wait_answered(60)  # returns at the first failure, not after 60 s
+        assert not health.ready and health.answered and health.as_of is None
+        assert "Connect call failed" in health.error
+    finally:
+        await inventory.stop()
+
+
+async def test_counts_that_stop_being_live_say_since_when_and_come_back():
+    import time
+
+    api = DownApi(lists=2)  # one list each, then the API server goes away (the watches fail)
+    inventory = Inventory(api)
+    inventory.start()
+    try:
+        assert (await inventory.wait_answered(5)).answered
+        for _ in range(500):
+            if not inventory.ready and inventory.health.as_of is not None:
+                break
+            await asyncio.sleep(0.01)
+        health = inventory.health
+        assert not health.ready and health.answered
+        assert time.time() - 60 < health.as_of <= time.time()
+        first_loss = health.as_of
+        await asyncio.sleep(0.5)  # more failed retries do not move the time the counts are from
+        assert inventory.health.as_of == first_loss
+        api.up = True
+        assert await inventory.wait_ready(30)
+        assert inventory.health.ready and inventory.health.as_of is None
+    finally:
+        await inventory.stop()

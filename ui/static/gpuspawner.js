@@ -95,6 +95,7 @@
   }
 
   function apply(fresh) {
+    copyText(root, fresh, "[data-gs-notice]", false);
     var bySlug = {};
     fresh.querySelectorAll(OPTION).forEach(function (option) {
       bySlug[option.getAttribute("data-slug")] = option;
