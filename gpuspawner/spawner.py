@@ -38,7 +38,7 @@ from .notebook import NOTEBOOK_TRAITS, Notebook
 from .orphans import OrphanReconciler, hub_servers_from_db
 from .offerings import Offering, OfferingConfigError
 from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
-from .form import COUNT_FIELD, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
+from .form import COUNT_FIELD, COUNT_FIELD_PREFIX, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
 from .page import counts_notice, default_choice, option_views, unreachable_message
 from .policy import Requester, allowed, named, window_state
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
@@ -327,6 +327,12 @@ class GPUSpawner(KubeSpawner):
 
         Raises OfferingConfigError (logged; users see a short message) if the settings are wrong.
         """
+        if not self.config_problems() and self.catalog_config.needs_inventory() and not self.inventory.ready:
+            await self.inventory.wait_answered(self.inventory_ready_timeout)  # at once unless the hub has just started
+        return self._catalog_now()
+
+    def _catalog_now(self) -> list[Offering]:
+        """:meth:`catalog` from what is known now, without waiting for the cluster."""
         problems = self.config_problems()
         if problems:
             raise OfferingConfigError("; ".join(problems))
@@ -334,8 +340,6 @@ class GPUSpawner(KubeSpawner):
         if not config.needs_inventory():
             return build_catalog(config)  # nothing to discover or count: no cluster-wide watch
         inventory = self.inventory
-        if not inventory.ready:
-            await inventory.wait_answered(self.inventory_ready_timeout)  # at once unless the hub has just started
         try:  # free counts fit the notebook's own cpu/memory guarantees, selector and tolerations beside the GPU
             inventory.index.set_notebook(Notebook.from_settings({n: self._baseline.get(n, getattr(self, n)) for n in NOTEBOOK_TRAITS}))
         except ValueError as exc:
@@ -363,10 +367,6 @@ class GPUSpawner(KubeSpawner):
         index = self._counts()
         return index.availability(offering) if index is not None else UNCOUNTED
 
-    async def available_offerings(self) -> dict[str, Offering]:
-        """The offerings this spawner's user may take, by slug."""
-        return allowed(await self.catalog(), self.requester())
-
     def _default_slug(self, offerings: dict[str, Offering]) -> str | None:
         if self.default_offering and self.default_offering in offerings:
             return self.default_offering
@@ -380,13 +380,21 @@ class GPUSpawner(KubeSpawner):
         the cluster cannot be reached (or the hub's GPU settings are wrong).
         """
         try:
-            offerings = await self.available_offerings()
+            catalog = await self.catalog()
         except OfferingConfigError as exc:
-            self.log.error("GPUSpawner configuration error: %s", exc)
-            raise SpawnRefused("This hub's GPU options are misconfigured; please tell your administrator.", "misconfigured") from None
+            raise self._misconfigured(exc) from None
+        return self._choose(user_options, catalog)
+
+    def _misconfigured(self, exc: OfferingConfigError) -> SpawnRefused:
+        self.log.error("GPUSpawner configuration error: %s", exc)
+        return SpawnRefused("This hub's GPU options are misconfigured; please tell your administrator.", "misconfigured")
+
+    def _choose(self, user_options: dict[str, Any], catalog: list[Offering]) -> Choice:
+        """:meth:`resolve_choice` on ``catalog``: the cluster first (503), then the choice (400, 403)."""
         health = self._health()
         if not health.ready and not health.forbidden:  # no pod can be made, and the counts cannot be trusted
             raise SpawnRefused(unreachable_message(health, self.now()), "unreachable")
+        offerings = allowed(catalog, self.requester())
         try:
             return parse_choice(user_options, offerings, self._default_slug(offerings))
         except ChoiceError as exc:
@@ -460,7 +468,16 @@ class GPUSpawner(KubeSpawner):
                 await self.admit(choice)
         except SpawnRefused:
             self._refused = True  # before any pod was made: poll() says so without asking the cluster
+            self._refused_options = dict(self.user_options)  # kept past clear_state: the form shown again selects it
             raise
+        self._refused_options = None
+
+    @staticmethod
+    def _check_profile(options: dict[str, Any], profile_list: list[dict]) -> None:
+        try:
+            check_profile(options, profile_list)
+        except ChoiceError as exc:
+            raise SpawnRefused(str(exc), exc.reason) from None
 
     async def _initialized_profile_list(self) -> list[dict]:
         profile_list = self._sorted_dict_values(self.profile_list)
@@ -472,10 +489,7 @@ class GPUSpawner(KubeSpawner):
         """KubeSpawner's profile choice, with a wrong profile or option a 400 and a short message."""
         if not self.profile_list:
             return
-        try:
-            check_profile(self.user_options, await self._initialized_profile_list())
-        except ChoiceError as exc:
-            raise SpawnRefused(str(exc), exc.reason) from None
+        self._check_profile(self.user_options, await self._initialized_profile_list())
         try:
             await super().load_user_options()
         except ValueError as exc:  # KubeSpawner's unlisted-choice checks (its own words name no user input)
@@ -524,23 +538,26 @@ class GPUSpawner(KubeSpawner):
     # ------------------------------------------------------------------ the spawn page
 
     def _options_form_default(self):
+        """KubeSpawner's own form while no GPU offering can be in play (none configured,
+        discovery off); otherwise decided on each view (see _render_gpu_form)."""
+        if not self.offerings and not self.discover_offerings:
+            return KubeSpawner._options_form_default(self)
         return self._render_gpu_form
-
-    def _options_from_form_default(self):
-        return self._gpu_options_from_form
 
     def now(self) -> datetime:
         return datetime.now(ZoneInfo(self.site_timezone))  # checked by catalog() before any use
 
     async def _render_gpu_form(self, spawner: "GPUSpawner | None" = None) -> str:
-        """The spawn page's GPU choice (and KubeSpawner's profile choice beside it, if configured)."""
+        """The spawn page: the GPU choice with KubeSpawner's profile form inside it, or
+        KubeSpawner's form alone while no GPU offering is in play."""
         try:
             catalog = await self.catalog()
         except OfferingConfigError as exc:
             self.log.error("GPUSpawner configuration error: %s", exc)
             return render_form(FormView(groups=(), selected=None, selected_count=1,
                                         message="This hub's GPU options are misconfigured; please tell your administrator."))
-        index = self.inventory.index
+        if not gpu_offerings_in_play(catalog):
+            return await self._kubespawner_form()
         by_slug = {o.slug: o for o in catalog}
         bound, members = self._bound_holdings(by_slug), self._group_members()
 
@@ -548,50 +565,66 @@ class GPUSpawner(KubeSpawner):
             decision = self._check_quota(offering, offering.counts[0], bound, members)
             return "over your quota" if decision.action == REFUSE else ""
 
-        notice = counts_notice(self.inventory.health, self.now())
+        notice = counts_notice(self._health(), self.now())
         rows = option_views(
-            catalog, self.requester(), index.availability, self.now(), self.admission,
+            catalog, self.requester(), self.availability, self.now(), self.admission,
             quota_reason, WaitQueue.length, self.hide_forbidden_offerings,
         )
-        # A refused POST's choice first, else what the user chose last time.
-        last = getattr(self, "_form_selection", None) or (self.orm_spawner.user_options if self.orm_spawner else None)
-        selected, count = default_choice(rows, self.default_offering, last, by_slug)
-        extra = ""
-        if self.profile_list:
-            extra = Markup(await self._render_profile_form())
+        last = self.user_options or (self.orm_spawner.user_options if self.orm_spawner else None)
+        refused = getattr(self, "_refused_options", None)  # JupyterHub shows the form again after a refusal
+        selected, count = default_choice(rows, self.default_offering, last, by_slug, refused)
         return render_form(FormView(
             groups=group_options(rows, [k.value for k in Kind]),
             selected=selected, selected_count=count,
-            extra_html=extra, refresh_seconds=self.form_refresh_seconds, notice=notice,
+            extra_html=Markup(await self._kubespawner_form()), refresh_seconds=self.form_refresh_seconds, notice=notice,
         ))
 
-    async def _render_profile_form(self) -> str:
-        profile_list = self.profile_list
-        if callable(profile_list):
-            profile_list = await maybe_future(profile_list(self))
-        return self._render_options_form(self._sorted_dict_values(profile_list))
+    async def _kubespawner_form(self) -> str:
+        """KubeSpawner's own spawn form (its profile list); "" without a profile_list."""
+        form = KubeSpawner._options_form_default(self)
+        return await maybe_future(form(self)) if callable(form) else form
 
-    async def _gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        """The POST -> validated ``user_options``. A :class:`SpawnRefused` re-renders the form with
-        its message (and answers with its status, as the REST API would)."""
-        options = user_options_from_form(formdata)
-        ours = {k: options[k] for k in (OFFERING_FIELD, COUNT_FIELD) if k in options}
-        self._form_selection = {k: v for k, v in ours.items() if isinstance(v, str)}
-        profile = {}
-        if self.profile_list:  # checked first, as at start
-            fields = {k: v for k, v in formdata.items() if k == "profile" or k.startswith("profile-option-")}
-            profile = KubeSpawner._options_from_form(self, fields)
-            try:
-                check_profile(profile, await self._initialized_profile_list())
-            except ChoiceError as exc:
-                raise SpawnRefused(str(exc), exc.reason) from None
-        choice = await self.resolve_choice(ours)
-        reason, decision = await self._obstacle(choice)
-        if decision.action == REFUSE:
-            advice = {"window": " Please pick another option.", "no_capacity": " Your choice was taken just now; please pick again."}
-            raise SpawnRefused(decision.message + advice.get(reason, ""), reason)
-        self._form_selection = None
-        return {**profile, **choice.as_user_options()}
+    def _options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        """KubeSpawner's ``_options_from_form``: the same signature, synchronous, a dict.
+
+        A post without a GPU choice (KubeSpawner's own form, a query string) gets exactly
+        KubeSpawner's answer. With one, its ``offering`` and ``count`` are added as posted,
+        unchecked: they are checked against what this user may take when the server starts
+        (load_user_options), where a refusal shows the form again with the reason, the
+        refused choice still selected.
+        """
+        if OFFERING_FIELD not in formdata:
+            return super()._options_from_form(formdata)
+        ours = {k for k in formdata if k in (OFFERING_FIELD, COUNT_FIELD) or k.startswith(COUNT_FIELD_PREFIX)}
+        options = super()._options_from_form({k: v for k, v in formdata.items() if k not in ours})
+        options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
+        self._refuse_now(options)
+        return options
+
+    def _refuse_now(self, options: dict[str, Any]) -> None:
+        """Refuse at once what the start would refuse, from what is known without waiting.
+
+        JupyterHub shows the form again with a start's refusal only if the start fails within
+        a second of the POST; on a busy hub it takes longer and the user lands on the
+        spawn-pending page instead. So a posted choice is also checked here, in the start's
+        order (profile, cluster, choice, window, quota, capacity), recording nothing; the
+        start checks it all again, as the cluster may change in between. Left to the start:
+        a callable profile_list (it may need awaiting), and everything while the hub has not
+        heard from the cluster yet.
+        """
+        if self.profile_list and not callable(self.profile_list):
+            self._check_profile(options, self._get_initialized_profile_list(self._sorted_dict_values(self.profile_list)))
+        try:
+            if not self.config_problems() and self.catalog_config.needs_inventory() and not self.inventory.health.answered:
+                return
+            catalog = self._catalog_now()
+        except OfferingConfigError as exc:
+            raise self._misconfigured(exc) from None
+        choice = self._choose(options, catalog)
+        if gpu_offerings_in_play(catalog):
+            reason, decision = self._obstacle_now(choice, catalog)
+            if decision.action == REFUSE:
+                raise _refusal(reason, decision)
 
     # ------------------------------------------------------------------ admission
 
@@ -638,17 +671,21 @@ class GPUSpawner(KubeSpawner):
         kind, also those without a Kubernetes resource), quotas, then capacity.
 
         Returns (refusal reason for the metrics, decision); the reason is "" unless refused.
-        Used by the form (to re-render it) and at start (to refuse the spawn). With ``grant``
-        (at start), the quota check also records the grant: release it if the spawn does not go on.
+        With ``grant`` (at start), the quota check also records the grant: release it if the
+        spawn does not go on.
         """
+        return self._obstacle_now(choice, await self.catalog(), grant)
+
+    def _obstacle_now(self, choice: Choice, offerings: list[Offering], grant: bool = False) -> tuple[str, Decision]:
+        """:meth:`_obstacle` on ``offerings``, in one step (nothing else runs between the quota
+        check and its grant)."""
         offering, count = choice.offering, choice.count
         closed = window_state(offering.windows, self.now())
         if closed:
             return "window", Decision(REFUSE, f"{offering.display_name} is {closed}.")
         if not offering.resources:
             return "", Decision(ADMIT)
-        catalog = {o.slug: o for o in await self.catalog()}
-        # No await from here on: the quota check and its grant are one step.
+        catalog = {o.slug: o for o in offerings}
         quota = self._check_quota(offering, count, self._bound_holdings(catalog), self._group_members(), grant=grant)
         if quota.action == REFUSE:
             return "quota", quota
@@ -665,7 +702,7 @@ class GPUSpawner(KubeSpawner):
         if decision.action == REFUSE:
             self.quota_ledger.release(self._reservation_key)
             metrics.refused(offering, reason)
-            raise SpawnRefused(decision.message, reason)
+            raise _refusal(reason, decision)
         if not offering.resources:
             return
         try:
@@ -729,7 +766,9 @@ class GPUSpawner(KubeSpawner):
                 await asyncio.gather(start, return_exceptions=True)
                 await self.stop(now=True)
                 raise SpawnRefused(reason, "unschedulable")
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, SpawnRefused):
+                exc.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
             self.quota_ledger.release(self._reservation_key)
             raise
         finally:
@@ -872,6 +911,12 @@ class GPUSpawner(KubeSpawner):
         self._saved_record = None
         self._record_url = None
 
+
+
+def _refusal(reason: str, decision: Decision) -> SpawnRefused:
+    """A refused window, quota or capacity decision, with what the user can do about it."""
+    advice = {"window": " Please pick another option.", "no_capacity": " Your choice was taken just now; please pick again."}
+    return SpawnRefused(decision.message + advice.get(reason, ""), reason)
 
 
 def _brief(exc: BaseException) -> str:

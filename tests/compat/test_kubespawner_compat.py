@@ -9,6 +9,7 @@ classes), and GPUSpawner against KubeSpawner field by field.
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -16,6 +17,7 @@ from typing import Any, Callable
 import pytest
 from kubespawner import KubeSpawner
 
+from gpuspawner.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
 from gpuspawner.inventory import Inventory
 from tests.compat.harness import (
@@ -120,6 +122,35 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any], dict[str, Any], Callable[[dict[s
         "api", {"profile": LARGE, "image--unlisted-choice": OTHER_IMAGE},
         {"profile": LARGE, "image--unlisted-choice": OTHER_IMAGE}, _large(OTHER_IMAGE, 2.0),
     ),
+    "form-profile-defaults": ("form", {"profile": [LARGE]}, {"profile": LARGE}, _large(R_IMAGE, 2.0)),
+    "form-profile-options": (
+        "form",
+        {"profile": [LARGE], f"profile-option-{LARGE}--image": ["scipy"], f"profile-option-{LARGE}--cpus": ["4"]},
+        {"profile": LARGE, "image": "scipy", "cpus": "4"},
+        _large(SCIPY_IMAGE, 4.0),
+    ),
+    "form-unlisted-choice": (
+        "form",
+        {
+            "profile": [LARGE],
+            f"profile-option-{LARGE}--image": ["unlisted-choice"],
+            f"profile-option-{LARGE}--image--unlisted-choice": [OTHER_IMAGE],
+            f"profile-option-{LARGE}--cpus": ["2"],
+        },
+        {"profile": LARGE, "image": "unlisted-choice", "image--unlisted-choice": OTHER_IMAGE, "cpus": "2"},
+        _large(OTHER_IMAGE, 2.0),
+    ),
+    "form-other-profile-fields-ignored": (
+        "form",
+        {"profile": ["small"], f"profile-option-{LARGE}--image": ["scipy"], "colour": ["blue"]},
+        {"profile": "small"},
+        _small,
+    ),
+    "form-callable-override": (
+        "form", {"profile": ["per-user"]}, {"profile": "per-user"},
+        lambda o: o[f"{CONTAINER}.env[HOME_OF].value"] == "alice" or pytest.fail("callable override not applied"),
+    ),
+    "query-profile": ("query", {"profile": ["small"]}, {"profile": "small"}, _small),
 }
 
 
@@ -193,7 +224,65 @@ async def test_wrong_profile_choices_are_refused_alike(cls, options, named):
     assert named in str(refused.value)
 
 
+@pytest.mark.parametrize("gpu", [GPU_OFF, GPU_ON_OFFLINE], ids=["gpu-off", "gpu-on"])
+async def test_user_options_keys_nothing_reads_are_not_kept(gpu):
+    """A deliberate difference in both modes (docs/kubespawner-compat.md): KubeSpawner keeps
+    any key a REST API spawn sends; GPUSpawner keeps the keys something reads, and a site
+    hook's own keys once named in ``extra_user_options``."""
+    sent = {"profile": "small", "site-key": "x"}
+    kube = make_spawner(KubeSpawner, config(GPU_OFF))
+    kube.user_options = dict(sent)
+    assert kube.user_options == sent
+    spawner = make_spawner(GPUSpawner, config(gpu))
+    spawner.user_options = dict(sent)
+    assert spawner.user_options == {"profile": "small"}
+    declared = make_spawner(GPUSpawner, config({**gpu, "extra_user_options": ["site-key"]}))
+    declared.user_options = dict(sent)
+    assert declared.user_options == sent
+
+
 # ------------------------------------------------------------------ signatures, names, state, form
+
+
+@pytest.mark.parametrize("gpu", [GPU_OFF, GPU_ON_OFFLINE], ids=["gpu-off", "gpu-on"])
+async def test_options_from_form_keeps_kubespawners_signature(gpu):
+    """A synchronous ``options_from_form(formdata) -> dict``, like KubeSpawner's
+    ``_options_from_form``: subclasses, wrappers and options_from_query call it that way."""
+    spawner = make_spawner(GPUSpawner, config(gpu))
+    kube = make_spawner(KubeSpawner, config(GPU_OFF))
+    assert not inspect.iscoroutinefunction(spawner.options_from_form)
+    assert not inspect.iscoroutinefunction(type(spawner)._options_from_form)
+    assert list(inspect.signature(spawner.options_from_form).parameters) == list(
+        inspect.signature(kube.options_from_form).parameters
+    )
+    form = {"profile": ["small"]}
+    assert spawner.options_from_form(form) == kube.options_from_form(form) == {"profile": "small"}
+    assert spawner.options_from_query(form) == {"profile": "small"}
+
+
+async def test_a_refused_form_is_refused_at_once_and_again_at_start():
+    """The form's choice is checked in options_from_form (so the form comes back with the
+    reason whatever the hub's load) and again at start, with the same answer."""
+    staff_only = {**REMOTE_GPU, "groups": ["staff"]}
+    spawner = make_spawner(GPUSpawner, config({"discover_offerings": False, "offerings": [staff_only]}), User("dan", groups=[]))
+    with pytest.raises(SpawnRefused) as refused:
+        spawner.options_from_form({"offering": ["remote-half"], "profile": ["small"]})
+    assert refused.value.status_code == 403 and "not offered to you" in str(refused.value)
+    spawner.user_options = {"offering": "remote-half", "profile": "small"}  # the same, through the REST API
+    with pytest.raises(SpawnRefused) as again:
+        await spawner.load_user_options()
+    assert str(again.value) == str(refused.value)
+
+
+async def test_the_form_shown_again_keeps_the_refused_choice():
+    gpu = {"discover_offerings": False, "offerings": [REMOTE_GPU], "default_offering": "cpu"}
+    spawner = make_spawner(GPUSpawner, config(gpu))
+    assert re.search(r'value="cpu"[^>]*checked', await spawner.get_options_form())  # the admin's default
+    spawner.user_options = {"offering": "remote-half", "count": "3"}  # refused at start: 1 at a time
+    with pytest.raises(SpawnRefused, match="not 3"):
+        await spawner.load_user_options()
+    spawner.clear_state()  # as JupyterHub does after a failed start
+    assert re.search(r'value="remote-half"[^>]*checked', await spawner.get_options_form())
 
 
 USERS = [
@@ -245,6 +334,53 @@ async def test_state_round_trip(gpu):
     kube.clear_state()
     assert again.get_state() == kube.get_state()
     assert again.pod_name == "renamed-bob"
+
+
+def small_only(spawner: Any) -> list[dict[str, Any]]:
+    """A callable profile_list (KubeSpawner evaluates it per user, when the page is shown)."""
+    return [PROFILE_LIST[0]]
+
+
+@pytest.mark.parametrize("profiles", [[], small_only], ids=["none", "callable"])
+async def test_spawn_page_is_kubespawners_without_gpu_offerings(profiles):
+    """No GPU offering in play: the page is KubeSpawner's own (no form at all without a
+    profile_list, so JupyterHub spawns at once)."""
+    kube = make_spawner(KubeSpawner, config(GPU_OFF, profile_list=profiles))
+    spawner = make_spawner(GPUSpawner, config(GPU_OFF, profile_list=profiles))
+    assert await spawner.get_options_form() == await kube.get_options_form()
+    if not profiles:
+        assert await spawner.get_options_form() == ""
+
+
+async def test_spawn_page_with_a_profile_list_is_kubespawners_without_gpu_offerings():
+    kube = make_spawner(KubeSpawner, config(GPU_OFF))
+    spawner = make_spawner(GPUSpawner, config(GPU_OFF))
+    page = await spawner.get_options_form()
+    assert page == await kube.get_options_form()
+    assert 'name="profile"' in page and "gpuspawner" not in page
+
+
+async def test_spawn_page_with_gpu_offerings_holds_kubespawners_profile_form():
+    spawner = make_spawner(GPUSpawner, config(GPU_ON_OFFLINE))
+    page = await spawner.get_options_form()
+    assert 'name="offering"' in page and 'value="remote-half"' in page
+    assert 'name="profile"' in page and f'name="profile-option-{LARGE}--image"' in page
+
+
+# ------------------------------------------------------------------ no inventory unless needed
+
+
+@pytest.mark.parametrize("gpu", [GPU_OFF, GPU_ON_OFFLINE], ids=["gpu-off", "gpu-on-uncounted"])
+async def test_no_cluster_watch_when_nothing_needs_counts(gpu, offline):
+    """Neither discovery nor an offering with a GPU resource: nothing to count, so no
+    cluster-wide watch is started (a stock zero-to-jupyterhub hub may not have one)."""
+    spawner = make_spawner(GPUSpawner, config(gpu))
+    earlier = Inventory.running(spawner.api)
+    if earlier is not None:  # another test's: this one checks what it starts itself
+        await earlier.stop()
+    await spawner.get_options_form()
+    await spawn_outcome(spawner, "api", {})
+    assert Inventory.running(spawner.api) is None, "an inventory watch was started"
 
 
 # ------------------------------------------------------------------ the user's groups

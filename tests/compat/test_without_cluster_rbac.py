@@ -9,15 +9,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 
+from gpuspawner.devcluster.podrunner import PodRunner
 from gpuspawner.inventory import NEEDED_PERMISSIONS, Inventory
+from tests.api.gpuhub import GPUHub
+from tests.conftest import wait_for
 from tests.integration.test_examples import CHART, helm
-
 
 pytestmark = pytest.mark.cluster
 
@@ -27,6 +30,7 @@ Z2JH_HUB_RULES = [
      "verbs": ["get", "watch", "list", "create", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
 ]
+HALF_V100 = {"slug": "half-v100", "kind": "custom", "display_name": "Half a V100", "resources": {"nvidia.com/vgpu": 500}}
 
 
 def z2jh_hub_account(kube, namespace: str) -> str:
@@ -130,3 +134,50 @@ async def test_inventory_names_the_missing_permissions_once_and_heals_when_grant
         await client.close()
         for path in reversed(created):
             kube.request("DELETE", path)
+
+
+#: Appended to the API tests' hub config: the hub's own kubeconfig (z2jh's Role only),
+#: and a site offering with a resource to count beside what discovery would find.
+HUB_CONFIG = """
+import os
+from kubernetes_asyncio.config import kube_config
+os.environ["KUBECONFIG"] = {kubeconfig!r}
+kube_config.KUBE_CONFIG_DEFAULT_LOCATION = {kubeconfig!r}
+c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
+# A page or spawn that waited for the inventory would hang for an hour: the test would time out.
+c.GPUSpawner.inventory_ready_timeout = 3600
+c.GPUSpawner.offerings = c.GPUSpawner.offerings + [{offering!r}]
+"""
+
+
+def test_stock_z2jh_hub_renders_at_once_and_spawns(devcluster, kube, namespace, tmp_path):
+    token = z2jh_hub_account(kube, namespace)
+    kubeconfig = kubeconfig_for(devcluster, token, tmp_path / "hub.kubeconfig")
+    hub = GPUHub(tmp_path / "hub", devcluster, namespace, http_timeout=120,
+                 extra_config=HUB_CONFIG.format(kubeconfig=str(kubeconfig), offering=HALF_V100))
+    runner = PodRunner(kube, root=tmp_path / "pods")  # the pod's notebook, really served
+    runner.start()
+    try:
+        hub.start()
+        for _ in range(3):  # every render at once, and never a second error in the log
+            page = hub.spawn_page("researcher1", timeout=120)
+            assert page.status_code == 200 and 'value="half-v100"' in page.text, page.text[-2000:]
+            assert "free count unavailable" in page.text
+        # A refused choice: the form comes back with the reason, the choice still selected.
+        refused = hub.form_post("researcher1", {"offering": "half-v100", "count-half-v100": "3", "profile": "python"})
+        assert refused.status == 400 and "not 3" in refused.message, (refused.status, refused.message)
+        assert re.search(r'value="half-v100"[^>]*checked', refused.body)
+        answer = hub.form_post("researcher1", {"offering": "half-v100", "profile": "python"})
+        assert answer.status in (302, 303), (answer.status, answer.message)
+        wait_for(lambda: (hub.user_model("researcher1").get("servers") or {}).get("", {}).get("ready"),
+                 "the server to be ready", timeout=180)
+        pods = hub.pods("researcher1")
+        assert [p["spec"]["nodeName"] for p in pods] == ["gpu-v100-fractional"]
+        assert pods[0]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/vgpu"] == "500"
+        log = hub.log_text()
+        assert log.count("charts/gpuspawner") == 1, log[-4000:]
+        assert "list/watch nodes, list/watch pods (cluster-wide)" in log
+        hub.stop_server("researcher1")
+    finally:
+        hub.stop()
+        runner.stop()

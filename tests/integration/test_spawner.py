@@ -240,12 +240,13 @@ async def test_kubespawner_image_choice_works_beside_the_gpu_choice(devcluster, 
     spawner.profile_list = profiles
     form = await spawner._render_gpu_form()
     assert 'name="offering"' in form and 'value="pytorch"' in form  # both choices on one page
-    options = await spawner._gpu_options_from_form(
+    options = spawner.options_from_form(  # KubeSpawner's contract: synchronous, a dict, checked at start
         {"offering": ["mig-nvidia-a100-sxm4-40gb-2g-10gb"], "profile": ["pytorch"], "_xsrf": ["x"], "evil": ["<b>"]}
     )
-    assert options == {"profile": "pytorch", "offering": "mig-nvidia-a100-sxm4-40gb-2g-10gb", "count": 1}
+    assert options == {"profile": "pytorch", "offering": "mig-nvidia-a100-sxm4-40gb-2g-10gb"}
     spawner.user_options = options
     await spawner.start()
+    assert spawner.user_options["count"] == 1
     try:
         pod = await pod_of(spawner)
         container = pod["spec"]["containers"][0]
