@@ -598,7 +598,11 @@ class GPUSpawner(KubeSpawner):
         ours = {k for k in formdata if k in (OFFERING_FIELD, COUNT_FIELD) or k.startswith(COUNT_FIELD_PREFIX)}
         options = super()._options_from_form({k: v for k, v in formdata.items() if k not in ours})
         options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
-        self._refuse_now(options)
+        try:
+            self._refuse_now(options)
+        except SpawnRefused:
+            self._refused_options = options  # JupyterHub shows the form again: it keeps the choice
+            raise
         return options
 
     def _refuse_now(self, options: dict[str, Any]) -> None:

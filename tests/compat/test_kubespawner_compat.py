@@ -278,6 +278,9 @@ async def test_the_form_shown_again_keeps_the_refused_choice():
     gpu = {"discover_offerings": False, "offerings": [REMOTE_GPU], "default_offering": "cpu"}
     spawner = make_spawner(GPUSpawner, config(gpu))
     assert re.search(r'value="cpu"[^>]*checked', await spawner.get_options_form())  # the admin's default
+    with pytest.raises(SpawnRefused, match="not 3"):  # refused by the form at once
+        spawner.options_from_form({"offering": ["remote-half"], "count-remote-half": ["3"]})
+    assert re.search(r'value="remote-half"[^>]*checked', await spawner.get_options_form())
     spawner.user_options = {"offering": "remote-half", "count": "3"}  # refused at start: 1 at a time
     with pytest.raises(SpawnRefused, match="not 3"):
         await spawner.load_user_options()
