@@ -237,7 +237,7 @@ class Request:
 @st.composite
 def batches(draw) -> list[Request]:
     out = []
-    for _ in range(draw(st.integers(1, BATCH))):
+    for _ in range(draw(st.integers(max(1, BATCH // 2), BATCH))):  # at least half: MIN_REQUESTS stays reachable
         role = draw(st.sampled_from(["student", "researcher"]))
         channel = draw(st.sampled_from(["api", "api", "api-named", "put-post", "form", "form"]))
         options = draw(api_options()) if channel != "form" else {}
