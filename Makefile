@@ -32,7 +32,7 @@ unit: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 fuzz: install devcluster-build
-	GPUSPAWNER_FUZZ_EXAMPLES=360 GPUSPAWNER_FUZZ_BATCH=60 GPUSPAWNER_FUZZ_MIN_REQUESTS=10000 \
+	GPUSPAWNER_FUZZ_EXAMPLES=100 GPUSPAWNER_FUZZ_BATCH=200 GPUSPAWNER_FUZZ_WORKERS=24 GPUSPAWNER_FUZZ_MIN_REQUESTS=10000 \
 		$(PY) -m pytest -q -s -p no:cacheprovider tests/api/test_fuzz.py
 
 $(STAMP): pyproject.toml package.json

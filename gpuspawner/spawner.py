@@ -407,7 +407,7 @@ class GPUSpawner(KubeSpawner):
         declared = list(self.extra_user_options)
         if isinstance(self.apply_user_options, dict):
             declared += list(self.apply_user_options)
-        return known_keys(self.profile_list, declared)
+        return known_keys(self._sorted_dict_values(self.profile_list), declared)
 
     def storable_user_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """What of ``options`` the hub may store for this server (called as it is stored; see

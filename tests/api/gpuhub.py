@@ -8,6 +8,7 @@ gpuspawner's own code):
 * researchers: those, the MIG 3g.20gb slice, and 1, 2 or 4 whole H100s;
 * every other discovered offering belongs to a group nobody is in;
 * ``closed-cpu`` is open only on a day that is not today (a closed window);
+* ``fpga`` (researchers) asks for a node label no node has: the real scheduler refuses its pod;
 * a user may hold 2 GPU units at once (``user_quota``);
 * KubeSpawner profiles ``python`` (default) and ``pytorch`` (option ``image``).
 """
@@ -15,6 +16,7 @@ gpuspawner's own code):
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import secrets
@@ -35,8 +37,8 @@ import requests
 REPO = Path(__file__).resolve().parents[2]
 CHP = REPO / "node_modules" / ".bin" / "configurable-http-proxy"
 PASSWORD = "gpu"
-STUDENTS = [f"student{i}" for i in range(1, 49)]
-RESEARCHERS = [f"researcher{i}" for i in range(1, 49)]
+STUDENTS = [f"student{i}" for i in range(1, 201)]
+RESEARCHERS = [f"researcher{i}" for i in range(1, 201)]
 OTHER_DAY = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[(datetime.now(timezone.utc).weekday() + 3) % 7]
 
 
@@ -54,10 +56,11 @@ MIG1 = "mig-nvidia-a100-sxm4-40gb-1g-5gb"
 MIG3 = "mig-nvidia-a100-sxm4-40gb-3g-20gb"
 H100 = "gpu-nvidia-h100-80gb-hbm3"
 CLOSED = "closed-cpu"
+FPGA = "fpga"
 STUDENT_OFFERINGS = {CPU: Allowed(None), T4: Allowed("nvidia.com/gpu.shared"), MIG1: Allowed("nvidia.com/mig-1g.5gb"),
                      CLOSED: Allowed(None)}
 RESEARCHER_OFFERINGS = {**STUDENT_OFFERINGS, MIG3: Allowed("nvidia.com/mig-3g.20gb"),
-                        H100: Allowed("nvidia.com/gpu", (1, 2, 4))}
+                        H100: Allowed("nvidia.com/gpu", (1, 2, 4)), FPGA: Allowed(None)}
 #: Discovered offerings nobody may take (they exist: a request for one is "not offered", like an unknown slug).
 NOBODYS = ["mig-nvidia-a100-sxm4-40gb-2g-10gb", "shared-nvidia-l4-shared-mps-4x", "shared-tesla-t4-shared-time-slicing-4x",
            "mig-gke-nvidia-tesla-a100-1g-5gb", "gpu-nvidia-tesla-a100", "vgpu-vgpu-type-v100-8g-8gb", "vgpu-nvidia-a10-24q"]
@@ -109,6 +112,7 @@ class GPUHub:
         self.proc: subprocess.Popen | None = None
         self.api_session = requests.Session()
         self.api_session.headers["Authorization"] = f"token {self.token}"
+        self.api_session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=256))  # many threads share it
         self._forms: dict[str, requests.Session] = {}
 
     # ------------------------------------------------------------------ the process
@@ -123,6 +127,8 @@ class GPUHub:
         }
         closed = {"slug": CLOSED, "kind": "custom", "display_name": f"CPU (open on {OTHER_DAY} only)",
                   "command_prefix": ["env"], "windows": [f"{OTHER_DAY} 00:00-24:00"]}
+        fpga = {"slug": FPGA, "kind": "custom", "display_name": "FPGA node", "command_prefix": ["env"],
+                "node_selector": {"example.org/fpga": "true"}, "groups": ["researchers"]}
         return textwrap.dedent(f"""
             c = get_config()  # noqa
             c.JupyterHub.ip = "127.0.0.1"
@@ -161,7 +167,7 @@ class GPUHub:
             c.GPUSpawner.user_quota = {{"total": 2}}
             c.GPUSpawner.inventory_ready_timeout = 30.0
             c.GPUSpawner.offering_overrides = {overrides!r}
-            c.GPUSpawner.offerings = [{closed!r}]
+            c.GPUSpawner.offerings = [{closed!r}, {fpga!r}]
             from gpuspawner import check_config
             check_config(c)
             """) + textwrap.dedent(self.extra_config)
@@ -241,7 +247,7 @@ class GPUHub:
     def user_model(self, user: str) -> dict:
         return self.api_session.get(f"{self.url}/hub/api/users/{quote(user)}?include_stopped_servers=1", timeout=30).json()
 
-    def stop_server(self, user: str, server: str = "", timeout: float = 120) -> None:
+    def stop_server(self, user: str, server: str = "", timeout: float = 120, interval: float = 0.3) -> None:
         """Stop (and for a named server, remove) it; wait until the hub and the cluster agree it is gone.
 
         No notebook runs in these pods, so a start that went on stays pending until the hub gives
@@ -261,7 +267,20 @@ class GPUHub:
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(f"{user}/{server} did not stop: {model}\n{self.log_tail()}")
-            time.sleep(0.3)
+            time.sleep(interval)
+
+    def spawn_result(self, user: str, server: str = "") -> dict:
+        """The last event of the server's progress stream (what the spawn-pending page shows):
+        ``{"failed": True, "message": "Spawn failed: ..."}`` or ``{"ready": True, ...}``."""
+        url = f"{self.url}/hub/api{self.server_path(user, server)}/progress"
+        with self.api_session.get(url, stream=True, timeout=180) as resp:
+            assert resp.status_code == 200, resp.text[:300]
+            for line in resp.iter_lines(decode_unicode=True):
+                if line and line.startswith("data:"):
+                    event = json.loads(line[5:])
+                    if event.get("failed") or event.get("ready"):
+                        return event
+        raise AssertionError(f"the progress stream of {user}/{server} ended without a result")
 
     def pods(self, user: str | None = None, server: str | None = None) -> list[dict]:
         selector = "component=singleuser-server"

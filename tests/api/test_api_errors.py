@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.api.gpuhub import H100, MIG1, STUDENTS, pod_problems
+from tests.api.gpuhub import FPGA, H100, MIG1, RESEARCHERS, STUDENTS, form_error, pod_problems
 from tests.api.payloads import CASES, NOT_OFFERED, Case
 from tests.conftest import ARTIFACTS
 
@@ -77,3 +77,34 @@ def test_unknown_keys_never_reach_the_database_or_the_users_list(gpuhub):
     assert "user_options keys dropped, not stored: 'junk', 'nested'" in log
     assert "user_options keys dropped, not stored: 'more-junk'" in log
     gpuhub.api("DELETE", gpuhub.server_path(user, "notes"), {"remove": True})
+
+
+def test_a_refusal_after_the_answer_reaches_the_progress_stream(gpuhub):
+    """The real scheduler refuses the FPGA pod. If that comes after the hub's 202, the spawn-pending
+    page's event stream carries the same message; before it, the answer does (409)."""
+    user = RESEARCHERS[3]
+    answer = gpuhub.api("POST", gpuhub.server_path(user), {"offering": FPGA})
+    try:
+        if answer.status == 202:
+            message = gpuhub.spawn_result(user)["message"]
+            assert message.startswith("Spawn failed: ")
+        else:
+            assert answer.status == 409, answer
+            message = answer.message
+        assert "FPGA node cannot run now. The scheduler says: 0/" in message
+        assert "didn't match Pod's node affinity/selector" in message
+    finally:
+        gpuhub.stop_server(user)
+    assert "Traceback" not in gpuhub.log_text()
+
+
+def test_a_start_by_query_arguments_is_refused_like_the_form(gpuhub):
+    """JupyterHub also starts a server on a GET of the spawn page with query arguments."""
+    user = STUDENTS[4]
+    session = gpuhub.form_session(user)
+    resp = session.get(f"{gpuhub.url}/hub/spawn/{user}", params={"offering": H100}, timeout=60, allow_redirects=False)
+    page = resp.content.decode()
+    assert resp.status_code == 403
+    assert NOT_OFFERED in form_error(page) and 'name="offering"' in page
+    assert not gpuhub.pods(user)
+    assert "Traceback" not in gpuhub.log_text()
