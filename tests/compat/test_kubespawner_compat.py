@@ -194,7 +194,7 @@ async def test_gpu_offerings_on_differ_only_as_documented(scenario):
             assert gpu["pod.spec.nodeSelector[bitfusion-client]"] == "true"
 
 
-def test_docs_list_the_differences():
+async def test_docs_list_the_differences():  # (async: the module runs its tests on one loop)
     """docs/kubespawner-compat.md and this suite name the same differences."""
     text = (REPO / "docs" / "kubespawner-compat.md").read_text()
     documented = set(re.findall(r"^\| `([^`]+)` \|", text, flags=re.M))
