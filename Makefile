@@ -2,6 +2,7 @@
 #
 #   make test    install everything, build the devcluster once, run all tests
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md)
+#   make unit    the pure-Python tests only (needs Python alone: no Go, npm or Chromium)
 #   make fuzz    >= 10,000 generated spawn requests through a real hub's REST API and form
 #                (tests/api/test_fuzz.py; CI runs a few hundred of them in `make test`)
 #
@@ -21,6 +22,7 @@ STATES ?= 200
 CLUSTERS ?= 30000
 VENV   := .venv
 PY     := $(VENV)/bin/python
+PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
 .PHONY: test unit fuzz install devcluster-build demo bench capacity-truth fuzz-clusters clean
@@ -28,19 +30,23 @@ STAMP  := $(VENV)/.installed
 test: install devcluster-build
 	$(PY) -m pytest -q -p no:cacheprovider
 
-unit: install
+# Python only: no Go, npm or Chromium (the browser and cluster tests live in their own folders).
+unit: $(PYSTAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 fuzz: install devcluster-build
 	GPUSPAWNER_FUZZ_EXAMPLES=100 GPUSPAWNER_FUZZ_BATCH=200 GPUSPAWNER_FUZZ_WORKERS=24 GPUSPAWNER_FUZZ_MIN_REQUESTS=10000 \
 		$(PY) -m pytest -q -s -p no:cacheprovider tests/api/test_fuzz.py
 
-$(STAMP): pyproject.toml package.json
-	@command -v go >/dev/null || { echo "Go 1.26+ is needed to build the devcluster: https://go.dev/dl/"; exit 1; }
-	@command -v npm >/dev/null || { echo "Node.js and npm are needed for configurable-http-proxy"; exit 1; }
+$(PYSTAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test]"
+	touch $(PYSTAMP)
+
+$(STAMP): $(PYSTAMP) package.json
+	@command -v go >/dev/null || { echo "Go 1.26+ is needed to build the devcluster: https://go.dev/dl/"; exit 1; }
+	@command -v npm >/dev/null || { echo "Node.js and npm are needed for configurable-http-proxy"; exit 1; }
 	npm install --no-audit --no-fund --loglevel=error
 	bash scripts/install-browser.sh
 	touch $(STAMP)
