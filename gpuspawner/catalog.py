@@ -49,6 +49,24 @@ class CatalogConfig:
         apply_overrides([], self.overrides)
         return configured
 
+    def needs_inventory(self) -> bool:
+        """Whether this hub needs the cluster-wide watch of Nodes and Pods: to discover
+        offerings, or to count the free units of a configured offering that asks for a
+        Kubernetes resource. Otherwise nothing is watched (a stock zero-to-jupyterhub hub
+        may not list nodes or pods outside its namespace).
+        Raises :class:`OfferingConfigError` if the offerings are wrong."""
+        return self.discover or any(o.resources for o in self.configured())
+
+
+def gpu_offerings_in_play(catalog: Iterable[Offering]) -> bool:
+    """Whether the hub offers anything but the built-in "No GPU" choice: a configured
+    offering, a discovered one, or a CPU offering the admin changed.
+
+    Without, GPUSpawner is KubeSpawner: its spawn page, user_options, pod and state are
+    KubeSpawner's own (docs/kubespawner-compat.md).
+    """
+    return any(o != CPU_OFFERING for o in catalog)
+
 
 def build_catalog(
     config: CatalogConfig,

@@ -19,7 +19,12 @@ Two layers:
 
 RBAC it needs, and nothing more: ``get``, ``list``, ``watch`` on ``nodes`` and
 ``list``, ``watch`` on ``pods`` (cluster-wide: pods of other namespaces use GPUs, cpu,
-memory and pod slots too).
+memory and pod slots too); charts/gpuspawner grants exactly that. Without it (a stock
+zero-to-jupyterhub hub) the API server answers 403: the inventory logs one error naming
+the missing permissions, says so in :attr:`Inventory.forbidden` and ``health.forbidden``
+(nobody waits for counts that cannot come; pods can still be made), and tries again
+every ``forbidden_retry`` seconds, quietly, so that granting them later makes the counts
+live without a hub restart.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ log = logging.getLogger("gpuspawner.inventory")
 
 #: Only pods that hold node resources matter; the API server filters the rest out.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+#: What the hub's ServiceAccount must be allowed for the counts (said in the log when it is not).
+NEEDED_PERMISSIONS = "list/watch nodes, list/watch pods (cluster-wide)"
+_STREAM_WHAT = {"nodes": "nodes", "pods": "pods in all namespaces"}
 USER_LABEL = "hub.jupyter.org/username"
 OFFERING_LABEL = "gpuspawner.io/offering"
 #: Pods of a cluster ask for few distinct request sets: each is kept once.
@@ -295,6 +303,42 @@ class ClusterIndex:
         return rows
 
 
+class Refused(Exception):
+    """The API server answered a list or watch with an HTTP error (not a stream)."""
+
+    def __init__(self, status: int, what: str, message: str):
+        super().__init__(f"{status} {what}: {message}")
+        self.status = status
+        self.what = what
+
+
+async def _raise_for_status(resp: Any, what: str) -> None:
+    """Raw (``_preload_content=False``) answers are not checked by kubernetes_asyncio: do it here."""
+    status = getattr(resp, "status", 200)
+    if status < 400:
+        return
+    try:
+        message = json.loads(await resp.read()).get("message") or ""
+    except (ValueError, AttributeError):
+        message = ""
+    finally:
+        release = getattr(resp, "release", None)
+        if release is not None:
+            release()
+    raise Refused(status, what, message[:300])
+
+
+def forbidden_message(refused: Refused) -> str:
+    """The one error a hub without the inventory's RBAC logs: what is missing, and the fix."""
+    return (
+        f"GPUSpawner cannot count free GPUs: the hub's service account may not {NEEDED_PERMISSIONS} "
+        f"(the API server answered {refused.status} to {refused.what}). Install charts/gpuspawner beside "
+        "zero-to-jupyterhub (see its README), or bind a ClusterRole with those permissions to the hub's "
+        "service account. Until then the spawn page shows 'free count unavailable', GPU offerings are not "
+        "discovered, and spawns go ahead without a capacity check."
+    )
+
+
 @dataclass(frozen=True)
 class Health:
     """How far the counts can be trusted now. Read without waiting.
@@ -303,12 +347,15 @@ class Health:
     says whether the API server has answered (or failed) at all since this process
     started, ``as_of`` is the wall-clock time (``time.time()``) at which the counts
     were last live (None: never), and ``error`` the last failure, for the log.
+    ``forbidden``: the API server answers, but the hub may not list/watch nodes and pods
+    (its RBAC; the logged message): there are no counts, yet pods can be made.
     """
 
     ready: bool
     answered: bool = True
     as_of: float | None = None
     error: str = ""
+    forbidden: str = ""
 
 
 class Inventory:
@@ -316,10 +363,17 @@ class Inventory:
 
     _instances: dict[str, "Inventory"] = {}
 
-    def __init__(self, api: Any, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS, page_size: int = 500):
+    def __init__(
+        self,
+        api: Any,
+        vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS,
+        page_size: int = 500,
+        forbidden_retry: float = 60.0,
+    ):
         self.api = api
         self.index = ClusterIndex(vgpu_class_labels)
         self.page_size = page_size
+        self.forbidden_retry = forbidden_retry
         self._synced = {"nodes": False, "pods": False}
         self._tasks: list[asyncio.Task] = []
         self._ready_event = asyncio.Event()
@@ -330,6 +384,9 @@ class Inventory:
         self.last_error: str = ""
         #: How often a stream has failed (the API server gone, say): others use it to notice outages.
         self.stream_failures = 0
+        #: Why the hub may not read the cluster (its RBAC), as logged once; "" when it may.
+        self.forbidden: str = ""
+        self._forbidden_streams: set[str] = set()
 
     @classmethod
     def shared(cls, api: Any, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS) -> "Inventory":
@@ -355,9 +412,12 @@ class Inventory:
 
     @property
     def health(self) -> Health:
-        if self.ready:
+        if self.ready and not self.forbidden:
             return Health(ready=True)
-        return Health(ready=False, answered=self._answered.is_set(), as_of=self._lost_at, error=self.last_error)
+        return Health(
+            ready=False, answered=self._answered.is_set(), as_of=self._lost_at, error=self.last_error,
+            forbidden=self.forbidden,
+        )
 
     @property
     def stopped(self) -> bool:
@@ -411,12 +471,29 @@ class Inventory:
             if not value:
                 self._answered.set()
 
-    async def _list(self, method, kwargs: dict) -> tuple[list[dict], str]:
+    def _allowed(self, kind: str) -> None:
+        """The ``kind`` stream's watch was accepted: it may read what it needs (again)."""
+        if kind in self._forbidden_streams:
+            self._forbidden_streams.discard(kind)
+            if not self._forbidden_streams:
+                self.forbidden = ""
+                log.info("inventory: the hub may %s now; free counts are live", NEEDED_PERMISSIONS)
+
+    def _refused(self, kind: str, refused: Refused) -> None:
+        """A 403: say it once (one error for both streams), and let nobody wait."""
+        self._forbidden_streams.add(kind)
+        if not self.forbidden:
+            self.forbidden = forbidden_message(refused)
+            log.error("%s", self.forbidden)
+        self._set_synced(kind, False)
+
+    async def _list(self, kind: str, method, kwargs: dict) -> tuple[list[dict], str]:
         items: list[dict] = []
         cont = None
         while True:
             extra = {"_continue": cont} if cont else {}
             resp = await method(limit=self.page_size, _preload_content=False, _request_timeout=60, **kwargs, **extra)
+            await _raise_for_status(resp, f"listing {_STREAM_WHAT[kind]}")
             body = json.loads(await resp.read())
             items.extend(body.get("items") or [])
             cont = (body.get("metadata") or {}).get("continue")
@@ -429,31 +506,38 @@ class Inventory:
         while True:
             try:
                 started = time.monotonic()
-                items, version = await self._list(method, kwargs)
+                items, version = await self._list(kind, method, kwargs)
                 self.index.replace(**{kind: items})
                 self.relists[kind] += 1
                 self._set_synced(kind, True)
                 log.info("inventory: listed %d %s in %.2fs", len(items), kind, time.monotonic() - started)
                 backoff = 0.2
                 while True:  # watch until the server ends it, then resume from the last version
-                    version = await self._watch(method, kwargs, version, apply)
+                    version = await self._watch(kind, method, kwargs, version, apply)
                     if version is None:
                         break  # 410 Gone: relist
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the API server went away or answered garbage: reconnect
-                self._set_synced(kind, False)
+            except Exception as exc:  # the API server went away, refused, or answered garbage: reconnect
                 self.stream_failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, Refused) and exc.status == 403:
+                    self._refused(kind, exc)
+                    log.debug("inventory: %s refused (%s); asking again in %.0fs", kind, exc, self.forbidden_retry)
+                    await asyncio.sleep(self.forbidden_retry)
+                    continue
+                self._set_synced(kind, False)
                 log.warning("inventory: %s stream failed (%s); retrying in %.1fs", kind, self.last_error, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
 
-    async def _watch(self, method, kwargs: dict, version: str, apply) -> str | None:
+    async def _watch(self, kind: str, method, kwargs: dict, version: str, apply) -> str | None:
         resp = await method(
             watch=True, resource_version=version, allow_watch_bookmarks=True, timeout_seconds=240,
             _preload_content=False, _request_timeout=300, **kwargs,
         )
+        await _raise_for_status(resp, f"watching {_STREAM_WHAT[kind]}")
+        self._allowed(kind)
         buffer = b""
         try:
             async for chunk in resp.content.iter_any():

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 def availability_text(offering: Offering, avail: Availability, policy: str, queued: int) -> tuple[str, str]:
     """(badge text, disabled reason) for an offering the user may take."""
-    if not avail.counted:
-        return "", ""
+    if not avail.counted:  # nothing to count (CPU), or the hub may not read the cluster
+        return ("free count unavailable" if offering.resources else ""), ""
     free = avail.free or 0
     if free > 0:
         return f"{free} of {avail.capacity} free", ""
@@ -82,17 +82,30 @@ def option_views(
     return rows
 
 
-def default_choice(rows: list[OptionView], admin_default: str, last: Mapping | None, offerings: Mapping[str, Offering]) -> tuple[str | None, int]:
-    """Admin's default, else the user's last choice if still selectable, else the smallest free GPU, else No GPU."""
+def default_choice(
+    rows: list[OptionView], admin_default: str, last: Mapping | None, offerings: Mapping[str, Offering],
+    refused: Mapping | None = None,
+) -> tuple[str | None, int]:
+    """A just-refused choice if still selectable (the form shown again keeps it), else the admin's
+    default, else the user's last choice if still selectable, else the smallest free GPU, else No GPU."""
     selectable = {r.slug: r for r in rows if not r.disabled}
+
+    def still_selectable(choice: Mapping | None) -> tuple[str, int] | None:
+        slug = choice.get("offering") if choice else None
+        if not isinstance(slug, str) or slug not in selectable:
+            return None
+        count = choice.get("count", 1)
+        counts = selectable[slug].counts
+        return slug, int(count) if str(count).isdigit() and int(count) in counts else counts[0]
+
+    found = still_selectable(refused)
+    if found:
+        return found
     if admin_default in selectable:
         return admin_default, selectable[admin_default].counts[0]
-    if last:
-        slug = last.get("offering")
-        if isinstance(slug, str) and slug in selectable:
-            count = last.get("count", 1)
-            count = int(count) if str(count).isdigit() and int(count) in selectable[slug].counts else selectable[slug].counts[0]
-            return slug, count
+    found = still_selectable(last)
+    if found:
+        return found
     gpus = [r for r in selectable.values() if r.kind != Kind.CPU.value and (r.free or 0) > 0]
     if gpus:
         smallest = min(gpus, key=lambda r: (offerings[r.slug].memory_mib or 10**9, r.slug))
@@ -118,7 +131,7 @@ def counts_notice(health: "Health", now: datetime) -> str:
 
     ``now`` is timezone-aware (the site's zone): the time the counts are from is shown in it.
     """
-    if health.ready:
+    if health.ready or health.forbidden:  # forbidden: each offering says "free count unavailable"
         return ""
     if not health.answered:
         return "Counting free GPUs: the hub is still connecting to the cluster. Reload the page in a moment."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable
+from typing import Any, Iterable
 
 from .offerings import Offering
 
@@ -17,6 +17,30 @@ class Requester:
     name: str
     groups: frozenset[str] = frozenset()
     admin: bool = False
+
+
+def named(items: Any) -> list[tuple[str, Any]]:
+    """(name, item) for each of ``items`` that has a name: a hub's groups, or a group's users.
+
+    JupyterHub gives lists of objects with a ``name``; authenticators and custom User
+    objects have been seen to give names, a single name, None, or nothing at all. Every
+    such shape works (a single string is one name); a value that cannot be iterated
+    counts as none: a spawn must not fail on how groups are stored.
+    """
+    if items is None:
+        return []
+    if isinstance(items, str):
+        return [(items, items)]
+    try:
+        items = list(items)
+    except TypeError:
+        return []
+    out = []
+    for item in items:
+        name = item if isinstance(item, str) else getattr(item, "name", None)
+        if isinstance(name, str) and name:
+            out.append((name, item))
+    return out
 
 
 def may_use(offering: Offering, who: Requester) -> bool:

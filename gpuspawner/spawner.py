@@ -30,16 +30,17 @@ from . import hubhooks, metrics
 from .admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaLedger, Quotas, admit, units_held
 from .checks import config_problems
 from .catalog import TRAITS as CATALOG_TRAITS
-from .catalog import CatalogConfig, build_catalog
+from .catalog import CatalogConfig, build_catalog, gpu_offerings_in_play
 from .choice import RECORD_KEY, Choice, ChoiceError, parse_choice
-from .inventory import OFFERING_LABEL, Inventory
+from .capacity import UNCOUNTED, Availability
+from .inventory import OFFERING_LABEL, ClusterIndex, Health, Inventory
 from .notebook import NOTEBOOK_TRAITS, Notebook
 from .orphans import OrphanReconciler, hub_servers_from_db
 from .offerings import Offering, OfferingConfigError
 from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
-from .form import COUNT_FIELD, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
+from .form import COUNT_FIELD, COUNT_FIELD_PREFIX, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
 from .page import counts_notice, default_choice, option_views, unreachable_message
-from .policy import Requester, allowed, window_state
+from .policy import Requester, allowed, named, window_state
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
 from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, split_known
 from .offerings import Kind
@@ -256,6 +257,10 @@ class GPUSpawner(KubeSpawner):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if "user_options" in kwargs:
+            # traitlets sets keyword traits before the config: JupyterHub's stored user_options
+            # were checked against an empty profile_list. Checked again now that it is loaded.
+            self.user_options = dict(kwargs["user_options"] or {})
         # What the admin configured, before any offering touched it.
         self._baseline = {name: copy.deepcopy(getattr(self, name)) for name in POD_TRAITS}
         self.choice: Choice | None = None
@@ -307,9 +312,13 @@ class GPUSpawner(KubeSpawner):
     def catalog_config(self) -> CatalogConfig:
         return CatalogConfig.from_settings({trait: getattr(self, trait) for trait in CATALOG_TRAITS})
 
+    def _user_groups(self) -> list[tuple[str, Any]]:
+        """(name, group) of the user's groups, whatever shape the hub's User gives them in."""
+        return named(getattr(self.user, "groups", None))
+
     def requester(self) -> Requester:
         user = self.user
-        groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(user, "groups", None) or ()))
+        groups = frozenset(name for name, _ in self._user_groups())
         return Requester(name=user.name, groups=groups, admin=bool(getattr(user, "admin", False)))
 
     @property
@@ -322,24 +331,45 @@ class GPUSpawner(KubeSpawner):
 
         Raises OfferingConfigError (logged; users see a short message) if the settings are wrong.
         """
+        if not self.config_problems() and self.catalog_config.needs_inventory() and not self.inventory.ready:
+            await self.inventory.wait_answered(self.inventory_ready_timeout)  # at once unless the hub has just started
+        return self._catalog_now()
+
+    def _catalog_now(self) -> list[Offering]:
+        """:meth:`catalog` from what is known now, without waiting for the cluster."""
         problems = self.config_problems()
         if problems:
             raise OfferingConfigError("; ".join(problems))
+        config = self.catalog_config
+        if not config.needs_inventory():
+            return build_catalog(config)  # nothing to discover or count: no cluster-wide watch
         inventory = self.inventory
-        if not inventory.ready:
-            await inventory.wait_answered(self.inventory_ready_timeout)  # at once unless the hub has just started
         try:  # free counts fit the notebook's own cpu/memory guarantees, selector and tolerations beside the GPU
             inventory.index.set_notebook(Notebook.from_settings({n: self._baseline.get(n, getattr(self, n)) for n in NOTEBOOK_TRAITS}))
         except ValueError as exc:
             raise OfferingConfigError(str(exc)) from None
         discovered = inventory.index.discovered() if self.discover_offerings else None
-        catalog = build_catalog(self.catalog_config, discovered=discovered)
-        metrics.observe_catalog(inventory.index, catalog)
+        catalog = build_catalog(config, discovered=discovered)
+        if not inventory.forbidden:
+            metrics.observe_catalog(inventory.index, catalog)
         return catalog
 
-    async def available_offerings(self) -> dict[str, Offering]:
-        """The offerings this spawner's user may take, by slug."""
-        return allowed(await self.catalog(), self.requester())
+    def _health(self) -> Health:
+        """How far the counts can be trusted; live when none are needed (no watch is started)."""
+        return self.inventory.health if self.catalog_config.needs_inventory() else Health(ready=True)
+
+    def _counts(self) -> ClusterIndex | None:
+        """The live counts, or None where there are none: no offering needs them (no watch
+        is started then), or the hub may not read the cluster (see Inventory.forbidden)."""
+        if not self.catalog_config.needs_inventory():
+            return None
+        inventory = self.inventory
+        return None if inventory.forbidden else inventory.index
+
+    def availability(self, offering: Offering) -> Availability:
+        """Capacity and free units of ``offering`` now; uncounted where there are no counts."""
+        index = self._counts()
+        return index.availability(offering) if index is not None else UNCOUNTED
 
     def _default_slug(self, offerings: dict[str, Offering]) -> str | None:
         if self.default_offering and self.default_offering in offerings:
@@ -354,13 +384,21 @@ class GPUSpawner(KubeSpawner):
         the cluster cannot be reached (or the hub's GPU settings are wrong).
         """
         try:
-            offerings = await self.available_offerings()
+            catalog = await self.catalog()
         except OfferingConfigError as exc:
-            self.log.error("GPUSpawner configuration error: %s", exc)
-            raise SpawnRefused("This hub's GPU options are misconfigured; please tell your administrator.", "misconfigured") from None
-        health = self.inventory.health
-        if not health.ready:  # no pod can be made, and the counts cannot be trusted
+            raise self._misconfigured(exc) from None
+        return self._choose(user_options, catalog)
+
+    def _misconfigured(self, exc: OfferingConfigError) -> SpawnRefused:
+        self.log.error("GPUSpawner configuration error: %s", exc)
+        return SpawnRefused("This hub's GPU options are misconfigured; please tell your administrator.", "misconfigured")
+
+    def _choose(self, user_options: dict[str, Any], catalog: list[Offering]) -> Choice:
+        """:meth:`resolve_choice` on ``catalog``: the cluster first (503), then the choice (400, 403)."""
+        health = self._health()
+        if not health.ready and not health.forbidden:  # no pod can be made, and the counts cannot be trusted
             raise SpawnRefused(unreachable_message(health, self.now()), "unreachable")
+        offerings = allowed(catalog, self.requester())
         try:
             return parse_choice(user_options, offerings, self._default_slug(offerings))
         except ChoiceError as exc:
@@ -414,18 +452,36 @@ class GPUSpawner(KubeSpawner):
     async def load_user_options(self) -> None:
         """Apply the chosen offering on top of the admin's config (and KubeSpawner's profile, if any).
 
+        With no GPU offering in play this is KubeSpawner's own: user_options, the pod and
+        the state stay exactly KubeSpawner's (an ``offering`` key, which KubeSpawner would
+        ignore, is still checked, so a request for a GPU this hub does not have is refused).
         Raises :class:`SpawnRefused` (its status and message become the hub's answer).
         """
         self._restore_baseline()
         self._refused = False
+        self.choice = None
         try:
             await self._load_profile_options()
+            try:
+                in_play = gpu_offerings_in_play(await self.catalog())
+            except OfferingConfigError:
+                in_play = True  # resolve_choice logs it and refuses with a short message
             choice = await self.resolve_choice(self.user_options)
-            self.apply_choice(choice)
-            await self.admit(choice)
+            if in_play:
+                self.apply_choice(choice)
+                await self.admit(choice)
         except SpawnRefused:
             self._refused = True  # before any pod was made: poll() says so without asking the cluster
+            self._refused_options = dict(self.user_options)  # kept past clear_state: the form shown again selects it
             raise
+        self._refused_options = None
+
+    @staticmethod
+    def _check_profile(options: dict[str, Any], profile_list: list[dict]) -> None:
+        try:
+            check_profile(options, profile_list)
+        except ChoiceError as exc:
+            raise SpawnRefused(str(exc), exc.reason) from None
 
     async def _initialized_profile_list(self) -> list[dict]:
         profile_list = self._sorted_dict_values(self.profile_list)
@@ -437,10 +493,7 @@ class GPUSpawner(KubeSpawner):
         """KubeSpawner's profile choice, with a wrong profile or option a 400 and a short message."""
         if not self.profile_list:
             return
-        try:
-            check_profile(self.user_options, await self._initialized_profile_list())
-        except ChoiceError as exc:
-            raise SpawnRefused(str(exc), exc.reason) from None
+        self._check_profile(self.user_options, await self._initialized_profile_list())
         try:
             await super().load_user_options()
         except ValueError as exc:  # KubeSpawner's unlisted-choice checks (its own words name no user input)
@@ -489,23 +542,26 @@ class GPUSpawner(KubeSpawner):
     # ------------------------------------------------------------------ the spawn page
 
     def _options_form_default(self):
+        """KubeSpawner's own form while no GPU offering can be in play (none configured,
+        discovery off); otherwise decided on each view (see _render_gpu_form)."""
+        if not self.offerings and not self.discover_offerings:
+            return KubeSpawner._options_form_default(self)
         return self._render_gpu_form
-
-    def _options_from_form_default(self):
-        return self._gpu_options_from_form
 
     def now(self) -> datetime:
         return datetime.now(ZoneInfo(self.site_timezone))  # checked by catalog() before any use
 
     async def _render_gpu_form(self, spawner: "GPUSpawner | None" = None) -> str:
-        """The spawn page's GPU choice (and KubeSpawner's profile choice beside it, if configured)."""
+        """The spawn page: the GPU choice with KubeSpawner's profile form inside it, or
+        KubeSpawner's form alone while no GPU offering is in play."""
         try:
             catalog = await self.catalog()
         except OfferingConfigError as exc:
             self.log.error("GPUSpawner configuration error: %s", exc)
             return render_form(FormView(groups=(), selected=None, selected_count=1,
                                         message="This hub's GPU options are misconfigured; please tell your administrator."))
-        index = self.inventory.index
+        if not gpu_offerings_in_play(catalog):
+            return await self._kubespawner_form()
         by_slug = {o.slug: o for o in catalog}
         bound, members = self._bound_holdings(by_slug), self._group_members()
 
@@ -513,50 +569,77 @@ class GPUSpawner(KubeSpawner):
             decision = self._check_quota(offering, offering.counts[0], bound, members)
             return "over your quota" if decision.action == REFUSE else ""
 
-        notice = counts_notice(self.inventory.health, self.now())
+        notice = counts_notice(self._health(), self.now())
         rows = option_views(
-            catalog, self.requester(), index.availability, self.now(), self.admission,
+            catalog, self.requester(), self.availability, self.now(), self.admission,
             quota_reason, WaitQueue.length, self.hide_forbidden_offerings,
         )
-        # A refused POST's choice first, else what the user chose last time.
-        last = getattr(self, "_form_selection", None) or (self.orm_spawner.user_options if self.orm_spawner else None)
-        selected, count = default_choice(rows, self.default_offering, last, by_slug)
-        extra = ""
-        if self.profile_list:
-            extra = Markup(await self._render_profile_form())
+        last = self.user_options or (self.orm_spawner.user_options if self.orm_spawner else None)
+        refused = getattr(self, "_refused_options", None)  # JupyterHub shows the form again after a refusal
+        selected, count = default_choice(rows, self.default_offering, last, by_slug, refused)
         return render_form(FormView(
             groups=group_options(rows, [k.value for k in Kind]),
             selected=selected, selected_count=count,
-            extra_html=extra, refresh_seconds=self.form_refresh_seconds, notice=notice,
+            extra_html=Markup(await self._kubespawner_form()), refresh_seconds=self.form_refresh_seconds, notice=notice,
         ))
 
-    async def _render_profile_form(self) -> str:
-        profile_list = self.profile_list
-        if callable(profile_list):
-            profile_list = await maybe_future(profile_list(self))
-        return self._render_options_form(self._sorted_dict_values(profile_list))
+    async def _kubespawner_form(self) -> str:
+        """KubeSpawner's own spawn form (its profile list); "" without a profile_list."""
+        form = KubeSpawner._options_form_default(self)
+        return await maybe_future(form(self)) if callable(form) else form
 
-    async def _gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        """The POST -> validated ``user_options``. A :class:`SpawnRefused` re-renders the form with
-        its message (and answers with its status, as the REST API would)."""
-        options = user_options_from_form(formdata)
-        ours = {k: options[k] for k in (OFFERING_FIELD, COUNT_FIELD) if k in options}
-        self._form_selection = {k: v for k, v in ours.items() if isinstance(v, str)}
-        profile = {}
-        if self.profile_list:  # checked first, as at start
-            fields = {k: v for k, v in formdata.items() if k == "profile" or k.startswith("profile-option-")}
-            profile = KubeSpawner._options_from_form(self, fields)
-            try:
-                check_profile(profile, await self._initialized_profile_list())
-            except ChoiceError as exc:
-                raise SpawnRefused(str(exc), exc.reason) from None
-        choice = await self.resolve_choice(ours)
-        reason, decision = await self._obstacle(choice)
-        if decision.action == REFUSE:
-            advice = {"window": " Please pick another option.", "no_capacity": " Your choice was taken just now; please pick again."}
-            raise SpawnRefused(decision.message + advice.get(reason, ""), reason)
-        self._form_selection = None
-        return {**profile, **choice.as_user_options()}
+    def _options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        """KubeSpawner's ``_options_from_form``: the same signature, synchronous, a dict.
+
+        A post without a GPU choice (KubeSpawner's own form, a query string) gets KubeSpawner's
+        answer; a profile that does not exist is refused at once (400) where KubeSpawner fails
+        at start. With a GPU choice, its ``offering`` and ``count`` are added as posted and
+        checked at once from what the hub knows without waiting (see _refuse_now); the start
+        checks everything again (load_user_options), as the cluster may change in between.
+        """
+        if OFFERING_FIELD not in formdata:
+            options = super()._options_from_form(formdata)
+            self._check_profile_now(options)  # a wrong profile: 400 at once, as with a GPU choice
+            return options
+        ours = {k for k in formdata if k in (OFFERING_FIELD, COUNT_FIELD) or k.startswith(COUNT_FIELD_PREFIX)}
+        options = super()._options_from_form({k: v for k, v in formdata.items() if k not in ours})
+        options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
+        try:
+            self._refuse_now(options)
+        except SpawnRefused:
+            self._refused_options = options  # JupyterHub shows the form again: it keeps the choice
+            raise
+        return options
+
+    def _check_profile_now(self, options: dict[str, Any]) -> None:
+        """KubeSpawner's profile choice checked at once (400); a callable profile_list (it may
+        need awaiting) is left to the start."""
+        if self.profile_list and not callable(self.profile_list):
+            self._check_profile(options, self._get_initialized_profile_list(self._sorted_dict_values(self.profile_list)))
+
+    def _refuse_now(self, options: dict[str, Any]) -> None:
+        """Refuse at once what the start would refuse, from what is known without waiting.
+
+        JupyterHub shows the form again with a start's refusal only if the start fails within
+        a second of the POST; on a busy hub it takes longer and the user lands on the
+        spawn-pending page instead. So a posted choice is also checked here, in the start's
+        order (profile, cluster, choice, window, quota, capacity), recording nothing; the
+        start checks it all again, as the cluster may change in between. Left to the start:
+        a callable profile_list (it may need awaiting), and everything while the hub has not
+        heard from the cluster yet.
+        """
+        self._check_profile_now(options)
+        try:
+            if not self.config_problems() and self.catalog_config.needs_inventory() and not self.inventory.health.answered:
+                return
+            catalog = self._catalog_now()
+        except OfferingConfigError as exc:
+            raise self._misconfigured(exc) from None
+        choice = self._choose(options, catalog)
+        if gpu_offerings_in_play(catalog):
+            reason, decision = self._obstacle_now(choice, catalog)
+            if decision.action == REFUSE:
+                raise _refusal(reason, decision)
 
     # ------------------------------------------------------------------ admission
 
@@ -564,10 +647,18 @@ class GPUSpawner(KubeSpawner):
     def _reservation_key(self) -> str:
         return f"{self.namespace}/{self.pod_name}"
 
+    def _release_reservation(self) -> None:
+        """Give back units reserved for this pod, in the inventory if one runs (never starts one)."""
+        inventory = Inventory.running(self.api)
+        if inventory is not None:
+            inventory.index.release(self._reservation_key)
+
     def _bound_holdings(self, catalog: dict[str, Offering]) -> dict[str, Held]:
-        """GPU units that bound pods of this hub's users hold now (from the inventory), by pod key."""
+        """GPU units that bound pods of this hub's users hold now (from the inventory), by pod key.
+        Without counts: none (quotas then count the grants this hub process made)."""
         out = {}
-        for key, pod in self.inventory.index.pods.items():
+        index = self._counts()
+        for key, pod in (index.pods if index is not None else {}).items():
             offering = catalog.get(pod.offering or "")
             if pod.user and offering is not None:
                 out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user)
@@ -576,10 +667,9 @@ class GPUSpawner(KubeSpawner):
     def _group_members(self) -> dict[str, list[str]]:
         """Members (as pod labels) of this user's groups that have a quota."""
         out: dict[str, list[str]] = {}
-        for group in getattr(self.user, "groups", None) or ():
-            name = getattr(group, "name", str(group))
+        for name, group in self._user_groups():
             if name in self.group_quotas:
-                out[name] = [user_label(getattr(u, "name", str(u))) for u in (getattr(group, "users", None) or ())]
+                out[name] = [user_label(member) for member, _ in named(getattr(group, "users", None))]
         return out
 
     def _check_quota(
@@ -596,23 +686,26 @@ class GPUSpawner(KubeSpawner):
         kind, also those without a Kubernetes resource), quotas, then capacity.
 
         Returns (refusal reason for the metrics, decision); the reason is "" unless refused.
-        Used by the form (to re-render it) and at start (to refuse the spawn). With ``grant``
-        (at start), the quota check also records the grant: release it if the spawn does not go on.
+        With ``grant`` (at start), the quota check also records the grant: release it if the
+        spawn does not go on.
         """
+        return self._obstacle_now(choice, await self.catalog(), grant)
+
+    def _obstacle_now(self, choice: Choice, offerings: list[Offering], grant: bool = False) -> tuple[str, Decision]:
+        """:meth:`_obstacle` on ``offerings``, in one step (nothing else runs between the quota
+        check and its grant)."""
         offering, count = choice.offering, choice.count
         closed = window_state(offering.windows, self.now())
         if closed:
             return "window", Decision(REFUSE, f"{offering.display_name} is {closed}.")
         if not offering.resources:
             return "", Decision(ADMIT)
-        catalog = {o.slug: o for o in await self.catalog()}
-        # No await from here on: the quota check and its grant are one step.
+        catalog = {o.slug: o for o in offerings}
         quota = self._check_quota(offering, count, self._bound_holdings(catalog), self._group_members(), grant=grant)
         if quota.action == REFUSE:
             return "quota", quota
-        index = self.inventory.index
-        others = [(o, index.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
-        decision = admit(offering, count, index.availability(offering), self.admission, others)
+        others = [(o, self.availability(o)) for o in allowed(catalog.values(), self.requester()).values()]
+        decision = admit(offering, count, self.availability(offering), self.admission, others)
         return ("no_capacity" if decision.action == REFUSE else ""), decision
 
     async def admit(self, choice: Choice) -> None:
@@ -624,7 +717,7 @@ class GPUSpawner(KubeSpawner):
         if decision.action == REFUSE:
             self.quota_ledger.release(self._reservation_key)
             metrics.refused(offering, reason)
-            raise SpawnRefused(decision.message, reason)
+            raise _refusal(reason, decision)
         if not offering.resources:
             return
         try:
@@ -635,7 +728,11 @@ class GPUSpawner(KubeSpawner):
 
     async def _take(self, offering: Offering, count: int, decision: Decision) -> None:
         """Queue, warn or go for ``decision``, then reserve the units on a node."""
-        index = self.inventory.index
+        index = self._counts()
+        if index is None:  # the hub may not read the cluster: the scheduler decides alone
+            metrics.admitted(offering, decision.action)
+            self._gpu_messages.append(f"Starting {count} x {offering.display_name} (free count unavailable).")
+            return
         if decision.action == QUEUE:
             await self._wait_in_queue(offering, count, decision.message)
         elif decision.action == WARN:
@@ -652,11 +749,10 @@ class GPUSpawner(KubeSpawner):
         queue = WaitQueue.for_offering(offering.slug)
         timeout = offering.queue_timeout or self.queue_timeout
         self._gpu_messages.append(message)
-        index = self.inventory.index
         async with queue.place(self._reservation_key) as place:
             deadline = time.monotonic() + timeout
             while True:
-                if place.first and (index.availability(offering).largest_free or 0) >= count:
+                if place.first and (self.availability(offering).largest_free or 0) >= count:
                     return  # admit() reserves before anyone else can run
                 if time.monotonic() > deadline:
                     metrics.refused(offering, "queue_timeout")
@@ -685,15 +781,18 @@ class GPUSpawner(KubeSpawner):
                 await asyncio.gather(start, return_exceptions=True)
                 await self.stop(now=True)
                 raise SpawnRefused(reason, "unschedulable")
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, SpawnRefused):
+                exc.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
             self.quota_ledger.release(self._reservation_key)
             raise
         finally:
             watch.cancel()
             start.cancel()  # an interrupted spawn must not go on to create its pod after the stop
-            self.inventory.index.release(self._reservation_key)
+            self._release_reservation()
         if self.choice is not None:
-            self._record_url = f"{url.rstrip('/')}{self.server.base_url}" if url else None
+            # Without the hub's Server object (a script, a test) there is no base URL to name.
+            self._record_url = f"{url.rstrip('/')}{self.server.base_url}" if url and self.server else None
             record = self.record()
             self.user_options = {**self.user_options, RECORD_KEY: record}
             if self.orm_spawner is not None:
@@ -713,9 +812,8 @@ class GPUSpawner(KubeSpawner):
             scheduler_says = unschedulable_reason(pod) if pod else None
             if scheduler_says:
                 offering = self.choice.offering
-                index = self.inventory.index
                 catalog = allowed(await self.catalog(), self.requester()).values()
-                decision = admit(offering, self.choice.count, index.availability(offering), REFUSE, [(o, index.availability(o)) for o in catalog])
+                decision = admit(offering, self.choice.count, self.availability(offering), REFUSE, [(o, self.availability(o)) for o in catalog])
                 metrics.refused(offering, "unschedulable")
                 head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."
                 return f"{head} The scheduler says: {scheduler_says}"
@@ -736,7 +834,7 @@ class GPUSpawner(KubeSpawner):
 
     async def stop(self, now: bool = False):
         """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``)."""
-        self.inventory.index.release(self._reservation_key)
+        self._release_reservation()
         deadline = time.monotonic() + self.stop_retry_timeout
         attempt = 0
         try:
@@ -828,6 +926,12 @@ class GPUSpawner(KubeSpawner):
         self._saved_record = None
         self._record_url = None
 
+
+
+def _refusal(reason: str, decision: Decision) -> SpawnRefused:
+    """A refused window, quota or capacity decision, with what the user can do about it."""
+    advice = {"window": " Please pick another option.", "no_capacity": " Your choice was taken just now; please pick again."}
+    return SpawnRefused(decision.message + advice.get(reason, ""), reason)
 
 
 def _brief(exc: BaseException) -> str:

@@ -240,12 +240,13 @@ async def test_kubespawner_image_choice_works_beside_the_gpu_choice(devcluster, 
     spawner.profile_list = profiles
     form = await spawner._render_gpu_form()
     assert 'name="offering"' in form and 'value="pytorch"' in form  # both choices on one page
-    options = await spawner._gpu_options_from_form(
+    options = spawner.options_from_form(  # KubeSpawner's contract: synchronous, a dict, checked at start
         {"offering": ["mig-nvidia-a100-sxm4-40gb-2g-10gb"], "profile": ["pytorch"], "_xsrf": ["x"], "evil": ["<b>"]}
     )
-    assert options == {"profile": "pytorch", "offering": "mig-nvidia-a100-sxm4-40gb-2g-10gb", "count": 1}
+    assert options == {"profile": "pytorch", "offering": "mig-nvidia-a100-sxm4-40gb-2g-10gb"}
     spawner.user_options = options
     await spawner.start()
+    assert spawner.user_options["count"] == 1
     try:
         pod = await pod_of(spawner)
         container = pod["spec"]["containers"][0]
@@ -275,11 +276,11 @@ async def test_a_running_server_is_stopped_by_a_closing_window_only_when_configu
             await spawner.stop(now=True)
 
 
-def test_user_options_hold_known_keys_only_from_the_start(devcluster, namespace):
+async def test_user_options_hold_known_keys_only_from_the_start(devcluster, namespace):
     """JupyterHub builds a spawner with the stored user_options (e.g. after a restart): the profile
     keys stay (the profile_list is configured by then), junk goes, and the record this spawner's
     server wrote stays because the database row holds the same one."""
-    from types import SimpleNamespace
+    from jupyterhub import orm
 
     os.environ["KUBECONFIG"] = str(devcluster.kubeconfig)
     config = Config()
@@ -288,7 +289,7 @@ def test_user_options_hold_known_keys_only_from_the_start(devcluster, namespace)
                                                     "profile_options": {"image": {"display_name": "Image", "choices": {"a": {}}}}}}
     record = {"offering": "cpu", "kind": "cpu", "count": 1, "pod": "jupyter-ada", "url": "http://10.0.0.1:8888/user/ada/"}
     stored = {"offering": "cpu", "profile": "python", "image": "a", "junk": "x" * 100, "gpuspawner": record}
-    row = SimpleNamespace(user_options=stored)
+    row = orm.Spawner(name="", user_options=stored)  # the hub's database row (not stored)
     spawner = GPUSpawner(hub=Hub(), user=User("ada"), config=config, user_options=dict(stored), orm_spawner=row)
     assert spawner.user_options == {"offering": "cpu", "profile": "python", "image": "a", "gpuspawner": record}
     spawner.user_options = {"offering": "cpu", "gpuspawner": {**record, "pod": "someone-else"}}

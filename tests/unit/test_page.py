@@ -85,7 +85,10 @@ def test_rows_carry_plain_words():
 def test_default_choice_order():
     shown = option_views(CATALOG, RESEARCHER, availability, TUESDAY_NIGHT)
     by = {o.slug: o for o in CATALOG}
-    assert default_choice(shown, "h100", {"offering": "mig-1g"}, by) == ("h100", 1)  # admin's default first
+    refused = {"offering": "h100", "count": "2"}  # the form shown again after a refusal keeps the choice
+    assert default_choice(shown, "mig-1g", {"offering": "mig-1g"}, by, refused) == ("h100", 2)
+    assert default_choice(shown, "h100", {"offering": "mig-1g"}, by, {"offering": "gone"}) == ("h100", 1)
+    assert default_choice(shown, "h100", {"offering": "mig-1g"}, by) == ("h100", 1)  # else the admin's default
     assert default_choice(shown, "", {"offering": "h100", "count": "2"}, by) == ("h100", 2)  # then the last choice
     assert default_choice(shown, "", {"offering": "h100", "count": "8"}, by) == ("h100", 1)  # a count that no longer fits
     assert default_choice(shown, "", {"offering": "gone"}, by) == ("mig-1g", 1)  # then the smallest free GPU

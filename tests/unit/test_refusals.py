@@ -87,6 +87,26 @@ def test_a_logged_refusal_is_one_line_with_its_message():
     assert "\n" not in text
 
 
+def test_the_spawn_pages_echoes_of_a_refused_start_are_dropped():
+    """A refusal happens as the server starts, where User.spawn logs its line; the spawn page
+    (form POST, or /hub/spawn?...) logs the same failure twice more when it shows the form again."""
+    refusal = SpawnRefused("The GPU option 'x' is not offered to you.", "not_offered")
+    refusal.during_start = True  # as GPUSpawner._start marks it
+    for func in ("_post", "get"):
+        echo = logging.LogRecord("JupyterHub", logging.ERROR, __file__, 1, "Failed to spawn", None,
+                                 (SpawnRefused, refusal, None), func=func)
+        assert not RefusalsOnOneLine().filter(echo)
+    again = logging.LogRecord("JupyterHub", logging.ERROR, __file__, 1, f"Error starting server alice: {refusal}", None, None,
+                              func="_wrap_spawn_single_user")
+    assert not RefusalsOnOneLine().filter(again)
+    said = logging.LogRecord("JupyterHub", logging.ERROR, __file__, 1, f"Not starting alice's server : {refusal}", None, None,
+                             func="spawn")
+    assert RefusalsOnOneLine().filter(said)
+    form = logging.LogRecord("JupyterHub", logging.ERROR, __file__, 1, "Failed to spawn", None,
+                             (SpawnRefused, SpawnRefused("No GPU is free.", "no_capacity"), None), func="_post")
+    assert RefusalsOnOneLine().filter(form)  # refused by the form itself: its only line
+
+
 def test_any_other_exception_keeps_its_traceback():
     try:
         raise KeyError("bug")
