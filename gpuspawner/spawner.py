@@ -257,6 +257,10 @@ class GPUSpawner(KubeSpawner):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if "user_options" in kwargs:
+            # traitlets sets keyword traits before the config: JupyterHub's stored user_options
+            # were checked against an empty profile_list. Checked again now that it is loaded.
+            self.user_options = dict(kwargs["user_options"] or {})
         # What the admin configured, before any offering touched it.
         self._baseline = {name: copy.deepcopy(getattr(self, name)) for name in POD_TRAITS}
         self.choice: Choice | None = None
@@ -587,14 +591,16 @@ class GPUSpawner(KubeSpawner):
     def _options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
         """KubeSpawner's ``_options_from_form``: the same signature, synchronous, a dict.
 
-        A post without a GPU choice (KubeSpawner's own form, a query string) gets exactly
-        KubeSpawner's answer. With one, its ``offering`` and ``count`` are added as posted,
-        unchecked: they are checked against what this user may take when the server starts
-        (load_user_options), where a refusal shows the form again with the reason, the
-        refused choice still selected.
+        A post without a GPU choice (KubeSpawner's own form, a query string) gets KubeSpawner's
+        answer; a profile that does not exist is refused at once (400) where KubeSpawner fails
+        at start. With a GPU choice, its ``offering`` and ``count`` are added as posted and
+        checked at once from what the hub knows without waiting (see _refuse_now); the start
+        checks everything again (load_user_options), as the cluster may change in between.
         """
         if OFFERING_FIELD not in formdata:
-            return super()._options_from_form(formdata)
+            options = super()._options_from_form(formdata)
+            self._check_profile_now(options)  # a wrong profile: 400 at once, as with a GPU choice
+            return options
         ours = {k for k in formdata if k in (OFFERING_FIELD, COUNT_FIELD) or k.startswith(COUNT_FIELD_PREFIX)}
         options = super()._options_from_form({k: v for k, v in formdata.items() if k not in ours})
         options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
@@ -604,6 +610,12 @@ class GPUSpawner(KubeSpawner):
             self._refused_options = options  # JupyterHub shows the form again: it keeps the choice
             raise
         return options
+
+    def _check_profile_now(self, options: dict[str, Any]) -> None:
+        """KubeSpawner's profile choice checked at once (400); a callable profile_list (it may
+        need awaiting) is left to the start."""
+        if self.profile_list and not callable(self.profile_list):
+            self._check_profile(options, self._get_initialized_profile_list(self._sorted_dict_values(self.profile_list)))
 
     def _refuse_now(self, options: dict[str, Any]) -> None:
         """Refuse at once what the start would refuse, from what is known without waiting.
@@ -616,8 +628,7 @@ class GPUSpawner(KubeSpawner):
         a callable profile_list (it may need awaiting), and everything while the hub has not
         heard from the cluster yet.
         """
-        if self.profile_list and not callable(self.profile_list):
-            self._check_profile(options, self._get_initialized_profile_list(self._sorted_dict_values(self.profile_list)))
+        self._check_profile_now(options)
         try:
             if not self.config_problems() and self.catalog_config.needs_inventory() and not self.inventory.health.answered:
                 return

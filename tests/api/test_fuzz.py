@@ -296,9 +296,10 @@ def check(hub: GPUHub, request: Request, answer: Answer) -> None:
     expected = request.expected_faults()
     where = f"{request}\n-> {answer.status} {answer.message!r}"
     assert answer.status < 500, where + "\n" + hub.log_tail()
-    if expected and answer.status == 202 and request.channel != "form":
-        # JupyterHub answers 202 when a start takes longer than slow_spawn_timeout, which a refusal
-        # may on a loaded machine; it then reaches the spawn-pending page's event stream instead.
+    if expected and answer.status == (302 if request.channel == "form" else 202):
+        # JupyterHub answers 202 (the form: a redirect to the spawn-pending page) when a start
+        # takes longer than slow_spawn_timeout (the form: 1 s), which a refusal at start may on
+        # a loaded machine; it then reaches the spawn-pending page's event stream instead.
         result = hub.spawn_result(request.user, request.server)
         assert result.get("failed") and result["message"].startswith("Spawn failed: "), (where, result)
         answer.message = result["message"][len("Spawn failed: "):]

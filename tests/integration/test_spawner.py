@@ -276,11 +276,11 @@ async def test_a_running_server_is_stopped_by_a_closing_window_only_when_configu
             await spawner.stop(now=True)
 
 
-def test_user_options_hold_known_keys_only_from_the_start(devcluster, namespace):
+async def test_user_options_hold_known_keys_only_from_the_start(devcluster, namespace):
     """JupyterHub builds a spawner with the stored user_options (e.g. after a restart): the profile
     keys stay (the profile_list is configured by then), junk goes, and the record this spawner's
     server wrote stays because the database row holds the same one."""
-    from types import SimpleNamespace
+    from jupyterhub import orm
 
     os.environ["KUBECONFIG"] = str(devcluster.kubeconfig)
     config = Config()
@@ -289,7 +289,7 @@ def test_user_options_hold_known_keys_only_from_the_start(devcluster, namespace)
                                                     "profile_options": {"image": {"display_name": "Image", "choices": {"a": {}}}}}}
     record = {"offering": "cpu", "kind": "cpu", "count": 1, "pod": "jupyter-ada", "url": "http://10.0.0.1:8888/user/ada/"}
     stored = {"offering": "cpu", "profile": "python", "image": "a", "junk": "x" * 100, "gpuspawner": record}
-    row = SimpleNamespace(user_options=stored)
+    row = orm.Spawner(name="", user_options=stored)  # the hub's database row (not stored)
     spawner = GPUSpawner(hub=Hub(), user=User("ada"), config=config, user_options=dict(stored), orm_spawner=row)
     assert spawner.user_options == {"offering": "cpu", "profile": "python", "image": "a", "gpuspawner": record}
     spawner.user_options = {"offering": "cpu", "gpuspawner": {**record, "pod": "someone-else"}}
