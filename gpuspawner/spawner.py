@@ -15,6 +15,7 @@ import asyncio
 import copy
 import json
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, AsyncIterator, ClassVar
 from zoneinfo import ZoneInfo
@@ -63,6 +64,22 @@ POD_TRAITS = (
 def user_label(name: str) -> str:
     """A user name as KubeSpawner writes it in the pod label ``hub.jupyter.org/username``."""
     return safe_slug(name, is_valid=is_valid_label)
+
+
+@dataclass
+class SpawnState:
+    """What the current (or last) spawn of one server decided and said: made with the
+    spawner, replaced at the start of each spawn (load_user_options), and cleared with
+    JupyterHub's ``clear_state``, so no spawn reads what an earlier one left."""
+
+    choice: Choice | None = None  # the admitted offering and count; None without a GPU offering in play
+    refused: bool = False  # refused before any pod was made: poll() says so without asking the cluster
+    messages: list[str] = field(default_factory=list)  # our progress steps (admission, reservation, queue)
+    expect_wait: bool = False  # admitted with a warning that the pod may wait: no fail-fast watch
+    queue_position: int | None = None  # place in the offering's wait queue, while waiting
+    started_at: float | None = None  # monotonic time _start began, for the time-to-schedule metric
+    record_url: str | None = None  # the server's URL as the record names it (None without a Server)
+    saved_record: dict[str, Any] | None = None  # the record from the hub's saved state (after a restart)
 
 
 class GPUSpawner(KubeSpawner):
@@ -263,10 +280,17 @@ class GPUSpawner(KubeSpawner):
             self.user_options = dict(kwargs["user_options"] or {})
         # What the admin configured, before any offering touched it.
         self._baseline = {name: copy.deepcopy(getattr(self, name)) for name in POD_TRAITS}
-        self.choice: Choice | None = None
+        self.spawn_state = SpawnState()
+        #: The options of a refused spawn, kept past clear_state: the form shown again selects them.
+        self.refused_options: dict[str, Any] | None = None
         hubhooks.own_row(self)
         hubhooks.log_refusals_on_one_line(self.log)
         self._ensure_orphan_reconciler()
+
+    @property
+    def choice(self) -> Choice | None:
+        """The current spawn's admitted offering and count (None before one, or with no GPU offering in play)."""
+        return self.spawn_state.choice
 
     #: This hub process's orphan reconciler (see gpuspawner.orphans), made by its first spawner.
     _orphans: ClassVar[OrphanReconciler | None] = None
@@ -377,24 +401,14 @@ class GPUSpawner(KubeSpawner):
         cpu = [slug for slug, o in offerings.items() if not o.is_gpu]
         return cpu[0] if cpu else next(iter(offerings), None)
 
-    async def resolve_choice(self, user_options: dict[str, Any]) -> Choice:
-        """Validate ``user_options`` against what this user may take now.
-
-        Raises :class:`SpawnRefused`: 400 malformed, 403 not offered to this user, 503 when
-        the cluster cannot be reached (or the hub's GPU settings are wrong).
-        """
-        try:
-            catalog = await self.catalog()
-        except OfferingConfigError as exc:
-            raise self._misconfigured(exc) from None
-        return self._choose(user_options, catalog)
-
     def _misconfigured(self, exc: OfferingConfigError) -> SpawnRefused:
         self.log.error("GPUSpawner configuration error: %s", exc)
         return SpawnRefused("This hub's GPU options are misconfigured; please tell your administrator.", "misconfigured")
 
     def _choose(self, user_options: dict[str, Any], catalog: list[Offering]) -> Choice:
-        """:meth:`resolve_choice` on ``catalog``: the cluster first (503), then the choice (400, 403)."""
+        """The offering and count ``user_options`` ask for, if this user may take it from
+        ``catalog``. Raises :class:`SpawnRefused`: 503 when the cluster cannot be reached, 400
+        malformed, 403 not offered to this user."""
         health = self._health()
         if not health.ready and not health.forbidden:  # no pod can be made, and the counts cannot be trusted
             raise SpawnRefused(unreachable_message(health, self.now()), "unreachable")
@@ -458,23 +472,23 @@ class GPUSpawner(KubeSpawner):
         Raises :class:`SpawnRefused` (its status and message become the hub's answer).
         """
         self._restore_baseline()
-        self._refused = False
-        self.choice = None
+        # A new spawn's decisions (KubeSpawner's _start calls this, after our _start began timing it).
+        self.spawn_state = SpawnState(started_at=self.spawn_state.started_at)
         try:
             await self._load_profile_options()
             try:
-                in_play = gpu_offerings_in_play(await self.catalog())
-            except OfferingConfigError:
-                in_play = True  # resolve_choice logs it and refuses with a short message
-            choice = await self.resolve_choice(self.user_options)
-            if in_play:
+                catalog = await self.catalog()  # once per spawn: the choice, quotas and capacity read this one
+            except OfferingConfigError as exc:
+                raise self._misconfigured(exc) from None
+            choice = self._choose(self.user_options, catalog)
+            if gpu_offerings_in_play(catalog):
                 self.apply_choice(choice)
-                await self.admit(choice)
+                await self.admit(choice, catalog)
         except SpawnRefused:
-            self._refused = True  # before any pod was made: poll() says so without asking the cluster
-            self._refused_options = dict(self.user_options)  # kept past clear_state: the form shown again selects it
+            self.spawn_state.refused = True
+            self.refused_options = dict(self.user_options)
             raise
-        self._refused_options = None
+        self.refused_options = None
 
     @staticmethod
     def _check_profile(options: dict[str, Any], profile_list: list[dict]) -> None:
@@ -513,7 +527,7 @@ class GPUSpawner(KubeSpawner):
         self.extra_annotations = {**self.extra_annotations, **changes.annotations}
         if changes.command_prefix:
             self.cmd = [*changes.command_prefix, *(self.cmd or ["jupyterhub-singleuser"])]
-        self.choice = choice
+        self.spawn_state.choice = choice
         self.user_options = {**choice.as_user_options(), **self._passthrough_options(), RECORD_KEY: self.record()}
         self.log.info(
             "%s: offering %s x%d -> limits %s, selector %s",
@@ -536,7 +550,7 @@ class GPUSpawner(KubeSpawner):
             "resources": {k: str(v) for k, v in offering.limits_for(self.choice.count).items()},
             "pod": self.pod_name,
             "namespace": self.namespace,
-            "url": url or getattr(self, "_record_url", None),
+            "url": url or self.spawn_state.record_url,
         }
 
     # ------------------------------------------------------------------ the spawn page
@@ -575,8 +589,8 @@ class GPUSpawner(KubeSpawner):
             quota_reason, WaitQueue.length, self.hide_forbidden_offerings,
         )
         last = self.user_options or (self.orm_spawner.user_options if self.orm_spawner else None)
-        refused = getattr(self, "_refused_options", None)  # JupyterHub shows the form again after a refusal
-        selected, count = default_choice(rows, self.default_offering, last, by_slug, refused)
+        # (JupyterHub shows the form again after a refusal: refused_options selects the refused choice)
+        selected, count = default_choice(rows, self.default_offering, last, by_slug, self.refused_options)
         return render_form(FormView(
             groups=group_options(rows, [k.value for k in Kind]),
             selected=selected, selected_count=count,
@@ -607,7 +621,7 @@ class GPUSpawner(KubeSpawner):
         try:
             self._refuse_now(options)
         except SpawnRefused:
-            self._refused_options = options  # JupyterHub shows the form again: it keeps the choice
+            self.refused_options = options  # JupyterHub shows the form again: it keeps the choice
             raise
         return options
 
@@ -681,19 +695,15 @@ class GPUSpawner(KubeSpawner):
         args = (self._reservation_key, offering, count, user_label(self.user.name), Quotas(self.user_quota, self.group_quotas), members, bound)
         return ledger.grant(*args) if grant else ledger.check(*args)
 
-    async def _obstacle(self, choice: Choice, grant: bool = False) -> tuple[str, Decision]:
+    def _obstacle_now(self, choice: Choice, offerings: list[Offering], grant: bool = False) -> tuple[str, Decision]:
         """What stands in the way of ``choice`` now, checked in order: its time window (every
-        kind, also those without a Kubernetes resource), quotas, then capacity.
+        kind, also those without a Kubernetes resource), quotas, then capacity; in one step
+        (nothing else runs between the quota check and its grant).
 
         Returns (refusal reason for the metrics, decision); the reason is "" unless refused.
         With ``grant`` (at start), the quota check also records the grant: release it if the
         spawn does not go on.
         """
-        return self._obstacle_now(choice, await self.catalog(), grant)
-
-    def _obstacle_now(self, choice: Choice, offerings: list[Offering], grant: bool = False) -> tuple[str, Decision]:
-        """:meth:`_obstacle` on ``offerings``, in one step (nothing else runs between the quota
-        check and its grant)."""
         offering, count = choice.offering, choice.count
         closed = window_state(offering.windows, self.now())
         if closed:
@@ -708,12 +718,10 @@ class GPUSpawner(KubeSpawner):
         decision = admit(offering, count, self.availability(offering), self.admission, others)
         return ("no_capacity" if decision.action == REFUSE else ""), decision
 
-    async def admit(self, choice: Choice) -> None:
+    async def admit(self, choice: Choice, catalog: list[Offering]) -> None:
         """Quotas, then capacity: refuse, warn, queue, or go. Holds a reservation when admitted."""
         offering, count = choice.offering, choice.count
-        self._gpu_messages = []
-        self._expect_wait = False
-        reason, decision = await self._obstacle(choice, grant=True)
+        reason, decision = self._obstacle_now(choice, catalog, grant=True)
         if decision.action == REFUSE:
             self.quota_ledger.release(self._reservation_key)
             metrics.refused(offering, reason)
@@ -731,24 +739,24 @@ class GPUSpawner(KubeSpawner):
         index = self._counts()
         if index is None:  # the hub may not read the cluster: the scheduler decides alone
             metrics.admitted(offering, decision.action)
-            self._gpu_messages.append(f"Starting {count} x {offering.display_name} (free count unavailable).")
+            self.spawn_state.messages.append(f"Starting {count} x {offering.display_name} (free count unavailable).")
             return
         if decision.action == QUEUE:
             await self._wait_in_queue(offering, count, decision.message)
         elif decision.action == WARN:
-            self._expect_wait = True
-            self._gpu_messages.append(decision.message)
+            self.spawn_state.expect_wait = True
+            self.spawn_state.messages.append(decision.message)
         if decision.action != WARN and index.reserve(self._reservation_key, offering, count) is None and decision.action == ADMIT:
             # Counted free but no single node fits now (a race with another spawn): say so now.
             metrics.refused(offering, "no_capacity")
             raise SpawnRefused(f"The last {offering.display_name} was just taken by another spawn. Please pick again.")
         metrics.admitted(offering, decision.action)
-        self._gpu_messages.append(f"Reserved {count} x {offering.display_name}.")
+        self.spawn_state.messages.append(f"Reserved {count} x {offering.display_name}.")
 
     async def _wait_in_queue(self, offering: Offering, count: int, message: str) -> None:
         queue = WaitQueue.for_offering(offering.slug)
         timeout = offering.queue_timeout or self.queue_timeout
-        self._gpu_messages.append(message)
+        self.spawn_state.messages.append(message)
         async with queue.place(self._reservation_key) as place:
             deadline = time.monotonic() + timeout
             while True:
@@ -760,21 +768,22 @@ class GPUSpawner(KubeSpawner):
                         f"No {offering.display_name} became free within {timeout // 60 or 1} minute(s). Please try again later.",
                         "queue_timeout",
                     )
-                self._queue_position = place.position
+                self.spawn_state.queue_position = place.position
                 await asyncio.sleep(0.25)
 
     # ------------------------------------------------------------------ start / stop
 
     async def _start(self):
-        self._started_at = time.monotonic()
+        self.spawn_state = SpawnState(started_at=time.monotonic())
         start = asyncio.ensure_future(super()._start())
         watch = asyncio.ensure_future(self._watch_scheduling())
         try:
             done, _ = await asyncio.wait({start, watch}, return_when=asyncio.FIRST_COMPLETED)
             if start in done:
                 url = start.result()
-                if self.choice is not None:
-                    metrics.TIME_TO_SCHEDULE.labels(self.choice.offering.kind.value).observe(time.monotonic() - self._started_at)
+                state = self.spawn_state  # (load_user_options made it, inside KubeSpawner's _start)
+                if state.choice is not None and state.started_at is not None:
+                    metrics.TIME_TO_SCHEDULE.labels(state.choice.offering.kind.value).observe(time.monotonic() - state.started_at)
             else:
                 reason = watch.result()
                 start.cancel()
@@ -792,7 +801,7 @@ class GPUSpawner(KubeSpawner):
             self._release_reservation()
         if self.choice is not None:
             # Without the hub's Server object (a script, a test) there is no base URL to name.
-            self._record_url = f"{url.rstrip('/')}{self.server.base_url}" if url and self.server else None
+            self.spawn_state.record_url = f"{url.rstrip('/')}{self.server.base_url}" if url and self.server else None
             record = self.record()
             self.user_options = {**self.user_options, RECORD_KEY: record}
             if self.orm_spawner is not None:
@@ -802,7 +811,7 @@ class GPUSpawner(KubeSpawner):
 
     async def _watch_scheduling(self) -> str:
         """Return the user's reason as soon as the real scheduler says the pod cannot run."""
-        while self.choice is None or getattr(self, "_expect_wait", False):
+        while self.choice is None or self.spawn_state.expect_wait:
             await asyncio.sleep(3600)  # nothing to watch: warned users (or no GPU) wait it out
         key = f"{self.namespace}/{self.pod_name}"
         while True:
@@ -820,11 +829,11 @@ class GPUSpawner(KubeSpawner):
 
     async def poll(self):
         """KubeSpawner's poll; with ``stop_outside_window``, a server past its window counts as done."""
-        if getattr(self, "_refused", False):
+        if self.spawn_state.refused:
             return 1  # refused before its pod was made (the hub polls before cleaning up): nothing runs
         status = await super().poll()
         if status is None and self.stop_outside_window:
-            slug = self.choice.offering.slug if self.choice else (getattr(self, "_saved_record", None) or {}).get("offering")
+            slug = self.choice.offering.slug if self.choice else (self.spawn_state.saved_record or {}).get("offering")
             offering = next((o for o in await self.catalog() if o.slug == slug), None) if slug else None
             closed = window_state(offering.windows, self.now()) if offering else ""
             if closed:
@@ -887,10 +896,10 @@ class GPUSpawner(KubeSpawner):
         pending = asyncio.ensure_future(inner.__anext__())
         try:
             while True:
-                for message in getattr(self, "_gpu_messages", [])[sent:]:
+                for message in self.spawn_state.messages[sent:]:
                     sent += 1
                     yield {"progress": 2, "message": message}
-                now = getattr(self, "_queue_position", None)
+                now = self.spawn_state.queue_position
                 if now is not None and now != position:
                     position = now
                     yield {"progress": 1, "message": f"Waiting for a free GPU: number {now} in the queue."}
@@ -910,21 +919,18 @@ class GPUSpawner(KubeSpawner):
     def get_state(self) -> dict[str, Any]:
         """KubeSpawner's state plus what this server holds (kept across hub restarts)."""
         state = super().get_state()
-        record = self.record() if self.choice is not None else getattr(self, "_saved_record", None)
+        record = self.record() if self.choice is not None else self.spawn_state.saved_record
         if record:
             state[RECORD_KEY] = record
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
-        self._saved_record = state.get(RECORD_KEY)
+        self.spawn_state.saved_record = state.get(RECORD_KEY)
 
     def clear_state(self) -> None:
         super().clear_state()
-        self._refused = False
-        self.choice = None
-        self._saved_record = None
-        self._record_url = None
+        self.spawn_state = SpawnState()
 
 
 

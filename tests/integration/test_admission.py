@@ -158,7 +158,7 @@ async def test_queue_waits_for_a_unit_and_then_starts(devcluster, kube, namespac
     start = asyncio.ensure_future(spawner.start())
     await asyncio.sleep(1.0)
     assert not start.done() and pods(kube, namespace) == []  # queued, no pod yet
-    assert getattr(spawner, "_queue_position", None) == 1
+    assert spawner.spawn_state.queue_position == 1
     kube.request("DELETE", f"/api/v1/namespaces/{other_namespace}/pods/all-h100?gracePeriodSeconds=0")
     await asyncio.wait_for(start, 60)
     try:
