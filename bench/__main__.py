@@ -9,6 +9,7 @@ import sys
 RUNS = [
     ["-m", "bench.inventory_bench"],
     ["-m", "bench.failfast_bench"],
+    ["-m", "bench.start_bench", "--spawns", "20", "--refusals", "5"],
     ["-m", "bench.culler_bench", "--servers", "200"],
 ]
 

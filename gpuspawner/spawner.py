@@ -42,6 +42,7 @@ from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
 from .form import COUNT_FIELD, COUNT_FIELD_PREFIX, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
 from .page import counts_notice, default_choice, option_views, unreachable_message
 from .policy import Requester, allowed, named, window_state
+from .reflector import VerdictPodReflector
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
 from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, split_known
 from .offerings import Kind
@@ -80,6 +81,13 @@ class SpawnState:
     started_at: float | None = None  # monotonic time _start began, for the time-to-schedule metric
     record_url: str | None = None  # the server's URL as the record names it (None without a Server)
     saved_record: dict[str, Any] | None = None  # the record from the hub's saved state (after a restart)
+    decided: asyncio.Event = field(default_factory=asyncio.Event)  # set once load_user_options admitted or refused
+
+    def restart(self) -> None:
+        """Forget an earlier load's decisions, in place (the start that is timing it may hold this object)."""
+        self.choice, self.refused, self.messages, self.expect_wait = None, False, [], False
+        self.queue_position, self.record_url, self.saved_record = None, None, None
+        self.decided.clear()
 
 
 class GPUSpawner(KubeSpawner):
@@ -472,8 +480,7 @@ class GPUSpawner(KubeSpawner):
         Raises :class:`SpawnRefused` (its status and message become the hub's answer).
         """
         self._restore_baseline()
-        # A new spawn's decisions (KubeSpawner's _start calls this, after our _start began timing it).
-        self.spawn_state = SpawnState(started_at=self.spawn_state.started_at)
+        self.spawn_state.restart()  # (KubeSpawner's _start calls this, after our _start began timing it)
         try:
             await self._load_profile_options()
             try:
@@ -488,6 +495,8 @@ class GPUSpawner(KubeSpawner):
             self.spawn_state.refused = True
             self.refused_options = dict(self.user_options)
             raise
+        finally:
+            self.spawn_state.decided.set()
         self.refused_options = None
 
     @staticmethod
@@ -781,7 +790,7 @@ class GPUSpawner(KubeSpawner):
             done, _ = await asyncio.wait({start, watch}, return_when=asyncio.FIRST_COMPLETED)
             if start in done:
                 url = start.result()
-                state = self.spawn_state  # (load_user_options made it, inside KubeSpawner's _start)
+                state = self.spawn_state
                 if state.choice is not None and state.started_at is not None:
                     metrics.TIME_TO_SCHEDULE.labels(state.choice.offering.kind.value).observe(time.monotonic() - state.started_at)
             else:
@@ -810,22 +819,38 @@ class GPUSpawner(KubeSpawner):
         return url
 
     async def _watch_scheduling(self) -> str:
-        """Return the user's reason as soon as the real scheduler says the pod cannot run."""
-        while self.choice is None or self.spawn_state.expect_wait:
-            await asyncio.sleep(3600)  # nothing to watch: warned users (or no GPU) wait it out
+        """Return the user's reason as soon as the real scheduler says the pod cannot run.
+
+        Event-driven: KubeSpawner's pod reflector (see :mod:`gpuspawner.reflector`) tells it
+        the moment its watch sees the pod marked Unschedulable.
+        """
+        state = self.spawn_state
+        await state.decided.wait()  # load_user_options runs inside KubeSpawner's _start
+        choice = state.choice
+        if choice is None or state.expect_wait:
+            await asyncio.Future()  # nothing to watch: warned users (or no GPU) wait it out
         key = f"{self.namespace}/{self.pod_name}"
-        while True:
-            await asyncio.sleep(0.1)
+        scheduler_says = None
+        while not scheduler_says:
             reflector = self.pod_reflector
-            pod = reflector.pods.get(key) if reflector is not None else None
-            scheduler_says = unschedulable_reason(pod) if pod else None
-            if scheduler_says:
-                offering = self.choice.offering
-                catalog = allowed(await self.catalog(), self.requester()).values()
-                decision = admit(offering, self.choice.count, self.availability(offering), REFUSE, [(o, self.availability(o)) for o in catalog])
-                metrics.refused(offering, "unschedulable")
-                head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."
-                return f"{head} The scheduler says: {scheduler_says}"
+            if not isinstance(reflector, VerdictPodReflector):  # a KubeSpawner's, in the same process: read it
+                pod = reflector.pods.get(key) if reflector is not None else None
+                scheduler_says = unschedulable_reason(pod) if pod else None
+                await asyncio.sleep(0 if scheduler_says else 0.1)
+                continue
+            verdict = reflector.unschedulable(key)
+            try:  # (looked at again now and then: an outage replaces the reflector)
+                scheduler_says = await asyncio.wait_for(asyncio.shield(verdict), timeout=5)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                verdict.cancel()
+        offering = choice.offering
+        catalog = allowed(await self.catalog(), self.requester()).values()
+        decision = admit(offering, choice.count, self.availability(offering), REFUSE, [(o, self.availability(o)) for o in catalog])
+        metrics.refused(offering, "unschedulable")
+        head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."
+        return f"{head} The scheduler says: {scheduler_says}"
 
     async def poll(self):
         """KubeSpawner's poll; with ``stop_outside_window``, a server past its window counts as done."""
@@ -887,7 +912,9 @@ class GPUSpawner(KubeSpawner):
             self.log.warning("%s: restarting KubeSpawner's pod reflector after an API server outage", self._log_name)
             replace = True
         GPUSpawner._reflector_outages = outages
-        return await super()._start_watching_pods(replace=replace)
+        # KubeSpawner's own call, with a reflector that tells waiting spawns the scheduler's verdict.
+        return await self._start_reflector(kind="pods", reflector_class=VerdictPodReflector, labels={"component": self.component_label},
+                                           omit_namespace=self.enable_user_namespaces, replace=replace)
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """KubeSpawner's pod events, with our own steps (admission, reservation, queue position) between."""

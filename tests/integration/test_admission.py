@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from gpuspawner.reflector import VerdictPodReflector
 from gpuspawner.inventory import Inventory
 from gpuspawner.scheduling import SpawnRefused
 from tests.conftest import wait_for
@@ -118,6 +119,7 @@ async def test_scheduler_refusal_fails_the_spawn_in_seconds_and_deletes_the_pod(
     assert "The scheduler says: 0/11 nodes are available" in str(info.value)
     assert "didn't match Pod's node affinity/selector" in str(info.value)
     assert "preemption" not in str(info.value)
+    assert isinstance(spawner.pod_reflector, VerdictPodReflector)  # told by its watch, not polled
     wait_for(lambda: pods(kube, namespace) == [], "the unschedulable pod deleted", timeout=30)
     assert took < spawner.start_timeout
     print(f"scheduler refusal took {took:.2f}s (start_timeout {spawner.start_timeout}s)")

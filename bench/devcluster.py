@@ -1,0 +1,27 @@
+"""The devcluster for one benchmark run: up in a scratch folder, KUBECONFIG set, down at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import AsyncIterator
+
+from gpuspawner.devcluster.cluster import DevCluster
+
+
+@contextlib.asynccontextmanager
+async def running_devcluster() -> AsyncIterator[DevCluster]:
+    from kubernetes_asyncio.config import kube_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = DevCluster(Path(tmp))
+        await asyncio.to_thread(cluster.up, None, 90.0, lambda m: None)
+        try:
+            os.environ.update(cluster.env())  # KubeSpawner loads the default kubeconfig
+            kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(cluster.kubeconfig)  # read by kubernetes_asyncio at import
+            yield cluster
+        finally:
+            cluster.down(quiet=True)
