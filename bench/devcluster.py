@@ -7,18 +7,19 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Iterable
 
 from gpuspawner.devcluster.cluster import DevCluster
 
 
 @contextlib.asynccontextmanager
-async def running_devcluster() -> AsyncIterator[DevCluster]:
+async def running_devcluster(nodes: Iterable[dict[str, Any]] | None = None) -> AsyncIterator[DevCluster]:
+    """Up with ``nodes`` (default: the standard GPU node classes)."""
     from kubernetes_asyncio.config import kube_config
 
     with tempfile.TemporaryDirectory() as tmp:
         cluster = DevCluster(Path(tmp))
-        await asyncio.to_thread(cluster.up, None, 90.0, lambda m: None)
+        await asyncio.to_thread(cluster.up, list(nodes) if nodes is not None else None, 600.0, lambda m: None)
         try:
             os.environ.update(cluster.env())  # KubeSpawner loads the default kubeconfig
             kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(cluster.kubeconfig)  # read by kubernetes_asyncio at import
