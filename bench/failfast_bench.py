@@ -28,7 +28,7 @@ async def run(timeout: int) -> None:
     from traitlets.config import Config
 
     from gpuspawner.devcluster.cluster import DevCluster
-    from gpuspawner.offerings import DEFAULT_GPU_TOLERATION
+    from gpuspawner.model import DEFAULT_GPU_TOLERATION
 
     with tempfile.TemporaryDirectory() as tmp:
         cluster = DevCluster(Path(tmp))

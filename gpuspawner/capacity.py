@@ -32,7 +32,7 @@ from .fit import (  # noqa: F401  (pod_requests, holds_resources, used_by_node: 
     used_by_node,
 )
 from .notebook import Notebook
-from .offerings import Offering
+from .model import Offering
 from .podspec import merge_tolerations
 from .selectors import and_terms, tolerates  # noqa: F401  (tolerates: re-exported)
 

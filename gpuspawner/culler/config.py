@@ -24,9 +24,9 @@ from jupyterhub_idle_culler import IdleCuller, default_cull_arbiter, make_ssl_co
 from tornado.httpserver import HTTPServer
 from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default, validate
 
-from .contract import GPU_KINDS, KINDS
+from ..vocabulary import Kind
 from .cycle import Culler
-from .decide import DEFAULT_GPU_IDLE_LIMIT, DEFAULT_KIND_TIMEOUTS, Policy
+from .decide import DEFAULT_GPU_IDLE_LIMIT, DEFAULT_KIND_TIMEOUTS, DEFAULT_RECLAIM_KINDS, Policy
 from .gpu_metrics import GpuQuerySettings
 from .hub import HubClient
 from .kernels import KernelClient
@@ -50,7 +50,7 @@ NEEDLESS_SCOPES: tuple[str, ...] = ("access:servers", "admin:servers", "servers"
 #: only with --cull-users
 USER_CULLING_SCOPES: tuple[str, ...] = ("admin:users",)
 
-_GPU_KIND_DEFAULTS = {k: v for k, v in DEFAULT_KIND_TIMEOUTS.items() if k != "cpu"}
+_GPU_KIND_DEFAULTS = {k: v for k, v in DEFAULT_KIND_TIMEOUTS.items() if k != Kind.CPU}
 
 
 def scope_problems(scopes: list[str], cull_users: bool = False) -> list[str]:
@@ -95,7 +95,7 @@ class GpuCuller(IdleCuller):
 
     # ---- upstream options whose meaning or default changes ---------------
     timeout = Int(
-        DEFAULT_KIND_TIMEOUTS["cpu"],
+        DEFAULT_KIND_TIMEOUTS[Kind.CPU],
         help=_h(
             """
             Idle timeout (seconds) of plain servers (kind ``cpu``: no gpuspawner
@@ -174,7 +174,7 @@ class GpuCuller(IdleCuller):
 
     reclaim_kinds = List(
         Unicode(),
-        ["shared", "custom"],
+        list(DEFAULT_RECLAIM_KINDS),
         help=_h(
             """
             Kinds whose idle kernels are shut down to reclaim GPU memory while the
@@ -188,7 +188,7 @@ class GpuCuller(IdleCuller):
 
     stop_kinds = List(
         Unicode(),
-        list(KINDS),
+        [k.value for k in Kind],
         help="Kinds whose idle servers may be stopped (default: all).",
     ).tag(config=True)
 
@@ -442,11 +442,11 @@ class GpuCuller(IdleCuller):
     # ---- building ------------------------------------------------------------
     def policy(self) -> Policy:
         kinds = {**_GPU_KIND_DEFAULTS, **self.kind_timeouts}
-        unknown = set(kinds) - set(KINDS)
+        unknown = set(kinds) - {k.value for k in Kind}
         if unknown:
             self.log.warning("kind_timeouts: unknown kinds %s ignored", sorted(unknown))
         return Policy(
-            kind_timeouts={k: v for k, v in kinds.items() if k in KINDS},
+            kind_timeouts={k: v for k, v in kinds.items() if k in tuple(Kind)},
             default_timeout=self.timeout,
             offering_timeouts=dict(self.offering_timeouts),
             kernel_timeout=self.kernel_timeout,
@@ -589,7 +589,7 @@ class GpuCuller(IdleCuller):
             )
         if self.cull_users:
             self.log.info("--cull-users: the service's role also needs %s", USER_CULLING_SCOPES)
-        if any(k not in GPU_KINDS | {"cpu"} for k in p.stop_kinds):
+        if any(k not in tuple(Kind) for k in p.stop_kinds):
             self.log.warning("stop_kinds has unknown kinds: %s", sorted(p.stop_kinds))
 
     def _serve_metrics(self, culler: Culler) -> HTTPServer | None:

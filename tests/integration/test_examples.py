@@ -41,8 +41,10 @@ from gpuspawner.capacity import availability
 from gpuspawner.catalog import CatalogConfig, build_catalog
 from gpuspawner.choice import Choice
 from gpuspawner.devcluster import build as devcluster_build
-from gpuspawner.offerings import Kind, Offering, quantity
-from gpuspawner.policy import window_state
+from gpuspawner.fit import amount
+from gpuspawner.model import Offering
+from gpuspawner.vocabulary import Kind
+from gpuspawner.windows import window_state
 from gpuspawner.selectors import terms_match
 from tests.conftest import wait_for
 
@@ -211,7 +213,7 @@ def nodes_of_class(offering: Offering, nodes: list[dict]) -> set[str]:
             continue
         if all(labels.get(k) == v for k, v in offering.node_selector.items()) and terms_match(
             offering.placement_terms, labels
-        ) and all((quantity(allocatable.get(r, 0)) or 0) > 0 for r in offering.resources):
+        ) and all((amount(r, allocatable.get(r, 0)) or 0) > 0 for r in offering.resources):
             out.add(node["metadata"]["name"])
     return out
 

@@ -23,7 +23,9 @@ from gpuspawner.capacity import (
 from gpuspawner.devcluster.nodes import standard_nodes
 from gpuspawner.fit import PODS
 from gpuspawner.discovery import NodeFacts, discover
-from gpuspawner.offerings import CPU_OFFERING, GPU, PRODUCT_LABEL, offering_from_config
+from gpuspawner.model import CPU_OFFERING
+from gpuspawner.nodeclass import GPU, PRODUCT_LABEL
+from gpuspawner.offerings import offering_from_config
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
