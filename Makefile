@@ -1,6 +1,9 @@
 # gpuspawner: one command for the tests, one for the demo. Both install what they need.
 #
-#   make test    install everything, build the devcluster once, run all tests
+#   make test    install everything, build the devcluster once, check the layers
+#                (make lint), run all tests
+#   make lint    the import-linter contracts of pyproject.toml: the layers and the pure
+#                core's "no I/O" (docs/architecture.md); a wrong import is named
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md)
 #   make fuzz    >= 10,000 generated spawn requests through a real hub's REST API and form
 #                (tests/api/test_fuzz.py; CI runs a few hundred of them in `make test`)
@@ -23,10 +26,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test unit fuzz install devcluster-build demo bench capacity-truth fuzz-clusters clean
+.PHONY: test lint unit fuzz install devcluster-build demo bench capacity-truth fuzz-clusters clean
 
-test: install devcluster-build
+test: install devcluster-build lint
 	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: install
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 unit: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
