@@ -448,7 +448,7 @@ def test_z2jh_values_use_the_entry_point_and_replace_the_stock_culler():
 
 
 def test_z2jh_culler_service_has_exactly_the_example_scopes_and_a_command_the_culler_accepts():
-    from gpuspawner.culler.config import REQUIRED_SCOPES, GpuCuller
+    from gpuspawner.culler import REQUIRED_SCOPES, GpuCuller
 
     example = load_config(HUB_CONFIG / "culler_service_example.py")
     (role,) = [r for r in resolved(example.JupyterHub.load_roles, []) if r["name"] == "gpu-culler"]
