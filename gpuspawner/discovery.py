@@ -31,11 +31,8 @@ from .nodeclass import (
     GKE_SHARING_LABEL,
     INSTANCE_TYPE_LABEL,
     MEMORY_LABEL,
-    MIG_STATE_LABEL,
-    MIG_STRATEGY_LABEL,
     REPLICAS_LABEL,
     SHARING_LABEL,
-    WORKLOAD_LABEL,
     GpuClass,
     node_classes,
 )
@@ -46,8 +43,7 @@ from .vocabulary import Isolation, Kind
 from .wording import mig_compute_phrase, share_phrase
 
 __all__ = [
-    "DEFAULT_VGPU_CLASS_LABELS", "GPU_TAINT_KEYS", "MIG_STATE_LABEL", "MIG_STRATEGY_LABEL", "NodeFacts",
-    "REPLICAS_LABEL", "SHARING_LABEL", "WORKLOAD_LABEL", "aggregate", "discover", "gpu_tolerations",
+    "DEFAULT_VGPU_CLASS_LABELS", "GPU_TAINT_KEYS", "aggregate", "discover", "gpu_tolerations",
     "memory_mib", "node_offerings", "product_name",
 ]
 

@@ -19,8 +19,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .capacity import NO_NOTEBOOK, UNCOUNTED, Availability, Row, Tally, holds_resources, pod_requests
-from .discovery import DEFAULT_VGPU_CLASS_LABELS, NodeFacts, aggregate, node_offerings
+from .capacity import NO_NOTEBOOK, UNCOUNTED, Availability, Row, Tally
+from .discovery import DEFAULT_VGPU_CLASS_LABELS, aggregate, node_offerings
+from .fit import NodeFacts, holds_resources, pod_requests
 from .model import Offering
 from .notebook import Notebook
 from .vocabulary import KUBESPAWNER_USER_LABEL, LABEL_OFFERING, Kind

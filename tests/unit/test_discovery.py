@@ -14,13 +14,13 @@ import pytest
 from gpuspawner.capacity import availability, node_serves
 from gpuspawner.devcluster.nodes import standard_nodes
 from gpuspawner.discovery import (
-    NodeFacts,
     discover,
     gpu_tolerations,
     memory_mib,
     product_name,
 )
 from gpuspawner.nodeclass import hosts_pods, mig_settled
+from gpuspawner.fit import NodeFacts
 from gpuspawner.model import DEFAULT_GPU_TOLERATION
 from gpuspawner.nodeclass import GPU, GPU_SHARED, PRODUCT_LABEL
 from gpuspawner.vocabulary import Isolation, Kind
