@@ -1,6 +1,9 @@
 # gpuspawner: one command for the tests, one for the demo. Both install what they need.
 #
-#   make test    install everything, build the devcluster once, run all tests
+#   make test    install everything, build the devcluster once, check the layers
+#                (make lint), run all tests
+#   make lint    the import-linter contracts of pyproject.toml: the layers and the pure
+#                core's "no I/O" (docs/architecture.md); a wrong import is named
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md)
 #   make unit    the pure-Python tests only (needs Python alone: no Go, npm or Chromium)
 #   make fuzz    >= 10,000 generated spawn requests through a real hub's REST API and form
@@ -25,10 +28,13 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test unit fuzz install devcluster-build demo bench capacity-truth fuzz-clusters clean
+.PHONY: test lint unit fuzz install devcluster-build demo bench capacity-truth fuzz-clusters clean
 
-test: install devcluster-build
+test: install devcluster-build lint
 	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(PYSTAMP)
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # Python only: no Go, npm or Chromium (the browser and cluster tests live in their own folders).
 unit: $(PYSTAMP)

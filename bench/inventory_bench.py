@@ -31,7 +31,7 @@ from pathlib import Path
 from gpuspawner.capacity import availability
 from gpuspawner.catalog import CatalogConfig, build_catalog
 from gpuspawner.devcluster.nodes import many_nodes
-from gpuspawner.inventory import ClusterIndex
+from gpuspawner.index import ClusterIndex
 from gpuspawner.podspec import pod_changes
 from gpuspawner.policy import Requester, allowed
 

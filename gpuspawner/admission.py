@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from .capacity import Availability, units
-from .offerings import Kind, Offering
+from .model import Offering
+from .vocabulary import AdmissionPolicy, Kind
+from .wording import group_title
 
+#: The decision's action. ``warn`` and ``queue`` are also the names of the admin's
+#: :class:`~gpuspawner.vocabulary.AdmissionPolicy` that leads to them; ``block`` leads to ``refuse``.
 ADMIT, WARN, QUEUE, REFUSE = "admit", "warn", "queue", "refuse"
 #: Quota keys: "total" counts every GPU unit, a kind name counts that kind only.
 QUOTA_KEYS = ("total", *(k.value for k in Kind if k is not Kind.CPU))
@@ -55,7 +59,7 @@ def admit(
     offering: Offering,
     count: int,
     avail: Availability,
-    default_policy: str,
+    default_policy: AdmissionPolicy | str,
     others: Iterable[tuple[Offering, Availability]] = (),
 ) -> Decision:
     """The decision for ``count`` units of ``offering`` given its availability now."""
@@ -73,9 +77,9 @@ def admit(
     instead = alternatives(others, offering.slug)
     refusal = f"No {what} is free ({describe_free(offering, avail)} free)." + (f" Free now: {instead}." if instead else "")
     policy = offering.admission or default_policy
-    if policy == WARN:
+    if policy == AdmissionPolicy.WARN:
         return Decision(WARN, f"No {what} is free right now; your server will start when one is. {refusal}")
-    if policy == QUEUE:
+    if policy == AdmissionPolicy.QUEUE:
         return Decision(QUEUE, f"No {what} is free right now: you are in the queue for the next one.")
     return Decision(REFUSE, refusal)
 
@@ -100,7 +104,7 @@ def _over(limits: Mapping[str, int], held: Iterable[Held], kind: str, count: int
 
 
 def _quota_words(key: str) -> str:
-    return "GPUs of any kind" if key == "total" else f"{Kind(key).group_title} units"
+    return "GPUs of any kind" if key == "total" else f"{group_title(key)} units"
 
 
 def check_quota(

@@ -22,19 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .fit import (  # noqa: F401  (pod_requests, holds_resources, used_by_node: part of this module's interface)
-    NodeFacts,
-    PodSpec,
-    blocked,
-    holds_resources,
-    pod_requests,
-    room,
-    used_by_node,
-)
+from .fit import NodeFacts, PodSpec, blocked, room, used_by_node
+from .model import Offering
 from .notebook import Notebook
-from .offerings import Offering
 from .podspec import merge_tolerations
-from .selectors import and_terms, tolerates  # noqa: F401  (tolerates: re-exported)
+from .selectors import and_terms
 
 NO_NOTEBOOK = Notebook()
 

@@ -6,15 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from .discovery import DEFAULT_VGPU_CLASS_LABELS, discover
-from .offerings import (
-    CPU_OFFERING,
-    Kind,
-    Offering,
-    OfferingConfigError,
-    apply_overrides,
-    merge,
-    offerings_from_config,
-)
+from .model import CPU_OFFERING, Offering
+from .offerings import OfferingConfigError, offerings_from_config
+from .overrides import apply_overrides
+from .vocabulary import Kind
 
 
 #: GPUSpawner trait -> CatalogConfig field.
@@ -56,6 +51,12 @@ class CatalogConfig:
         may not list nodes or pods outside its namespace).
         Raises :class:`OfferingConfigError` if the offerings are wrong."""
         return self.discover or any(o.resources for o in self.configured())
+
+
+def merge(configured: list[Offering], discovered: list[Offering]) -> list[Offering]:
+    """Configured offerings first, then discovered ones whose slug is not configured."""
+    taken = {o.slug for o in configured}
+    return [*configured, *(o for o in discovered if o.slug not in taken)]
 
 
 def gpu_offerings_in_play(catalog: Iterable[Offering]) -> bool:

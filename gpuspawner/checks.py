@@ -17,7 +17,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .admission import validate_quota
 from .catalog import CatalogConfig
-from .offerings import ADMISSION_POLICIES, OfferingConfigError
+from .offerings import OfferingConfigError
+from .vocabulary import AdmissionPolicy
 
 
 class GPUSpawnerConfigError(ValueError):
@@ -49,9 +50,9 @@ def config_problems(section: Mapping[str, Any]) -> list[str]:
         ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError, TypeError):
         problems.append(f"c.GPUSpawner.site_timezone: unknown time zone {zone!r}; use a name like 'Europe/Zurich'")
-    policy = section.get("admission", "block")
-    if policy not in ADMISSION_POLICIES:
-        problems.append(f"c.GPUSpawner.admission must be one of {list(ADMISSION_POLICIES)}, got {policy!r}")
+    policy = section.get("admission", AdmissionPolicy.BLOCK.value)
+    if policy not in tuple(AdmissionPolicy):
+        problems.append(f"c.GPUSpawner.admission must be one of {[p.value for p in AdmissionPolicy]}, got {policy!r}")
     return problems
 
 

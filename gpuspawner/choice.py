@@ -12,14 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .offerings import SLUG_RE, Offering
+from .model import SLUG_RE, Offering
+from .vocabulary import COUNT_KEY, OFFERING_KEY
 
-#: The keys of ``user_options`` that gpuspawner reads. Everything else (e.g. a
-#: KubeSpawner profile) passes through untouched.
-OFFERING_KEY = "offering"
-COUNT_KEY = "count"
-#: Written by GPUSpawner at start; never read back as the user's choice.
-RECORD_KEY = "gpuspawner"
+# gpuspawner reads the ``user_options`` keys OFFERING_KEY and COUNT_KEY; everything else
+# (e.g. a KubeSpawner profile, the record under RECORD_KEY) passes through untouched.
 
 
 #: ChoiceError reasons: the request is malformed (a count of "1e9", a list for an

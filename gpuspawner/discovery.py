@@ -1,7 +1,7 @@
 """Nodes -> offerings, from the labels GPU Feature Discovery and the clouds put on nodes.
 
 Pure: takes node dicts (as ``kubectl get nodes -o json`` prints them, or as the
-Kubernetes API returns them) and returns :class:`~gpuspawner.offerings.Offering`
+Kubernetes API returns them) and returns :class:`~gpuspawner.model.Offering`
 objects. Which kind of GPU each node's resource is, and the node-affinity terms that
 select exactly the nodes of that kind, is :mod:`gpuspawner.nodeclass`'s; here each class
 gets its name, its slug and its tolerations, and the nodes of one slug fold into one
@@ -31,29 +31,19 @@ from .nodeclass import (
     GKE_SHARING_LABEL,
     INSTANCE_TYPE_LABEL,
     MEMORY_LABEL,
-    MIG_STATE_LABEL,
-    MIG_STRATEGY_LABEL,
     REPLICAS_LABEL,
     SHARING_LABEL,
-    WORKLOAD_LABEL,
     GpuClass,
     node_classes,
 )
-from .offerings import (
-    DEFAULT_GPU_TOLERATION,
-    GPU,
-    Isolation,
-    Kind,
-    Offering,
-    mig_profile_parts,
-    mig_resource_name,
-    share_phrase,
-)
+from .model import DEFAULT_GPU_TOLERATION, Offering
+from .nodeclass import GPU, mig_profile_parts, mig_resource_name
 from .selectors import HARD_EFFECTS, Terms, all_of, and_terms, any_of, equals, factor, tolerates
+from .vocabulary import Isolation, Kind
+from .wording import mig_compute_phrase, share_phrase
 
 __all__ = [
-    "DEFAULT_VGPU_CLASS_LABELS", "GPU_TAINT_KEYS", "MIG_STATE_LABEL", "MIG_STRATEGY_LABEL", "NodeFacts",
-    "REPLICAS_LABEL", "SHARING_LABEL", "WORKLOAD_LABEL", "aggregate", "discover", "gpu_tolerations",
+    "DEFAULT_VGPU_CLASS_LABELS", "GPU_TAINT_KEYS", "aggregate", "discover", "gpu_tolerations",
     "memory_mib", "node_offerings", "product_name",
 ]
 
@@ -193,22 +183,22 @@ def _offering(cls: GpuClass, labels: Mapping[str, str], tolerations: tuple[dict[
     selector, affinity = factor(cls.terms)
     common = dict(resources={cls.resource: 1}, node_selector=selector, node_affinity=affinity, tolerations=tolerations,
                   source="discovered")
-    if cls.kind == "mig":
+    if cls.kind is Kind.MIG:
         return _mig(cls, labels, common)
-    if cls.kind == "shared":
+    if cls.kind is Kind.SHARED:
         return _shared(cls, labels, common)
     name, part = _identity_name(cls)
     product = cls.identity[1] if cls.identity else None
     memory = memory_mib(labels.get(MEMORY_LABEL))
-    if cls.kind == "vgpu" and cls.class_label is not None:
+    if cls.kind is Kind.VGPU and cls.class_label is not None:
         key, value = cls.class_label
-        return Offering(slug=_slug("vgpu", key, value), kind=Kind.VGPU, display_name=f"vGPU class {value}",
+        return Offering(slug=_slug(Kind.VGPU, key, value), kind=Kind.VGPU, display_name=f"vGPU class {value}",
                         description=f"Nodes of the site's vGPU class {key}={value}.", product=product, memory_mib=memory,
                         compute_share="a vGPU slice of the physical GPU", isolation=Isolation.VM, **common)
-    if cls.kind == "vgpu":
+    if cls.kind is Kind.VGPU:
         match = _VGPU_PROFILE.match(product or "")
         display = f"{product_name(match.group('gpu'))} vGPU {match.group('profile')}" if match else f"{name} vGPU"
-        return Offering(slug=_slug("vgpu", part), kind=Kind.VGPU, display_name=display,
+        return Offering(slug=_slug(Kind.VGPU, part), kind=Kind.VGPU, display_name=display,
                         description=f"A virtual GPU of profile {product or 'unknown'} on a vGPU guest node.",
                         product=product, memory_mib=memory, compute_share="a vGPU slice of the physical GPU",
                         isolation=Isolation.VM, **common)
@@ -234,13 +224,13 @@ def _mig(cls: GpuClass, labels: Mapping[str, str], common: dict[str, Any]) -> Of
         name = product_name(part)
     hint = {"gke": "gke", "single": "single"}.get(cls.flavour, "")
     return Offering(
-        slug=_slug("mig", hint, part if cls.identity else "gpu", profile),
+        slug=_slug(Kind.MIG, hint, part if cls.identity else "gpu", profile),
         kind=Kind.MIG,
         display_name=f"{name} · MIG {profile}" + (f" ({pool})" if pool else ""),
         description=f"A MIG slice {profile} of {_a(name)}: its own memory and compute, isolated in hardware.",
         product=product,
         memory_mib=mem,
-        compute_share=f"{slices}/7 of the GPU's compute" if slices else "a MIG slice",
+        compute_share=mig_compute_phrase(slices) if slices else "a MIG slice",
         isolation=Isolation.HARDWARE,
         **common,
     )
@@ -275,7 +265,7 @@ def _shared(cls: GpuClass, labels: Mapping[str, str], common: dict[str, Any]) ->
         # a "-SHARED" product node, and never the same as a renamed nvidia.com/gpu.shared share.
         part = f"{part}-SHARED"
     return Offering(
-        slug=_slug("shared", part, slice_part, strategy, f"{replicas}x" if replicas else ""),
+        slug=_slug(Kind.SHARED, part, slice_part, strategy, f"{replicas}x" if replicas else ""),
         kind=Kind.SHARED,
         display_name=f"{name} · {share} {how}",
         description=description,

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Iterable
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-from .offerings import Offering
+from .model import Offering
 
 if TYPE_CHECKING:
-    from .inventory import ClusterIndex
+    from .index import ClusterIndex
 
 ADMISSIONS = Counter(
     "gpuspawner_admissions", "Spawns admitted, by offering and decision (admit, warn, queue)", ["offering", "kind", "decision"]

@@ -32,6 +32,7 @@ reconfiguring them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -47,6 +48,7 @@ from .selectors import (
     equals,
     pinned,
 )
+from .vocabulary import Kind
 
 GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"
@@ -87,7 +89,7 @@ NOT_SHARED: Terms = and_terms(
 class GpuClass:
     """One kind of GPU resource on a class of nodes, and the terms that select that class."""
 
-    kind: str  # "full", "shared", "mig", "vgpu" (gpuspawner.offerings.Kind values)
+    kind: Kind  # FULL, SHARED, MIG or VGPU
     resource: str
     terms: Terms
     identity: tuple[str, str] | None  # (label, value) the name comes from; None: unlabelled
@@ -144,6 +146,23 @@ def mig_profile_of(resource: str) -> str | None:
     return profile
 
 
+def mig_resource_name(profile: str) -> str:
+    """``3g.20gb`` -> ``nvidia.com/mig-3g.20gb``; ``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``.
+
+    The device plugin turns ``+`` into ``.`` in resource names; ``-me`` stays.
+    The inverse, for the profile's display form, is :func:`mig_profile_of`.
+    """
+    return f"{MIG_PREFIX}{profile.replace('+', '.')}"
+
+
+def mig_profile_parts(profile: str) -> tuple[int, int] | None:
+    """``3g.20gb`` -> (3 compute slices, 20 GB); None if it is not a MIG profile."""
+    match = re.match(r"^(?:\d+c\.)?(\d+)g\.(\d+)gb(?:[+-]me(?:\.all)?|\+gfx)?$", profile)
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2))
+
+
 def classify(node: NodeFacts, resource: str, class_labels: tuple[str, ...] = ()) -> GpuClass | None:
     """The class of ``resource`` on ``node``, or None where discovery offers nothing of it.
 
@@ -158,37 +177,37 @@ def classify(node: NodeFacts, resource: str, class_labels: tuple[str, ...] = ())
     if profile is not None:
         if not mig_settled(labels):
             return None
-        return GpuClass("mig", resource, and_terms(pins, all_of(MIG_SETTLED, NOT_VM)), ident, profile, "mixed")
+        return GpuClass(Kind.MIG, resource, and_terms(pins, all_of(MIG_SETTLED, NOT_VM)), ident, profile, "mixed")
     if resource == GPU_SHARED:
-        return GpuClass("shared", resource, and_terms(pins, _share_pins(labels)), ident, _shared_slice(labels))
+        return GpuClass(Kind.SHARED, resource, and_terms(pins, _share_pins(labels)), ident, _shared_slice(labels))
     if resource != GPU:
         return None
     if is_shared(labels):
         terms = and_terms(pins, _share_pins(labels), all_of(pinned(GKE_PARTITION_LABEL, labels)))
-        return GpuClass("shared", resource, terms, ident, _shared_slice(labels))
+        return GpuClass(Kind.SHARED, resource, terms, ident, _shared_slice(labels))
     not_shared = and_terms(NOT_SHARED, all_of(NOT_VM))
     partition = labels.get(GKE_PARTITION_LABEL)
     if partition:
         if not mig_settled(labels):
             return None
         terms = and_terms(not_shared, pins, all_of(equals(GKE_PARTITION_LABEL, partition), MIG_SETTLED))
-        return GpuClass("mig", resource, terms, ident, partition, "gke")
+        return GpuClass(Kind.MIG, resource, terms, ident, partition, "gke")
     plain = and_terms(not_shared, all_of(absent(GKE_PARTITION_LABEL)), pins)
     product = labels.get(PRODUCT_LABEL) or ""
     if "-MIG-" in product:
         if not mig_settled(labels):
             return None
         profile = product.split("-MIG-", 1)[1]
-        return GpuClass("mig", resource, and_terms(plain, all_of(MIG_SETTLED)), ident, profile, "single")
+        return GpuClass(Kind.MIG, resource, and_terms(plain, all_of(MIG_SETTLED)), ident, profile, "single")
     if labels.get(VGPU_PRESENT_LABEL) == "true":
-        return GpuClass("vgpu", resource, and_terms(plain, all_of(equals(VGPU_PRESENT_LABEL, "true"))), ident, flavour="guest")
+        return GpuClass(Kind.VGPU, resource, and_terms(plain, all_of(equals(VGPU_PRESENT_LABEL, "true"))), ident, flavour="guest")
     not_guest = and_terms(plain, all_of(Req(VGPU_PRESENT_LABEL, NOT_IN, ("true",))))
     for i, key in enumerate(class_labels):
         if labels.get(key):
             earlier = [absent(k) for k in class_labels[:i]]
             terms = and_terms(not_guest, all_of(*earlier, equals(key, labels[key])))
-            return GpuClass("vgpu", resource, terms, ident, flavour="class", class_label=(key, labels[key]))
-    return GpuClass("full", resource, and_terms(not_guest, all_of(*(absent(k) for k in class_labels))), ident)
+            return GpuClass(Kind.VGPU, resource, terms, ident, flavour="class", class_label=(key, labels[key]))
+    return GpuClass(Kind.FULL, resource, and_terms(not_guest, all_of(*(absent(k) for k in class_labels))), ident)
 
 
 def _shared_slice(labels: Mapping[str, str]) -> str | None:

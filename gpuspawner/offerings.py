@@ -1,255 +1,38 @@
-"""The offering model: one thing a user can pick on the spawn page.
+"""The admin's offerings: ``c.GPUSpawner.offerings`` entries -> :class:`~gpuspawner.model.Offering`. Pure.
 
-An :class:`Offering` is plain, immutable data: what Kubernetes resources a pod
-asks for, which nodes it may land on, what the user is told about it and who
-may take it. Offerings come from two places, both turned into this one type:
-
-* the admin's ``c.GPUSpawner.offerings`` (a list of dicts, validated here by
-  :func:`offering_from_config`, which names the entry and field that is wrong);
-* discovery from the cluster's GPU labels (:mod:`gpuspawner.discovery`).
-
-The conventions (resource names, labels, taints) are NVIDIA's device plugin and
-GPU Feature Discovery's; see DESIGN.md.
+:func:`offering_from_config` is the reference for every field of an entry (docs/config.md
+points here); each error names the entry and the field that is wrong, and what to write
+instead. ``c.GPUSpawner.offering_overrides`` is read by :mod:`gpuspawner.overrides` with
+the same field reader.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field, replace
-from enum import Enum
-from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping
 
-from .nodeclass import (  # noqa: F401  (the label names, re-exported for the rest of gpuspawner)
+from .model import DEFAULT_GPU_TOLERATION, SLUG_RE, Offering
+from .nodeclass import (
     GKE_ACCELERATOR_LABEL,
     GKE_PARTITION_LABEL,
     GPU,
     GPU_SHARED,
     PRODUCT_LABEL,
-    VGPU_PRESENT_LABEL,
-    mig_profile_of,
+    mig_profile_parts,
+    mig_resource_name,
     whole_gpu_terms,
 )
-from .selectors import Terms, absent, all_of, and_terms, terms_to_k8s
-
-LABEL_OFFERING = "gpuspawner.io/offering"
-LABEL_KIND = "gpuspawner.io/kind"
-
-#: Kubernetes auto-tolerates only the exact extended resource a pod requests, so a
-#: MIG or ``.shared`` request still needs this to land on a ``nvidia.com/gpu``-tainted node.
-DEFAULT_GPU_TOLERATION: Mapping[str, str] = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+from .vocabulary import AdmissionPolicy, Isolation, Kind
+from .windows import parse_window
+from .wording import mig_compute_phrase, share_phrase
 
 LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
-SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-
-
-class Kind(str, Enum):
-    """What sort of GPU an offering gives; the spawn page groups by it."""
-
-    CPU = "cpu"
-    SHARED = "shared"
-    MIG = "mig"
-    FULL = "full"
-    VGPU = "vgpu"
-    CUSTOM = "custom"
-
-    @property
-    def group_title(self) -> str:
-        return _GROUP_TITLES[self]
-
-
-_GROUP_TITLES = {
-    Kind.CPU: "No GPU",
-    Kind.SHARED: "Shared GPU",
-    Kind.MIG: "MIG slice",
-    Kind.FULL: "Whole GPU",
-    Kind.VGPU: "vGPU class",
-    Kind.CUSTOM: "Site-specific",
-}
-
-
-class Isolation(str, Enum):
-    """How well a user is protected from the neighbours on the same GPU."""
-
-    EXCLUSIVE = "exclusive"
-    HARDWARE = "hardware"
-    PARTIAL = "partial"
-    NONE = "none"
-    VM = "vm"
-    SITE = "site"
-    NO_GPU = "no-gpu"
-
-    @property
-    def phrase(self) -> str:
-        return _ISOLATION_PHRASES[self]
-
-
-_ISOLATION_PHRASES = {
-    Isolation.EXCLUSIVE: "the whole GPU is yours",
-    Isolation.HARDWARE: "hardware isolated (own memory and compute)",
-    Isolation.PARTIAL: "partly isolated: own memory limit, shared compute (MPS)",
-    Isolation.NONE: "no isolation: shares memory and compute with other users",
-    Isolation.VM: "VM isolated (vGPU)",
-    Isolation.SITE: "as your site's GPU layer provides",
-    Isolation.NO_GPU: "no GPU",
-}
-
-
-_QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE]|)$")
-_SUFFIXES = {
-    "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}
-
-
-def quantity(value: Any) -> int | None:
-    """A Kubernetes quantity as a whole number: ``"1k"`` -> 1000, ``"4"`` -> 4; None if it is not one.
-
-    The API server canonicalises quantities, so 1000 units come back as ``1k``.
-    Fractions round down (extended resources are whole numbers anyway).
-    """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    match = _QUANTITY_RE.match(str(value).strip())
-    if not match:
-        return None
-    number, suffix = match.groups()
-    try:
-        scale = Decimal(f"1{suffix}") if suffix[:1] in ("e", "E") else Decimal(_SUFFIXES[suffix])
-        return int(Decimal(number) * scale)
-    except (InvalidOperation, KeyError):
-        return None
 
 
 class OfferingConfigError(ValueError):
     """An admin's offering entry is wrong. The message names the entry and field."""
 
-
-@dataclass(frozen=True)
-class Offering:
-    """One choice on the spawn page and everything needed to turn it into a pod.
-
-    ``resources`` is per unit; a user picks ``count`` units out of ``counts``
-    (whole GPUs only; every other kind is exactly one unit).
-    """
-
-    slug: str
-    kind: Kind
-    display_name: str
-    description: str = ""
-    resources: Mapping[str, int] = field(default_factory=dict)
-    counts: tuple[int, ...] = (1,)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    #: Node labels that must NOT be present (node affinity DoesNotExist), e.g. GKE's partition label
-    #: for whole GPUs on a pool whose accelerator label MIG pools share.
-    absent_labels: tuple[str, ...] = ()
-    #: Required node-affinity terms beyond ``node_selector`` (ORed terms of ANDed requirements):
-    #: what keeps a whole GPU off time-sliced, MPS, MIG and vGPU nodes of the same product.
-    node_affinity: Terms = ()
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    command_prefix: tuple[str, ...] = ()
-    # What the user is told.
-    product: str | None = None
-    memory_mib: int | None = None
-    compute_share: str = ""
-    isolation: Isolation = Isolation.EXCLUSIVE
-    # Who may take it (empty: everyone).
-    groups: tuple[str, ...] = ()
-    users: tuple[str, ...] = ()
-    hidden: bool = False
-    # What to do when none is free (None: the spawner's default), and autoscaled pools.
-    admission: str | None = None
-    queue_timeout: int | None = None
-    scalable_nodes: int = 0
-    scale_up_minutes: int = 0
-    windows: tuple[str, ...] = ()
-    source: str = "config"
-
-    @property
-    def is_gpu(self) -> bool:
-        return self.kind is not Kind.CPU
-
-    @property
-    def placement_terms(self) -> Terms:
-        """The required node-affinity terms of this offering's pod (``node_affinity`` and ``absent_labels``)."""
-        return and_terms(self.node_affinity, all_of(*(absent(k) for k in self.absent_labels)))
-
-    def limits_for(self, count: int) -> dict[str, int]:
-        """Extended-resource limits for ``count`` units (requests must equal limits)."""
-        return {name: qty * count for name, qty in self.resources.items()}
-
-    @property
-    def memory_phrase(self) -> str:
-        if self.memory_mib is None:
-            return ""
-        gib = self.memory_mib / 1024
-        return f"{gib:.0f} GB GPU memory" if gib >= 1 else f"{self.memory_mib} MiB GPU memory"
-
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready description (the CLI's ``--json`` and the spawn page use it)."""
-        return {
-            "slug": self.slug,
-            "kind": self.kind.value,
-            "display_name": self.display_name,
-            "description": self.description,
-            "limits": {k: str(v) for k, v in self.resources.items()},
-            "counts": list(self.counts),
-            "node_selector": dict(self.node_selector),
-            "node_affinity": terms_to_k8s(self.placement_terms),
-            "tolerations": [dict(t) for t in self.tolerations],
-            "memory_mib": self.memory_mib,
-            "compute_share": self.compute_share,
-            "isolation": self.isolation.value,
-            "isolation_phrase": self.isolation.phrase,
-            "groups": list(self.groups),
-            "users": list(self.users),
-            "hidden": self.hidden,
-            "source": self.source,
-        }
-
-
-CPU_OFFERING = Offering(
-    slug="cpu",
-    kind=Kind.CPU,
-    display_name="No GPU",
-    description="CPU only. Pick this for data preparation, plotting and anything that does not use CUDA.",
-    isolation=Isolation.NO_GPU,
-    compute_share="no GPU",
-    source="builtin",
-)
-
-
-# --------------------------------------------------------------------------- MIG names
-
-
-def mig_resource_name(profile: str) -> str:
-    """``3g.20gb`` -> ``nvidia.com/mig-3g.20gb``; ``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``.
-
-    The device plugin turns ``+`` into ``.`` in resource names; ``-me`` stays.
-    """
-    return f"nvidia.com/mig-{profile.replace('+', '.')}"
-
-
-#: Inverse of :func:`mig_resource_name` for the profile's display form (``.me`` shown as ``+me``).
-mig_profile_from_resource = mig_profile_of
-
-
-def mig_profile_parts(profile: str) -> tuple[int, int] | None:
-    """``3g.20gb`` -> (3 compute slices, 20 GB); None if it is not a MIG profile."""
-    match = re.match(r"^(?:\d+c\.)?(\d+)g\.(\d+)gb(?:[+-]me(?:\.all)?|\+gfx)?$", profile)
-    if not match:
-        return None
-    return int(match.group(1)), int(match.group(2))
-
-
-# ------------------------------------------------------------------------ admin config
 
 _COMMON_FIELDS = {
     "slug", "kind", "display_name", "description", "resources", "counts", "node_selector",
@@ -257,7 +40,6 @@ _COMMON_FIELDS = {
     "product", "memory_mib", "compute_share", "isolation", "groups", "users", "hidden",
     "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes", "windows", "absent_labels",
 }
-ADMISSION_POLICIES = ("block", "warn", "queue")
 _KIND_FIELDS = {
     Kind.CPU: set(),
     Kind.FULL: set(),
@@ -280,7 +62,7 @@ _EXAMPLE = (
 )
 
 
-class _Entry:
+class Entry:
     """Reads one config dict, raising errors that name the entry and field."""
 
     def __init__(self, raw: Any, where: str):
@@ -409,7 +191,7 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
     """
     label = raw.get("slug") if isinstance(raw, Mapping) else None
     where = f"c.GPUSpawner.offerings[{index}]" + (f" (slug {label!r})" if isinstance(label, str) else "")
-    entry = _Entry(raw, where)
+    entry = Entry(raw, where)
     slug = entry.text("slug", required=True)
     if not SLUG_RE.match(slug):
         raise entry.fail("slug", f"must be lower-case letters, digits and '-', at most 63 characters, got {slug!r}")
@@ -432,7 +214,7 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
         if not LABEL_VALUE_RE.match(value):
             raise entry.fail("node_selector", f"has {key}={value!r}, which is not a valid label value "
                              "(at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)")
-    counts = tuple(entry.positive_int("counts", c) for c in _as_list(entry, "counts", [1]))
+    counts = tuple(entry.positive_int("counts", c) for c in as_list(entry, "counts", [1]))
     if kind is not Kind.FULL and counts != (1,):
         raise entry.fail("counts", f"applies to whole GPUs only; a {kind.value} offering is always exactly 1 unit")
     fields: dict[str, Any] = {}
@@ -464,7 +246,7 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
     if memory is not None:
         memory = entry.positive_int("memory_mib")
     command_prefix = entry.str_list("command_prefix")
-    scaling = _admission_fields(entry)
+    scaling = admission_fields(entry)
     return Offering(
         slug=slug,
         kind=kind,
@@ -492,20 +274,18 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
     )
 
 
-def _admission_fields(entry: "_Entry") -> dict[str, Any]:
+def admission_fields(entry: "Entry") -> dict[str, Any]:
     """``admission``, ``queue_timeout``, ``scalable_nodes``, ``scale_up_minutes`` of an entry."""
     out: dict[str, Any] = {}
     if "admission" in entry.raw:
         policy = entry.text("admission", required=True)
-        if policy not in ADMISSION_POLICIES:
-            raise entry.fail("admission", f"must be one of {list(ADMISSION_POLICIES)}, got {policy!r}")
+        if policy not in tuple(AdmissionPolicy):
+            raise entry.fail("admission", f"must be one of {[p.value for p in AdmissionPolicy]}, got {policy!r}")
         out["admission"] = policy
     for name in ("queue_timeout", "scalable_nodes", "scale_up_minutes"):
         if name in entry.raw:
             out[name] = entry.positive_int(name)
     if "windows" in entry.raw:
-        from .policy import parse_window
-
         windows = entry.str_list("windows")
         for text in windows:
             try:
@@ -518,14 +298,15 @@ def _admission_fields(entry: "_Entry") -> dict[str, Any]:
     return out
 
 
-def _as_list(entry: _Entry, name: str, default: list) -> list:
+def as_list(entry: Entry, name: str, default: list) -> list:
+    """``entry[name]`` as a non-empty list (``default`` when absent)."""
     value = entry.raw.get(name, default)
     if not isinstance(value, (list, tuple)) or not value:
         raise entry.fail(name, f"must be a non-empty list, e.g. [1, 2, 4], got {value!r}")
     return list(value)
 
 
-def _derive(kind: Kind, entry: _Entry, product: str | None, fields: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+def _derive(kind: Kind, entry: Entry, product: str | None, fields: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
     """The Kubernetes form a kind's shortcuts stand for: (resources, node_selector)."""
     selector: dict[str, str] = {PRODUCT_LABEL: product} if product else {}
     if kind is Kind.CPU:
@@ -538,7 +319,7 @@ def _derive(kind: Kind, entry: _Entry, product: str | None, fields: dict[str, An
         if parts is None:
             raise entry.fail("profile", f"must be a MIG profile such as '1g.5gb', '3g.20gb' or '1g.10gb+me', got {profile!r}")
         fields["memory_mib"] = parts[1] * 1024
-        fields["compute_share"] = f"{parts[0]}/7 of the GPU's compute"
+        fields["compute_share"] = mig_compute_phrase(parts[0])
         strategy = entry.text("mig_strategy", default="mixed")
         if strategy == "mixed":
             return {mig_resource_name(profile): 1}, selector
@@ -569,11 +350,6 @@ def _derive(kind: Kind, entry: _Entry, product: str | None, fields: dict[str, An
     return {GPU: 1}, ({PRODUCT_LABEL: f"{product}-SHARED"} if product else {})
 
 
-def share_phrase(replicas: int, sharing: str) -> str:
-    how = "MPS share" if sharing == "mps" else "time-sliced"
-    return f"1/{replicas} of the GPU ({how})"
-
-
 def offerings_from_config(raw: Any, vgpu_class_labels: Iterable[str] = ("vgpu.type",)) -> list[Offering]:
     """Validate the whole ``c.GPUSpawner.offerings`` list (slugs must be unique)."""
     if not isinstance(raw, (list, tuple)):
@@ -589,67 +365,3 @@ def offerings_from_config(raw: Any, vgpu_class_labels: Iterable[str] = ("vgpu.ty
         seen[offering.slug] = index
         out.append(offering)
     return out
-
-
-_OVERRIDABLE = {
-    "display_name", "description", "groups", "users", "hidden", "extra_tolerations", "env", "labels", "annotations",
-    "counts", "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes", "windows",
-}
-
-
-def apply_overrides(offerings: list[Offering], overrides: Mapping[str, Any]) -> list[Offering]:
-    """Rename, hide or restrict discovered offerings: ``{slug: {field: value}}``.
-
-    A slug that matches nothing is not an error (discovery depends on what the
-    cluster has right now), but a field that cannot be overridden is.
-    """
-    if not isinstance(overrides, Mapping):
-        raise OfferingConfigError(f"c.GPUSpawner.offering_overrides must be a dict of slug -> dict, got {type(overrides).__name__}")
-    by_slug = {o.slug: o for o in offerings}
-    for slug, change in overrides.items():
-        where = f"c.GPUSpawner.offering_overrides[{slug!r}]"
-        entry = _Entry(change, where)
-        for name in change:
-            if name not in _OVERRIDABLE:
-                raise OfferingConfigError(f"{where}: field {name!r} cannot be overridden; allowed: {sorted(_OVERRIDABLE)}")
-        updates = _override_values(entry, change)
-        if slug not in by_slug:
-            continue
-        current = by_slug[slug]
-        for name in ("env", "labels", "annotations"):
-            if name in updates:
-                updates[name] = {**getattr(current, name), **updates[name]}
-        if "tolerations" in updates:
-            updates["tolerations"] = current.tolerations + updates["tolerations"]
-        if "counts" in updates and current.kind is not Kind.FULL:
-            raise entry.fail("counts", "applies to whole-GPU offerings only")
-        by_slug[slug] = replace(current, **updates)
-    return [by_slug[o.slug] for o in offerings]
-
-
-def _override_values(entry: "_Entry", change: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate one override's values (whether or not its slug exists right now)."""
-    updates: dict[str, Any] = {}
-    for name in ("display_name", "description"):
-        if name in change:
-            updates[name] = entry.text(name, required=True)
-    for name in ("groups", "users"):
-        if name in change:
-            updates[name] = entry.str_list(name)
-    if "hidden" in change:
-        updates["hidden"] = entry.flag("hidden", False)
-    for name in ("env", "labels", "annotations"):
-        if name in change:
-            updates[name] = entry.str_map(name)
-    if "extra_tolerations" in change:
-        updates["tolerations"] = entry.tolerations("extra_tolerations")
-    updates.update(_admission_fields(entry))
-    if "counts" in change:
-        updates["counts"] = tuple(sorted({entry.positive_int("counts", c) for c in _as_list(entry, "counts", [1])}))
-    return updates
-
-
-def merge(configured: list[Offering], discovered: list[Offering]) -> list[Offering]:
-    """Configured offerings first, then discovered ones whose slug is not configured."""
-    taken = {o.slug for o in configured}
-    return [*configured, *(o for o in discovered if o.slug not in taken)]

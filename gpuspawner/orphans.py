@@ -8,7 +8,7 @@ restarts in the middle of one, leaves a pod that holds a GPU, counts as used, is
 to the culler (which works from the hub's servers) and cannot be stopped by its user.
 
 :class:`OrphanReconciler` finds such pods and deletes them after a grace period: it lists
-the pods that carry GPUSpawner's offering label (``gpuspawner.io/offering``) in the
+the pods that carry GPUSpawner's offering label (``vocabulary.LABEL_OFFERING``) in the
 spawner's namespace, and asks the hub which servers exist. A pod whose user and server
 (KubeSpawner's ``hub.jupyter.org/username`` and ``hub.jupyter.org/servername``
 annotations) have no server in the hub (running, starting or stopping) -- or whose server
@@ -31,9 +31,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from prometheus_client import Counter
 
-
-USER_ANNOTATION = "hub.jupyter.org/username"
-SERVER_ANNOTATION = "hub.jupyter.org/servername"
+from .vocabulary import KUBESPAWNER_SERVER_ANNOTATION, KUBESPAWNER_USER_ANNOTATION
 
 ORPHANS = Counter(
     "gpuspawner_orphan_pods",
@@ -67,9 +65,9 @@ class PodRef:
         """None for a pod that is already being deleted or carries no hub annotations."""
         meta = pod.get("metadata") or {}
         notes = meta.get("annotations") or {}
-        if meta.get("deletionTimestamp") or USER_ANNOTATION not in notes:
+        if meta.get("deletionTimestamp") or KUBESPAWNER_USER_ANNOTATION not in notes:
             return None
-        return cls(meta.get("namespace", ""), meta.get("name", ""), notes[USER_ANNOTATION], notes.get(SERVER_ANNOTATION, ""))
+        return cls(meta.get("namespace", ""), meta.get("name", ""), notes[KUBESPAWNER_USER_ANNOTATION], notes.get(KUBESPAWNER_SERVER_ANNOTATION, ""))
 
 
 def find_orphans(

@@ -1,22 +1,23 @@
 """What the spawn page shows for each offering, for one user, now. Pure.
 
 Turns offerings, their live availability and the policy answers (allowed? within
-its time window? within quota? queued?) into :class:`~gpuspawner.form.OptionView`
-rows, and picks the default choice.
+its time window? within quota? queued?) into :class:`~gpuspawner.views.OptionView`
+rows (:mod:`gpuspawner.views`), and picks the default choice.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from .capacity import Availability
-from .form import OptionView
-from .offerings import Kind, Offering
-from .policy import Requester, may_use, window_state
-
-if TYPE_CHECKING:
-    from .inventory import Health
+from .index import Health
+from .model import Offering
+from .policy import Requester, may_use
+from .views import OptionView
+from .vocabulary import COUNT_KEY, OFFERING_KEY, AdmissionPolicy, Kind
+from .windows import window_state
+from .wording import isolation_phrase, memory_phrase
 
 
 def availability_text(offering: Offering, avail: Availability, policy: str, queued: int) -> tuple[str, str]:
@@ -29,9 +30,9 @@ def availability_text(offering: Offering, avail: Availability, policy: str, queu
     if offering.scalable_nodes:
         return f"free after scale-up, about {offering.scale_up_minutes} min", ""
     policy = offering.admission or policy
-    if policy == "queue":
+    if policy == AdmissionPolicy.QUEUE:
         return (f"queue: {queued} waiting" if queued else "none free: you would be first in the queue"), ""
-    if policy == "warn":
+    if policy == AdmissionPolicy.WARN:
         return "none free: your server would wait", ""
     return "none free", "none free right now"
 
@@ -41,7 +42,7 @@ def option_views(
     who: Requester,
     availability: Callable[[Offering], Availability],
     now: datetime,
-    default_policy: str = "block",
+    default_policy: str = AdmissionPolicy.BLOCK,
     quota_reason: Callable[[Offering], str] = lambda o: "",
     queue_length: Callable[[str], int] = lambda slug: 0,
     hide_forbidden: bool = False,
@@ -69,9 +70,9 @@ def option_views(
                 kind=offering.kind.value,
                 display_name=offering.display_name,
                 description=offering.description,
-                memory=offering.memory_phrase,
+                memory=memory_phrase(offering.memory_mib),
                 compute_share=offering.compute_share,
-                isolation=offering.isolation.phrase,
+                isolation=isolation_phrase(offering.isolation),
                 availability=text,
                 free=avail.free,
                 capacity=avail.capacity,
@@ -91,10 +92,10 @@ def default_choice(
     selectable = {r.slug: r for r in rows if not r.disabled}
 
     def still_selectable(choice: Mapping | None) -> tuple[str, int] | None:
-        slug = choice.get("offering") if choice else None
+        slug = choice.get(OFFERING_KEY) if choice else None
         if not isinstance(slug, str) or slug not in selectable:
             return None
-        count = choice.get("count", 1)
+        count = choice.get(COUNT_KEY, 1)
         counts = selectable[slug].counts
         return slug, int(count) if str(count).isdigit() and int(count) in counts else counts[0]
 
@@ -106,11 +107,11 @@ def default_choice(
     found = still_selectable(last)
     if found:
         return found
-    gpus = [r for r in selectable.values() if r.kind != Kind.CPU.value and (r.free or 0) > 0]
+    gpus = [r for r in selectable.values() if r.kind != Kind.CPU and (r.free or 0) > 0]
     if gpus:
         smallest = min(gpus, key=lambda r: (offerings[r.slug].memory_mib or 10**9, r.slug))
         return smallest.slug, smallest.counts[0]
-    cpu = [r for r in selectable.values() if r.kind == Kind.CPU.value]
+    cpu = [r for r in selectable.values() if r.kind == Kind.CPU]
     if cpu:
         return cpu[0].slug, 1
     first = next(iter(selectable.values()), None)
@@ -126,7 +127,7 @@ def _age(seconds: float) -> str:
     return f"{seconds // 3600} h"
 
 
-def counts_notice(health: "Health", now: datetime) -> str:
+def counts_notice(health: Health, now: datetime) -> str:
     """What the spawn page says above the choices when the free counts are not live ("" when they are).
 
     ``now`` is timezone-aware (the site's zone): the time the counts are from is shown in it.
@@ -144,7 +145,7 @@ def counts_notice(health: "Health", now: datetime) -> str:
             "until the cluster is back; please try again in a few minutes.")
 
 
-def unreachable_message(health: "Health", now: datetime) -> str:
+def unreachable_message(health: Health, now: datetime) -> str:
     """Why a spawn is refused while the counts are not live (the 503's message)."""
     if not health.answered:
         return "The hub is still connecting to the GPU cluster, so no server can start yet. Please try again in a few seconds."

@@ -10,12 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .offerings import LABEL_KIND, LABEL_OFFERING, Offering
+from .model import Offering
 from .selectors import Terms, terms_to_k8s
-
-ENV_OFFERING = "GPUSPAWNER_OFFERING"
-ENV_KIND = "GPUSPAWNER_KIND"
-ENV_COUNT = "GPUSPAWNER_GPU_COUNT"
+from .vocabulary import ENV_COUNT, ENV_KIND, ENV_OFFERING, LABEL_KIND, LABEL_OFFERING
 
 #: Never set by us: the device plugin decides which devices a container sees.
 FORBIDDEN_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"})

@@ -32,20 +32,39 @@ from .admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaLedger, 
 from .checks import config_problems
 from .catalog import TRAITS as CATALOG_TRAITS
 from .catalog import CatalogConfig, build_catalog, gpu_offerings_in_play
-from .choice import RECORD_KEY, Choice, ChoiceError, parse_choice
+from .choice import Choice, ChoiceError, parse_choice
 from .capacity import UNCOUNTED, Availability
-from .inventory import OFFERING_LABEL, ClusterIndex, Health, Inventory
+from .index import ClusterIndex, Health
+from .inventory import Inventory
 from .notebook import NOTEBOOK_TRAITS, Notebook
 from .orphans import OrphanReconciler, hub_servers_from_db
-from .offerings import Offering, OfferingConfigError
+from .model import Offering
+from .offerings import OfferingConfigError
 from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
-from .form import COUNT_FIELD, COUNT_FIELD_PREFIX, OFFERING_FIELD, FormView, group_options, render_form, user_options_from_form
+from .form import render_form
+from .views import FormView, group_options, user_options_from_form
 from .page import counts_notice, default_choice, option_views, unreachable_message
-from .policy import Requester, allowed, named, window_state
+from .policy import Requester, allowed, named
 from .reflector import VerdictPodReflector
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
 from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, split_known
-from .offerings import Kind
+from .vocabulary import (
+    COUNT_FIELD_PREFIX,
+    COUNT_KEY,
+    LABEL_OFFERING,
+    OFFERING_KEY,
+    RECORD_COUNT,
+    RECORD_KEY,
+    RECORD_KIND,
+    RECORD_NAMESPACE,
+    RECORD_OFFERING,
+    RECORD_POD,
+    RECORD_RESOURCES,
+    RECORD_URL,
+    AdmissionPolicy,
+    Kind,
+)
+from .windows import window_state
 from jupyterhub.utils import maybe_future
 
 #: KubeSpawner settings that an offering changes; restored from config before every spawn.
@@ -63,7 +82,7 @@ POD_TRAITS = (
 
 
 def user_label(name: str) -> str:
-    """A user name as KubeSpawner writes it in the pod label ``hub.jupyter.org/username``."""
+    """A user name as KubeSpawner writes it in its pod label (``vocabulary.KUBESPAWNER_USER_LABEL``)."""
     return safe_slug(name, is_valid=is_valid_label)
 
 
@@ -160,7 +179,7 @@ class GPUSpawner(KubeSpawner):
     ).tag(config=True)
 
     admission = Unicode(
-        "block",
+        AdmissionPolicy.BLOCK.value,
         help="""
         What to do when the chosen offering has nothing free, unless the offering says otherwise
         (its `admission` field): `block` refuses at once and names what is free instead; `warn`
@@ -317,9 +336,9 @@ class GPUSpawner(KubeSpawner):
 
         async def list_pods() -> list[dict[str, Any]]:
             if every_namespace:
-                response = await api.list_pod_for_all_namespaces(label_selector=OFFERING_LABEL, _preload_content=False)
+                response = await api.list_pod_for_all_namespaces(label_selector=LABEL_OFFERING, _preload_content=False)
             else:
-                response = await api.list_namespaced_pod(namespace, label_selector=OFFERING_LABEL, _preload_content=False)
+                response = await api.list_namespaced_pod(namespace, label_selector=LABEL_OFFERING, _preload_content=False)
             return json.loads(await response.read()).get("items") or []
 
         async def delete_pod(pod_namespace: str, name: str) -> None:
@@ -545,7 +564,7 @@ class GPUSpawner(KubeSpawner):
 
     def _passthrough_options(self) -> dict[str, Any]:
         """Options that are not gpuspawner's (e.g. KubeSpawner's ``profile``) are kept as they were."""
-        ours = {"offering", "count", RECORD_KEY}
+        ours = {OFFERING_KEY, COUNT_KEY, RECORD_KEY}
         return {k: v for k, v in (self.user_options or {}).items() if k not in ours}
 
     def record(self, url: str | None = None) -> dict[str, Any]:
@@ -553,13 +572,13 @@ class GPUSpawner(KubeSpawner):
         assert self.choice is not None
         offering = self.choice.offering
         return {
-            "offering": offering.slug,
-            "kind": offering.kind.value,
-            "count": self.choice.count,
-            "resources": {k: str(v) for k, v in offering.limits_for(self.choice.count).items()},
-            "pod": self.pod_name,
-            "namespace": self.namespace,
-            "url": url or self.spawn_state.record_url,
+            RECORD_OFFERING: offering.slug,
+            RECORD_KIND: offering.kind.value,
+            RECORD_COUNT: self.choice.count,
+            RECORD_RESOURCES: {k: str(v) for k, v in offering.limits_for(self.choice.count).items()},
+            RECORD_POD: self.pod_name,
+            RECORD_NAMESPACE: self.namespace,
+            RECORD_URL: url or self.spawn_state.record_url,
         }
 
     # ------------------------------------------------------------------ the spawn page
@@ -620,11 +639,11 @@ class GPUSpawner(KubeSpawner):
         checked at once from what the hub knows without waiting (see _refuse_now); the start
         checks everything again (load_user_options), as the cluster may change in between.
         """
-        if OFFERING_FIELD not in formdata:
+        if OFFERING_KEY not in formdata:
             options = super()._options_from_form(formdata)
             self._check_profile_now(options)  # a wrong profile: 400 at once, as with a GPU choice
             return options
-        ours = {k for k in formdata if k in (OFFERING_FIELD, COUNT_FIELD) or k.startswith(COUNT_FIELD_PREFIX)}
+        ours = {k for k in formdata if k in (OFFERING_KEY, COUNT_KEY) or k.startswith(COUNT_FIELD_PREFIX)}
         options = super()._options_from_form({k: v for k, v in formdata.items() if k not in ours})
         options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
         try:
@@ -847,7 +866,7 @@ class GPUSpawner(KubeSpawner):
                 verdict.cancel()
         offering = choice.offering
         catalog = allowed(await self.catalog(), self.requester()).values()
-        decision = admit(offering, choice.count, self.availability(offering), REFUSE, [(o, self.availability(o)) for o in catalog])
+        decision = admit(offering, choice.count, self.availability(offering), AdmissionPolicy.BLOCK, [(o, self.availability(o)) for o in catalog])
         metrics.refused(offering, "unschedulable")
         head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."
         return f"{head} The scheduler says: {scheduler_says}"
@@ -858,7 +877,7 @@ class GPUSpawner(KubeSpawner):
             return 1  # refused before its pod was made (the hub polls before cleaning up): nothing runs
         status = await super().poll()
         if status is None and self.stop_outside_window:
-            slug = self.choice.offering.slug if self.choice else (self.spawn_state.saved_record or {}).get("offering")
+            slug = self.choice.offering.slug if self.choice else (self.spawn_state.saved_record or {}).get(RECORD_OFFERING)
             offering = next((o for o in await self.catalog() if o.slug == slug), None) if slug else None
             closed = window_state(offering.windows, self.now()) if offering else ""
             if closed:

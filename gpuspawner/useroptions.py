@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .choice import COUNT_KEY, MALFORMED, OFFERING_KEY, ChoiceError, shown
+from .choice import MALFORMED, ChoiceError, shown
+from .vocabulary import COUNT_KEY, OFFERING_KEY
 
 PROFILE_KEY = "profile"
 UNLISTED_SUFFIX = "--unlisted-choice"

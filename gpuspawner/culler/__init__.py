@@ -1,7 +1,8 @@
 """GPU-aware idle culler service for JupyterHub (``python -m gpuspawner.culler``,
 console script ``gpuspawner-culler``). See docs/culler.md."""
 
-from .config import REQUIRED_SCOPES, USER_CULLING_SCOPES, GpuCuller, main
+from .app import GpuCuller, main
+from .config import REQUIRED_SCOPES, USER_CULLING_SCOPES
 from .contract import ServerOffering, parse_offering
 
 __all__ = [

@@ -1,4 +1,4 @@
-from .config import main
+from .app import main
 
 if __name__ == "__main__":
     main()

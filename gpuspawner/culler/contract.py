@@ -15,7 +15,10 @@ by the hub's REST API in every server model, scope ``read:servers``)::
 
 A server without the ``gpuspawner`` key is a plain server: kind ``cpu``, no GPU
 view, no kernel view (there is no direct address to ask).
-If the contract changes, change :func:`parse_offering` and nothing else.
+The keys are named once, in :mod:`gpuspawner.vocabulary` (``OFFERING_KEY``,
+``RECORD_KEY`` and the ``RECORD_*`` names), where the spawner that writes them
+takes them from too. If the contract changes, change :func:`parse_offering` here
+and nothing else in the culler.
 """
 
 from __future__ import annotations
@@ -23,11 +26,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-#: every kind the spawner may write, in the order the docs list them
-KINDS: tuple[str, ...] = ("full", "mig", "shared", "vgpu", "custom", "cpu")
-#: kinds whose pod holds (part of) a GPU
-GPU_KINDS: frozenset[str] = frozenset({"full", "mig", "shared", "vgpu", "custom"})
-CONTRACT_KEY = "gpuspawner"
+from ..vocabulary import (
+    GPU_KINDS,
+    OFFERING_KEY,
+    RECORD_KEY,
+    RECORD_KIND,
+    RECORD_NAMESPACE,
+    RECORD_OFFERING,
+    RECORD_POD,
+    RECORD_RESOURCES,
+    RECORD_URL,
+    Kind,
+)
 
 
 @dataclass(frozen=True)
@@ -81,39 +91,39 @@ def parse_offering(user_options: Mapping[str, Any] | None) -> ServerOffering:
     only stopped with a known-idle GPU view) and says why in ``problem``.
     """
     if not isinstance(user_options, Mapping):
-        return ServerOffering(kind="cpu")
-    slug = _str_or_none(user_options.get("offering"))
-    contract = user_options.get(CONTRACT_KEY)
+        return ServerOffering(kind=Kind.CPU)
+    slug = _str_or_none(user_options.get(OFFERING_KEY))
+    contract = user_options.get(RECORD_KEY)
     if contract is None:
-        return ServerOffering(kind="cpu", slug=slug)
+        return ServerOffering(kind=Kind.CPU, slug=slug)
     if not isinstance(contract, Mapping):
         return ServerOffering(
-            kind="custom",
+            kind=Kind.CUSTOM,
             slug=slug,
             declared=True,
-            problem=f"user_options[{CONTRACT_KEY!r}] is a {type(contract).__name__}, "
+            problem=f"user_options[{RECORD_KEY!r}] is a {type(contract).__name__}, "
             "not a mapping; treated as kind 'custom'",
         )
     problem = None
-    kind = contract.get("kind")
-    if kind not in KINDS:
+    kind = contract.get(RECORD_KIND)
+    if kind not in tuple(Kind):
         problem = f"unknown offering kind {kind!r}; treated as kind 'custom'"
-        kind = "custom"
-    url = _str_or_none(contract.get("url"))
+        kind = Kind.CUSTOM
+    url = _str_or_none(contract.get(RECORD_URL))
     if url is not None:
         if not url.startswith(("http://", "https://")):
             problem = f"server url {url!r} is not http(s); kernel view disabled"
             url = None
         elif not url.endswith("/"):
             url += "/"
-    resources = contract.get("resources")
+    resources = contract.get(RECORD_RESOURCES)
     if not isinstance(resources, Mapping):
         resources = {}
     return ServerOffering(
         kind=kind,
-        slug=_str_or_none(contract.get("offering")) or slug,
-        pod=_str_or_none(contract.get("pod")),
-        namespace=_str_or_none(contract.get("namespace")),
+        slug=_str_or_none(contract.get(RECORD_OFFERING)) or slug,
+        pod=_str_or_none(contract.get(RECORD_POD)),
+        namespace=_str_or_none(contract.get(RECORD_NAMESPACE)),
         url=url,
         resources={str(k): str(v) for k, v in resources.items()},
         declared=True,

@@ -23,6 +23,7 @@ from typing import Any
 from jupyterhub_idle_culler import format_td, utcnow
 from jupyterhub_idle_culler.utils import maybe_future
 
+from ..vocabulary import Kind
 from .actions import ActionResult, Actions
 from .dates import parse_time
 from .decide import (
@@ -335,8 +336,8 @@ class Culler:
         self.metrics.cycle_duration.observe(report.duration_s)
         self.metrics.last_cycle.set(time.time())
         by_kind = Counter(o.server.offering.kind for o in report.outcomes)
-        for kind in ("full", "mig", "shared", "vgpu", "custom", "cpu"):
-            self.metrics.servers.labels(kind).set(by_kind.get(kind, 0))
+        for kind in Kind:
+            self.metrics.servers.labels(kind.value).set(by_kind.get(kind, 0))
         counts = report.counts()
         kernels = sum(
             len(o.decision.shutdown) for o in report.outcomes if o.decision.action != STOP

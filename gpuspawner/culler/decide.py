@@ -32,19 +32,22 @@ from datetime import datetime, timedelta
 
 from jupyterhub_idle_culler import format_td
 
-from .contract import KINDS, ServerOffering
+from ..vocabulary import Kind
+from .contract import ServerOffering
 from .gpu_metrics import PodGpuView
 from .hub import ServerRecord
 from .kernels import KernelView
 
 DEFAULT_KIND_TIMEOUTS: Mapping[str, int] = {
-    "full": 30 * 60,
-    "mig": 60 * 60,
-    "shared": 2 * 60 * 60,
-    "vgpu": 60 * 60,
-    "custom": 60 * 60,
-    "cpu": 8 * 60 * 60,
+    Kind.FULL.value: 30 * 60,
+    Kind.MIG.value: 60 * 60,
+    Kind.SHARED.value: 2 * 60 * 60,
+    Kind.VGPU.value: 60 * 60,
+    Kind.CUSTOM.value: 60 * 60,
+    Kind.CPU.value: 8 * 60 * 60,
 }
+#: Kinds whose GPU memory other users share: their idle kernels are shut down to reclaim it.
+DEFAULT_RECLAIM_KINDS: tuple[str, ...] = (Kind.SHARED.value, Kind.CUSTOM.value)
 
 STOP, RECLAIM, KEEP, HELD_BACK = "stop", "reclaim", "keep", "held_back"
 #: why a server is stopped
@@ -64,8 +67,8 @@ class Policy:
     offering_timeouts: Mapping[str, int] = field(default_factory=dict)
     kernel_timeout: int = 30 * 60
     offering_kernel_timeouts: Mapping[str, int] = field(default_factory=dict)
-    reclaim_kinds: frozenset[str] = frozenset({"shared", "custom"})
-    stop_kinds: frozenset[str] = frozenset(KINDS)
+    reclaim_kinds: frozenset[str] = frozenset(DEFAULT_RECLAIM_KINDS)
+    stop_kinds: frozenset[str] = frozenset(k.value for k in Kind)
     max_age: int = 0
     #: a pod "holds GPU memory" from this many MiB (FB_USED) on
     memory_held_mib: float = 64.0

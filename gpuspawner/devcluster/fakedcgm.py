@@ -25,6 +25,9 @@ from typing import Any
 from tornado import web
 from tornado.httpserver import HTTPServer
 
+from ..nodeclass import GPU, MIG_PREFIX, mig_profile_of
+from ..vocabulary import GPU_KINDS, LABEL_KIND, Kind
+
 SCRAPE = Path(__file__).with_name("dcgm-exporter-h100-mig.txt")
 
 _LINE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
@@ -263,7 +266,6 @@ class FakePrometheus:
 # --------------------------------------------------------------------------
 # the demo's telemetry: samples for the notebook pods that hold GPUs
 # --------------------------------------------------------------------------
-GPU_KINDS = ("full", "mig", "shared", "vgpu", "custom")
 
 
 def _template(metric: str) -> dict[str, str]:
@@ -283,8 +285,8 @@ def dcgm_labels(pod: dict[str, Any], template: dict[str, str], index: int) -> di
         pod=meta["name"], namespace=meta["namespace"], container=spec["containers"][0]["name"],
     )
     limits = (spec["containers"][0].get("resources") or {}).get("limits") or {}
-    profiles = [k[len("nvidia.com/mig-"):].replace(".me", "+me") for k in limits if k.startswith("nvidia.com/mig-")]
-    if meta.get("labels", {}).get("gpuspawner.io/kind") == "mig":
+    profiles = [mig_profile_of(k) for k in limits if k.startswith(MIG_PREFIX)]
+    if meta.get("labels", {}).get(LABEL_KIND) == Kind.MIG:
         labels.update(GPU_I_PROFILE=profiles[0] if profiles else template.get("GPU_I_PROFILE", "1g.10gb"), GPU_I_ID=str(7 + index))
     return labels
 
@@ -292,9 +294,9 @@ def dcgm_labels(pod: dict[str, Any], template: dict[str, str], index: int) -> di
 def devices(pod: dict[str, Any], kind: str) -> int:
     """How many devices dcgm-exporter attaches to the pod: N whole GPUs, else one."""
     limits = (pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}
-    if kind == "full":
+    if kind == Kind.FULL:
         try:
-            return max(int(str(limits.get("nvidia.com/gpu", "1"))), 1)
+            return max(int(str(limits.get(GPU, "1"))), 1)
         except ValueError:
             return 1
     return 1
@@ -352,10 +354,10 @@ class SimulatedDCGM:
     def scrape(self, now: float | None = None) -> int:
         """Add one sample per device of each GPU notebook pod; forget pods that are gone."""
         now = time.time() if now is None else now
-        pods = self.kube.request("GET", "/api/v1/pods?labelSelector=gpuspawner.io/kind")["items"]
+        pods = self.kube.request("GET", f"/api/v1/pods?labelSelector={LABEL_KIND}")["items"]
         live = set()
         for pod in pods:
-            kind = pod["metadata"].get("labels", {}).get("gpuspawner.io/kind")
+            kind = pod["metadata"].get("labels", {}).get(LABEL_KIND)
             if kind not in GPU_KINDS or pod.get("status", {}).get("phase") != "Running":
                 continue
             live.add(pod["metadata"]["name"])

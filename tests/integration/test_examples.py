@@ -41,8 +41,10 @@ from gpuspawner.capacity import availability
 from gpuspawner.catalog import CatalogConfig, build_catalog
 from gpuspawner.choice import Choice
 from gpuspawner.devcluster import build as devcluster_build
-from gpuspawner.offerings import Kind, Offering, quantity
-from gpuspawner.policy import window_state
+from gpuspawner.fit import amount
+from gpuspawner.model import Offering
+from gpuspawner.vocabulary import Kind
+from gpuspawner.windows import window_state
 from gpuspawner.selectors import terms_match
 from tests.conftest import wait_for
 
@@ -211,7 +213,7 @@ def nodes_of_class(offering: Offering, nodes: list[dict]) -> set[str]:
             continue
         if all(labels.get(k) == v for k, v in offering.node_selector.items()) and terms_match(
             offering.placement_terms, labels
-        ) and all((quantity(allocatable.get(r, 0)) or 0) > 0 for r in offering.resources):
+        ) and all((amount(r, allocatable.get(r, 0)) or 0) > 0 for r in offering.resources):
             out.add(node["metadata"]["name"])
     return out
 
@@ -446,7 +448,7 @@ def test_z2jh_values_use_the_entry_point_and_replace_the_stock_culler():
 
 
 def test_z2jh_culler_service_has_exactly_the_example_scopes_and_a_command_the_culler_accepts():
-    from gpuspawner.culler.config import REQUIRED_SCOPES, GpuCuller
+    from gpuspawner.culler import REQUIRED_SCOPES, GpuCuller
 
     example = load_config(HUB_CONFIG / "culler_service_example.py")
     (role,) = [r for r in resolved(example.JupyterHub.load_roles, []) if r["name"] == "gpu-culler"]

@@ -9,21 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.capacity import (
-    UNCOUNTED,
-    Availability,
-    availability,
-    holds_resources,
-    node_serves,
-    pod_requests,
-    tolerates,
-    units,
-    used_by_node,
-)
+from gpuspawner.capacity import UNCOUNTED, Availability, availability, node_serves, units
 from gpuspawner.devcluster.nodes import standard_nodes
-from gpuspawner.fit import PODS
-from gpuspawner.discovery import NodeFacts, discover
-from gpuspawner.offerings import CPU_OFFERING, GPU, PRODUCT_LABEL, offering_from_config
+from gpuspawner.fit import PODS, NodeFacts, holds_resources, pod_requests, used_by_node
+from gpuspawner.selectors import tolerates
+from gpuspawner.discovery import discover
+from gpuspawner.model import CPU_OFFERING
+from gpuspawner.nodeclass import GPU, PRODUCT_LABEL
+from gpuspawner.offerings import offering_from_config
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}

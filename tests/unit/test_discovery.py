@@ -1,7 +1,7 @@
 """Nodes -> offerings, on label sets written from the NVIDIA device plugin / GFD / GKE conventions.
 
 The T4 label set is the real GFD dump of the CERN webinar (seed 003); the others follow the
-documented conventions (DESIGN.md). Each kind is checked for the exact resource, node
+documented conventions (docs/architecture.md, "NVIDIA's conventions"). Each kind is checked for the exact resource, node
 selector, name and memory discovery derives, and each trap for the offering it must NOT make.
 """
 
@@ -14,14 +14,16 @@ import pytest
 from gpuspawner.capacity import availability, node_serves
 from gpuspawner.devcluster.nodes import standard_nodes
 from gpuspawner.discovery import (
-    NodeFacts,
     discover,
     gpu_tolerations,
     memory_mib,
     product_name,
 )
 from gpuspawner.nodeclass import hosts_pods, mig_settled
-from gpuspawner.offerings import DEFAULT_GPU_TOLERATION, GPU, GPU_SHARED, PRODUCT_LABEL, Isolation, Kind
+from gpuspawner.fit import NodeFacts
+from gpuspawner.model import DEFAULT_GPU_TOLERATION
+from gpuspawner.nodeclass import GPU, GPU_SHARED, PRODUCT_LABEL
+from gpuspawner.vocabulary import Isolation, Kind
 
 DEFAULT_TOL = dict(DEFAULT_GPU_TOLERATION)
 
@@ -211,7 +213,7 @@ def test_mig_mixed_plus_me_profile_uses_dot_me_resource():
 
 
 def test_mig_plus_me_and_minus_me_profiles_are_distinct_offerings():
-    # '+me' -> resource '.me', '-me' stays (DESIGN.md): two different resources, so two offerings.
+    # '+me' -> resource '.me', '-me' stays (docs/architecture.md): two different resources, so two offerings.
     alloc = {"nvidia.com/mig-1g.24gb.me": "1", "nvidia.com/mig-1g.24gb-me": "2"}
     offerings = discover([node("b", {PRODUCT_LABEL: "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"}, alloc)])
     assert sorted(next(iter(o.resources)) for o in offerings) == ["nvidia.com/mig-1g.24gb-me", "nvidia.com/mig-1g.24gb.me"]

@@ -9,18 +9,11 @@ from pathlib import Path
 import pytest
 from markupsafe import Markup
 
-import gpuspawner
 from gpuspawner import form as form_module
-from gpuspawner.form import (
-    FormView,
-    GroupView,
-    OptionView,
-    group_options,
-    render_form,
-    ui_dir,
-    user_options_from_form,
-)
-from gpuspawner.offerings import Isolation, Kind
+from gpuspawner.form import render_form, ui_dir
+from gpuspawner.views import FormView, GroupView, OptionView, group_options, user_options_from_form
+from gpuspawner.vocabulary import Isolation
+from gpuspawner.wording import group_title, isolation_phrase
 
 KIND_ORDER = ("cpu", "shared", "mig", "full", "vgpu", "custom")
 XSS_NAME = "<script>alert(1)</script>"
@@ -50,55 +43,55 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
         option(
             "cpu", "cpu", "No GPU",
             description="CPU only. Pick this for data preparation, plotting and anything that does not use CUDA.",
-            isolation=Isolation.NO_GPU.phrase, compute_share="no GPU",
+            isolation=isolation_phrase(Isolation.NO_GPU), compute_share="no GPU",
         ),
         option(
             "t4-shared", "shared", "T4 · time-sliced, 1/4 GPU",
             description="Good for trying out CUDA code and small models.",
             memory="16 GB GPU memory, shared", compute_share="1/4 of the GPU (time-sliced)",
-            isolation=Isolation.NONE.phrase,
+            isolation=isolation_phrase(Isolation.NONE),
             availability="1 of 4 free" if refreshed else "3 of 4 free", free=1 if refreshed else 3, capacity=4,
         ),
         option(
             "l4-mps", "shared", "L4 · MPS, 1/4 GPU",
             memory="6 GB GPU memory", compute_share="1/4 of the GPU (MPS share)",
-            isolation=Isolation.PARTIAL.phrase,
+            isolation=isolation_phrase(Isolation.PARTIAL),
             availability="free after scale-up, about 5 min", free=0, capacity=0,
         ),
         option(
             "a100-mig-1g-5gb", "mig", "A100 40GB · MIG 1g.5gb",
             memory="5 GB GPU memory", compute_share="1/7 of the GPU's compute",
-            isolation=Isolation.HARDWARE.phrase, availability="2 of 2 free", free=2, capacity=2,
+            isolation=isolation_phrase(Isolation.HARDWARE), availability="2 of 2 free", free=2, capacity=2,
         ),
         option(
             "a100-mig-2g-10gb", "mig", "A100 40GB · MIG 2g.10gb",
             memory="10 GB GPU memory", compute_share="2/7 of the GPU's compute",
-            isolation=Isolation.HARDWARE.phrase, availability="1 of 1 free", free=1, capacity=1,
+            isolation=isolation_phrase(Isolation.HARDWARE), availability="1 of 1 free", free=1, capacity=1,
         ),
         option(
             "a100-mig-3g-20gb", "mig", "A100 40GB · MIG 3g.20gb",
             memory="20 GB GPU memory", compute_share="3/7 of the GPU's compute",
-            isolation=Isolation.HARDWARE.phrase,
+            isolation=isolation_phrase(Isolation.HARDWARE),
             availability=f"{mig3_free} of 1 free" if mig3_free else "none free", free=mig3_free, capacity=1,
             disabled_reason="" if mig3_free else "none free right now",
         ),
         option(
             "h100", "full", "H100 80GB",
             description="For training: one or more whole GPUs, nobody else on them.",
-            memory="80 GB GPU memory", isolation=Isolation.EXCLUSIVE.phrase,
+            memory="80 GB GPU memory", isolation=isolation_phrase(Isolation.EXCLUSIVE),
             availability="none free" if refreshed else "5 of 8 free", free=0 if refreshed else 5, capacity=8,
             disabled_reason="none free right now" if refreshed else "",
             counts=() if refreshed else (1, 2, 4),
         ),
         option(
             "a10-vgpu-24q", "vgpu", "A10 · vGPU 24Q",
-            memory="24 GB GPU memory", isolation=Isolation.VM.phrase,
+            memory="24 GB GPU memory", isolation=isolation_phrase(Isolation.VM),
             availability="2 of 4 free", free=2, capacity=4, disabled_reason="not allowed for your groups",
         ),
         option(
             "v100-half", "custom", "Half a V100",
             description="Our site's fractional V100 (16 GB).",
-            memory="16 GB GPU memory", compute_share="1/2 of the GPU", isolation=Isolation.SITE.phrase,
+            memory="16 GB GPU memory", compute_share="1/2 of the GPU", isolation=isolation_phrase(Isolation.SITE),
             availability="queue: 2 waiting", free=0, capacity=None,
         ),
     ]
@@ -222,7 +215,7 @@ def test_groups_follow_the_given_kind_order_and_skip_empty_kinds():
     options = example_options()
     groups = group_options(reversed(options), ["full", "mig", "cpu", "vgpu", "shared", "custom", "nonesuch"])
     assert [g.kind for g in groups] == ["full", "mig", "cpu", "vgpu", "shared", "custom"]
-    assert [g.title for g in groups] == [Kind(g.kind).group_title for g in groups]
+    assert [g.title for g in groups] == [group_title(g.kind) for g in groups]
     # Order within a group is the order the options came in.
     assert [o.slug for o in groups[1].options] == ["a100-mig-3g-20gb", "a100-mig-2g-10gb", "a100-mig-1g-5gb"]
 
@@ -294,7 +287,7 @@ def test_availability_badge_tone_follows_the_free_count():
 def test_no_isolation_is_called_out():
     doc = parse(render_form(example_view()))
     warned = [n.words for n in doc.find_all("span") if "gs-warn" in n.classes()]
-    assert warned == [Isolation.NONE.phrase]
+    assert warned == [isolation_phrase(Isolation.NONE)]
 
 
 def test_disabled_option_has_a_disabled_radio_and_its_reason_linked_to_it():
@@ -472,7 +465,7 @@ def test_templates_are_read_from_the_installed_package_first(tmp_path, monkeypat
     (package / "ui" / "templates" / "gpuspawner_form.html").write_text("installed {{ view.selected }}")
     (package / "ui" / "static" / "gpuspawner.css").write_text("")
     (package / "ui" / "static" / "gpuspawner.js").write_text("")
-    monkeypatch.setattr(gpuspawner, "__file__", str(package / "__init__.py"))
+    monkeypatch.setattr(form_module, "__file__", str(package / "form.py"))
     assert ui_dir() == package / "ui"
     assert render_form(example_view(selected="h100")) == "installed h100"
 
@@ -482,7 +475,7 @@ def test_repository_ui_folder_is_the_fallback():
 
 
 def test_missing_templates_say_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpuspawner, "__file__", str(tmp_path / "a" / "gpuspawner" / "__init__.py"))
+    monkeypatch.setattr(form_module, "__file__", str(tmp_path / "a" / "gpuspawner" / "form.py"))
     with pytest.raises(FileNotFoundError, match="Reinstall gpuspawner"):
         ui_dir()
 

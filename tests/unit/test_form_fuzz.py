@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuspawner.choice import Choice, ChoiceError, parse_choice, parse_count
-from gpuspawner.offerings import CPU_OFFERING, offering_from_config
+from gpuspawner.model import CPU_OFFERING
+from gpuspawner.offerings import offering_from_config
 from gpuspawner.policy import Requester, allowed
 
 #: Examples per fuzz test (the two narrow ones run a quarter of it); raise it for a deeper run:

@@ -16,7 +16,7 @@ from gpuspawner.capacity import availability
 from gpuspawner.devcluster.generate import random_cluster, random_pods
 from gpuspawner.discovery import discover
 from gpuspawner.fit import PODS
-from gpuspawner.inventory import ClusterIndex
+from gpuspawner.index import ClusterIndex
 from gpuspawner.notebook import Notebook
 from gpuspawner.offerings import offering_from_config
 

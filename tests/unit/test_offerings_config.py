@@ -10,27 +10,22 @@ import pytest
 
 from gpuspawner.catalog import CatalogConfig, build_catalog
 from gpuspawner.devcluster.nodes import standard_nodes
-from gpuspawner.offerings import (
-    CPU_OFFERING,
-    DEFAULT_GPU_TOLERATION,
+from gpuspawner.catalog import merge
+from gpuspawner.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION, Offering
+from gpuspawner.nodeclass import (
     GKE_ACCELERATOR_LABEL,
     GKE_PARTITION_LABEL,
     GPU,
     GPU_SHARED,
     PRODUCT_LABEL,
-    Isolation,
-    Kind,
-    Offering,
-    OfferingConfigError,
-    apply_overrides,
-    merge,
-    mig_profile_from_resource,
+    mig_profile_of,
     mig_profile_parts,
     mig_resource_name,
-    offering_from_config,
-    offerings_from_config,
-    share_phrase,
 )
+from gpuspawner.offerings import OfferingConfigError, offering_from_config, offerings_from_config
+from gpuspawner.overrides import apply_overrides
+from gpuspawner.vocabulary import Isolation, Kind
+from gpuspawner.wording import memory_phrase, share_phrase
 
 DEFAULT_TOL = dict(DEFAULT_GPU_TOLERATION)
 
@@ -74,13 +69,13 @@ def test_mig_resource_name_follows_device_plugin(profile, resource):
         ("nvidia.com/mig-1g.5gb.memory", None),
     ],
 )
-def test_mig_profile_from_resource(resource, profile):
-    assert mig_profile_from_resource(resource) == profile
+def test_mig_profile_of(resource, profile):
+    assert mig_profile_of(resource) == profile
 
 
 def test_mig_profile_round_trips_through_resource_name():
     for profile in ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", "1g.10gb+me", "2g.12gb+me"):
-        assert mig_profile_from_resource(mig_resource_name(profile)) == profile
+        assert mig_profile_of(mig_resource_name(profile)) == profile
 
 
 @pytest.mark.parametrize(
@@ -224,12 +219,13 @@ def test_memory_and_text_fields_are_kept():
     assert (o.display_name, o.description, o.memory_mib) == ("A100 · whole", "d", 40960)
     assert (dict(o.env), dict(o.labels), dict(o.annotations)) == ({"X": "1"}, {"l": "v"}, {"a": "b"})
     assert (o.groups, o.users, o.hidden) == (("ml",), ("ann",), True)
-    assert o.memory_phrase == "40 GB GPU memory"
+    assert memory_phrase(o.memory_mib) == "40 GB GPU memory"
 
 
 def test_memory_phrase_below_one_gib():
-    assert Offering(slug="s", kind=Kind.CUSTOM, display_name="s", memory_mib=512).memory_phrase == "512 MiB GPU memory"
-    assert CPU_OFFERING.memory_phrase == ""
+    assert Offering(slug="s", kind=Kind.CUSTOM, display_name="s", memory_mib=512).memory_mib == 512
+    assert memory_phrase(512) == "512 MiB GPU memory"
+    assert memory_phrase(CPU_OFFERING.memory_mib) == ""
 
 
 def test_summary_is_json_ready():

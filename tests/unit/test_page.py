@@ -6,7 +6,8 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from gpuspawner.capacity import UNCOUNTED, Availability
-from gpuspawner.offerings import CPU_OFFERING, offering_from_config
+from gpuspawner.model import CPU_OFFERING
+from gpuspawner.offerings import offering_from_config
 from gpuspawner.page import availability_text, default_choice, option_views
 from gpuspawner.policy import Requester
 

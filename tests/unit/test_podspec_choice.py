@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.choice import COUNT_KEY, OFFERING_KEY, RECORD_KEY, Choice, ChoiceError, parse_choice, parse_count, shown
-from gpuspawner.offerings import (
-    CPU_OFFERING,
-    DEFAULT_GPU_TOLERATION,
-    GPU,
+from gpuspawner.choice import Choice, ChoiceError, parse_choice, parse_count, shown
+from gpuspawner.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION
+from gpuspawner.nodeclass import GPU, PRODUCT_LABEL
+from gpuspawner.offerings import offering_from_config
+from gpuspawner.podspec import FORBIDDEN_ENV, merge_tolerations, pod_changes
+from gpuspawner.vocabulary import (
+    COUNT_KEY,
+    ENV_COUNT,
+    ENV_KIND,
+    ENV_OFFERING,
     LABEL_KIND,
     LABEL_OFFERING,
-    PRODUCT_LABEL,
-    offering_from_config,
+    OFFERING_KEY,
+    RECORD_KEY,
 )
-from gpuspawner.podspec import ENV_COUNT, ENV_KIND, ENV_OFFERING, FORBIDDEN_ENV, merge_tolerations, pod_changes
 from gpuspawner.policy import Requester, allowed, may_use
 
 DEFAULT_TOL = dict(DEFAULT_GPU_TOLERATION)
@@ -90,7 +94,7 @@ def test_env_has_offering_and_never_device_visibility_even_if_admin_set_it():
 
 
 def test_overridden_env_still_cannot_set_visible_devices():
-    from gpuspawner.offerings import apply_overrides
+    from gpuspawner.overrides import apply_overrides
 
     (o,) = apply_overrides([H100], {"h100": {"env": {"NVIDIA_VISIBLE_DEVICES": "all"}}})
     assert dict(o.env) == {"NVIDIA_VISIBLE_DEVICES": "all"}

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from gpuspawner.admission import ADMIT, REFUSE, Held, QuotaLedger, Quotas
-from gpuspawner.offerings import CPU_OFFERING, offering_from_config
+from gpuspawner.model import CPU_OFFERING
+from gpuspawner.offerings import offering_from_config
 
 T4 = offering_from_config({"slug": "t4", "kind": "shared", "replicas": 4}, 0)
 MIG1 = offering_from_config({"slug": "mig1", "kind": "mig", "profile": "1g.5gb"}, 1)

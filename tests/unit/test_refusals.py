@@ -12,8 +12,8 @@ from jupyterhub.spawner import SpawnException
 
 from gpuspawner.choice import MALFORMED, NOT_OFFERED, ChoiceError, parse_choice
 from gpuspawner.hubhooks import RefusalsOnOneLine
-from gpuspawner.inventory import Health
-from gpuspawner.offerings import CPU_OFFERING
+from gpuspawner.index import Health
+from gpuspawner.model import CPU_OFFERING
 from gpuspawner.page import counts_notice, unreachable_message
 from gpuspawner.scheduling import REFUSAL_STATUS, SpawnRefused
 from gpuspawner.useroptions import check_profile, describe_keys, known_keys, split_known

@@ -1,0 +1,95 @@
+"""The names that cross a module boundary, each defined once. Pure; imports nothing of gpuspawner.
+
+What one part of gpuspawner writes and another reads (the spawner and the culler, the
+spawner and the inventory or the orphan reconciler, the spawn form and the choice) must
+agree on a name; a name spelled twice drifts. So every such name lives here: the offering
+kinds, the pod's labels, annotations and environment, the ``user_options`` keys, the
+record GPUSpawner keeps of a server, and the admin's admission policies. The words are
+those of the spawn page and docs/config.md.
+
+Tests spell the literals out on purpose where they check the wire format.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """What sort of GPU an offering gives (docs/config.md, ``kind``); the spawn page groups by it.
+
+    The order is the spawn page's (no GPU first, then the cheapest GPU share).
+    A ``StrEnum``: a kind is written into JSON, pod labels and metrics as its plain value.
+    """
+
+    CPU = "cpu"  #: no GPU
+    SHARED = "shared"  #: a time-sliced or MPS share of a GPU
+    MIG = "mig"  #: a MIG slice
+    FULL = "full"  #: whole GPUs
+    VGPU = "vgpu"  #: a vGPU class
+    CUSTOM = "custom"  #: a site's own resource (fractional GPUs, Bitfusion, ...)
+
+
+#: The kinds whose pod holds (part of) a GPU.
+GPU_KINDS: frozenset[Kind] = frozenset(k for k in Kind if k is not Kind.CPU)
+
+
+class Isolation(StrEnum):
+    """How well a user is protected from the neighbours on the same GPU (docs/config.md, ``isolation``)."""
+
+    EXCLUSIVE = "exclusive"
+    HARDWARE = "hardware"
+    PARTIAL = "partial"
+    NONE = "none"
+    VM = "vm"
+    SITE = "site"
+    NO_GPU = "no-gpu"
+
+
+class AdmissionPolicy(StrEnum):
+    """What the admin wants when no unit of an offering is free (``c.GPUSpawner.admission``,
+    an offering's ``admission``). Not to be confused with the decision admission takes
+    (:mod:`gpuspawner.admission`: admit, warn, queue or refuse)."""
+
+    BLOCK = "block"  #: refuse at once
+    WARN = "warn"  #: start anyway and say it may wait
+    QUEUE = "queue"  #: wait in line for the next free unit, up to a time limit
+
+
+# --------------------------------------------------------------------- user_options
+
+#: ``user_options`` key (and spawn-form field) holding the chosen offering's slug.
+OFFERING_KEY = "offering"
+#: ``user_options`` key (and spawn-form field) holding how many units (whole GPUs only).
+COUNT_KEY = "count"
+#: Prefix of the spawn form's per-offering count field, ``count-<slug>``.
+COUNT_FIELD_PREFIX = "count-"
+#: ``user_options`` key (and spawner-state key) of the record GPUSpawner writes at start;
+#: never read back as the user's choice. Its keys are the ``RECORD_*`` names below.
+RECORD_KEY = "gpuspawner"
+
+# Keys inside the record (docs/culler.md, "The contract"); the culler reads them.
+RECORD_OFFERING = OFFERING_KEY  #: the offering's slug
+RECORD_KIND = "kind"  #: a :class:`Kind` value
+RECORD_COUNT = COUNT_KEY  #: units taken
+RECORD_RESOURCES = "resources"  #: extended-resource limits, name -> quantity string
+RECORD_POD = "pod"  #: the pod's name
+RECORD_NAMESPACE = "namespace"  #: the pod's namespace
+RECORD_URL = "url"  #: the server's direct address (for the culler's kernel view), or None
+
+# ------------------------------------------------------------------------ the pod
+
+#: Pod label: the offering's slug (the inventory and the orphan reconciler select on it).
+LABEL_OFFERING = "gpuspawner.io/offering"
+#: Pod label: the offering's :class:`Kind`.
+LABEL_KIND = "gpuspawner.io/kind"
+#: Environment of the notebook container: what it was given (docs/kubespawner-compat.md).
+ENV_OFFERING = "GPUSPAWNER_OFFERING"
+ENV_KIND = "GPUSPAWNER_KIND"
+ENV_COUNT = "GPUSPAWNER_GPU_COUNT"
+
+#: KubeSpawner's names for whose pod it is, which gpuspawner reads: the user as a pod
+#: label (KubeSpawner's escaped form) and the user and server name as annotations.
+KUBESPAWNER_USER_LABEL = "hub.jupyter.org/username"
+KUBESPAWNER_USER_ANNOTATION = "hub.jupyter.org/username"
+KUBESPAWNER_SERVER_ANNOTATION = "hub.jupyter.org/servername"

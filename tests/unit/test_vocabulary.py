@@ -1,0 +1,57 @@
+"""Names that cross a module boundary are defined once, in gpuspawner/vocabulary.py.
+
+A label, annotation or environment name spelled a second time drifts (the offering label
+once had two names); this test finds any string literal in the package that repeats one
+of them. Tests may spell them out: they check the wire format.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from gpuspawner import vocabulary
+from gpuspawner.vocabulary import AdmissionPolicy, Kind
+
+PACKAGE = Path(vocabulary.__file__).resolve().parent
+#: The names whose literal value means nothing else anywhere in the package.
+DISTINCT = (
+    "LABEL_OFFERING", "LABEL_KIND", "ENV_OFFERING", "ENV_KIND", "ENV_COUNT",
+    "KUBESPAWNER_USER_LABEL", "KUBESPAWNER_SERVER_ANNOTATION", "COUNT_FIELD_PREFIX",
+)
+
+
+def string_literals(path: Path) -> set[str]:
+    """Every string constant of a module that is not a docstring."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.value for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    }
+
+
+def test_each_boundary_name_is_spelled_only_in_the_vocabulary():
+    values = {getattr(vocabulary, name): name for name in DISTINCT}
+    repeated = [
+        f"{path.relative_to(PACKAGE.parent)} spells {values[text]} ({text!r}): import it from gpuspawner.vocabulary"
+        for path in sorted(PACKAGE.rglob("*.py")) if path != Path(vocabulary.__file__).resolve()
+        for text in sorted(string_literals(path) & set(values))
+    ]
+    assert repeated == []
+
+
+def test_the_wire_format_of_the_names():
+    # What pods, the hub's database and the culler already carry: renaming any is a migration.
+    assert [k.value for k in Kind] == ["cpu", "shared", "mig", "full", "vgpu", "custom"]
+    assert [p.value for p in AdmissionPolicy] == ["block", "warn", "queue"]
+    assert (vocabulary.OFFERING_KEY, vocabulary.COUNT_KEY, vocabulary.RECORD_KEY) == ("offering", "count", "gpuspawner")
+    assert (vocabulary.LABEL_OFFERING, vocabulary.LABEL_KIND) == ("gpuspawner.io/offering", "gpuspawner.io/kind")
+    assert (vocabulary.ENV_OFFERING, vocabulary.ENV_KIND, vocabulary.ENV_COUNT) == (
+        "GPUSPAWNER_OFFERING", "GPUSPAWNER_KIND", "GPUSPAWNER_GPU_COUNT")
+    assert f"{Kind.MIG}" == "mig"  # written into labels, JSON and metrics as its plain value
