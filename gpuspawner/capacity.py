@@ -172,8 +172,7 @@ def unreached(
                 continue
             reason = unserved_reason(facts, resource, labels)
             if reason is None and asking:
-                blocks = {blocked(t.pod, facts, t.tolerations) for t in asking}
-                blocks.discard(None)
+                blocks = {b for t in asking if (b := blocked(t.pod, facts, t.tolerations)) is not None}
                 reason = "; ".join(sorted(blocks)) or "no offering's pod fits"
             out.append((facts.name, resource, amount, reason or f"no offering asks for {resource}"))
     return out

@@ -181,8 +181,8 @@ def _identity_name(cls: GpuClass) -> tuple[str, str]:
 
 def _offering(cls: GpuClass, labels: Mapping[str, str], tolerations: tuple[dict[str, Any], ...]) -> Offering:
     selector, affinity = factor(cls.terms)
-    common = dict(resources={cls.resource: 1}, node_selector=selector, node_affinity=affinity, tolerations=tolerations,
-                  source="discovered")
+    common: dict[str, Any] = dict(resources={cls.resource: 1}, node_selector=selector, node_affinity=affinity,
+                                  tolerations=tolerations, source="discovered")
     if cls.kind is Kind.MIG:
         return _mig(cls, labels, common)
     if cls.kind is Kind.SHARED:

@@ -27,7 +27,7 @@ from .notebook import Notebook
 from .vocabulary import KUBESPAWNER_USER_LABEL, LABEL_OFFERING, Kind
 
 #: Pods of a cluster ask for few distinct request sets: each is kept once.
-_INTERNED: dict[tuple, Mapping[str, int]] = {}
+_INTERNED: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
 _INTERN_LIMIT = 50_000
 
 
@@ -162,11 +162,11 @@ class ClusterIndex:
             self.pods = {}
             self.used = {}
             for raw in pods:
-                facts = PodFacts.from_pod(raw)
-                if facts is not None:
+                pod = PodFacts.from_pod(raw)
+                if pod is not None:
                     key = pod_key(raw)
-                    self.pods[key] = facts
-                    self._add_use(facts.node, facts.requests, +1)
+                    self.pods[key] = pod
+                    self._add_use(pod.node, pod.requests, +1)
                     self.reservations.pop(key, None)
             for node, requests in self.reservations.values():
                 self._add_use(node, requests, +1)

@@ -98,7 +98,7 @@ def _bytes(settings: Mapping[str, Any], name: str, names: Mapping[str, str]) -> 
     if value is None:
         return None
     try:
-        return ByteSpecification().validate(None, value)
+        return int(ByteSpecification().validate(None, value))
     except (TraitError, TypeError, ValueError, IndexError):
         raise ValueError(f"{names[name]} must be bytes or a size such as '1G' or '512M', got {value!r}") from None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Literal, Mapping, overload
 
 from .model import DEFAULT_GPU_TOLERATION, SLUG_RE, Offering
 from .nodeclass import (
@@ -73,6 +73,13 @@ class Entry:
 
     def fail(self, name: str, problem: str) -> OfferingConfigError:
         return OfferingConfigError(f"{self.where}: field '{name}' {problem}")
+
+    @overload
+    def text(self, name: str, default: str, required: bool = False) -> str: ...
+    @overload
+    def text(self, name: str, *, required: Literal[True]) -> str: ...
+    @overload
+    def text(self, name: str, default: None = None, required: bool = False) -> str | None: ...
 
     def text(self, name: str, default: str | None = None, required: bool = False) -> str | None:
         value = self.raw.get(name, default)
@@ -298,7 +305,7 @@ def admission_fields(entry: "Entry") -> dict[str, Any]:
     return out
 
 
-def as_list(entry: Entry, name: str, default: list) -> list:
+def as_list(entry: Entry, name: str, default: list[Any]) -> list[Any]:
     """``entry[name]`` as a non-empty list (``default`` when absent)."""
     value = entry.raw.get(name, default)
     if not isinstance(value, (list, tuple)) or not value:

@@ -8,7 +8,7 @@ rows (:mod:`gpuspawner.views`), and picks the default choice.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .capacity import Availability
 from .index import Health
@@ -84,16 +84,16 @@ def option_views(
 
 
 def default_choice(
-    rows: list[OptionView], admin_default: str, last: Mapping | None, offerings: Mapping[str, Offering],
-    refused: Mapping | None = None,
+    rows: list[OptionView], admin_default: str, last: Mapping[str, Any] | None, offerings: Mapping[str, Offering],
+    refused: Mapping[str, Any] | None = None,
 ) -> tuple[str | None, int]:
     """A just-refused choice if still selectable (the form shown again keeps it), else the admin's
     default, else the user's last choice if still selectable, else the smallest free GPU, else No GPU."""
     selectable = {r.slug: r for r in rows if not r.disabled}
 
-    def still_selectable(choice: Mapping | None) -> tuple[str, int] | None:
+    def still_selectable(choice: Mapping[str, Any] | None) -> tuple[str, int] | None:
         slug = choice.get(OFFERING_KEY) if choice else None
-        if not isinstance(slug, str) or slug not in selectable:
+        if choice is None or not isinstance(slug, str) or slug not in selectable:
             return None
         count = choice.get(COUNT_KEY, 1)
         counts = selectable[slug].counts

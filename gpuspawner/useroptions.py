@@ -86,7 +86,7 @@ def describe_keys(keys: Iterable[Any], limit: int = 8) -> str:
     return shown_keys + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def check_profile(options: Mapping[str, Any], profile_list: list[dict]) -> None:
+def check_profile(options: Mapping[str, Any], profile_list: list[dict[str, Any]]) -> None:
     """Refuse a profile, or a profile option choice, that ``profile_list`` does not have.
 
     ``profile_list`` is KubeSpawner's initialized list (every profile has a ``slug``,
