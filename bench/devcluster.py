@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import os
 import tempfile
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable
+from typing import Any
 
 from gpuspawner.devcluster.cluster import DevCluster
 

@@ -103,7 +103,6 @@ def bench_sizes(quick: bool) -> None:
 
 def bench_page_view() -> None:
     print("\n## 2. Data behind one spawn-page view at 1,000 GPU nodes")
-    from jupyterhub.objects import Hub
     from kubespawner import KubeSpawner
 
     nodes = list(many_nodes(1000))

@@ -9,8 +9,8 @@ all their named servers) and a group (all its members together) hold at once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from .capacity import Availability, units
 from .model import Offering

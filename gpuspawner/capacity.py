@@ -19,8 +19,9 @@ that pod could land:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .fit import NodeFacts, PodSpec, blocked, room, used_by_node
 from .model import Offering

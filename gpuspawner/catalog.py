@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .discovery import DEFAULT_VGPU_CLASS_LABELS, discover
 from .model import CPU_OFFERING, Offering
 from .offerings import OfferingConfigError, offerings_from_config
 from .overrides import apply_overrides
 from .vocabulary import Kind
-
 
 #: GPUSpawner trait -> CatalogConfig field.
 TRAITS = {
@@ -33,7 +33,7 @@ class CatalogConfig:
     vgpu_class_labels: Sequence[str] = DEFAULT_VGPU_CLASS_LABELS
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> "CatalogConfig":
+    def from_settings(cls, settings: Mapping[str, Any]) -> CatalogConfig:
         """From GPUSpawner's settings by trait name (a spawner's, or a loaded config's section)."""
         return cls(**{field: settings[trait] for trait, field in TRAITS.items() if trait in settings})
 

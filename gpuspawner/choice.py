@@ -9,8 +9,9 @@ back, no internals), and nothing here raises anything else.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .model import SLUG_RE, Offering
 from .vocabulary import COUNT_KEY, OFFERING_KEY

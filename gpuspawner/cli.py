@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 EXIT_USAGE = 2
 
@@ -95,7 +96,7 @@ def _config_from_file(path: str):
     return config
 
 
-def _notebook(config, args: argparse.Namespace) -> tuple["Any", str]:
+def _notebook(config, args: argparse.Namespace) -> tuple[Any, str]:
     """The notebook pod's own requests and placement from the config (c.Spawner < c.KubeSpawner
     < c.GPUSpawner, as JupyterHub resolves them), then --cpu-guarantee/--mem-guarantee.
 
@@ -127,7 +128,7 @@ def _notebook(config, args: argparse.Namespace) -> tuple["Any", str]:
     return notebook, ", ".join(sources) or "none set"
 
 
-def _catalog_config(config) -> "Any":
+def _catalog_config(config) -> Any:
     """The catalog settings of a loaded config; ValueError listing every problem in it."""
     from .catalog import CatalogConfig
     from .checks import config_problems, gpuspawner_section

@@ -26,9 +26,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from .devcluster.cluster import DevCluster, KubeHTTP
 from .devcluster.fakedcgm import SimulatedDCGM

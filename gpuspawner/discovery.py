@@ -22,22 +22,25 @@ offering. The rules, all from the NVIDIA device plugin / GFD conventions:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .fit import NodeFacts
+from .model import DEFAULT_GPU_TOLERATION, Offering
 from .nodeclass import (
     GKE_MAX_CLIENTS_LABEL,
     GKE_SHARING_LABEL,
+    GPU,
     INSTANCE_TYPE_LABEL,
     MEMORY_LABEL,
     REPLICAS_LABEL,
     SHARING_LABEL,
     GpuClass,
+    mig_profile_parts,
+    mig_resource_name,
     node_classes,
 )
-from .model import DEFAULT_GPU_TOLERATION, Offering
-from .nodeclass import GPU, mig_profile_parts, mig_resource_name
 from .selectors import HARD_EFFECTS, Terms, all_of, and_terms, any_of, equals, factor, tolerates
 from .vocabulary import Isolation, Kind
 from .wording import mig_compute_phrase, share_phrase

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .selectors import (
     UNSCHEDULABLE_TAINT,
@@ -101,7 +102,7 @@ class NodeFacts:
     unschedulable: bool
 
     @classmethod
-    def from_node(cls, node: Mapping[str, Any]) -> "NodeFacts":
+    def from_node(cls, node: Mapping[str, Any]) -> NodeFacts:
         meta = node.get("metadata") or {}
         spec = node.get("spec") or {}
         status = node.get("status") or {}

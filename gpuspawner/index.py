@@ -16,8 +16,9 @@ list and watch, and tests and benchmarks feed it node and pod dicts directly.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .capacity import NO_NOTEBOOK, UNCOUNTED, Availability, Row, Tally
 from .discovery import DEFAULT_VGPU_CLASS_LABELS, aggregate, node_offerings
@@ -51,7 +52,7 @@ class PodFacts:
     offering: str | None = None
 
     @classmethod
-    def from_pod(cls, pod: Mapping[str, Any]) -> "PodFacts | None":
+    def from_pod(cls, pod: Mapping[str, Any]) -> PodFacts | None:
         if not holds_resources(pod):
             return None
         labels = (pod.get("metadata") or {}).get("labels") or {}

@@ -24,7 +24,8 @@ import json
 import logging
 import time
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .discovery import DEFAULT_VGPU_CLASS_LABELS
 from .index import ClusterIndex, Health
@@ -77,7 +78,7 @@ def forbidden_message(refused: Refused) -> str:
 class Inventory:
     """Keeps a :class:`ClusterIndex` in sync with the API server (list, then watch)."""
 
-    _instances: dict[str, "Inventory"] = {}
+    _instances: dict[str, Inventory] = {}
 
     def __init__(
         self,
@@ -105,7 +106,7 @@ class Inventory:
         self._forbidden_streams: set[str] = set()
 
     @classmethod
-    def shared(cls, api: Any, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS) -> "Inventory":
+    def shared(cls, api: Any, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS) -> Inventory:
         """The one inventory of this process for the API server ``api`` talks to (started on first use)."""
         host = getattr(getattr(api, "api_client", None), "configuration", None)
         key = getattr(host, "host", "default")
@@ -116,7 +117,7 @@ class Inventory:
         return inventory
 
     @classmethod
-    def running(cls, api: Any) -> "Inventory | None":
+    def running(cls, api: Any) -> Inventory | None:
         """This process's inventory for ``api``'s API server if one runs (never starts one)."""
         host = getattr(getattr(api, "api_client", None), "configuration", None)
         inventory = cls._instances.get(getattr(host, "host", "default"))
@@ -156,7 +157,7 @@ class Inventory:
     async def wait_ready(self, timeout: float) -> bool:
         try:
             await asyncio.wait_for(self._ready_event.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return self.ready
 
@@ -169,7 +170,7 @@ class Inventory:
         if not self._answered.is_set():
             try:
                 await asyncio.wait_for(self._answered.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return self.health
 

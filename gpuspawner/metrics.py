@@ -4,7 +4,8 @@ reason, and how long pods take to be scheduled."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -39,7 +40,7 @@ class _CapacityCollector:
     """Reads capacity and free units from the inventory at scrape time (no bookkeeping here)."""
 
     def __init__(self) -> None:
-        self.source: tuple["ClusterIndex", list[Offering]] | None = None
+        self.source: tuple[ClusterIndex, list[Offering]] | None = None
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         capacity = GaugeMetricFamily("gpuspawner_offering_capacity", "Units of each offering the cluster has", labels=["offering", "kind"])
@@ -59,6 +60,6 @@ CAPACITY = _CapacityCollector()
 REGISTRY.register(CAPACITY)
 
 
-def observe_catalog(index: "ClusterIndex", offerings: list[Offering]) -> None:
+def observe_catalog(index: ClusterIndex, offerings: list[Offering]) -> None:
     """Remember the latest catalog so a scrape reports its offerings."""
     CAPACITY.source = (index, list(offerings))

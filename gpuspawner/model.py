@@ -17,8 +17,9 @@ conventions").
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .nodeclass import GPU
 from .selectors import Terms, absent, all_of, and_terms, terms_to_k8s

@@ -33,8 +33,8 @@ reconfiguring them.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from .fit import NodeFacts
 from .selectors import (

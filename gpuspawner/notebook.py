@@ -15,8 +15,9 @@ account, read from the KubeSpawner traits that shape the pod:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from traitlets import TraitError
 
@@ -41,7 +42,7 @@ class Notebook:
     tolerations: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any], where: Mapping[str, str] | None = None) -> "Notebook":
+    def from_settings(cls, settings: Mapping[str, Any], where: Mapping[str, str] | None = None) -> Notebook:
         """From KubeSpawner's trait values by name (a spawner's, or a loaded config's section).
 
         Raises ValueError naming the setting that is wrong (``where``: name -> how to call it,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Iterable, Literal, Mapping, overload
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, overload
 
 from .model import DEFAULT_GPU_TOLERATION, SLUG_RE, Offering
 from .nodeclass import (
@@ -281,7 +282,7 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
     )
 
 
-def admission_fields(entry: "Entry") -> dict[str, Any]:
+def admission_fields(entry: Entry) -> dict[str, Any]:
     """``admission``, ``queue_timeout``, ``scalable_nodes``, ``scale_up_minutes`` of an entry."""
     out: dict[str, Any] = {}
     if "admission" in entry.raw:

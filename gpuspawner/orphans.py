@@ -26,8 +26,9 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import Counter
 
@@ -61,7 +62,7 @@ class PodRef:
         return f"{self.user}/{self.server}" if self.server else self.user
 
     @classmethod
-    def from_pod(cls, pod: Mapping[str, Any]) -> "PodRef | None":
+    def from_pod(cls, pod: Mapping[str, Any]) -> PodRef | None:
         """None for a pod that is already being deleted or carries no hub annotations."""
         meta = pod.get("metadata") or {}
         notes = meta.get("annotations") or {}

@@ -6,8 +6,9 @@ well as configured ones; see docs/config.md, ``offering_overrides``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 from .model import Offering
 from .offerings import Entry, OfferingConfigError, admission_fields, as_list
@@ -49,7 +50,7 @@ def apply_overrides(offerings: list[Offering], overrides: Mapping[str, Any]) -> 
     return [by_slug[o.slug] for o in offerings]
 
 
-def _override_values(entry: "Entry", change: Mapping[str, Any]) -> dict[str, Any]:
+def _override_values(entry: Entry, change: Mapping[str, Any]) -> dict[str, Any]:
     """Validate one override's values (whether or not its slug exists right now)."""
     updates: dict[str, Any] = {}
     for name in ("display_name", "description"):

@@ -7,8 +7,9 @@ rows (:mod:`gpuspawner.views`), and picks the default choice.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from .capacity import Availability
 from .index import Health

@@ -7,8 +7,9 @@ KubeSpawner keeps building the pod; :class:`PodChanges` only says what to set.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .model import Offering
 from .selectors import Terms, terms_to_k8s

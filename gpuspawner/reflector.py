@@ -9,7 +9,8 @@ pod marked Unschedulable: event-driven, and nothing polls.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kubespawner.spawner import PodReflector
 from traitlets import validate
@@ -42,7 +43,7 @@ class VerdictPodReflector(PodReflector):
     def _tell_waiters(self, proposal: Any) -> dict[str, Any]:
         return _Told(proposal["value"], self._changed)
 
-    def unschedulable(self, key: str) -> "asyncio.Future[str]":
+    def unschedulable(self, key: str) -> asyncio.Future[str]:
         """A future resolved with the scheduler's own words once pod ``key`` is marked
         Unschedulable (at once if it already is); cancel it when no longer needed."""
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()

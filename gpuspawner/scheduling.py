@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping
+from typing import Any
 
 from tornado.web import HTTPError
 
@@ -79,7 +80,7 @@ def unschedulable_reason(pod: Mapping[str, Any]) -> str | None:
 
 @dataclass
 class Place:
-    queue: "WaitQueue"
+    queue: WaitQueue
     key: str
 
     @property
@@ -94,13 +95,13 @@ class Place:
 class WaitQueue:
     """First come, first served: spawns waiting for one offering, in arrival order."""
 
-    _queues: dict[str, "WaitQueue"] = {}
+    _queues: dict[str, WaitQueue] = {}
 
     def __init__(self) -> None:
         self.waiting: OrderedDict[str, None] = OrderedDict()
 
     @classmethod
-    def for_offering(cls, slug: str) -> "WaitQueue":
+    def for_offering(cls, slug: str) -> WaitQueue:
         return cls._queues.setdefault(slug, cls())
 
     @classmethod

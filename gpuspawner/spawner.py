@@ -15,39 +15,40 @@ import asyncio
 import copy
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, AsyncIterator, ClassVar
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
-from markupsafe import Markup
-
+from jupyterhub.utils import maybe_future
 from kubernetes_asyncio.client.rest import ApiException
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
+from markupsafe import Markup
 from traitlets import Bool, Dict, Float, Integer, List, Unicode, validate
 
 from . import hubhooks, metrics
 from .admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaLedger, Quotas, admit, units_held
-from .checks import config_problems
+from .capacity import UNCOUNTED, Availability
 from .catalog import TRAITS as CATALOG_TRAITS
 from .catalog import CatalogConfig, build_catalog, gpu_offerings_in_play
+from .checks import config_problems
 from .choice import Choice, ChoiceError, parse_choice
-from .capacity import UNCOUNTED, Availability
+from .form import render_form
 from .index import ClusterIndex, Health
 from .inventory import Inventory
-from .notebook import NOTEBOOK_TRAITS, Notebook
-from .orphans import OrphanReconciler, hub_servers_from_db
 from .model import Offering
+from .notebook import NOTEBOOK_TRAITS, Notebook
 from .offerings import OfferingConfigError
-from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
-from .form import render_form
-from .views import FormView, group_options, user_options_from_form
+from .orphans import OrphanReconciler, hub_servers_from_db
 from .page import counts_notice, default_choice, option_views, unreachable_message
+from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
 from .policy import Requester, allowed, named
 from .reflector import VerdictPodReflector
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
 from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, split_known
+from .views import FormView, group_options, user_options_from_form
 from .vocabulary import (
     COUNT_FIELD_PREFIX,
     COUNT_KEY,
@@ -65,7 +66,6 @@ from .vocabulary import (
     Kind,
 )
 from .windows import window_state
-from jupyterhub.utils import maybe_future
 
 #: KubeSpawner settings that an offering changes; restored from config before every spawn.
 POD_TRAITS = (
@@ -593,7 +593,7 @@ class GPUSpawner(KubeSpawner):
     def now(self) -> datetime:
         return datetime.now(ZoneInfo(self.site_timezone))  # checked by catalog() before any use
 
-    async def _render_gpu_form(self, spawner: "GPUSpawner | None" = None) -> str:
+    async def _render_gpu_form(self, spawner: GPUSpawner | None = None) -> str:
         """The spawn page: the GPU choice with KubeSpawner's profile form inside it, or
         KubeSpawner's form alone while no GPU offering is in play."""
         try:
@@ -860,7 +860,7 @@ class GPUSpawner(KubeSpawner):
             verdict = reflector.unschedulable(key)
             try:  # (looked at again now and then: an outage replaces the reflector)
                 scheduler_says = await asyncio.wait_for(asyncio.shield(verdict), timeout=5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             finally:
                 verdict.cancel()

@@ -22,8 +22,9 @@ the first one (a 1 MB offering: 400, never a default in its place).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .choice import MALFORMED, ChoiceError, shown
 from .vocabulary import COUNT_KEY, OFFERING_KEY

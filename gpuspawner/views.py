@@ -16,8 +16,9 @@ named in :mod:`gpuspawner.vocabulary`:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .vocabulary import COUNT_FIELD_PREFIX, COUNT_KEY, OFFERING_KEY, Isolation, Kind
 from .wording import group_title, isolation_phrase

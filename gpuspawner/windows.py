@@ -7,9 +7,9 @@ an offering with windows may be taken while any of them is open.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable
 
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _WINDOW_RE = re.compile(r"^\s*(?P<days>[A-Za-z,\-*]+)\s+(?P<start>\d{2}:\d{2})-(?P<end>\d{2}:\d{2})\s*$")

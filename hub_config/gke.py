@@ -124,6 +124,6 @@ c.GPUSpawner.user_quota = {"total": 2, "full": 1}
 
 # Refuse to start the hub if any GPUSpawner setting above is wrong, with every problem
 # named (JupyterHub creates spawners only when someone spawns: nothing else checks sooner).
-from gpuspawner import check_config
+from gpuspawner import check_config  # noqa: E402 - checked after the settings above
 
 check_config(c)

@@ -142,6 +142,6 @@ c.GPUSpawner.hide_forbidden_offerings = False
 
 # Refuse to start the hub if any GPUSpawner setting above is wrong, with every problem
 # named (JupyterHub creates spawners only when someone spawns: nothing else checks sooner).
-from gpuspawner import check_config
+from gpuspawner import check_config  # noqa: E402 - checked after the settings above
 
 check_config(c)

@@ -37,6 +37,7 @@ from .prometheus import PrometheusClient
 from .tokens import ServerTokens
 from .transport import RequestFailed, RetryPolicy, Transport
 
+
 class GpuCuller(CullerSettings, IdleCuller):
     """Reclaims GPU memory and GPUs held by idle notebooks."""
 

@@ -23,8 +23,9 @@ and nothing else in the culler.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ..vocabulary import (
     GPU_KINDS,

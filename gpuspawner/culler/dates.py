@@ -6,7 +6,7 @@ per cycle; anything else goes to jupyterhub-idle-culler's ``parse_date``."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from jupyterhub_idle_culler import parse_date
@@ -23,4 +23,4 @@ def parse_time(value: Any) -> datetime | None:
             dt = parse_date(value)
         except (ValueError, OverflowError):
             return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)

@@ -14,8 +14,9 @@ import json
 import logging
 import random
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 
@@ -123,7 +124,7 @@ class Transport:
                 if 300 <= e.code < 400:
                     where = e.response.headers.get("Location", "?") if e.response else "?"
                     last_msg = f"redirect to {where} not followed"
-            except (OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError) as e:
                 last_code, last_msg = 599, f"{type(e).__name__}: {e}"
             if not retry_if(last_code) or attempt == tries - 1:
                 break

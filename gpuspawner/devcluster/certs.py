@@ -21,7 +21,7 @@ def _pem_key(key) -> bytes:
 
 
 def _cert(subject: str, key, issuer_name: x509.Name, issuer_key, ca: bool, sans: list | None = None) -> x509.Certificate:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))

@@ -20,9 +20,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from . import build
 from .certs import write_certificates
@@ -55,7 +56,7 @@ def _free_ports(names: Iterable[str]) -> dict[str, int]:
             sock = socket.socket()
             sock.bind(("127.0.0.1", 0))
             sockets.append(sock)
-        return {name: sock.getsockname()[1] for name, sock in zip(names, sockets)}
+        return {name: sock.getsockname()[1] for name, sock in zip(names, sockets, strict=True)}
     finally:
         for sock in sockets:
             sock.close()
@@ -89,7 +90,7 @@ class ClusterState:
         os.replace(tmp, self.path / "cluster.json")
 
     @classmethod
-    def load(cls, directory: Path) -> "ClusterState | None":
+    def load(cls, directory: Path) -> ClusterState | None:
         try:
             return cls(**json.loads((directory / "cluster.json").read_text()))
         except (FileNotFoundError, json.JSONDecodeError, TypeError):
@@ -197,7 +198,7 @@ class DevCluster:
             self._wait(lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), "etcd", timeout)
             self._start(bins, "kube-apiserver", self._apiserver_args(state, pki))
             client = KubeHTTP(state)
-            self._wait(lambda: client.ok("/readyz"), "kube-apiserver", timeout)
+            self._wait(lambda client=client: client.ok("/readyz"), "kube-apiserver", timeout)
             self._start(bins, "kube-controller-manager", self._kcm_args(state, pki))
             self._start(bins, "kube-scheduler", self._scheduler_args(state))
             self._start(bins, "kwok", self._kwok_args(state))
@@ -266,7 +267,7 @@ class DevCluster:
                 self._wait(lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), "etcd", timeout)
             if name == "kube-apiserver":
                 client = KubeHTTP(state)
-                self._wait(lambda: client.ok("/readyz"), "kube-apiserver", timeout)
+                self._wait(lambda client=client: client.ok("/readyz"), "kube-apiserver", timeout)
 
     def _require_state(self) -> ClusterState:
         if self.state is None:

@@ -216,7 +216,7 @@ def free_port() -> int:
 
 
 class _PromQuery(web.RequestHandler):
-    def initialize(self, fake: "FakePrometheus") -> None:
+    def initialize(self, fake: FakePrometheus) -> None:
         self.fake = fake
 
     async def _answer(self) -> None:

@@ -380,7 +380,7 @@ def random_node(rng: random.Random, name: str, index: int) -> GeneratedNode:
     elif platform == "aks":
         _aks(d)
     else:
-        schemes, weights = zip(*SCHEMES)
+        schemes, weights = zip(*SCHEMES, strict=True)
         rng.choices(schemes, weights=weights)[0](d)
         if platform == "openshift":
             d.platform = "openshift"

@@ -8,8 +8,9 @@ pod's IP is an address on this machine that a real server can bind to.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 

@@ -25,9 +25,10 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .cluster import DevCluster
 from .generate import random_cluster, random_pods
@@ -122,7 +123,7 @@ class Harness:
         for name in NAMESPACES:
             await self.api.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         for name in (*NAMESPACES, "kube-system"):  # pods may be made only where the default service account is
-            await self._until(lambda: self._has_service_account(name), f"the service account of {name}")
+            await self._until(lambda name=name: self._has_service_account(name), f"the service account of {name}")
 
     async def _has_service_account(self, namespace: str) -> bool:
         accounts = await self.api.list_namespaced_service_account(namespace)
@@ -144,7 +145,7 @@ class Harness:
         for ns in namespaces:
             await self.api.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         for ns in namespaces:
-            await self._until(lambda: self._empty(ns), f"the pods of {ns} gone")
+            await self._until(lambda ns=ns: self._empty(ns), f"the pods of {ns} gone")
 
     async def _empty(self, namespace: str) -> bool:
         return not await self._pods(namespace)
@@ -159,8 +160,8 @@ class Harness:
         self.previous_nodes = [n["metadata"]["name"] for n in state.nodes]
 
     def spawner(self, state: State):
-        from traitlets.config import Config
         from jupyterhub.objects import Hub
+        from traitlets.config import Config
 
         from ..spawner import GPUSpawner
 

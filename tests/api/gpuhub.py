@@ -27,7 +27,7 @@ import sys
 import textwrap
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urljoin
@@ -39,7 +39,7 @@ CHP = REPO / "node_modules" / ".bin" / "configurable-http-proxy"
 PASSWORD = "gpu"
 STUDENTS = [f"student{i}" for i in range(1, 201)]
 RESEARCHERS = [f"researcher{i}" for i in range(1, 201)]
-OTHER_DAY = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[(datetime.now(timezone.utc).weekday() + 3) % 7]
+OTHER_DAY = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[(datetime.now(UTC).weekday() + 3) % 7]
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class GPUHub:
             check_config(c)
             """) + textwrap.dedent(self.extra_config)
 
-    def start(self, timeout: float = 120) -> "GPUHub":
+    def start(self, timeout: float = 120) -> GPUHub:
         cfg = self.tmp / "jupyterhub_config.py"
         cfg.write_text(self.config_text())
         env = {**os.environ, **self.devcluster.env(), "PYTHONUNBUFFERED": "1"}

@@ -8,8 +8,8 @@ gpuspawner found in DIR, e.g. an older commit, to compare).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from tests.conftest import _has_default_sa, wait_for
 

@@ -11,7 +11,8 @@ choices, slugs generated from display names, ``{username}``-style expansion, the
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from jupyterhub import orm
 from jupyterhub.objects import Hub, Server
@@ -242,11 +243,11 @@ def _pattern(text: str) -> re.Pattern:
 def allowed_patterns(offering: Mapping[str, Any]) -> list[re.Pattern]:
     """DOCUMENTED_DIFFERENCES made concrete for one chosen offering (its config dict)."""
     fills = {
-        "<resource>": list((offering.get("resources") or {})),
-        "<node_selector>": list((offering.get("node_selector") or {})),
-        "<labels>": list((offering.get("labels") or {})),
-        "<annotations>": list((offering.get("annotations") or {})),
-        "<env>": list((offering.get("env") or {})),
+        "<resource>": list(offering.get("resources") or {}),
+        "<node_selector>": list(offering.get("node_selector") or {}),
+        "<labels>": list(offering.get("labels") or {}),
+        "<annotations>": list(offering.get("annotations") or {}),
+        "<env>": list(offering.get("env") or {}),
     }
     out = []
     for item in DOCUMENTED_DIFFERENCES:

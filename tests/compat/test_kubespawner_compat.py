@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from kubespawner import KubeSpawner
 
+from gpuspawner.inventory import Inventory
 from gpuspawner.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
-from gpuspawner.inventory import Inventory
 from tests.compat.harness import (
     DOCUMENTED_DIFFERENCES,
     GPU_OFF,

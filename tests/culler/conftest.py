@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ def tsdb() -> TSDB:
 
 @pytest.fixture
 def now() -> datetime:
-    return datetime(2026, 5, 4, 12, 0, 0, tzinfo=timezone.utc)
+    return datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def template(file: str, metric: str, index: int = 0) -> dict[str, str]:
 class _Forward(web.RequestHandler):
     SUPPORTED_METHODS = ("GET", "POST", "DELETE", "PATCH", "PUT")
 
-    def initialize(self, proxy: "FaultyProxy") -> None:
+    def initialize(self, proxy: FaultyProxy) -> None:
         self.proxy = proxy
 
     async def _forward(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 HEADER_LOG = "headers.jsonl"
@@ -60,7 +60,7 @@ def main() -> None:  # pragma: no cover  (runs as the user's server, in its own 
     server_name = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
 
     def future() -> str:
-        return _iso(datetime.now(timezone.utc) + timedelta(days=1))
+        return _iso(datetime.now(UTC) + timedelta(days=1))
 
     class Liar(web.RequestHandler):
         SUPPORTED_METHODS = ("GET", "POST", "DELETE")
@@ -101,7 +101,7 @@ def main() -> None:  # pragma: no cover  (runs as the user's server, in its own 
 
     async def report_activity() -> None:
         """What jupyterhub-singleuser does, every second and always "now"."""
-        now = _iso(datetime.now(timezone.utc))
+        now = _iso(datetime.now(UTC))
         body = {"last_activity": now, "servers": {server_name: {"last_activity": now}}}
         req = HTTPRequest(
             f"{os.environ['JUPYTERHUB_API_URL']}/users/{quote(user, safe='')}/activity",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import event, given, settings
@@ -26,7 +26,7 @@ from gpuspawner.culler.gpu_metrics import PodGpuView
 from gpuspawner.culler.hub import ServerRecord
 from gpuspawner.culler.kernels import KernelInfo, KernelView
 
-NOW = datetime(2026, 5, 4, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)
 H = timedelta(hours=1)
 M = timedelta(minutes=1)
 URL = "http://10.1.2.3:8888/user/alice/"
@@ -442,7 +442,6 @@ def test_never_stops_a_busy_or_gpu_active_or_unknown_gpu_server(
 
 
 # -- deferring kernel views (memo) ---------------------------------------------------
-from gpuspawner.culler.decide import kernel_memo, plan_kernel_view  # noqa: E402
 
 
 def test_memo_defers_asking_until_an_action_could_be_due():

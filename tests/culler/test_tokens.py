@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import pytest_asyncio
@@ -24,7 +24,7 @@ from gpuspawner.culler.transport import RetryPolicy, Transport
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 FAST = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, request_timeout=2)
-T0 = datetime(2026, 5, 4, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
 
 
 class TokenHub:

@@ -11,8 +11,8 @@ from culler_fakes import H100_MIG, FakePrometheus, free_port, template
 from tornado import web
 from tornado.httpserver import HTTPServer
 
-from gpuspawner.culler.gpu_metrics import ENGINE, GpuQuerySettings
 from gpuspawner.culler.contract import parse_offering
+from gpuspawner.culler.gpu_metrics import ENGINE, GpuQuerySettings
 from gpuspawner.culler.hub import HubClient, ServerRecord
 from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.metrics import CullerMetrics

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import socket
-from typing import Iterator
+from collections.abc import Iterator
 
 from gpuspawner.demo import Demo, running_demo
 

@@ -35,7 +35,8 @@ def test_idle_mig_server_is_culled_and_a_busy_gpu_is_not():
     with running_demo(port=free_port(), hub_port=free_port(), quiet=True, extra_env=env) as demo:
         call(demo, token, "POST", "/users/student1/server", {"offering": "mig-nvidia-a100-sxm4-40gb-1g-5gb"})
         call(demo, token, "POST", "/users/researcher1/server", {"offering": "gpu-nvidia-h100-80gb-hbm3", "count": 1})
-        pods = lambda: {p["metadata"]["labels"]["hub.jupyter.org/username"]: p for p in demo.cluster.client().request(
+        def pods():
+            return {p["metadata"]["labels"]["hub.jupyter.org/username"]: p for p in demo.cluster.client().request(
             "GET", f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=component=singleuser-server")["items"]}
         deadline = time.monotonic() + 120
         while not all(call(demo, token, "GET", f"/users/{u}")["servers"].get("", {}).get("ready") for u in ("student1", "researcher1")):

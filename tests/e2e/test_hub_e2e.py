@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from gpuspawner.demo import NAMESPACE
-from tests.e2e.demo_stack import demo_with_token
 from tests.conftest import ARTIFACTS, wait_for
+from tests.e2e.demo_stack import demo_with_token
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gpuspawner.demo import NAMESPACE
-from tests.e2e.demo_stack import demo_with_token
 from tests.conftest import wait_for
+from tests.e2e.demo_stack import demo_with_token
 
 pytestmark = pytest.mark.cluster
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC
 
 import pytest
 
-from gpuspawner.reflector import VerdictPodReflector
 from gpuspawner.inventory import Inventory
+from gpuspawner.reflector import VerdictPodReflector
 from gpuspawner.scheduling import SpawnRefused
 from tests.conftest import wait_for
 from tests.integration.test_spawner import make_spawner, pod_of
@@ -68,7 +69,7 @@ async def test_twenty_spawns_for_three_free_slices(devcluster, kube, namespace, 
     for sp in spawners:
         sp.user_options = {"offering": T4_SHARED}
     results = await asyncio.gather(*(sp.start() for sp in spawners), return_exceptions=True)
-    started = [sp for sp, r in zip(spawners, results) if isinstance(r, str)]
+    started = [sp for sp, r in zip(spawners, results, strict=True) if isinstance(r, str)]
     refused = [r for r in results if isinstance(r, SpawnRefused)]
     others = [r for r in results if not isinstance(r, (str, SpawnRefused))]
     try:
@@ -193,9 +194,9 @@ async def test_inventory_recovers_after_api_server_and_etcd_restart(devcluster, 
 
 
 async def test_time_window_is_enforced_for_every_kind_on_api_starts(devcluster, kube, namespace):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    other_day = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[(datetime.now(timezone.utc).weekday() + 3) % 7]
+    other_day = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[(datetime.now(UTC).weekday() + 3) % 7]
     offerings = [{"slug": "bitfusion-night", "kind": "custom", "display_name": "Remote half GPU",
                   "command_prefix": ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"],
                   "windows": [f"{other_day} 00:00-24:00"]}]

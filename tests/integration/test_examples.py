@@ -43,9 +43,9 @@ from gpuspawner.choice import Choice
 from gpuspawner.devcluster import build as devcluster_build
 from gpuspawner.fit import amount
 from gpuspawner.model import Offering
+from gpuspawner.selectors import terms_match
 from gpuspawner.vocabulary import Kind
 from gpuspawner.windows import window_state
-from gpuspawner.selectors import terms_match
 from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import UTC
 
 import pytest
 from jupyterhub.objects import Hub, Server
@@ -257,10 +258,10 @@ async def test_kubespawner_image_choice_works_beside_the_gpu_choice(devcluster, 
 
 
 async def test_a_running_server_is_stopped_by_a_closing_window_only_when_configured(devcluster, namespace):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
     from urllib.parse import urlparse
 
-    today = datetime.now(timezone.utc)
+    today = datetime.now(UTC)
     day = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[today.weekday()]
     offerings = [{"slug": "night-h100", "kind": "full", "product": "NVIDIA-H100-80GB-HBM3", "windows": [f"{day} 00:00-24:00"]}]
     for configured in (False, True):

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.admission import (
-    ADMIT, QUEUE, REFUSE, WARN, Held, Quotas, admit, alternatives, check_quota, units_held, validate_quota,
+    ADMIT,
+    QUEUE,
+    REFUSE,
+    WARN,
+    Held,
+    Quotas,
+    admit,
+    alternatives,
+    check_quota,
+    units_held,
+    validate_quota,
 )
 from gpuspawner.capacity import UNCOUNTED, Availability
 from gpuspawner.model import CPU_OFFERING

@@ -11,12 +11,12 @@ import pytest
 
 from gpuspawner.capacity import UNCOUNTED, Availability, availability, node_serves, units
 from gpuspawner.devcluster.nodes import standard_nodes
-from gpuspawner.fit import PODS, NodeFacts, holds_resources, pod_requests, used_by_node
-from gpuspawner.selectors import tolerates
 from gpuspawner.discovery import discover
+from gpuspawner.fit import PODS, NodeFacts, holds_resources, pod_requests, used_by_node
 from gpuspawner.model import CPU_OFFERING
 from gpuspawner.nodeclass import GPU, PRODUCT_LABEL
 from gpuspawner.offerings import offering_from_config
+from gpuspawner.selectors import tolerates
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}

@@ -19,10 +19,9 @@ from gpuspawner.discovery import (
     memory_mib,
     product_name,
 )
-from gpuspawner.nodeclass import hosts_pods, mig_settled
 from gpuspawner.fit import NodeFacts
 from gpuspawner.model import DEFAULT_GPU_TOLERATION
-from gpuspawner.nodeclass import GPU, GPU_SHARED, PRODUCT_LABEL
+from gpuspawner.nodeclass import GPU, GPU_SHARED, PRODUCT_LABEL, hosts_pods, mig_settled
 from gpuspawner.vocabulary import Isolation, Kind
 
 DEFAULT_TOL = dict(DEFAULT_GPU_TOLERATION)

@@ -109,7 +109,7 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 
 
 class Node:
-    def __init__(self, tag: str, attrs: dict[str, str | None], parent: "Node | None"):
+    def __init__(self, tag: str, attrs: dict[str, str | None], parent: Node | None):
         self.tag, self.attrs, self.parent = tag, attrs, parent
         self.children: list[Node | str] = []
 
@@ -127,7 +127,7 @@ class Node:
                 yield child
                 yield from child.iter()
 
-    def find_all(self, tag: str | None = None, **attrs: str) -> list["Node"]:
+    def find_all(self, tag: str | None = None, **attrs: str) -> list[Node]:
         def match(node: Node) -> bool:
             if tag and node.tag != tag:
                 return False
@@ -135,12 +135,12 @@ class Node:
 
         return [n for n in self.iter() if match(n)]
 
-    def find(self, tag: str | None = None, **attrs: str) -> "Node":
+    def find(self, tag: str | None = None, **attrs: str) -> Node:
         found = self.find_all(tag, **attrs)
         assert len(found) == 1, f"expected one <{tag or '*'} {attrs}>, found {len(found)}"
         return found[0]
 
-    def by_id(self, ident: str) -> "Node":
+    def by_id(self, ident: str) -> Node:
         return self.find(id=ident)
 
     def has(self, attr: str) -> bool:

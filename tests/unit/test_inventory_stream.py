@@ -118,7 +118,7 @@ class Down:
     """An API server that refuses every connection, or (``api.lists`` > 0) answers that many
     lists first and drops the watches once both streams have listed."""
 
-    def __init__(self, api: "DownApi"):
+    def __init__(self, api: DownApi):
         self.api = api
 
     async def __call__(self, **kwargs):

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.catalog import CatalogConfig, build_catalog
+from gpuspawner.catalog import CatalogConfig, build_catalog, merge
 from gpuspawner.devcluster.nodes import standard_nodes
-from gpuspawner.catalog import merge
 from gpuspawner.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION, Offering
 from gpuspawner.nodeclass import (
     GKE_ACCELERATOR_LABEL,

@@ -9,6 +9,7 @@ from gpuspawner.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION
 from gpuspawner.nodeclass import GPU, PRODUCT_LABEL
 from gpuspawner.offerings import offering_from_config
 from gpuspawner.podspec import FORBIDDEN_ENV, merge_tolerations, pod_changes
+from gpuspawner.policy import Requester, allowed, may_use
 from gpuspawner.vocabulary import (
     COUNT_KEY,
     ENV_COUNT,
@@ -19,7 +20,6 @@ from gpuspawner.vocabulary import (
     OFFERING_KEY,
     RECORD_KEY,
 )
-from gpuspawner.policy import Requester, allowed, may_use
 
 DEFAULT_TOL = dict(DEFAULT_GPU_TOLERATION)
 SKU_TOL = {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
