@@ -126,9 +126,15 @@ def test_twenty_concurrent_spawns_get_exactly_the_users_quota(demo):
         running = servers(demo, "student1")
         assert len(running) == USER_QUOTA and all(s["ready"] for s in running.values()), running
         assert len(gpu_pods(demo, "student1")) == USER_QUOTA
-        refused = [body for status, body in answers if status >= 400]
+        refused = [(status, body) for status, body in answers if status >= 400]
         assert len(refused) == 20 - USER_QUOTA, answers
-        assert hub_log(demo).count("Over your quota") >= 20 - USER_QUOTA
+        # Over the quota (429); or nothing free (409) when the last slice went to a spawn
+        # holding a grant that it then gave back: the quota is never the one that gives.
+        assert {status for status, _ in refused} <= {409, 429}, refused
+        log = hub_log(demo)
+        over, taken = sum(status == 429 for status, _ in refused), sum(status == 409 for status, _ in refused)
+        assert log.count("Over your quota") >= over, refused
+        assert log.count("is free") + log.count("just taken") >= taken, refused
     finally:
         remove_all(demo, "student1")
 
