@@ -4,9 +4,11 @@
 
 Starts the devcluster (building it once), puts some GPU pods of another team on
 it, runs the local pod runner (so spawned pods become real JupyterLab servers on
-their pod IPs), simulated dcgm-exporter telemetry behind Prometheus' query API
-(for the GPU culler: there is no GPU here) and JupyterHub with hub_config/demo_config.py behind a real
-configurable-http-proxy, then prints the URL and who to log in as. Ctrl-C stops
+their pod IPs), a dcgm-exporter stand-in reporting those pods' GPUs (there is no GPU
+here), the real Prometheus scraping it, the hub's /hub/metrics and the culler's
+metrics (with the chart's recording and alerting rules loaded), and JupyterHub with
+hub_config/demo_config.py behind a real configurable-http-proxy; then prints the URLs
+and who to log in as. Logs go to files in the scratch folder. Ctrl-C stops
 everything and removes the scratch folder.
 """
 
@@ -16,6 +18,7 @@ import argparse
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -31,8 +34,10 @@ from pathlib import Path
 from typing import Iterator
 
 from .devcluster.cluster import DevCluster, KubeHTTP
+from .devcluster.dcgmstandin import DcgmStandIn
 from .devcluster.fakedcgm import SimulatedDCGM
 from .devcluster.podrunner import PodRunner
+from .devcluster.prometheus import RULES_FILE, Prometheus, ScrapeJob
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "hub_config" / "demo_config.py"
@@ -55,6 +60,7 @@ class Demo:
     runner: PodRunner
     hub: subprocess.Popen
     telemetry: SimulatedDCGM
+    prometheus: Prometheus
 
 
 def _free_port() -> int:
@@ -90,7 +96,8 @@ def seed_other_team(kube: KubeHTTP) -> None:
 
 @contextlib.contextmanager
 def running_demo(
-    port: int = 8000, hub_port: int = 8081, culler: bool = True, quiet: bool = False, extra_env: dict[str, str] | None = None
+    port: int = 8000, hub_port: int = 8081, culler: bool = True, quiet: bool = False, extra_env: dict[str, str] | None = None,
+    scrape_interval: str = "5s",
 ) -> Iterator[Demo]:
     """Everything the demo runs, torn down on exit (also on errors and Ctrl-C)."""
     if not (REPO / "node_modules" / ".bin" / "configurable-http-proxy").exists():
@@ -99,6 +106,8 @@ def running_demo(
     cluster = DevCluster(state / "cluster")
     runner = None
     telemetry = None
+    standin = None
+    prometheus = None
     hub = None
     try:
         cluster.up(log=(lambda m: None) if quiet else print)
@@ -107,8 +116,23 @@ def running_demo(
         seed_other_team(kube)
         runner = PodRunner(kube, root=state / "pods")
         runner.start()
-        telemetry = SimulatedDCGM(kube, step=5.0)  # no GPU here: dcgm-exporter's samples, simulated
+        # no GPU here: dcgm-exporter's rows for the GPU pods, from a stand-in
+        standin = DcgmStandIn(access_log=state / "dcgm-exporter.access.log").start()
+        telemetry = SimulatedDCGM(kube, standin, step=1.0)
         telemetry.start()
+        culler_metrics_port = _free_port()
+        prometheus_token = secrets.token_hex(16)  # the hub's "prometheus" service: read:metrics only
+        (state / "prometheus-token").write_text(prometheus_token)
+        prometheus = Prometheus(
+            state / "prometheus",
+            [
+                ScrapeJob("dcgm-exporter", [standin.target]),
+                ScrapeJob("jupyterhub", [f"127.0.0.1:{hub_port}"], metrics_path="/hub/metrics", token_file=state / "prometheus-token"),
+                ScrapeJob("gpu-culler", [f"127.0.0.1:{culler_metrics_port}"]),
+            ],
+            rule_files=[RULES_FILE],
+            scrape_interval=scrape_interval,
+        ).start()
         env = {
             **os.environ,
             **cluster.env(),
@@ -118,7 +142,9 @@ def running_demo(
             "GPUSPAWNER_DEMO_PROXY_API_PORT": str(_free_port()),
             "GPUSPAWNER_DEMO_NAMESPACE": NAMESPACE,
             "GPUSPAWNER_DEMO_CULLER": "1" if culler else "0",
-            "GPUSPAWNER_DEMO_PROMETHEUS_URL": telemetry.url,
+            "GPUSPAWNER_DEMO_PROMETHEUS_URL": prometheus.url,
+            "GPUSPAWNER_DEMO_PROMETHEUS_TOKEN": prometheus_token,
+            "GPUSPAWNER_DEMO_CULLER_METRICS_PORT": str(culler_metrics_port),
             **(extra_env or {}),
         }
         log_file = state / "jupyterhub.log"
@@ -130,7 +156,8 @@ def running_demo(
             )
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/hub/health", 90, hub, log_file)
-        yield Demo(url=url, api_url=f"{url}/hub/api", state=state, cluster=cluster, runner=runner, hub=hub, telemetry=telemetry)
+        yield Demo(url=url, api_url=f"{url}/hub/api", state=state, cluster=cluster, runner=runner, hub=hub, telemetry=telemetry,
+                   prometheus=prometheus)
     finally:
         managed: list[tuple[int, int]] = []
         if hub is not None and hub.poll() is None:
@@ -151,6 +178,10 @@ def running_demo(
             runner.stop()
         if telemetry is not None:
             telemetry.stop()
+        if prometheus is not None:
+            prometheus.stop()
+        if standin is not None:
+            standin.stop()
         cluster.down(quiet=True)
         shutil.rmtree(state, ignore_errors=True)
 
@@ -219,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
                 "  student1     shared GPUs and MIG 1g slices\n"
                 "  researcher1  everything, whole GPUs too\n"
                 "  admin        everything, and the admin page\n\n"
+                f"Prometheus: {demo.prometheus.url}   (dashboard and rules: charts/gpuspawner/monitoring/;\n"
+                f"  usage: gpuspawner report --prometheus-url={demo.prometheus.url} --since 1h --by user)\n"
                 f"Hub log: {demo.state / 'jupyterhub.log'}   KUBECONFIG={demo.cluster.kubeconfig}\n"
+                f"Other logs (Prometheus, dcgm-exporter stand-in, pods): {demo.state}\n"
                 "Press Ctrl-C to stop everything.\n",
                 flush=True,
             )
