@@ -70,10 +70,21 @@ def test_monitoring_is_off_by_default_and_typos_are_refused(tmp_path):
     assert bad.returncode != 0 and "interval" in bad.stderr
 
 
-def test_the_rules_pass_promtool():
-    proc = subprocess.run([str(build.tool("promtool")), "check", "rules", str(RULES_FILE)], capture_output=True, text=True)
+def test_the_rules_pass_promtool_and_their_unit_tests():
+    """promtool's checks, and rules_test.yaml: every alert fires on the history that should
+    fire it (after its `for:`), not before, and the recording rules give the units expected
+    (Prometheus' own rule engine, on synthetic series over hours of simulated time)."""
+    promtool = str(build.tool("promtool"))
+    proc = subprocess.run([promtool, "check", "rules", str(RULES_FILE)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS: 12 rules found" in proc.stdout
+    tests = RULES_FILE.with_name("rules_test.yaml")
+    proc = subprocess.run([promtool, "test", "rules", tests.name], cwd=tests.parent, capture_output=True, text=True)
+    assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
+    alerts = {r["alert"] for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"] if "alert" in r}
+    tested = {t["alertname"] for case in yaml.safe_load(tests.read_text())["tests"] for t in case.get("alert_rule_test", [])
+              if t["exp_alerts"]}
+    assert tested == alerts, f"alerts never seen firing in rules_test.yaml: {alerts - tested}"
 
 
 def _apply_crd(kube, doc: dict) -> None:
