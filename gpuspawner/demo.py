@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -186,6 +187,29 @@ def running_demo(
         shutil.rmtree(state, ignore_errors=True)
 
 
+#: a JupyterHub access-log line for a request that went well ("[I ... JupyterHub log:192] 200 GET ...")
+_ACCESS_OK = re.compile(r"^\[[DI] [^\]]* JupyterHub log:\d+\] [123]\d\d ")
+
+
+def console_line(line: str) -> bool:
+    """Whether the demo's console shows this hub log line: the hub's own messages and the
+    culler's decisions, not the access log of requests that went well (Prometheus' scrapes
+    and the form's refreshes would drown everything; they stay in jupyterhub.log)."""
+    return bool(line.strip()) and not _ACCESS_OK.match(line)
+
+
+def follow(path: Path, stop: threading.Event, start: int, show=print) -> None:
+    """Print the lines ``path`` gains after byte ``start`` that :func:`console_line` keeps."""
+    with open(path, errors="replace") as f:
+        f.seek(start)
+        while not stop.is_set():
+            line = f.readline()
+            if not line:
+                stop.wait(0.3)
+            elif console_line(line):
+                show(line.rstrip("\n"), flush=True)
+
+
 def process_stat(pid: int) -> tuple[int, int] | None:
     """(parent pid, start time in clock ticks) of a live process, from /proc/PID/stat; None
     for one that is gone or a zombie (dead, waiting for its parent to read its exit)."""
@@ -254,10 +278,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"  usage: gpuspawner report --prometheus-url={demo.prometheus.url} --since 1h --by user)\n"
                 f"Hub log: {demo.state / 'jupyterhub.log'}   KUBECONFIG={demo.cluster.kubeconfig}\n"
                 f"Other logs (Prometheus, dcgm-exporter stand-in, pods): {demo.state}\n"
-                "Press Ctrl-C to stop everything.\n",
+                "Press Ctrl-C to stop everything. The hub's log and the culler's decisions follow.\n",
                 flush=True,
             )
             stop = threading.Event()
+            log = demo.state / "jupyterhub.log"
+            threading.Thread(target=follow, args=(log, stop, log.stat().st_size), daemon=True).start()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: stop.set())
             while not stop.wait(1.0):
