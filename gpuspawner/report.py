@@ -204,10 +204,9 @@ def render(report: Report, fmt: str) -> str:
                         "" if r.idle_share is None else f"{r.idle_share:.4f}"])
         return out.getvalue().rstrip("\n")
     cells = [[report.by.upper(), "GPU-h HELD", "ACTIVE", "IDLE", "NO DATA", "IDLE SHARE"]]
-    for r in report.rows:
-        cells.append([r.key, f"{r.held_h:.1f}", f"{r.active_h:.1f}", f"{r.idle_h:.1f}", f"{r.unknown_h:.1f}", _share(r)])
     total = Row("total", *(sum(getattr(r, f) for r in report.rows) for f in ("held_h", "active_h", "idle_h")))
-    cells.append([total.key, f"{total.held_h:.1f}", f"{total.active_h:.1f}", f"{total.idle_h:.1f}", f"{total.unknown_h:.1f}", _share(total)])
+    for r in [*report.rows, total]:
+        cells.append([r.key, *(f"{h:.2f}" for h in (r.held_h, r.active_h, r.idle_h, r.unknown_h)), _share(r)])
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
     lines.insert(len(lines) - 1, "-" * len(lines[0]))

@@ -145,14 +145,6 @@ class DcgmStandIn:
         with self._lock:
             self._devices[key] = Device(dict(labels), values)
 
-    def update(self, key: str, **values: float | None) -> None:
-        """Change some of ``key``'s values (engine=, util=, fb_used=, fb_free=)."""
-        names = {"engine": ENGINE, "util": UTIL, "fb_used": FB_USED, "fb_free": FB_FREE}
-        with self._lock:
-            device = self._devices[key]
-            for k, v in values.items():
-                device.values[names[k]] = v
-
     def remove(self, key: str) -> None:
         with self._lock:
             self._devices.pop(key, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -241,11 +242,6 @@ class Prometheus:
             time.sleep(every)
         raise PrometheusError(f"waited {timeout:.0f}s for {what}; last answer: {last!r}; log: {self._log_tail()[-800:]}")
 
-    def samples(self, selector: str, window_s: int) -> int:
-        """How many samples of ``selector`` the last ``window_s`` seconds hold (min over series)."""
-        result = self.query(f"min(count_over_time({selector}[{int(window_s)}s]))")
-        return int(float(result[0]["value"][1])) if result else 0
-
     def scraped_after(self, job: str, after: float) -> bool:
         """True once every target of ``job`` has been scraped (successfully) since ``after``."""
         targets = self.api("targets", {"state": "active"})["activeTargets"]
@@ -267,11 +263,8 @@ class Prometheus:
 
 
 def _parse_rfc3339(text: str) -> float:
+    """Prometheus' RFC 3339 times (nanoseconds, "Z") as Unix seconds."""
     from datetime import datetime
 
-    # Prometheus writes nanoseconds; datetime reads microseconds
-    head, _, rest = text.partition(".")
-    frac = "".join(ch for ch in rest if ch.isdigit())[:6]
-    zone = rest[len("".join(ch for ch in rest if ch.isdigit())):] if rest else text[19:]
-    stamp = f"{head}.{frac or '0'}{'+00:00' if zone in ('Z', '') else zone}"
-    return datetime.fromisoformat(stamp).timestamp()
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text.replace("Z", "+00:00"))
+    return datetime.fromisoformat(text).timestamp()

@@ -15,7 +15,6 @@ Prometheus, so a test can make Prometheus answer 503 ("down") or hang ("slow").
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Mapping
 
@@ -113,6 +112,3 @@ def pod_labels(template: Mapping[str, str], pod: str, namespace: str, **extra: s
     labels.setdefault("container", "notebook")
     return labels
 
-
-def now() -> float:
-    return time.time()

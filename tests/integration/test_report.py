@@ -112,9 +112,9 @@ def test_the_command_prints_table_csv_and_json(backfilled):
     lines = table.splitlines()
     assert lines[0].startswith("GPU use over the 10h up to ")
     assert lines[2].split() == ["USER", "GPU-h", "HELD", "ACTIVE", "IDLE", "NO", "DATA", "IDLE", "SHARE"]
-    assert lines[3].split() == ["bob", "10.0", "0.0", "10.0", "0.0", "100%"]
-    assert lines[4].split() == ["alice", "12.0", "4.0", "8.0", "0.0", "67%"]
-    assert lines[8].split() == ["total", "30.0", "9.0", "18.0", "3.0", "60%"]
+    assert lines[3].split() == ["bob", "10.00", "0.00", "10.00", "0.00", "100%"]
+    assert lines[4].split() == ["alice", "12.00", "4.00", "8.00", "0.00", "67%"]
+    assert lines[8].split() == ["total", "30.00", "9.00", "18.00", "3.00", "60%"]
     assert table.rstrip().endswith("GPU memory reclaimed by the culler: 4.9 GiB (server_stop: 4.9 GiB)")
     csv_out = subprocess.run(base + ["--by=offering", "--format=csv"], capture_output=True, text=True, check=True).stdout
     assert csv_out.splitlines()[0] == "offering,gpu_hours_held,gpu_hours_active,gpu_hours_idle,gpu_hours_unknown,idle_share"
