@@ -403,6 +403,28 @@ async def test_prometheus_down_no_gpu_cull_then_resumes(env):
     assert c.metrics.value("gpuspawner_culler_gpu_view_up") == 1
 
 
+async def test_prometheus_process_gone_no_gpu_cull_then_it_comes_back(env):
+    """The real Prometheus stopped (connection refused, not a 503), then started again on
+    the same data: no GPU-based decision meanwhile, and the culler says why."""
+    await ensure_running(env, "mia")
+    await gpus_as_designed(env)
+    c, log = culler(env, "--GpuCuller.retries=1")
+    await asyncio.to_thread(env.prom.prom.stop)
+    try:
+        report = await c.cycle()
+    finally:
+        await asyncio.to_thread(env.prom.prom.start)
+    assert not report.gpu_view.available
+    o = outcome(report, "mia")
+    assert o.decision.action == HELD_BACK
+    assert "no GPU-based cull without a known-idle GPU view" in o.decision.summary()
+    assert "GPU view unavailable" in log.text() and await running(env, "mia")
+    await gpus_as_designed(env)  # its data survived the restart
+    report = await c.cycle()
+    assert report.gpu_view.available and outcome(report, "mia").decision.action == STOP
+    await env.hub.wait_stopped("mia")
+
+
 async def test_prometheus_slow_is_timed_out(env):
     await ensure_running(env, "mia")
     await gpus_as_designed(env)
