@@ -119,6 +119,8 @@ class DcgmStandIn:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> "DcgmStandIn":
+        if self.access_log is not None:
+            self.access_log.touch()  # there from the start, for whoever looks for it
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"dcgm-standin-{self.port}", daemon=True)
         self._thread.start()
         return self
