@@ -485,6 +485,13 @@ async def test_managed_service_from_the_example_runs_dry_and_serves_metrics(env)
     assert counted and all(line.endswith(" 0.0") for line in counted), counted
     assert "gpuspawner_culler_cycle_duration_seconds_count" in text
     assert await running(env, "mia") and await running(env, "fay")
+    # the real Prometheus scrapes the managed culler's metrics and the hub's /hub/metrics
+    prom = env.prom.prom
+    seen = await asyncio.to_thread(prom.wait_for, lambda: prom.query(
+        'gpuspawner_culler_decisions_total{decision="stop",dry_run="true",kind="mig",job="gpu-culler"} > 0'),
+        "the culler's dry-run stop in Prometheus")
+    assert seen and {r["metric"]["job"]: r["value"][1] for r in prom.query('up{job=~"gpu-culler|jupyterhub"}')} == {
+        "gpu-culler": "1", "jupyterhub": "1"}
     log = env.hub.log_text()
     assert "DRY RUN: would stop server mia" in log
     # its token is the hub-managed service's, and it never stopped anything (it only
