@@ -60,8 +60,9 @@ class _CapacityCollector:
 CAPACITY = _CapacityCollector()
 REGISTRY.register(CAPACITY)
 
-#: user name -> the group their GPU use is reported under (the first of their groups,
-#: alphabetically; "" for none). Filled as the spawner meets users (form, spawn).
+#: user (as the pods' hub.jupyter.org/username label writes it) -> the group their GPU use
+#: is reported under (the first of their groups, alphabetically; "" for none). Filled as
+#: the spawner meets users (form, spawn).
 USER_GROUPS: dict[str, str] = {}
 
 

@@ -310,7 +310,7 @@ class GPUSpawner(KubeSpawner):
     def requester(self) -> Requester:
         user = self.user
         groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(user, "groups", None) or ()))
-        metrics.observe_groups(user.name, groups)
+        metrics.observe_groups(user_label(user.name), groups)  # keyed as the pod label the inventory reads
         return Requester(name=user.name, groups=groups, admin=bool(getattr(user, "admin", False)))
 
     @property
