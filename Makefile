@@ -19,7 +19,8 @@
 #   make bench            the benchmarks, printed side by side
 #
 # The Python environment lives in .venv; npm packages (configurable-http-proxy,
-# playwright-core) in node_modules; the Kubernetes binaries in ~/.cache/gpuspawner.
+# playwright-core) in node_modules; the Kubernetes binaries, Prometheus and promtool in
+# ~/.cache/gpuspawner (built once by devcluster-build).
 
 PYTHON ?= python3
 STATES ?= 200

@@ -11,7 +11,8 @@ tornado process (started by this script) answering the Jupyter Server API
 shared-GPU notebook whose pod holds GPU memory and whose GPU is idle, so the
 GPU-aware culler must ask every server's kernels each cycle (its worst case);
 no kernel is idle long enough to act on, so neither culler stops anything.
-Prometheus is faked with the dcgm-exporter label sets of tests/culler/data.
+GPU telemetry: the real Prometheus scraping a dcgm-exporter stand-in that reports
+every pod with the label sets of tests/culler/data.
 
 Printed: wall time and hub API calls per cycle (read from the hub's own
 /hub/metrics), side by side as a ratio (target <= 1.3x), the other requests the
@@ -41,7 +42,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "culler"))
 
 from tornado import web  # noqa: E402
-from tornado.httpserver import HTTPServer  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # the stand-in single-user servers (run in a child process: --stand-in PORT)
@@ -183,39 +183,6 @@ c.JupyterHub.log_level = "WARN"
 """
 
 
-class CachedPrometheus:
-    """The fake Prometheus of the tests, answering from a cache (a real Prometheus
-    answers this query in milliseconds; the fake's Python evaluation would not)."""
-
-    def __init__(self, tsdb) -> None:
-        from culler_fakes import free_port
-
-        self.tsdb = tsdb
-        self.version = 0
-        self._cache: dict[str, tuple[int, bytes]] = {}
-        self.requests = 0
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        outer = self
-
-        class Query(web.RequestHandler):
-            def get(self) -> None:
-                outer.requests += 1
-                q = self.get_argument("query")
-                hit = outer._cache.get(q)
-                if hit is None or hit[0] != outer.version:
-                    hit = (outer.version, json.dumps(outer.tsdb.evaluate(q)).encode())
-                    outer._cache[q] = hit
-                self.set_header("Content-Type", "application/json")
-                self.finish(hit[1])
-
-        self.server = HTTPServer(web.Application([(r"/api/v1/query", Query)]))
-        self.server.listen(self.port, "127.0.0.1")
-
-    def changed(self) -> None:
-        self.version += 1
-
-
 def hub_request_count(text: str) -> float:
     """All requests the hub's handlers served, but the metrics scrape itself."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -231,13 +198,14 @@ def hub_request_count(text: str) -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    from culler_fakes import SHARED_A100, TSDB, free_port, template
+    from culler_fakes import SHARED_A100, free_port, template
     from culler_hub import Hub
+    from culler_prom import Telemetry
     from jupyterhub_idle_culler import cull_idle
     from tornado.httpclient import AsyncHTTPClient
 
     from gpuspawner.culler import REQUIRED_SCOPES, GpuCuller
-    from gpuspawner.culler.gpu_metrics import ENGINE, FB_USED
+    from gpuspawner.culler.gpu_metrics import FB_USED, GpuQuerySettings
 
     logging.basicConfig(level=logging.WARNING)
     n = args.servers
@@ -247,6 +215,7 @@ async def main(args: argparse.Namespace) -> None:
     extra = f"STANDIN_PORT = {stand_port}\nSCOPES = {list(REQUIRED_SCOPES)!r}\n" + SPAWNER
     hub = Hub(tmp, extra, debug=False)
     client = AsyncHTTPClient(force_instance=True)
+    telemetry = None
     try:
         await hub.start()
         users = [f"user{i:05d}" for i in range(n)]
@@ -271,7 +240,8 @@ async def main(args: argparse.Namespace) -> None:
         )
 
         # every pod holds GPU memory on an idle shared GPU
-        tsdb = TSDB()
+        prom = telemetry = Telemetry(tmp / "telemetry")
+        await asyncio.to_thread(telemetry.start)
         base = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items()}
         for i, u in enumerate(users):
             labels = dict(
@@ -282,9 +252,11 @@ async def main(args: argparse.Namespace) -> None:
                 UUID=f"GPU-{i // 8:08d}",
                 Hostname=f"gpu-node-{i // 64:03d}",
             )
-            tsdb.add_scrapes(ENGINE, labels, [0.0] * 40)
-            tsdb.add_scrapes(FB_USED, labels, [6000.0] * 40)
-        prom = CachedPrometheus(tsdb)
+            telemetry.put(u, labels, engine=0.0, fb_used=6000.0)
+        await asyncio.to_thread(
+            telemetry.wait_view, GpuQuerySettings(), lambda v: len([p for p in v.pods.values() if p.idle]) >= n,
+            f"{n} idle pods in Prometheus", 300,
+        )
 
         async def hub_count() -> float:
             r = await client.fetch(hub.public_url + "/hub/metrics")
@@ -488,6 +460,8 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         client.close()
         await hub.stop()
+        if telemetry is not None:
+            await asyncio.to_thread(telemetry.stop)
         stand.terminate()
         stand.wait()
 

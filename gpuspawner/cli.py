@@ -2,6 +2,7 @@
 
     gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
     gpuspawner offerings [--nodes F] [--pods F] [--config F] [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
+    gpuspawner report [--since 7d] [--by user|group|offering] [--format table|csv|json] --prometheus-url URL
 """
 
 from __future__ import annotations
@@ -233,6 +234,12 @@ def parser() -> argparse.ArgumentParser:
                      help="memory each notebook requests, e.g. 1G (zero-to-jupyterhub's default; default: c.KubeSpawner.mem_guarantee)")
     off.add_argument("--json", action="store_true", help="print a JSON list")
     off.set_defaults(func=_offerings)
+
+    from . import report
+
+    rep = sub.add_parser("report", help="GPU-hours held, active and idle per user, group or offering, from Prometheus")
+    report.add_arguments(rep)
+    rep.set_defaults(func=report.run)
     return top
 
 

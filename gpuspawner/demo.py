@@ -4,9 +4,11 @@
 
 Starts the devcluster (building it once), puts some GPU pods of another team on
 it, runs the local pod runner (so spawned pods become real JupyterLab servers on
-their pod IPs), simulated dcgm-exporter telemetry behind Prometheus' query API
-(for the GPU culler: there is no GPU here) and JupyterHub with hub_config/demo_config.py behind a real
-configurable-http-proxy, then prints the URL and who to log in as. Ctrl-C stops
+their pod IPs), a dcgm-exporter stand-in reporting those pods' GPUs (there is no GPU
+here), the real Prometheus scraping it, the hub's /hub/metrics and the culler's
+metrics (with the chart's recording and alerting rules loaded), and JupyterHub with
+hub_config/demo_config.py behind a real configurable-http-proxy; then prints the URLs
+and who to log in as. Logs go to files in the scratch folder. Ctrl-C stops
 everything and removes the scratch folder.
 """
 
@@ -16,6 +18,8 @@ import argparse
 import contextlib
 import logging
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -31,8 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .devcluster.cluster import DevCluster, KubeHTTP
+from .devcluster.dcgmstandin import DcgmStandIn
 from .devcluster.fakedcgm import SimulatedDCGM
 from .devcluster.podrunner import PodRunner
+from .devcluster.prometheus import RULES_FILE, Prometheus, ScrapeJob
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "hub_config" / "demo_config.py"
@@ -55,6 +61,7 @@ class Demo:
     runner: PodRunner
     hub: subprocess.Popen
     telemetry: SimulatedDCGM
+    prometheus: Prometheus
 
 
 def _free_port() -> int:
@@ -90,7 +97,8 @@ def seed_other_team(kube: KubeHTTP) -> None:
 
 @contextlib.contextmanager
 def running_demo(
-    port: int = 8000, hub_port: int = 8081, culler: bool = True, quiet: bool = False, extra_env: dict[str, str] | None = None
+    port: int = 8000, hub_port: int = 8081, culler: bool = True, quiet: bool = False, extra_env: dict[str, str] | None = None,
+    scrape_interval: str = "5s",
 ) -> Iterator[Demo]:
     """Everything the demo runs, torn down on exit (also on errors and Ctrl-C)."""
     if not (REPO / "node_modules" / ".bin" / "configurable-http-proxy").exists():
@@ -99,6 +107,8 @@ def running_demo(
     cluster = DevCluster(state / "cluster")
     runner = None
     telemetry = None
+    standin = None
+    prometheus = None
     hub = None
     try:
         cluster.up(log=(lambda m: None) if quiet else print)
@@ -107,8 +117,23 @@ def running_demo(
         seed_other_team(kube)
         runner = PodRunner(kube, root=state / "pods")
         runner.start()
-        telemetry = SimulatedDCGM(kube, step=5.0)  # no GPU here: dcgm-exporter's samples, simulated
+        # no GPU here: dcgm-exporter's rows for the GPU pods, from a stand-in
+        standin = DcgmStandIn(access_log=state / "dcgm-exporter.access.log").start()
+        telemetry = SimulatedDCGM(kube, standin, step=1.0)
         telemetry.start()
+        culler_metrics_port = _free_port()
+        prometheus_token = secrets.token_hex(16)  # the hub's "prometheus" service: read:metrics only
+        (state / "prometheus-token").write_text(prometheus_token)
+        prometheus = Prometheus(
+            state / "prometheus",
+            [
+                ScrapeJob("dcgm-exporter", [standin.target]),
+                ScrapeJob("jupyterhub", [f"127.0.0.1:{hub_port}"], metrics_path="/hub/metrics", token_file=state / "prometheus-token"),
+                ScrapeJob("gpu-culler", [f"127.0.0.1:{culler_metrics_port}"]),
+            ],
+            rule_files=[RULES_FILE],
+            scrape_interval=scrape_interval,
+        ).start()
         env = {
             **os.environ,
             **cluster.env(),
@@ -118,7 +143,9 @@ def running_demo(
             "GPUSPAWNER_DEMO_PROXY_API_PORT": str(_free_port()),
             "GPUSPAWNER_DEMO_NAMESPACE": NAMESPACE,
             "GPUSPAWNER_DEMO_CULLER": "1" if culler else "0",
-            "GPUSPAWNER_DEMO_PROMETHEUS_URL": telemetry.url,
+            "GPUSPAWNER_DEMO_PROMETHEUS_URL": prometheus.url,
+            "GPUSPAWNER_DEMO_PROMETHEUS_TOKEN": prometheus_token,
+            "GPUSPAWNER_DEMO_CULLER_METRICS_PORT": str(culler_metrics_port),
             **(extra_env or {}),
         }
         log_file = state / "jupyterhub.log"
@@ -130,7 +157,8 @@ def running_demo(
             )
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/hub/health", 90, hub, log_file)
-        yield Demo(url=url, api_url=f"{url}/hub/api", state=state, cluster=cluster, runner=runner, hub=hub, telemetry=telemetry)
+        yield Demo(url=url, api_url=f"{url}/hub/api", state=state, cluster=cluster, runner=runner, hub=hub, telemetry=telemetry,
+                   prometheus=prometheus)
     finally:
         managed: list[tuple[int, int]] = []
         if hub is not None and hub.poll() is None:
@@ -151,8 +179,35 @@ def running_demo(
             runner.stop()
         if telemetry is not None:
             telemetry.stop()
+        if prometheus is not None:
+            prometheus.stop()
+        if standin is not None:
+            standin.stop()
         cluster.down(quiet=True)
         shutil.rmtree(state, ignore_errors=True)
+
+
+#: a JupyterHub access-log line for a request that went well ("[I ... JupyterHub log:192] 200 GET ...")
+_ACCESS_OK = re.compile(r"^\[[DI] [^\]]* JupyterHub log:\d+\] [123]\d\d ")
+
+
+def console_line(line: str) -> bool:
+    """Whether the demo's console shows this hub log line: the hub's own messages and the
+    culler's decisions, not the access log of requests that went well (Prometheus' scrapes
+    and the form's refreshes would drown everything; they stay in jupyterhub.log)."""
+    return bool(line.strip()) and not _ACCESS_OK.match(line)
+
+
+def follow(path: Path, stop: threading.Event, start: int, show=print) -> None:
+    """Print the lines ``path`` gains after byte ``start`` that :func:`console_line` keeps."""
+    with open(path, errors="replace") as f:
+        f.seek(start)
+        while not stop.is_set():
+            line = f.readline()
+            if not line:
+                stop.wait(0.3)
+            elif console_line(line):
+                show(line.rstrip("\n"), flush=True)
 
 
 def process_stat(pid: int) -> tuple[int, int] | None:
@@ -219,11 +274,16 @@ def main(argv: list[str] | None = None) -> int:
                 "  student1     shared GPUs and MIG 1g slices\n"
                 "  researcher1  everything, whole GPUs too\n"
                 "  admin        everything, and the admin page\n\n"
+                f"Prometheus: {demo.prometheus.url}   (dashboard and rules: charts/gpuspawner/monitoring/;\n"
+                f"  usage: gpuspawner report --prometheus-url={demo.prometheus.url} --since 1h --by user)\n"
                 f"Hub log: {demo.state / 'jupyterhub.log'}   KUBECONFIG={demo.cluster.kubeconfig}\n"
-                "Press Ctrl-C to stop everything.\n",
+                f"Other logs (Prometheus, dcgm-exporter stand-in, pods): {demo.state}\n"
+                "Press Ctrl-C to stop everything. The hub's log and the culler's decisions follow.\n",
                 flush=True,
             )
             stop = threading.Event()
+            log = demo.state / "jupyterhub.log"
+            threading.Thread(target=follow, args=(log, stop, log.stat().st_size), daemon=True).start()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: stop.set())
             while not stop.wait(1.0):

@@ -1,6 +1,8 @@
 """Prometheus metrics in the hub's own ``/metrics`` (JupyterHub serves prometheus_client's
 default registry): capacity and free units per offering, admissions and refusals by
-reason, and how long pods take to be scheduled."""
+reason, how long pods take to be scheduled, and who holds which GPU units now
+(``gpuspawner_server_gpus``: the join key between dcgm-exporter's per-pod series and
+users, groups and offerings, for the dashboard, the rules and ``gpuspawner report``)."""
 
 from __future__ import annotations
 
@@ -59,7 +61,58 @@ class _CapacityCollector:
 CAPACITY = _CapacityCollector()
 REGISTRY.register(CAPACITY)
 
+#: user (as the pods' hub.jupyter.org/username label writes it) -> the group their GPU use
+#: is reported under (the first of their groups, alphabetically; "" for none). Filled as
+#: the spawner meets users (form, spawn).
+USER_GROUPS: dict[str, str] = {}
+
+
+def observe_groups(user: str, groups: Iterable[str]) -> None:
+    USER_GROUPS[user] = min(groups, default="")
+
+
+class _HoldingsCollector:
+    """One ``gpuspawner_server_gpus`` series per notebook pod that holds GPU units, read at
+    scrape time from the cluster inventory (the pods the API server lists, whoever made
+    them), valued in units of its offering. ``namespace``/``pod`` match dcgm-exporter's
+    labels; scrape the hub with honor_labels so that they are kept as they are."""
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        from .admission import units_held
+
+        held = GaugeMetricFamily(
+            "gpuspawner_server_gpus", "GPU units held by each notebook pod, by user, group and offering",
+            labels=["namespace", "pod", "user", "group", "offering", "kind"],
+        )
+        if CAPACITY.source is not None:
+            index, offerings = CAPACITY.source
+            catalog = {o.slug: o for o in offerings}
+            for key, pod in list(index.pods.items()):
+                offering = catalog.get(pod.offering or "")
+                if not pod.user or offering is None or not offering.resources:
+                    continue
+                namespace, _, name = key.partition("/")
+                labels = [namespace, name, pod.user, USER_GROUPS.get(pod.user, ""), offering.slug, offering.kind.value]
+                held.add_metric(labels, units_held(offering, pod.requests))
+        yield held
+
+
+REGISTRY.register(_HoldingsCollector())
+
+
+#: what metrics.refused() and admitted() are called with (spawner.py)
+REFUSAL_REASONS = ("no_capacity", "quota", "window", "unschedulable", "queue_timeout")
+ADMISSION_DECISIONS = ("admit", "warn", "queue")
+
 
 def observe_catalog(index: ClusterIndex, offerings: list[Offering]) -> None:
-    """Remember the latest catalog so a scrape reports its offerings."""
+    """Remember the latest catalog so a scrape reports its offerings; each offering's
+    admission, refusal and time-to-schedule series exist from then on at 0, so that
+    Prometheus' increase()/rate() see the first event (a series born at 1 shows none)."""
     CAPACITY.source = (index, list(offerings))
+    for offering in offerings:
+        for reason in REFUSAL_REASONS:
+            REFUSALS.labels(offering.slug, offering.kind.value, reason)
+        for decision in ADMISSION_DECISIONS:
+            ADMISSIONS.labels(offering.slug, offering.kind.value, decision)
+        TIME_TO_SCHEDULE.labels(offering.kind.value)

@@ -370,6 +370,7 @@ class GPUSpawner(KubeSpawner):
     def requester(self) -> Requester:
         user = self.user
         groups = frozenset(name for name, _ in self._user_groups())
+        metrics.observe_groups(user_label(user.name), groups)  # keyed as the pod label the inventory reads
         return Requester(name=user.name, groups=groups, admin=bool(getattr(user, "admin", False)))
 
     @property

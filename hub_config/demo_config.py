@@ -118,10 +118,17 @@ if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
                 sys.executable, "-m", "gpuspawner.culler",
                 # The demo's GPU telemetry (simulated dcgm-exporter samples, Prometheus' query API).
                 f"--prometheus-url={os.environ.get('GPUSPAWNER_DEMO_PROMETHEUS_URL', 'http://127.0.0.1:9090')}",
+                # Its own metrics, for the demo's Prometheus to scrape.
+                f"--metrics-port={os.environ.get('GPUSPAWNER_DEMO_CULLER_METRICS_PORT', '9101')}", "--GpuCuller.metrics_ip=127.0.0.1",
                 *CULLER_TIMING,
             ],
         }
     )
+
+# ---------------------------------------------------------------- Prometheus reads the hub's /hub/metrics
+if os.environ.get("GPUSPAWNER_DEMO_PROMETHEUS_TOKEN"):  # a token that may read metrics, nothing else
+    c.JupyterHub.services.append({"name": "prometheus", "api_token": os.environ["GPUSPAWNER_DEMO_PROMETHEUS_TOKEN"]})
+    c.JupyterHub.load_roles.append({"name": "prometheus", "scopes": ["read:metrics"], "services": ["prometheus"]})
 
 # ---------------------------------------------------------------- hooks for the end-to-end tests
 if os.environ.get("GPUSPAWNER_DEMO_API_TOKEN"):  # an admin API token the tests drive the hub with

@@ -93,6 +93,17 @@ class CullerMetrics:
             self.requests.labels(target)
         for action in ("minted", "revoked"):
             self.server_tokens.labels(action)
+        # Every kind's stop, shutdown and reclaim counters exist from the start at 0, so that
+        # Prometheus' increase()/rate() see the first one (a series born at 1 shows no increase).
+        from .contract import KINDS
+        from .decide import GPU_IDLE_LIMIT, IDLE, MAX_AGE
+
+        for kind in KINDS:
+            for reason in (IDLE, MAX_AGE, GPU_IDLE_LIMIT):
+                self.server_stops.labels(reason, kind)
+            self.kernel_shutdowns.labels(IDLE, kind)
+            for action in ("server_stop", "kernel_shutdown"):
+                self.memory_reclaimed.labels(action, kind)
 
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:
         """Current value of a sample (0 if absent); for tests and the bench."""

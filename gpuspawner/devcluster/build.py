@@ -21,6 +21,8 @@ from pathlib import Path
 K8S_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.8"
 KWOK_VERSION = "v0.8.0"
+#: Prometheus' Go module version for server v3.16.0 (Go modules number v3.x as v0.3xx).
+PROMETHEUS_VERSION = "v0.316.0"
 
 GOMOD_DIR = Path(__file__).with_name("gomod")
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
@@ -46,6 +48,32 @@ def cache_root() -> Path:
 def bin_dir() -> Path:
     key = f"k8s-{K8S_VERSION}_etcd-{ETCD_VERSION}_kwok-{KWOK_VERSION}"
     return cache_root() / "devcluster" / key / "bin"
+
+
+def tools_dir() -> Path:
+    """Prometheus and promtool: beside the control plane, under a key of their own (a new
+    Prometheus does not rebuild Kubernetes, and the reverse)."""
+    key = f"prometheus-{PROMETHEUS_VERSION}"
+    return cache_root() / "devcluster" / key / "bin"
+
+
+#: (binary, go install package@version, build tags, -X version flags) of the tools in
+#: :func:`tools_dir`. ``remove_all_sd`` leaves Prometheus' service-discovery plugins out:
+#: the tests and the demo use static targets, and one plugin's module is not on every
+#: module proxy. The -X flags make ``--version`` say what was built.
+_PROM_VERSION_FLAGS = f"-X github.com/prometheus/common/version.Version=3.{int(PROMETHEUS_VERSION.split('.')[1]) - 300}.{PROMETHEUS_VERSION.split('.')[2]}"
+TOOLS = (
+    ("prometheus", f"github.com/prometheus/prometheus/cmd/prometheus@{PROMETHEUS_VERSION}", "remove_all_sd", _PROM_VERSION_FLAGS),
+    ("promtool", f"github.com/prometheus/prometheus/cmd/promtool@{PROMETHEUS_VERSION}", "remove_all_sd", _PROM_VERSION_FLAGS),
+)
+
+
+def tool(name: str) -> Path:
+    """The path of a built tool (prometheus, promtool); BuildError if it is not built."""
+    path = tools_dir() / name
+    if not path.is_file():
+        raise BuildError(f"{name} is not built in {tools_dir()}: run `gpuspawner devcluster build` (or `make test`) first.")
+    return path
 
 
 def stages_file() -> Path:
@@ -108,10 +136,29 @@ def _run(cmd: list[str], cwd: Path | None, what: str, **env: str) -> None:
     print(f"[devcluster build] {what}: done in {took:.0f}s", file=sys.stderr, flush=True)
 
 
+def build_tools(force: bool = False) -> Path:
+    """Build Prometheus and promtool with `go install` unless they are there."""
+    target = tools_dir()
+    todo = [t for t in TOOLS if force or not (target / t[0]).is_file()]
+    if not todo:
+        print(f"[devcluster build] prometheus and promtool present in {target}", file=sys.stderr, flush=True)
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        for name, pkg, tags, version_flags in todo:
+            gobin = Path(scratch) / name
+            gobin.mkdir()
+            cmd = ["go", "install", "-trimpath", f"-ldflags=-s -w {version_flags}", *(["-tags", tags] if tags else []), pkg]
+            _run(cmd, None, f"{name} {pkg.rpartition('@')[2]}", GOBIN=str(gobin), GOFLAGS="")
+            os.replace(gobin / name, target / name)
+    return target
+
+
 def build(force: bool = False) -> Path:
-    """Build whatever is missing and return the folder holding the binaries."""
+    """Build whatever is missing and return the folder holding the control-plane binaries."""
     if shutil.which("go") is None:
         raise BuildError("Go is not on PATH: install Go 1.26 or newer, then run this again.")
+    build_tools(force)
     target = bin_dir()
     todo = list(ALL_BINARIES) if force else missing_binaries(target)
     if not todo:

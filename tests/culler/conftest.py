@@ -13,14 +13,6 @@ HERE = Path(__file__).parent
 if str(HERE) not in sys.path:  # culler_fakes, culler_hub (works under any import mode)
     sys.path.insert(0, str(HERE))
 
-from culler_fakes import TSDB  # noqa: E402
-
-
-@pytest.fixture
-def tsdb() -> TSDB:
-    return TSDB()
-
-
 @pytest.fixture
 def now() -> datetime:
     return datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)

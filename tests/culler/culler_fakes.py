@@ -1,8 +1,7 @@
-"""Test doubles for the culler's tests: a tiny time-series store that evaluates
-the PromQL subset the culler's query uses with Prometheus' semantics, a fake
-Prometheus HTTP server answering in Prometheus' exact JSON shape, a fault-
-injecting proxy for the hub API, and a parser of the dcgm-exporter scrapes in
-tests/culler/data/ (the source of truth for label names and formats)."""
+"""Test doubles for the culler's tests: a fault-injecting proxy (in front of the hub
+API, or of the real Prometheus), and the dcgm-exporter scrapes in tests/culler/data/
+(the source of truth for label names and formats). GPU telemetry itself comes from the
+real Prometheus (culler_prom.py)."""
 
 from __future__ import annotations
 
@@ -13,16 +12,8 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.httpserver import HTTPServer
 
-# The time-series store and fake Prometheus live in the package: the demo uses them too.
-from gpuspawner.devcluster.fakedcgm import (  # noqa: F401  (re-exported for the tests)
-    LOOKBACK_S,
-    TSDB,
-    FakePrometheus,
-    QueryError,
-    as_exported,
-    free_port,
-    parse_exposition,
-)
+from gpuspawner.devcluster.fakedcgm import parse_exposition
+from gpuspawner.devcluster.prometheus import free_port
 
 DATA = Path(__file__).parent / "data"
 
@@ -92,7 +83,7 @@ class _Forward(web.RequestHandler):
 
 
 class FaultyProxy:
-    """A reverse proxy in front of the hub API that can fail, flake or be slow.
+    """A reverse proxy in front of the hub API or Prometheus that can fail, flake or be slow.
     mode: "ok", "fail" (503 always), "flaky" (502 for `flaky_left` requests),
     "slow" (sleeps slow_s first)."""
 

@@ -1,7 +1,8 @@
 """The culler against a REAL JupyterHub (subprocess, real configurable-http-proxy,
 sqlite), REAL single-user servers (jupyterhub-singleuser) with REAL ipykernel
-kernels, and a fake Prometheus answering in Prometheus' JSON shape with series
-labelled like the dcgm-exporter reference scrapes.
+kernels, and the REAL Prometheus scraping dcgm-exporter stand-ins (rows labelled
+like the reference scrapes), the hub's /metrics and the managed culler's metrics.
+Prometheus "down" and "slow" are a fault-injecting proxy in front of it.
 
 One hub for the module. The hub's last_activity is made "hours old" by running
 the culler with its clock 3 hours ahead (its timeouts stay the defaults:
@@ -13,6 +14,7 @@ alone or in any order.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from datetime import timedelta
 
@@ -22,19 +24,22 @@ from culler_fakes import (
     H100_MIG,
     MIXED_LOWER,
     SHARED_A100,
-    FakePrometheus,
     FaultyProxy,
-    as_exported,
     free_port,
     template,
 )
 from culler_hub import Hub, Jupyter, Records, in_process_culler
+from culler_prom import Telemetry
 from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient
 
 from gpuspawner.culler.cycle import Culler
 from gpuspawner.culler.decide import HELD_BACK, KEEP, RECLAIM, STOP
-from gpuspawner.culler.gpu_metrics import ENGINE, FB_USED, UTIL
+from gpuspawner.culler.gpu_metrics import ENGINE, FB_USED, GpuQuerySettings
+from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.prometheus import PrometheusClient
+from gpuspawner.culler.transport import RetryPolicy, Transport
+from gpuspawner.devcluster.prometheus import ScrapeJob
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -105,21 +110,25 @@ c.JupyterHub.services.append({"name": "gpu-culler-test", "api_token": CULLER_TOK
 
 class Env:
     hub: Hub
-    prom: FakePrometheus
+    prom: Telemetry
     faulty: FaultyProxy
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def env(tmp_path_factory):
     e = Env()
-    e.prom = FakePrometheus()
-    e.prom.start()
+    e.prom = await asyncio.to_thread(Telemetry(tmp_path_factory.mktemp("telemetry")).start)
+    e.prom.start_proxy()
+    metrics_port = free_port()
     extra = (
-        f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {free_port()}\n"
+        f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {metrics_port}\n"
         f"UNREACHABLE_PORT = {free_port()}\n" + SPAWNER
     )
     e.hub = Hub(tmp_path_factory.mktemp("hub"), extra)
     await e.hub.start()
+    # Prometheus scrapes the hub's /hub/metrics and the managed culler's /metrics too
+    e.prom.prom.add_job(ScrapeJob("jupyterhub", [f"127.0.0.1:{e.hub.hub_port}"], metrics_path="/hub/metrics"))
+    e.prom.prom.add_job(ScrapeJob("gpu-culler", [f"127.0.0.1:{metrics_port}"]))
     e.faulty = FaultyProxy(f"http://127.0.0.1:{e.hub.hub_port}")
     e.faulty.start()
     await e.hub.create_users(list(OFFERING))
@@ -128,8 +137,8 @@ async def env(tmp_path_factory):
         yield e
     finally:
         e.faulty.stop()
-        e.prom.stop()
         await e.hub.stop()
+        await asyncio.to_thread(e.prom.stop)
 
 
 # -- helpers -------------------------------------------------------------------------
@@ -168,21 +177,38 @@ A100_T = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k != "vg
 SHARED_T = template(SHARED_A100, FB_USED, 1)  # shared, vgpu index label
 
 
+def pod_of(user: str) -> str:
+    return "jupyter-" + user + (f"--{NAMED[user]}" if user in NAMED else "")
+
+
 def gpu(e: Env, user: str, tmpl: dict, *, engine=None, util=None, fb=None, exported=False):
-    pod = "jupyter-" + user + (f"--{NAMED[user]}" if user in NAMED else "")
-    labels = dict(tmpl, pod=pod, namespace="jhub", container="notebook")
-    if exported:
-        labels = as_exported(labels)
-    e.prom.tsdb.drop(pod=pod)
-    e.prom.tsdb.drop(exported_pod=pod)
-    for metric, value in ((ENGINE, engine), (UTIL, util), (FB_USED, fb)):
-        if value is not None:
-            e.prom.tsdb.add_scrapes(
-                metric, labels, [0.0] * 39 + [value] if metric == ENGINE else [value] * 40
-            )
+    """The user's pod's GPU as dcgm-exporter reports it, from the next scrape on
+    (``exported``: through a Service, so Prometheus renames its pod labels)."""
+    labels = dict(tmpl, pod=pod_of(user), namespace="jhub", container="notebook")
+    e.prom.put(pod_of(user), labels, exported=exported, engine=engine, util=util, fb_used=fb)
 
 
-def gpus_as_designed(e: Env) -> None:
+#: user -> (state, GPU memory MiB) as gpus_as_designed() reports them
+DESIGNED = {
+    "bea": ("idle", 9000.0), "gil": ("active", None), "sam": ("idle", 6000.0), "mia": ("idle", 5000.0),
+    "fay": ("idle", 7000.0), "val": ("idle", 2000.0), "ned": ("idle", 1000.0),
+}
+
+
+async def gpus_seen(e: Env, expect: dict[str, tuple[str, float | None]]) -> None:
+    """Wait until the real Prometheus answers the culler's query with ``expect`` (enough
+    samples in the window, the latest memory values): a wait, not a timing assertion."""
+
+    def ready(view) -> bool:
+        return all(
+            (p := view.for_pod("jhub", pod_of(u))).state == state and p.memory_mib == mem
+            for u, (state, mem) in expect.items()
+        )
+
+    await asyncio.to_thread(e.prom.wait_view, GpuQuerySettings(), ready, f"the GPU view {expect}")
+
+
+async def gpus_as_designed(e: Env) -> None:
     e.prom.mode = "ok"
     gpu(e, "bea", A100_T, engine=0.0, fb=9000.0)
     gpu(e, "gil", MIG_T, engine=0.6, exported=True)  # MIG: no FB rows (issue 512)
@@ -191,6 +217,7 @@ def gpus_as_designed(e: Env) -> None:
     gpu(e, "fay", RTX_T, util=0.0, fb=7000.0)  # GPU_UTIL fallback
     gpu(e, "val", A100_T, engine=0.0, fb=2000.0)
     gpu(e, "ned", A100_T, engine=0.0, fb=1000.0)
+    await gpus_seen(e, DESIGNED)
 
 
 def culler(e: Env, *argv: str, hub_url: str | None = None) -> tuple[Culler, Records]:
@@ -216,7 +243,7 @@ async def test_dry_run_changes_nothing(env):
     await asyncio.gather(*(ensure_running(env, u) for u in OFFERING))
     _, busy = await ensure_kernel(env, "bea", "busy")
     sam, idle = await ensure_kernel(env, "sam", "idle")
-    gpus_as_designed(env)
+    await gpus_as_designed(env)
     c, log = culler(env, "--dry-run")
     report = await c.cycle()
     # it decided as a real run would...
@@ -245,7 +272,7 @@ async def test_dry_run_changes_nothing(env):
 
 async def test_busy_kernel_with_hours_of_hub_inactivity_is_not_culled(env):
     j, kid = await ensure_kernel(env, "bea", "busy")
-    gpus_as_designed(env)
+    await gpus_as_designed(env)
     c, log = culler(env)
     report = await c.cycle()
     o = outcome(report, "bea")
@@ -260,7 +287,7 @@ async def test_busy_kernel_with_hours_of_hub_inactivity_is_not_culled(env):
 
 async def test_gpu_active_without_http_activity_is_not_culled(env):
     await ensure_running(env, "gil")
-    gpus_as_designed(env)
+    await gpus_as_designed(env)
     c, _ = culler(env)
     report = await c.cycle()
     o = outcome(report, "gil")
@@ -272,7 +299,7 @@ async def test_gpu_active_without_http_activity_is_not_culled(env):
 
 async def test_idle_kernel_holding_memory_on_shared_gpu_is_shut_down_server_kept(env):
     j, idle = await ensure_kernel(env, "sam", "idle")
-    gpus_as_designed(env)
+    await gpus_as_designed(env)
     c, log = culler(env)
     report = await c.cycle()
     o = outcome(report, "sam")
@@ -289,6 +316,7 @@ async def test_idle_kernel_holding_memory_on_shared_gpu_is_shut_down_server_kept
     assert "GPU memory held 6000 MiB" in o.decision.summary()
     # dcgm-exporter then sees the memory freed: counted as reclaimed in the next cycle
     gpu(env, "sam", SHARED_T, engine=0.0, fb=400.0)
+    await gpus_seen(env, {"sam": ("idle", 400.0)})
     report = await c.cycle()
     assert report.reclaimed_mib == {"sam": 5600.0}
     assert (
@@ -303,7 +331,7 @@ async def test_idle_kernel_holding_memory_on_shared_gpu_is_shut_down_server_kept
 
 async def test_idle_mig_whole_gpu_and_vgpu_servers_past_timeout_are_stopped(env):
     await asyncio.gather(*(ensure_running(env, u) for u in ("mia", "fay", "val", "cal")))
-    gpus_as_designed(env)
+    await gpus_as_designed(env)
     c, log = culler(env)
     before = c.metrics.value("gpuspawner_culler_requests_total", {"target": "prometheus"})
     report = await c.cycle()
@@ -338,7 +366,7 @@ async def test_idle_mig_whole_gpu_and_vgpu_servers_past_timeout_are_stopped(env)
 
 async def test_unreachable_kernel_api_holds_back(env):
     await ensure_running(env, "ned")
-    gpus_as_designed(env)
+    await gpus_as_designed(env)
     c, log = culler(env)
     report = await c.cycle()
     o = outcome(report, "ned")
@@ -351,8 +379,8 @@ async def test_unreachable_kernel_api_holds_back(env):
 async def test_prometheus_down_no_gpu_cull_then_resumes(env):
     await asyncio.gather(*(ensure_running(env, u) for u in ("mia", "cal")))
     sam, idle = await ensure_kernel(env, "sam", "idle")
-    gpus_as_designed(env)
-    env.prom.mode = "down"
+    await gpus_as_designed(env)
+    env.prom.mode = "fail"  # Prometheus answers 503
     c, log = culler(env, "--timeout=3600")  # plain servers: 1 h
     report = await c.cycle()
     assert not report.gpu_view.available
@@ -375,10 +403,32 @@ async def test_prometheus_down_no_gpu_cull_then_resumes(env):
     assert c.metrics.value("gpuspawner_culler_gpu_view_up") == 1
 
 
+async def test_prometheus_process_gone_no_gpu_cull_then_it_comes_back(env):
+    """The real Prometheus stopped (connection refused, not a 503), then started again on
+    the same data: no GPU-based decision meanwhile, and the culler says why."""
+    await ensure_running(env, "mia")
+    await gpus_as_designed(env)
+    c, log = culler(env, "--GpuCuller.retries=1")
+    await asyncio.to_thread(env.prom.prom.stop)
+    try:
+        report = await c.cycle()
+    finally:
+        await asyncio.to_thread(env.prom.prom.start)
+    assert not report.gpu_view.available
+    o = outcome(report, "mia")
+    assert o.decision.action == HELD_BACK
+    assert "no GPU-based cull without a known-idle GPU view" in o.decision.summary()
+    assert "GPU view unavailable" in log.text() and await running(env, "mia")
+    await gpus_as_designed(env)  # its data survived the restart
+    report = await c.cycle()
+    assert report.gpu_view.available and outcome(report, "mia").decision.action == STOP
+    await env.hub.wait_stopped("mia")
+
+
 async def test_prometheus_slow_is_timed_out(env):
     await ensure_running(env, "mia")
-    gpus_as_designed(env)
-    env.prom.mode, env.prom.slow_s = "slow", 5
+    await gpus_as_designed(env)
+    env.prom.mode, env.prom.faulty.slow_s = "slow", 5
     try:
         c, _ = culler(env, "--GpuCuller.prometheus_request_timeout=0.3", "--GpuCuller.retries=2")
         report = await c.cycle()
@@ -390,7 +440,7 @@ async def test_prometheus_slow_is_timed_out(env):
 
 async def test_hub_failing_slow_or_flaky_never_crashes_and_resumes(env):
     await ensure_running(env, "mia")
-    gpus_as_designed(env)
+    await gpus_as_designed(env)
     c, log = culler(env, "--GpuCuller.hub_request_timeout=0.5", hub_url=env.faulty.url + "/hub/api")
     for mode in ("fail", "slow"):
         env.faulty.mode, env.faulty.slow_s = mode, 3
@@ -415,7 +465,7 @@ async def test_managed_service_from_the_example_runs_dry_and_serves_metrics(env)
     (with --dry-run and 1 s timeouts for mig and full): it decides, stops nothing,
     and serves its metrics through the proxy."""
     await asyncio.gather(*(ensure_running(env, u) for u in ("mia", "fay")))
-    gpus_as_designed(env)
+    await gpus_as_designed(env)
     client = AsyncHTTPClient()
     url = env.hub.public_url + "/services/gpu-culler/metrics"
     text = ""
@@ -428,11 +478,20 @@ async def test_managed_service_from_the_example_runs_dry_and_serves_metrics(env)
             break
         await asyncio.sleep(0.5)
     assert 'decision="stop",dry_run="true",kind="mig"' in text, text[-2000:]
-    # nothing was done: no stop and no kernel shutdown was ever counted
-    assert "gpuspawner_culler_server_stops_total{" not in text
-    assert "gpuspawner_culler_kernel_shutdowns_total{" not in text
+    # nothing was done: no stop and no kernel shutdown was ever counted (the series are
+    # there from the start, at 0, so that Prometheus' increase() sees a first one)
+    counted = [line for line in text.splitlines() if line.startswith(
+        ("gpuspawner_culler_server_stops_total{", "gpuspawner_culler_kernel_shutdowns_total{"))]
+    assert counted and all(line.endswith(" 0.0") for line in counted), counted
     assert "gpuspawner_culler_cycle_duration_seconds_count" in text
     assert await running(env, "mia") and await running(env, "fay")
+    # the real Prometheus scrapes the managed culler's metrics and the hub's /hub/metrics
+    prom = env.prom.prom
+    seen = await asyncio.to_thread(prom.wait_for, lambda: prom.query(
+        'gpuspawner_culler_decisions_total{decision="stop",dry_run="true",kind="mig",job="gpu-culler"} > 0'),
+        "the culler's dry-run stop in Prometheus")
+    assert seen and {r["metric"]["job"]: r["value"][1] for r in prom.query('up{job=~"gpu-culler|jupyterhub"}')} == {
+        "gpu-culler": "1", "jupyterhub": "1"}
     log = env.hub.log_text()
     assert "DRY RUN: would stop server mia" in log
     # its token is the hub-managed service's, and it never stopped anything (it only
@@ -450,16 +509,41 @@ async def test_users_are_only_deleted_when_configured(env):
         "/users/uma/activity",
         {"last_activity": utcnow().isoformat().replace("+00:00", "Z")},
     )
-    env.prom.tsdb.clear()  # no GPU view: GPU servers are held back, whatever ran before
-    c, log = culler(env)
+    # a selector no series matches: no GPU view, so GPU servers are held back whatever ran before
+    nothing = '--prometheus-selector=namespace="nowhere"'
+    c, log = culler(env, nothing)
     await c.cycle()
     assert "uma" not in log.text()
-    c, log = culler(env, "--cull-users=true", "--dry-run", "--timeout=3600")
+    c, log = culler(env, "--cull-users=true", "--dry-run", "--timeout=3600", nothing)
     report = await c.cycle()
     assert "DRY RUN: would delete user uma" in log.text() and not report.users_deleted
     # the example's role has no admin:users: a real deletion is refused, logged, survived
-    c, log = culler(env, "--cull-users=true", "--timeout=3600", "--GpuCuller.stop_kinds=full")
+    c, log = culler(env, "--cull-users=true", "--timeout=3600", "--GpuCuller.stop_kinds=full", nothing)
     report = await c.cycle()
     assert "could not delete user uma" in log.text() and "403" in log.text()
     assert c.metrics.value("gpuspawner_culler_errors_total", {"source": "hub"}) >= 1
     assert (await env.hub.user("uma"))["name"] == "uma"
+
+
+async def test_prometheus_client_one_request_retries_and_errors(env):
+    """The culler's Prometheus client against the real server: one request per view,
+    retries when it answers 503, and Prometheus' own parse error for a bad selector."""
+    await gpus_as_designed(env)
+    m = CullerMetrics()
+    retry = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
+    transport = Transport("prometheus", concurrency=4, retry=retry, metrics=m, log=logging.getLogger("test.prom"))
+    prom = PrometheusClient(env.prom.url, GpuQuerySettings(), transport)
+    sent = len(env.prom.faulty.requests)
+    v = await prom.gpu_view()
+    assert v.available and v.for_pod("jhub", pod_of("mia")).idle
+    assert len(env.prom.faulty.requests) - sent == 1
+    assert m.value("gpuspawner_culler_requests_total", {"target": "prometheus"}) == 1
+    env.prom.mode = "fail"
+    try:
+        v = await prom.gpu_view()
+    finally:
+        env.prom.mode = "ok"
+    assert not v.available and "503" in v.error and len(env.prom.faulty.requests) - sent == 4
+    bad = PrometheusClient(env.prom.url, GpuQuerySettings(selector='pod=~"x'), transport)
+    v = await bad.gpu_view()
+    assert not v.available and "400" in v.error and "parse error" in v.error  # Prometheus says why

@@ -8,8 +8,8 @@ JupyterHub with configurable-http-proxy and REAL single-user servers:
   the hub API: every replay is refused, and nothing of the culler's own token
   ever reached her pod.
 * liam's server lies to keep its GPU: a busy kernel, activity in the future,
-  fresh activity reported to the hub. GPU telemetry (Prometheus' API, series
-  labelled as dcgm-exporter's) says idle: kept until ``gpu_idle_limit``, then
+  fresh activity reported to the hub. GPU telemetry (the real Prometheus scraping a
+  dcgm-exporter stand-in) says idle: kept until ``gpu_idle_limit``, then
   stopped with a WARNING. gus's lies the same way but his GPU really computes:
   never stopped.
 
@@ -32,8 +32,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from culler_fakes import SHARED_A100, FakePrometheus, template
+from culler_fakes import SHARED_A100, template
 from culler_hub import REPO, Hub, Jupyter, Records, in_process_culler
+from culler_prom import Telemetry
 from hostile_pod import SNOOP_CONFIG, captured
 from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
@@ -42,7 +43,7 @@ from gpuspawner.culler import GpuCuller
 from gpuspawner.culler.config import scope_problems
 from gpuspawner.culler.cycle import Culler
 from gpuspawner.culler.decide import GPU_IDLE_LIMIT, HELD_BACK, KEEP, RECLAIM, STOP
-from gpuspawner.culler.gpu_metrics import ENGINE, FB_USED
+from gpuspawner.culler.gpu_metrics import FB_USED, GpuQuerySettings
 from gpuspawner.culler.tokens import NOTE_PREFIX
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -111,15 +112,14 @@ c.JupyterHub.load_roles.append({"name": "old-culler", "services": ["old-culler"]
 
 class Env:
     hub: Hub
-    prom: FakePrometheus
+    prom: Telemetry
     old_token: str
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def env(tmp_path_factory):
     e = Env()
-    e.prom = FakePrometheus()
-    e.prom.start()
+    e.prom = await asyncio.to_thread(Telemetry(tmp_path_factory.mktemp("telemetry")).start)
     e.old_token = "old" + "0" * 29
     extra = (
         f"PROM_URL = {e.prom.url!r}\nHOSTILE = {str(HOSTILE)!r}\n"
@@ -136,8 +136,8 @@ async def env(tmp_path_factory):
     try:
         yield e
     finally:
-        e.prom.stop()
         await e.hub.stop()
+        await asyncio.to_thread(e.prom.stop)
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -159,18 +159,24 @@ async def own_token(e: Env, user: str) -> str:
     return model["token"]
 
 
-def telemetry(e: Env, user: str, engine: float, fb: float | None = None) -> None:
-    """dcgm-exporter's series for the user's pod: a time-sliced share of an A100 for
-    the shared offering, a whole A100 (no vgpu label) for the others."""
+async def telemetry(e: Env, user: str, engine: float, fb: float | None = None) -> None:
+    """dcgm-exporter's rows for the user's pod (a time-sliced share of an A100 for the
+    shared offering, a whole A100 (no vgpu label) for the others), and a wait until the
+    real Prometheus has enough samples of them for the culler's query."""
     if SERVERS[user][0] == "t4-shared":
         labels = template(SHARED_A100, FB_USED, 1)
     else:
         labels = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k != "vgpu"}
     labels.update(pod=f"jupyter-{user}", namespace="jhub", container="notebook")
-    e.prom.tsdb.drop(pod=f"jupyter-{user}")
-    e.prom.tsdb.add_scrapes(ENGINE, labels, [engine] * 40)
-    if fb is not None:
-        e.prom.tsdb.add_scrapes(FB_USED, labels, [fb] * 40)
+    labels["UUID"] = f"GPU-{user}"  # a GPU of its own (the shared one keeps the time-sliced label)
+    e.prom.put(f"jupyter-{user}", labels, engine=engine, fb_used=fb)
+    state = "active" if engine > 0 else "idle"
+
+    def ready(view) -> bool:
+        pod = view.for_pod("jhub", f"jupyter-{user}")
+        return pod.state == state and pod.memory_mib == fb
+
+    await asyncio.to_thread(e.prom.wait_view, GpuQuerySettings(), ready, f"{user}'s GPU {state}, {fb} MiB")
 
 
 def culler(e: Env, *argv: str, token: str | None = None) -> tuple[Culler, Records, GpuCuller]:
@@ -235,8 +241,8 @@ async def test_what_a_pod_captures_from_the_culler_opens_nothing_but_its_own_ser
     await ej.wait_state(kid, "idle")
     bj = Jupyter(bob_url, await own_token(env, "bob"))
     bob_kernel = await bj.start_kernel()
-    telemetry(env, "eve", engine=0.0, fb=6000.0)
-    telemetry(env, "bob", engine=0.8, fb=9000.0)
+    await telemetry(env, "eve", engine=0.0, fb=6000.0)
+    await telemetry(env, "bob", engine=0.8, fb=9000.0)
     (home(env, "eve") / "headers.jsonl").unlink(missing_ok=True)  # from here: the culler's
 
     c, rec, _ = culler(env)
@@ -323,7 +329,7 @@ async def test_the_culler_never_falls_back_to_its_own_token(env):
     kid = await ej.start_kernel()
     await ej.execute(kid, "x = 1", wait_idle=True)
     await ej.wait_state(kid, "idle")
-    telemetry(env, "eve", engine=0.0, fb=6000.0)
+    await telemetry(env, "eve", engine=0.0, fb=6000.0)
     (home(env, "eve") / "headers.jsonl").unlink(missing_ok=True)
     c, rec, app = culler(env, token=env.old_token)
     await app.check_hub(c)
@@ -344,8 +350,8 @@ async def test_the_culler_never_falls_back_to_its_own_token(env):
 async def test_busy_claims_on_an_idle_gpu_are_overruled_after_the_bound(env):
     for user in ("liam", "gus"):
         await ensure_running(env, user)
-    telemetry(env, "liam", engine=0.0)
-    telemetry(env, "gus", engine=0.7)  # really computing
+    await telemetry(env, "liam", engine=0.0)
+    await telemetry(env, "gus", engine=0.7)  # really computing
     c, rec, _ = culler(env, "--kind-timeout=full=60", "--gpu-idle-limit=1500")
     start = utcnow()
     claims = []
@@ -392,7 +398,7 @@ async def test_the_service_revokes_its_tokens_when_the_hub_stops_it(env):
     eve = await ensure_running(env, "eve")
     ej = Jupyter(eve["user_options"]["gpuspawner"]["url"], await own_token(env, "eve"))
     kid = await ej.start_kernel()  # a kernel nobody ran code in: nothing to shut down
-    telemetry(env, "eve", engine=0.0, fb=6000.0)  # a reclaim is possible: kernels are read
+    await telemetry(env, "eve", engine=0.0, fb=6000.0)  # a reclaim is possible: kernels are read
 
     def culler_tokens(model: dict) -> list[dict]:
         return [t for t in model["api_tokens"] if "gpu-culler" in (t["note"] or "")]

@@ -1,18 +1,19 @@
-"""The GPU view on the real dcgm-exporter label formats (tests/culler/data/)."""
+"""The GPU view, answered by the REAL Prometheus scraping dcgm-exporter stand-ins that
+serve the exporter's real rows (tests/culler/data/): one Prometheus for the module,
+every device set up once, then each test reads the culler's own query's answer.
+
+A few tests change a device and wait (for a condition, never a fixed time) until
+Prometheus has seen it: activity leaving a short window, a pod's series going stale.
+The pure parsing rules are tested on hand-built answers at the end.
+"""
 
 from __future__ import annotations
 
 import math
 
-from culler_fakes import (
-    A100_DOCS,
-    H100_MIG,
-    MIXED_LOWER,
-    SHARED_A100,
-    as_exported,
-    reference,
-    template,
-)
+import pytest
+from culler_fakes import A100_DOCS, H100_MIG, MIXED_LOWER, SHARED_A100, reference, template
+from culler_prom import Telemetry, pod_labels
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,10 +29,59 @@ from gpuspawner.culler.gpu_metrics import (
 )
 
 S = GpuQuerySettings()
+MPS = "model-playground-stg"
+EMBED = "text-embedding-predictor-00008-deployment-57946f6c67-vdtjl"  # H100 MIG 1g.10gb, idle
+TTS = "tts-predictor-00011-deployment-5554f75554-8j8pl"  # H100 MIG, engine busy only
+OLLAMA = "ollama-76f687f4cd-xcvvp"  # GPUs 1-3 of the same H100 node, one pod
+SHARE_A = ("default", "gpu-burn-deployment-1-85dc8ff699-clvh5")  # two pods time-slicing one A100
+SHARE_B = ("vllm-inference", "vllm-medgemma-4b-it-d599b4c99-f95nk")
+TRITON = ("default", "triton-server-f7cb5d77-95xcf")  # A30 MIG, scraped through a Service
 
 
-def view(tsdb, s: GpuQuerySettings = S):
-    return parse_query_response(tsdb.evaluate(build_query(s)), s)
+def rtx(pod: str, gpu: str = "1") -> dict[str, str]:
+    """The RTX 2000 Ada of PR 736 (a whole GPU without PROF metrics) given to ``pod``."""
+    return pod_labels(dict(template(MIXED_LOWER, "DCGM_FI_DEV_FB_FREE", 0), gpu=gpu), pod, "jhub")
+
+
+def a100(pod: str) -> dict[str, str]:
+    """A whole A100 (PR 432's row without its time-slicing ``vgpu`` label) given to ``pod``."""
+    base = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k != "vgpu"}
+    return pod_labels(dict(base, UUID=f"GPU-{pod}"), pod, "jhub")
+
+
+def world_devices(t: Telemetry) -> None:
+    for i in range(3):  # the three MIG instances of issue 512: no FB_* rows on H100 MIG
+        row = template(H100_MIG, ENGINE, i)
+        t.put(f"h100-mig-{i}", row, engine=0.35 if row.get("pod") == TTS else 0.0, util=0.0)
+    for i in (2, 3, 4):  # the ollama pod's three whole GPUs
+        t.put(f"ollama-{i}", template(H100_MIG, "DCGM_FI_DEV_MEMORY_TEMP", i), engine=0.0, fb_used=1000.0)
+    for i in range(2):  # time-slicing: dcgm-exporter copies the device's values onto both pods
+        t.put(f"shared-{i}", template(SHARED_A100, FB_USED, i), engine=0.0, fb_used=15866.0)
+    t.put("triton", template(MIXED_LOWER, "DCGM_FI_DEV_FB_FREE", 1), exported=True, engine=0.0, fb_used=3800.0)
+    t.put("tts-exported", dict(template(H100_MIG, ENGINE, 2), pod="tts-exported"), exported=True, engine=0.5)
+    t.put("rtx-idle", rtx("jupyter-rtx"), util=0.0, fb_used=7000.0)  # GPU_UTIL fallback
+    t.put("util-busy", a100("jupyter-util-busy"), engine=0.0, util=12.0)
+    t.put("mig-util-only", pod_labels(template(MIXED_LOWER, "DCGM_FI_DEV_FB_FREE", 1), "jupyter-mig-util", "jhub"), util=0.0)
+    for n, (name, labels, value) in enumerate(reference(A100_DOCS)):  # no pod labels at all
+        if name in (ENGINE, UTIL, FB_USED):
+            t.put(f"docs-{n}", labels, **{{ENGINE: "engine", UTIL: "util", FB_USED: "fb_used"}[name]: value})
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    t = Telemetry(tmp_path_factory.mktemp("telemetry")).start()
+    try:
+        world_devices(t)
+        t.wait_view(S, lambda v: v.for_pod(MPS, EMBED).idle and v.for_pod(*TRITON).idle
+                    and v.for_pod("jhub", "jupyter-rtx").idle, "4 samples of every device")
+        yield t
+    finally:
+        t.stop()
+
+
+@pytest.fixture(scope="module")
+def view(world):
+    return world.view(S)
 
 
 # -- the reference data itself --------------------------------------------------
@@ -47,6 +97,18 @@ def test_reference_scrapes_have_the_rows_the_tests_rely_on():
     docs = reference(A100_DOCS)
     assert not any("pod" in r[1] for r in docs)
     assert not any(r[0] in (FB_USED, UTIL) and "GPU_I_ID" in r[1] for r in docs)
+
+
+def test_prometheus_stores_the_standins_rows_with_their_labels(world):
+    up = {r["metric"]["job"]: r["value"][1] for r in world.prom.query("up")}
+    assert up == {"dcgm-exporter": "1", "nvidia-dcgm-exporter": "1"}
+    row = template(H100_MIG, ENGINE, 0)
+    [stored] = world.prom.query(f'{ENGINE}{{pod="{EMBED}"}}')
+    assert {k: v for k, v in stored["metric"].items() if k not in ("__name__", "job", "instance")} == row
+    # through the Service, Prometheus renamed the exporter's pod labels
+    [renamed] = world.prom.query(f'{ENGINE}{{exported_pod="{TRITON[1]}"}}')
+    assert renamed["metric"]["pod"] == "nvidia-dcgm-exporter-7xk2p"
+    assert renamed["metric"]["exported_namespace"] == "default"
 
 
 # -- the query ---------------------------------------------------------------------
@@ -65,173 +127,124 @@ def test_query_without_selector_has_no_empty_braces():
     assert "{}" not in build_query(GpuQuerySettings())
 
 
-def test_selector_filters_series(tsdb):
-    ours = template(H100_MIG, ENGINE, 0)
-    theirs = dict(template(H100_MIG, ENGINE, 2), namespace="other")
-    tsdb.add_scrapes(ENGINE, ours, [0.0] * 10)
-    tsdb.add_scrapes(ENGINE, theirs, [0.0] * 10)
-    s = GpuQuerySettings(selector='namespace="model-playground-stg"')
-    assert set(view(tsdb, s).pods) == {("model-playground-stg", ours["pod"])}
+def test_the_query_is_accepted_by_prometheus_and_a_bad_selector_says_why(world):
+    assert world.view(GpuQuerySettings(window_s=300, selector='exported_namespace="default"')).available
+    bad = world.view(GpuQuerySettings(selector='pod=~"x'))
+    assert not bad.available and "bad_data" in bad.error and "parse error" in bad.error
+
+
+def test_selector_filters_series(world):
+    v = world.view(GpuQuerySettings(selector=f'namespace="{MPS}"'))
+    assert set(v.pods) == {(MPS, EMBED), (MPS, TTS)}
 
 
 # -- MIG ------------------------------------------------------------------------
-def test_h100_mig_instances_idle_and_unallocated_instance_ignored(tsdb):
-    for i in range(3):
-        tsdb.add_scrapes(ENGINE, template(H100_MIG, ENGINE, i), [0.0] * 40)
-    v = view(tsdb)
-    assert v.available
-    assert set(v.pods) == {
-        ("model-playground-stg", "text-embedding-predictor-00008-deployment-57946f6c67-vdtjl"),
-        ("model-playground-stg", "tts-predictor-00011-deployment-5554f75554-8j8pl"),
-    }
-    pod = v.for_pod("model-playground-stg", "tts-predictor-00011-deployment-5554f75554-8j8pl")
+def test_h100_mig_instances_idle_and_unallocated_instance_ignored(view):
+    assert view.available
+    assert not [k for k in view.pods if k[1] in ("", None)]
+    pod = view.for_pod(MPS, EMBED)
     assert pod.idle
-    assert "gsrh100-074/gpu0/GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc77/mig9(1g.10gb)" in pod.reason
+    assert "gsrh100-074/gpu0/GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc77/mig7(1g.10gb)" in pod.reason
     # as in dcgm-exporter issue 512, no FB_* rows for the MIG instances: memory unknown
     assert pod.memory_mib is None
 
 
-def test_gpu_util_reads_zero_on_mig_and_is_never_taken_as_idleness(tsdb):
-    labels = template(H100_MIG, ENGINE, 0)
-    tsdb.add_scrapes(UTIL, labels, [0.0] * 40)
-    pod = view(tsdb).for_pod(labels["namespace"], labels["pod"])
+def test_mig_busy_by_engine_activity_only(view):
+    # GPU_UTIL reads 0 on a MIG instance whatever it does; GR_ENGINE_ACTIVE says busy
+    pod = view.for_pod(MPS, TTS)
+    assert pod.active and "GR_ENGINE_ACTIVE max 0.35" in pod.reason
+
+
+def test_gpu_util_reads_zero_on_mig_and_is_never_taken_as_idleness(view):
+    pod = view.for_pod("jhub", "jupyter-mig-util")
     assert pod.state == "unknown"
     assert "not read on MIG" in pod.reason
 
 
-def test_mig_engine_activity_in_the_window_is_activity(tsdb):
-    labels = template(H100_MIG, ENGINE, 2)
-    tsdb.add_scrapes(ENGINE, labels, [0.0] * 30 + [0.35] + [0.0] * 9)
-    pod = view(tsdb).for_pod(labels["namespace"], labels["pod"])
-    assert pod.active
-    assert "GR_ENGINE_ACTIVE max 0.35" in pod.reason
-
-
-def test_activity_older_than_the_window_is_not_seen(tsdb):
-    labels = template(H100_MIG, ENGINE, 2)
-    # 80 samples every 15 s: the 0.9 is 19 minutes old, outside a 10 minute window
-    tsdb.add_scrapes(ENGINE, labels, [0.9] + [0.0] * 79)
-    assert view(tsdb).for_pod(labels["namespace"], labels["pod"]).idle
-
-
 # -- whole and shared GPUs -----------------------------------------------------------
-def test_whole_gpu_without_engine_metric_falls_back_to_gpu_util(tsdb):
-    labels = template(SHARED_A100, FB_USED, 0)
-    tsdb.add_scrapes(UTIL, labels, [0.0] * 40)
-    tsdb.add_scrapes(FB_USED, labels, [15866.0] * 40)
-    pod = view(tsdb).for_pod(labels["namespace"], labels["pod"])
+def test_whole_gpu_without_engine_metric_falls_back_to_gpu_util(view):
+    pod = view.for_pod("jhub", "jupyter-rtx")
     assert pod.idle and "GPU_UTIL max 0%" in pod.reason
-    assert pod.memory_mib == 15866.0
+    assert pod.memory_mib == 7000.0
 
 
-def test_whole_gpu_util_activity(tsdb):
-    labels = template(SHARED_A100, FB_USED, 0)
-    tsdb.add_scrapes(UTIL, labels, [0.0] * 20 + [35.0] * 20)
-    assert view(tsdb).for_pod(labels["namespace"], labels["pod"]).active
+def test_engine_idle_but_gpu_util_busy_is_activity(view):
+    pod = view.for_pod("jhub", "jupyter-util-busy")
+    assert pod.active and "GPU_UTIL max 12%" in pod.reason
 
 
-def test_engine_idle_but_gpu_util_busy_is_activity(tsdb):
-    labels = template(SHARED_A100, FB_USED, 0)
-    tsdb.add_scrapes(ENGINE, labels, [0.0] * 40)
-    tsdb.add_scrapes(UTIL, labels, [12.0] * 40)
-    assert view(tsdb).for_pod(labels["namespace"], labels["pod"]).active
-
-
-def test_shared_gpu_device_values_are_copied_onto_every_sharing_pod(tsdb):
+def test_time_sliced_pods_sharing_one_gpu_are_idle_holding_its_memory(view):
     # dcgm-exporter PR 432: both pods show the device's 15866 MiB
-    for i in range(2):
-        labels = template(SHARED_A100, FB_USED, i)
-        tsdb.add_scrapes(FB_USED, labels, [15866.0] * 40)
-        tsdb.add_scrapes(ENGINE, labels, [0.0] * 40)
-    v = view(tsdb)
-    a = v.for_pod("default", "gpu-burn-deployment-1-85dc8ff699-clvh5")
-    b = v.for_pod("vllm-inference", "vllm-medgemma-4b-it-d599b4c99-f95nk")
+    a, b = view.for_pod(*SHARE_A), view.for_pod(*SHARE_B)
     assert a.memory_mib == b.memory_mib == 15866.0
     assert a.idle and b.idle
+    assert a.devices[0].device == b.devices[0].device  # one GPU
+
+
+def test_multi_gpu_pod_is_idle_only_when_every_gpu_is(view):
+    pod = view.for_pod(template(H100_MIG, "DCGM_FI_DEV_MEMORY_TEMP", 2)["namespace"], OLLAMA)
+    assert pod.idle and len(pod.devices) == 3 and pod.memory_mib == 3000.0
 
 
 # -- label spellings -----------------------------------------------------------------
-def test_lowercase_hostname_and_exported_pod_labels(tsdb):
-    labels = as_exported(template(MIXED_LOWER, "DCGM_FI_DEV_FB_FREE", 1))
-    assert labels["pod"] == "nvidia-dcgm-exporter-7xk2p"
-    tsdb.add_scrapes(ENGINE, labels, [0.0] * 40)
-    tsdb.add_scrapes(FB_USED, labels, [3800.0] * 40)
-    v = view(tsdb)
-    assert set(v.pods) == {("default", "triton-server-f7cb5d77-95xcf")}
-    pod = v.for_pod("default", "triton-server-f7cb5d77-95xcf")
+def test_lowercase_hostname_and_exported_pod_labels(view):
+    pod = view.for_pod(*TRITON)
     assert pod.idle and pod.memory_mib == 3800.0
     assert pod.devices[0].device.startswith("dcgm-exporter-wwwjh/gpu2/GPU-63bc0b91")
     assert pod.devices[0].mig
     # the exporter's own pod is not a notebook
-    assert v.for_pod("gpu-operator", "nvidia-dcgm-exporter-7xk2p").state == "unknown"
+    assert view.for_pod("gpu-operator", "nvidia-dcgm-exporter-7xk2p").state == "unknown"
 
 
-def test_pod_and_exported_pod_series_side_by_side(tsdb):
-    direct = template(H100_MIG, ENGINE, 0)
-    renamed = as_exported(template(H100_MIG, ENGINE, 2))
-    tsdb.add_scrapes(ENGINE, direct, [0.0] * 40)
-    tsdb.add_scrapes(ENGINE, renamed, [0.5] * 40)
-    v = view(tsdb)
-    assert v.for_pod(direct["namespace"], direct["pod"]).idle
-    assert v.for_pod(
-        "model-playground-stg", "tts-predictor-00011-deployment-5554f75554-8j8pl"
-    ).active
+def test_pod_and_exported_pod_series_side_by_side(view):
+    assert view.for_pod(MPS, EMBED).idle  # scraped directly
+    assert view.for_pod(MPS, "tts-exported").active  # scraped through the Service
 
 
-def test_pod_looked_up_without_namespace(tsdb):
-    labels = template(H100_MIG, ENGINE, 0)
-    tsdb.add_scrapes(ENGINE, labels, [0.0] * 40)
-    assert view(tsdb).for_pod(None, labels["pod"]).idle
+def test_pod_looked_up_without_namespace(view):
+    assert view.for_pod(None, EMBED).idle
 
 
-def test_docs_scrape_without_pod_labels_gives_no_pods(tsdb):
-    for name, labels, value in reference(A100_DOCS):
-        tsdb.add_scrapes(name, labels, [value] * 40)
-    v = view(tsdb)
-    assert v.available and not v.pods
-    assert "no dcgm-exporter series" in v.for_pod("jhub", "jupyter-alice").reason
+def test_docs_scrape_without_pod_labels_gives_no_pods(view):
+    assert "no dcgm-exporter series" in view.for_pod("jhub", "jupyter-alice").reason
+    docs_uuids = {labels["UUID"] for _, labels, _ in reference(A100_DOCS)}
+    assert not any(uuid in d.device for uuid in docs_uuids for p in view.pods.values() for d in p.devices)
 
 
 # -- samples and unknowns -----------------------------------------------------------
-def test_too_few_samples_is_unknown(tsdb):
-    labels = template(H100_MIG, ENGINE, 0)
-    tsdb.add_scrapes(ENGINE, labels, [0.0] * 3)
-    pod = view(tsdb).for_pod(labels["namespace"], labels["pod"])
-    assert pod.state == "unknown" and "3/4 samples" in pod.reason
+def test_too_few_samples_is_unknown(world):
+    pod = world.view(GpuQuerySettings(min_samples=10**6)).for_pod(MPS, EMBED)
+    assert pod.state == "unknown" and "/1000000 samples" in pod.reason
 
 
-def test_activity_counts_however_few_samples(tsdb):
-    labels = template(H100_MIG, ENGINE, 0)
-    tsdb.add_scrapes(ENGINE, labels, [0.0, 0.6])
-    assert view(tsdb).for_pod(labels["namespace"], labels["pod"]).active
+def test_activity_counts_however_few_samples(world):
+    assert world.view(GpuQuerySettings(min_samples=10**6)).for_pod(MPS, TTS).active
 
 
-def test_multi_gpu_pod_is_idle_only_when_every_gpu_is(tsdb):
-    # the ollama pod of dcgm-exporter issue 512: GPUs 1-3, one pod
-    rows = [template(H100_MIG, "DCGM_FI_DEV_MEMORY_TEMP", i) for i in (2, 3, 4)]
-    assert {r["pod"] for r in rows} == {"ollama-76f687f4cd-xcvvp"}
-    for r in rows:
-        tsdb.add_scrapes(ENGINE, r, [0.0] * 40)
-        tsdb.add_scrapes(FB_USED, r, [1000.0] * 40)
-    ns = rows[0]["namespace"]
-    pod = view(tsdb).for_pod(ns, "ollama-76f687f4cd-xcvvp")
-    assert pod.idle and len(pod.devices) == 3 and pod.memory_mib == 3000.0
-    tsdb.clear()
-    for i, r in enumerate(rows):
-        tsdb.add_scrapes(ENGINE, r, [0.0] * (40 if i else 2))
-    assert view(tsdb).for_pod(ns, "ollama-76f687f4cd-xcvvp").state == "unknown"
-    tsdb.clear()
-    for i, r in enumerate(rows):
-        tsdb.add_scrapes(ENGINE, r, [0.0] * 39 + [0.2 if i == 2 else 0.0])
-    assert view(tsdb).for_pod(ns, "ollama-76f687f4cd-xcvvp").active
+# -- over time: windows and staleness --------------------------------------------------
+def test_activity_older_than_the_window_is_not_seen(world):
+    world.put("was-busy", a100("jupyter-was-busy"), engine=0.9)
+    world.settle()
+    world.put("was-busy", a100("jupyter-was-busy"), engine=0.0)
+    short = GpuQuerySettings(window_s=5, min_samples=3)
+    # the 0.9 samples leave the 5 s window: idle, once Prometheus has 3 quiet samples
+    world.wait_view(short, lambda v: v.for_pod("jhub", "jupyter-was-busy").idle, "the busy samples to leave the window")
+    # the 10 minute window still holds them
+    pod = world.view(S).for_pod("jhub", "jupyter-was-busy")
+    assert pod.active and "GR_ENGINE_ACTIVE max 0.90" in pod.reason
 
 
-def test_memory_of_a_gone_pod_is_not_held(tsdb):
-    labels = template(SHARED_A100, FB_USED, 0)
-    # the last sample is older than Prometheus' 5 minute look-back: no "now" value
-    tsdb.add_scrapes(FB_USED, labels, [15866.0] * 10, end=__import__("time").time() - 400)
-    tsdb.add_scrapes(UTIL, labels, [0.0] * 40)
-    assert view(tsdb).for_pod(labels["namespace"], labels["pod"]).memory_mib is None
+def test_series_of_a_stopped_pod_go_stale_and_its_memory_is_not_held(world):
+    world.put("gone", rtx("jupyter-gone", gpu="3"), util=0.0, fb_used=15866.0)
+    world.wait_view(S, lambda v: (p := v.for_pod("jhub", "jupyter-gone")).idle and p.memory_mib == 15866.0, "4 samples")
+    world.remove_pod("jupyter-gone")
+    world.settle()
+    # Prometheus marked the series stale: no "now" value for FB_USED...
+    assert world.prom.query(f'{FB_USED}{{pod="jupyter-gone"}}') == []
+    pod = world.view(S).for_pod("jhub", "jupyter-gone")
+    assert pod.memory_mib is None
+    # ...while the window still holds its samples
+    assert pod.devices[0].util_samples >= 4
 
 
 def test_nan_samples_are_ignored():
@@ -266,7 +279,7 @@ def test_nan_samples_are_ignored():
 
 
 # -- Prometheus errors ----------------------------------------------------------------
-def test_error_answers_make_the_view_unavailable(tsdb):
+def test_error_answers_make_the_view_unavailable():
     err = parse_query_response(
         {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, S
     )
@@ -279,7 +292,22 @@ def test_error_answers_make_the_view_unavailable(tsdb):
     assert pod.state == "unknown" and "connection refused" in pod.reason
 
 
-# -- properties ------------------------------------------------------------------------
+# -- properties of the parsing rules (hand-built answers, no Prometheus) ----------------
+def answer(devices: list[tuple[bool, list[float], list[float]]], base: dict[str, str]) -> dict:
+    """What Prometheus answers the culler's query for these devices' samples: per metric,
+    the max and the count over the window (a device with no samples has no series)."""
+    result = []
+    for i, (mig, engine, util) in enumerate(devices):
+        labels = dict(base, gpu=str(i), UUID=f"GPU-{i}")
+        if not mig:
+            labels.pop("GPU_I_ID"), labels.pop("GPU_I_PROFILE")
+        for metric, values in ((ENGINE, engine), (UTIL, [100 * u for u in util])):
+            if values:
+                for stat, v in (("max", max(values)), ("count", len(values))):
+                    result.append({"metric": {**labels, SERIES_LABEL: f"{metric}:{stat}"}, "value": [0, str(v)]})
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
 samples = st.lists(st.sampled_from([0.0, 0.0, 0.0, 0.01, 0.4, 1.0]), min_size=0, max_size=8)
 
 
@@ -289,20 +317,9 @@ samples = st.lists(st.sampled_from([0.0, 0.0, 0.0, 0.01, 0.4, 1.0]), min_size=0,
     min_samples=st.integers(1, 6),
 )
 def test_idle_only_with_enough_quiet_samples_and_active_on_any_busy_sample(devices, min_samples):
-    from culler_fakes import TSDB
-
-    tsdb = TSDB()
     s = GpuQuerySettings(min_samples=min_samples)
     base = template(H100_MIG, ENGINE, 0)
-    for i, (mig, engine, util) in enumerate(devices):
-        labels = dict(base, gpu=str(i), UUID=f"GPU-{i}")
-        if not mig:
-            labels.pop("GPU_I_ID"), labels.pop("GPU_I_PROFILE")
-        if engine:
-            tsdb.add_scrapes(ENGINE, labels, engine)
-        if util:
-            tsdb.add_scrapes(UTIL, labels, [100 * u for u in util])
-    pod = view(tsdb, s).for_pod(base["namespace"], base["pod"])
+    pod = parse_query_response(answer(devices, base), s).for_pod(base["namespace"], base["pod"])
     devices = [d for d in devices if d[1] or d[2]]  # a device with no series is not seen
     if not devices:
         assert pod.state == "unknown"
@@ -320,15 +337,15 @@ def test_idle_only_with_enough_quiet_samples_and_active_on_any_busy_sample(devic
     assert not math.isnan(pod.memory_mib or 0.0)
 
 
-def test_a_pod_missing_some_of_its_devices_is_unknown(tsdb):
+def test_a_pod_missing_some_of_its_devices_is_unknown():
     from gpuspawner.culler.contract import parse_offering
     from gpuspawner.culler.gpu_metrics import expect_devices
 
-    rows = [template(H100_MIG, "DCGM_FI_DEV_MEMORY_TEMP", i) for i in (2, 3)]
-    for r in rows:  # two of the ollama pod's GPUs report, the third does not
-        tsdb.add_scrapes(ENGINE, r, [0.0] * 40)
-    pod = view(tsdb).for_pod(rows[0]["namespace"], "ollama-76f687f4cd-xcvvp")
-    assert pod.idle
+    base = template(H100_MIG, "DCGM_FI_DEV_MEMORY_TEMP", 2)
+    # two of the ollama pod's GPUs report, the third does not
+    body = answer([(False, [0.0] * 40, []), (False, [0.0] * 40, [])], dict(base, GPU_I_ID="", GPU_I_PROFILE=""))
+    pod = parse_query_response(body, S).for_pod(base["namespace"], OLLAMA)
+    assert pod.idle and len(pod.devices) == 2
     three = parse_offering({"gpuspawner": {"kind": "full", "resources": {"nvidia.com/gpu": "3"}}})
     assert three.expected_devices == 3
     checked = expect_devices(pod, three.expected_devices)

@@ -1,4 +1,5 @@
-"""Retries with backoff, time-outs, and the hub/kernel/Prometheus clients over real HTTP."""
+"""Retries with backoff, time-outs, and the hub and kernel clients over real HTTP (the
+Prometheus client is tested against the real Prometheus in test_culler_integration.py)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,14 @@ import logging
 
 import pytest
 import pytest_asyncio
-from culler_fakes import H100_MIG, FakePrometheus, free_port, template
+from culler_fakes import free_port
 from tornado import web
 from tornado.httpserver import HTTPServer
 
 from gpuspawner.culler.contract import parse_offering
-from gpuspawner.culler.gpu_metrics import ENGINE, GpuQuerySettings
 from gpuspawner.culler.hub import HubClient, ServerRecord
 from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.metrics import CullerMetrics
-from gpuspawner.culler.prometheus import PrometheusClient
 from gpuspawner.culler.transport import RequestFailed, RetryPolicy, Transport
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -244,33 +243,6 @@ async def test_redirects_are_never_followed(scripted):
     assert not v.ok and "not followed" in v.error
     assert e.value.code == 302 and "not followed" in str(e.value)
     assert elsewhere.seen == []
-
-
-async def test_prometheus_one_request_and_errors():
-    fake = FakePrometheus()
-    fake.start()
-    try:
-        labels = template(H100_MIG, ENGINE, 0)
-        fake.tsdb.add_scrapes(ENGINE, labels, [0.0] * 40)
-        m = CullerMetrics()
-        prom = PrometheusClient(fake.url, GpuQuerySettings(), transport(m, "prometheus"))
-        v = await prom.gpu_view()
-        assert v.available and v.for_pod(labels["namespace"], labels["pod"]).idle
-        assert (
-            fake.requests == 1
-            and m.value("gpuspawner_culler_requests_total", {"target": "prometheus"}) == 1
-        )
-        fake.mode = "down"
-        v = await prom.gpu_view()
-        assert not v.available and "503" in v.error and fake.requests == 4
-        fake.mode = "ok"
-        bad = PrometheusClient(
-            fake.url, GpuQuerySettings(selector='pod=~"x'), transport(m, "prometheus")
-        )
-        v = await bad.gpu_view()
-        assert not v.available and "bad matcher" in v.error
-    finally:
-        fake.stop()
 
 
 async def test_a_deferred_token_is_a_deferred_view_and_nothing_is_sent(scripted):

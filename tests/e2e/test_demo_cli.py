@@ -62,6 +62,11 @@ def test_demo_starts_and_ctrl_c_cleans_up(devcluster):  # devcluster: the binari
         state = re.search(r"Hub log: (\S+)/jupyterhub.log", output).group(1)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/hub/login", timeout=10) as resp:
             assert resp.status == 200
+        prometheus = re.search(r"Prometheus: (http://127.0.0.1:\d+)", output).group(1)
+        with urllib.request.urlopen(f"{prometheus}/-/ready", timeout=10) as resp:
+            assert resp.status == 200
+        # the stand-in's access log is a file in the scratch folder, not on the console
+        assert (Path(state) / "dcgm-exporter.access.log").exists() and "GET /metrics" not in output
         running = processes_mentioning(state)
         assert any("gpuspawner.culler" in p for p in running), running  # the hub's managed service too
         # Everything the demo started, however deep: the control plane, the pod runner's
@@ -69,6 +74,7 @@ def test_demo_starts_and_ctrl_c_cleans_up(devcluster):  # devcluster: the binari
         started = descendants(demo.pid)
         names = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") for pid, _ in started)
         assert "configurable-http-proxy" in names and "gpuspawner.culler" in names and "kube-apiserver" in names
+        assert "/prometheus\x00--config.file=" in names
 
         os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends to the foreground group
         assert demo.wait(timeout=90) == 0

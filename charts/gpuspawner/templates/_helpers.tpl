@@ -22,3 +22,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{ $key }}: {{ $value | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* Name of the monitoring objects (dashboard ConfigMap, PrometheusRule, ServiceMonitors). */}}
+{{- define "gpuspawner.monitoringName" -}}
+{{- printf "%s-gpuspawner" .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpuspawner.monitoringLabels" -}}
+app.kubernetes.io/name: gpuspawner
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/component: monitoring
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+{{- range $key, $value := .Values.commonLabels }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
+{{- end -}}
