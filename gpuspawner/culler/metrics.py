@@ -12,6 +12,8 @@ from prometheus_client import (
 )
 from tornado import web
 
+from ..vocabulary import Kind
+
 PREFIX = "gpuspawner_culler"
 
 
@@ -95,10 +97,9 @@ class CullerMetrics:
             self.server_tokens.labels(action)
         # Every kind's stop, shutdown and reclaim counters exist from the start at 0, so that
         # Prometheus' increase()/rate() see the first one (a series born at 1 shows no increase).
-        from .contract import KINDS
         from .decide import GPU_IDLE_LIMIT, IDLE, MAX_AGE
 
-        for kind in KINDS:
+        for kind in (k.value for k in Kind):
             for reason in (IDLE, MAX_AGE, GPU_IDLE_LIMIT):
                 self.server_stops.labels(reason, kind)
             self.kernel_shutdowns.labels(IDLE, kind)
