@@ -10,7 +10,6 @@ scraping static targets every second, keeping its data in a scratch folder.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -138,7 +137,9 @@ class Prometheus:
             *self.extra_args,
         ]
         with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            # In its parent's process group (no session of its own): whatever ends the demo's or
+            # the tests' group (Ctrl-C, a test killing the demo) ends Prometheus too, never an orphan.
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -157,7 +158,7 @@ class Prometheus:
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
             proc.wait()
 
     def __enter__(self) -> Prometheus:
