@@ -4,7 +4,7 @@
 #                (make lint), run all tests
 #   make lint    the import-linter contracts of pyproject.toml: the layers and the pure
 #                core's "no I/O" (docs/architecture.md); a wrong import is named; and
-#                mypy, strict on the pure core; ruff's lint
+#                mypy, strict on the pure core; ruff's lint and format check
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md)
 #   make unit    the pure-Python tests only (needs Python alone: no Go, npm or Chromium)
 #   make fuzz    >= 10,000 generated spawn requests through a real hub's REST API and form
@@ -39,6 +39,7 @@ lint: $(PYSTAMP)
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/mypy
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # Python only: no Go, npm or Chromium (the browser and cluster tests live in their own folders).
 unit: $(PYSTAMP)

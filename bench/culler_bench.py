@@ -234,8 +234,7 @@ async def main(args: argparse.Namespace) -> None:
                 break
             await asyncio.sleep(1)
         print(
-            f"hub with {n} running servers ready in {time.monotonic() - t:.0f}s "
-            f"(logs: {hub.log_path})",
+            f"hub with {n} running servers ready in {time.monotonic() - t:.0f}s (logs: {hub.log_path})",
             flush=True,
         )
 
@@ -254,19 +253,18 @@ async def main(args: argparse.Namespace) -> None:
             )
             telemetry.put(u, labels, engine=0.0, fb_used=6000.0)
         await asyncio.to_thread(
-            telemetry.wait_view, GpuQuerySettings(), lambda v: len([p for p in v.pods.values() if p.idle]) >= n,
-            f"{n} idle pods in Prometheus", 300,
+            telemetry.wait_view,
+            GpuQuerySettings(),
+            lambda v: len([p for p in v.pods.values() if p.idle]) >= n,
+            f"{n} idle pods in Prometheus",
+            300,
         )
 
         async def hub_count() -> float:
             r = await client.fetch(hub.public_url + "/hub/metrics")
             return hub_request_count(r.body.decode())
 
-        mint_budget = (
-            [f"--GpuCuller.token_mints_per_cycle={args.token_mints_per_cycle}"]
-            if args.token_mints_per_cycle >= 0
-            else []
-        )
+        mint_budget = [f"--GpuCuller.token_mints_per_cycle={args.token_mints_per_cycle}"] if args.token_mints_per_cycle >= 0 else []
 
         def make_ours(*extra: str):
             app = GpuCuller()
@@ -347,9 +345,7 @@ async def main(args: argparse.Namespace) -> None:
             f"servers: {n}   cycles: {args.cycles} each (median)   page size: "
             f"{args.page_size or 'hub default'}   machine: {os.cpu_count()} cores"
         )
-        print(
-            f"{'':26}{'idle-culler':>12}{'gpuspawner':>12}{'ratio':>8}{'gpuspawner':>12}{'ratio':>8}"
-        )
+        print(f"{'':26}{'idle-culler':>12}{'gpuspawner':>12}{'ratio':>8}{'gpuspawner':>12}{'ratio':>8}")
         print(f"{'':26}{'':>12}{'1st cycle':>12}{'':>8}{'steady':>12}{'':>8}")
         print(
             f"{'wall time / cycle (s)':26}{up:12.3f}{med['cold']:12.3f}{med['cold'] / up:7.2f}x"
@@ -384,17 +380,13 @@ async def main(args: argparse.Namespace) -> None:
             f" ({sum(catch_up):.1f}s of cycles in all, one token mint per server,"
             f" token_mints_per_cycle={steady.tokens.mints_per_cycle or 'unlimited'})"
         )
-        print(
-            f"kernel API requests without no_track_activity: {st['untracked']} of {st['requests']}"
-        )
+        print(f"kernel API requests without no_track_activity: {st['untracked']} of {st['requests']}")
         own = sum(hub.culler_token in cred for cred in st["credentials"])
         print(
             f"credentials sent to the servers: {len(st['credentials'])} distinct per-server"
             f" tokens; the culler's own token: {'SENT' if own else 'never'}"
         )
-        print(
-            "all cycles (s): " + ", ".join(f"{k} {[round(x, 3) for x in times[k]]}" for k in runs)
-        )
+        print("all cycles (s): " + ", ".join(f"{k} {[round(x, 3) for x in times[k]]}" for k in runs))
 
         # ---- reclaim latency -----------------------------------------------
         kt, ce = args.kernel_timeout, args.cull_every
@@ -426,15 +418,11 @@ async def main(args: argparse.Namespace) -> None:
         t0s: dict[str, float] = {}
         for u in probes:
             await asyncio.sleep(ce / max(1, len(probes)) + 0.05)  # spread over a cycle
-            r = await client.fetch(
-                f"http://127.0.0.1:{stand_port}/_control/idle/{u}", method="POST", body=b""
-            )
+            r = await client.fetch(f"http://127.0.0.1:{stand_port}/_control/idle/{u}", method="POST", body=b"")
             t0s[u] = json.loads(r.body)["t0"]
         deadline = time.monotonic() + kt + 6 * ce + 60
         while time.monotonic() < deadline:
-            st = json.loads(
-                (await client.fetch(f"http://127.0.0.1:{stand_port}/_control/state")).body
-            )
+            st = json.loads((await client.fetch(f"http://127.0.0.1:{stand_port}/_control/state")).body)
             if all(u in st["deleted"] for u in probes):
                 break
             await asyncio.sleep(0.2)
@@ -444,10 +432,7 @@ async def main(args: argparse.Namespace) -> None:
         lat = [st["deleted"][u] - t0s[u] for u in probes if u in st["deleted"]]
         floor = kt + ce
         print()
-        print(
-            "reclaim latency, idle kernel -> shut down (memory freed), "
-            f"{len(lat)}/{len(probes)} probes:"
-        )
+        print(f"reclaim latency, idle kernel -> shut down (memory freed), {len(lat)}/{len(probes)} probes:")
         if lat:
             print(
                 f"  mean {statistics.mean(lat):.2f}s  max {max(lat):.2f}s   "
@@ -478,17 +463,11 @@ async def _ready_users(hub):
 
 
 def parse() -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--servers", type=int, default=2000, help="running servers on the hub")
     p.add_argument("--cycles", type=int, default=3, help="measured cycles per culler")
-    p.add_argument(
-        "--page-size", type=int, default=0, help="--api-page-size for both (0: hub default)"
-    )
-    p.add_argument(
-        "--kernel-timeout", type=int, default=5, help="reclaim phase: kernel timeout (s)"
-    )
+    p.add_argument("--page-size", type=int, default=0, help="--api-page-size for both (0: hub default)")
+    p.add_argument("--kernel-timeout", type=int, default=5, help="reclaim phase: kernel timeout (s)")
     p.add_argument("--cull-every", type=int, default=3, help="reclaim phase: cycle interval (s)")
     p.add_argument("--probes", type=int, default=5, help="reclaim phase: notebooks that go idle")
     p.add_argument(

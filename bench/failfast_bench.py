@@ -29,10 +29,19 @@ async def run(timeout: int) -> None:
 
     async with running_devcluster() as cluster:
         kube = cluster.client()
-        kube.request("POST", "/api/v1/namespaces/default/pods", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other-team"},
-            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-3g.20gb": "1"}}}],
-                     "tolerations": [dict(DEFAULT_GPU_TOLERATION)]}})
+        kube.request(
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "other-team"},
+                "spec": {
+                    "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-3g.20gb": "1"}}}],
+                    "tolerations": [dict(DEFAULT_GPU_TOLERATION)],
+                },
+            },
+        )
         while kube.request("GET", "/api/v1/namespaces/default/pods/other-team")["status"].get("phase") != "Running":
             await asyncio.sleep(0.1)
 
@@ -66,13 +75,15 @@ async def run(timeout: int) -> None:
             await spawner.stop(now=True)
             return took, outcome
 
-        plain = make(KubeSpawner, "plain", extra_resource_limits={"nvidia.com/mig-3g.20gb": "1"},
-                     tolerations=[dict(DEFAULT_GPU_TOLERATION)])
+        plain = make(
+            KubeSpawner, "plain", extra_resource_limits={"nvidia.com/mig-3g.20gb": "1"}, tolerations=[dict(DEFAULT_GPU_TOLERATION)]
+        )
         gpu = make(GPUSpawner, "gpu")
         gpu.user_options = {"offering": SLICE}
         sched = make(GPUSpawner, "sched")
-        sched.offerings = [{"slug": "fpga", "kind": "custom", "command_prefix": ["fpga-run"],
-                            "node_selector": {"example.org/fpga": "true"}}]
+        sched.offerings = [
+            {"slug": "fpga", "kind": "custom", "command_prefix": ["fpga-run"], "node_selector": {"example.org/fpga": "true"}}
+        ]
         sched.user_options = {"offering": "fpga"}
 
         print("# Time to an answer for an impossible request (devcluster, real scheduler)")
@@ -82,8 +93,10 @@ async def run(timeout: int) -> None:
         print(f"KubeSpawner (start_timeout={timeout}s): {k_took:7.2f} s  {k_out}")
         print(f"GPUSpawner, inventory refusal:        {g_took:7.3f} s  {g_out}")
         print(f"GPUSpawner, scheduler refusal:        {s_took:7.3f} s  {s_out}")
-        print(f"ratio KubeSpawner : GPUSpawner = {k_took / g_took:,.0f}x (inventory), {k_took / s_took:,.0f}x (scheduler); "
-              f"with z2jh's start_timeout of 300 s KubeSpawner would wait {300 / timeout:.0f}x longer still")
+        print(
+            f"ratio KubeSpawner : GPUSpawner = {k_took / g_took:,.0f}x (inventory), {k_took / s_took:,.0f}x (scheduler); "
+            f"with z2jh's start_timeout of 300 s KubeSpawner would wait {300 / timeout:.0f}x longer still"
+        )
 
 
 def main(argv=None) -> int:

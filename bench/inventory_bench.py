@@ -45,12 +45,19 @@ def synthetic_pods(nodes: list[dict], count: int, rng: random.Random, offerings)
     for i in range(count):
         node = rng.choice(nodes)["metadata"]["name"]
         limits = dict(pod_changes(rng.choice(gpu), 1).limits) if rng.random() < 0.6 else {}
-        pods.append({
-            "metadata": {"name": f"pod-{i}", "namespace": f"ns-{i % 50}", "labels": {"app": "x", "hub.jupyter.org/username": f"u{i}"},
-                         "annotations": {"note": "x" * 200}, "uid": f"uid-{i}"},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "img", "resources": {"limits": {"cpu": "1", **limits}}}]},
-            "status": {"phase": "Running", "podIP": "127.1.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
-        })
+        pods.append(
+            {
+                "metadata": {
+                    "name": f"pod-{i}",
+                    "namespace": f"ns-{i % 50}",
+                    "labels": {"app": "x", "hub.jupyter.org/username": f"u{i}"},
+                    "annotations": {"note": "x" * 200},
+                    "uid": f"uid-{i}",
+                },
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "img", "resources": {"limits": {"cpu": "1", **limits}}}]},
+                "status": {"phase": "Running", "podIP": "127.1.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
     return pods
 
 
@@ -117,9 +124,16 @@ def bench_page_view() -> None:
 
     n_profiles = len(ours())
     profiles = [
-        {"display_name": f"Profile {i}", "slug": f"p{i}", "description": "x",
-         "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "1"}, "node_selector": {"a": "b"},
-                                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
+        {
+            "display_name": f"Profile {i}",
+            "slug": f"p{i}",
+            "description": "x",
+            "kubespawner_override": {
+                "extra_resource_limits": {"nvidia.com/gpu": "1"},
+                "node_selector": {"a": "b"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        }
         for i in range(n_profiles)
     ]
 
@@ -144,8 +158,10 @@ def bench_page_view() -> None:
         return (time.perf_counter() - started) / n * 1e3
 
     a, b = timeit(ours), timeit(theirs)
-    print(f"{n_profiles} offerings with live free counts: gpuspawner {a:.3f} ms | KubeSpawner profile list {b:.3f} ms "
-          f"| ratio {a / b:.2f}x (target <= 2x)")
+    print(
+        f"{n_profiles} offerings with live free counts: gpuspawner {a:.3f} ms | KubeSpawner profile list {b:.3f} ms "
+        f"| ratio {a / b:.2f}x (target <= 2x)"
+    )
 
 
 def bench_memory(quick: bool) -> None:
@@ -168,8 +184,10 @@ def bench_memory(quick: bool) -> None:
     whole.update({n["metadata"]["name"]: json.loads(json.dumps(n)) for n in nodes})
     _, theirs = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    print(f"{n_nodes} nodes, {n_pods} pods: gpuspawner index {ours / 2**20:.1f} MiB | whole objects {theirs / 2**20:.1f} MiB "
-          f"| ratio {ours / theirs:.2f}x")
+    print(
+        f"{n_nodes} nodes, {n_pods} pods: gpuspawner index {ours / 2**20:.1f} MiB | whole objects {theirs / 2**20:.1f} MiB "
+        f"| ratio {ours / theirs:.2f}x"
+    )
 
 
 async def _real_watch(n_nodes: int) -> None:
@@ -199,16 +217,24 @@ async def _real_watch(n_nodes: int) -> None:
                 lags = []
                 for i in range(20):
                     before = inventory.index.availability(mig).free
-                    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"b{i}"}, "spec": {
-                        "containers": [{"name": "c", "image": "x", "resources": {"limits": dict(pod_changes(mig, 1).limits)}}],
-                        "tolerations": [dict(t) for t in mig.tolerations]}}
+                    pod = {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {"name": f"b{i}"},
+                        "spec": {
+                            "containers": [{"name": "c", "image": "x", "resources": {"limits": dict(pod_changes(mig, 1).limits)}}],
+                            "tolerations": [dict(t) for t in mig.tolerations],
+                        },
+                    }
                     created = time.perf_counter()
                     await asyncio.to_thread(kube.request, "POST", "/api/v1/namespaces/default/pods", pod)
                     while inventory.index.availability(mig).free != before - 1:
                         await asyncio.sleep(0.002)
                     lags.append(time.perf_counter() - created)
-                print(f"real list+watch: initial sync {sync:.2f}s; pod created -> counted: median {statistics.median(lags) * 1e3:.0f} ms, "
-                      f"max {max(lags) * 1e3:.0f} ms over {len(lags)} pods (includes scheduling by the real scheduler)")
+                print(
+                    f"real list+watch: initial sync {sync:.2f}s; pod created -> counted: median {statistics.median(lags) * 1e3:.0f} ms, "
+                    f"max {max(lags) * 1e3:.0f} ms over {len(lags)} pods (includes scheduling by the real scheduler)"
+                )
                 await inventory.stop()
         finally:
             cluster.down(quiet=True)

@@ -51,16 +51,31 @@ async def run(n_nodes: int, n_offerings: int, renders: int) -> None:
         probe = make(GPUSpawner)
         await probe.inventory.wait_ready(300)
         discovered = len(await probe.catalog())
-        extra = [{"slug": f"site-{i}", "kind": "custom", "display_name": f"Site accelerator {i}",
-                  "resources": {"nvidia.com/gpu": 1}, "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
-                 for i in range(max(0, n_offerings - discovered))]
+        extra = [
+            {
+                "slug": f"site-{i}",
+                "kind": "custom",
+                "display_name": f"Site accelerator {i}",
+                "resources": {"nvidia.com/gpu": 1},
+                "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            }
+            for i in range(max(0, n_offerings - discovered))
+        ]
         gpu = make(GPUSpawner, offerings=extra)
         offerings = len(await gpu.catalog())
-        profiles = [{"display_name": f"Profile {i}", "slug": f"p{i}", "description": "One whole GPU of a kind",
-                     "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "1"},
-                                              "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-                                              "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
-                    for i in range(offerings)]
+        profiles = [
+            {
+                "display_name": f"Profile {i}",
+                "slug": f"p{i}",
+                "description": "One whole GPU of a kind",
+                "kubespawner_override": {
+                    "extra_resource_limits": {"nvidia.com/gpu": "1"},
+                    "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                },
+            }
+            for i in range(offerings)
+        ]
         plain = make(KubeSpawner, profile_list=profiles)
 
         async def timed(render) -> tuple[list[float], int]:
@@ -82,8 +97,10 @@ async def run(n_nodes: int, n_offerings: int, renders: int) -> None:
         print(f"# spawn page, {offerings} offerings over {n_nodes} GPU nodes; {renders} renders each")
         print(f"GPUSpawner (live free counts): median {statistics.median(ours) * 1e3:6.1f} ms, {our_size / 1024:6.1f} KiB")
         print(f"KubeSpawner profile list:      median {statistics.median(theirs) * 1e3:6.1f} ms, {their_size / 1024:6.1f} KiB")
-        print(f"ratio GPUSpawner : KubeSpawner = {statistics.median(ours) / statistics.median(theirs):.2f}x time, "
-              f"{our_size / their_size:.2f}x size")
+        print(
+            f"ratio GPUSpawner : KubeSpawner = {statistics.median(ours) / statistics.median(theirs):.2f}x time, "
+            f"{our_size / their_size:.2f}x size"
+        )
         await probe.inventory.stop()
 
 

@@ -22,6 +22,8 @@ import time
 from bench.devcluster import running_devcluster
 
 SLICE = "mig-nvidia-a100-sxm4-40gb-1g-5gb"
+
+
 def summary(times: list[float]) -> str:
     ordered = sorted(times)
     p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
@@ -75,9 +77,15 @@ async def run(spawns: int, refusals: int) -> None:
         gpu = make(GPUSpawner, "ada")
         offering = next(o for o in await gpu.catalog() if o.slug == SLICE)
         changes = pod_changes(offering, 1)
-        plain = make(KubeSpawner, "ada", extra_resource_limits=dict(changes.limits), extra_resource_guarantees=dict(changes.limits),
-                     node_selector=dict(changes.node_selector), tolerations=[dict(t) for t in changes.tolerations],
-                     node_affinity_required=merge_affinity_terms([], changes.node_affinity))
+        plain = make(
+            KubeSpawner,
+            "ada",
+            extra_resource_limits=dict(changes.limits),
+            extra_resource_guarantees=dict(changes.limits),
+            node_selector=dict(changes.node_selector),
+            tolerations=[dict(t) for t in changes.tolerations],
+            node_affinity_required=merge_affinity_terms([], changes.node_affinity),
+        )
         await timed_start(plain, {})  # warm both: reflectors, the inventory, API clients
         await timed_start(gpu, {"offering": SLICE})
         kube_times, gpu_times = [], []
@@ -87,8 +95,9 @@ async def run(spawns: int, refusals: int) -> None:
                 out.append(await timed_start(spawner, options))
 
         sched = make(GPUSpawner, "bob")
-        sched.offerings = [{"slug": "fpga", "kind": "custom", "command_prefix": ["fpga-run"],
-                            "node_selector": {"example.org/fpga": "true"}}]
+        sched.offerings = [
+            {"slug": "fpga", "kind": "custom", "command_prefix": ["fpga-run"], "node_selector": {"example.org/fpga": "true"}}
+        ]
         refusal_times = [await timed_refusal(sched) for _ in range(refusals)]
 
         print(f"# start() of the same MIG 1g.5gb pod, {spawns} spawns each (devcluster, real API server and scheduler)")

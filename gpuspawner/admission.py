@@ -50,7 +50,7 @@ def describe_free(offering: Offering, avail: Availability) -> str:
 
 
 def alternatives(options: Iterable[tuple[Offering, Availability]], exclude: str, limit: int = 4) -> str:
-    """"MIG 1g.5gb (2), T4 1/4 share (3)": free GPU offerings the user may take instead."""
+    """ "MIG 1g.5gb (2), T4 1/4 share (3)": free GPU offerings the user may take instead."""
     free = [f"{o.display_name} ({a.free})" for o, a in options if o.slug != exclude and o.is_gpu and not o.hidden and (a.free or 0) > 0]
     return ", ".join(free[:limit])
 

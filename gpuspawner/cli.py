@@ -1,8 +1,8 @@
 """The ``gpuspawner`` admin command.
 
-    gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
-    gpuspawner offerings [--nodes F] [--pods F] [--config F] [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
-    gpuspawner report [--since 7d] [--by user|group|offering] [--format table|csv|json] --prometheus-url URL
+gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
+gpuspawner offerings [--nodes F] [--pods F] [--config F] [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
+gpuspawner report [--since 7d] [--by user|group|offering] [--format table|csv|json] --prometheus-url URL
 """
 
 from __future__ import annotations
@@ -186,8 +186,9 @@ def _offerings(args: argparse.Namespace) -> int:
     rows = []
     for offering in catalog:
         avail = availability(offering, nodes, pods, notebook)
-        rows.append({**offering.summary(), "capacity": avail.capacity, "free": avail.free, "largest_free": avail.largest_free,
-                     "nodes": avail.nodes})
+        rows.append(
+            {**offering.summary(), "capacity": avail.capacity, "free": avail.free, "largest_free": avail.largest_free, "nodes": avail.nodes}
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -228,10 +229,17 @@ def parser() -> argparse.ArgumentParser:
     off.add_argument("--pods", metavar="FILE", help="`kubectl get pods -A -o json` output, for free counts")
     off.add_argument("--config", metavar="FILE", help="a jupyterhub_config.py to read c.GPUSpawner from")
     off.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for live mode (default: $KUBECONFIG)")
-    off.add_argument("--cpu-guarantee", type=float, metavar="CORES",
-                     help="CPU cores each notebook requests (default: c.KubeSpawner.cpu_guarantee from --config)")
-    off.add_argument("--mem-guarantee", metavar="SIZE",
-                     help="memory each notebook requests, e.g. 1G (zero-to-jupyterhub's default; default: c.KubeSpawner.mem_guarantee)")
+    off.add_argument(
+        "--cpu-guarantee",
+        type=float,
+        metavar="CORES",
+        help="CPU cores each notebook requests (default: c.KubeSpawner.cpu_guarantee from --config)",
+    )
+    off.add_argument(
+        "--mem-guarantee",
+        metavar="SIZE",
+        help="memory each notebook requests, e.g. 1G (zero-to-jupyterhub's default; default: c.KubeSpawner.mem_guarantee)",
+    )
     off.add_argument("--json", action="store_true", help="print a JSON list")
     off.set_defaults(func=_offerings)
 

@@ -91,13 +91,18 @@ def seed_other_team(kube: KubeHTTP) -> None:
             "tolerations": [{"operator": "Exists"}],
             "nodeSelector": selector,
         }
-        kube.request("POST", "/api/v1/namespaces/research-team/pods",
-                     {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+        kube.request(
+            "POST", "/api/v1/namespaces/research-team/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        )
 
 
 @contextlib.contextmanager
 def running_demo(
-    port: int = 8000, hub_port: int = 8081, culler: bool = True, quiet: bool = False, extra_env: dict[str, str] | None = None,
+    port: int = 8000,
+    hub_port: int = 8081,
+    culler: bool = True,
+    quiet: bool = False,
+    extra_env: dict[str, str] | None = None,
     scrape_interval: str = "5s",
 ) -> Iterator[Demo]:
     """Everything the demo runs, torn down on exit (also on errors and Ctrl-C)."""
@@ -152,13 +157,25 @@ def running_demo(
         with open(log_file, "ab") as out:
             hub = subprocess.Popen(
                 [sys.executable, "-m", "jupyterhub", "-f", str(CONFIG)],
-                cwd=state, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=state,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/hub/health", 90, hub, log_file)
-        yield Demo(url=url, api_url=f"{url}/hub/api", state=state, cluster=cluster, runner=runner, hub=hub, telemetry=telemetry,
-                   prometheus=prometheus)
+        yield Demo(
+            url=url,
+            api_url=f"{url}/hub/api",
+            state=state,
+            cluster=cluster,
+            runner=runner,
+            hub=hub,
+            telemetry=telemetry,
+            prometheus=prometheus,
+        )
     finally:
         managed: list[tuple[int, int]] = []
         if hub is not None and hub.poll() is None:

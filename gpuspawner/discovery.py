@@ -46,8 +46,14 @@ from .vocabulary import Isolation, Kind
 from .wording import mig_compute_phrase, share_phrase
 
 __all__ = [
-    "DEFAULT_VGPU_CLASS_LABELS", "GPU_TAINT_KEYS", "aggregate", "discover", "gpu_tolerations",
-    "memory_mib", "node_offerings", "product_name",
+    "DEFAULT_VGPU_CLASS_LABELS",
+    "GPU_TAINT_KEYS",
+    "aggregate",
+    "discover",
+    "gpu_tolerations",
+    "memory_mib",
+    "node_offerings",
+    "product_name",
 ]
 
 #: Taints that clouds and sites put on GPU nodes to keep other pods off; a discovered
@@ -184,8 +190,9 @@ def _identity_name(cls: GpuClass) -> tuple[str, str]:
 
 def _offering(cls: GpuClass, labels: Mapping[str, str], tolerations: tuple[dict[str, Any], ...]) -> Offering:
     selector, affinity = factor(cls.terms)
-    common: dict[str, Any] = dict(resources={cls.resource: 1}, node_selector=selector, node_affinity=affinity,
-                                  tolerations=tolerations, source="discovered")
+    common: dict[str, Any] = dict(
+        resources={cls.resource: 1}, node_selector=selector, node_affinity=affinity, tolerations=tolerations, source="discovered"
+    )
     if cls.kind is Kind.MIG:
         return _mig(cls, labels, common)
     if cls.kind is Kind.SHARED:
@@ -195,23 +202,49 @@ def _offering(cls: GpuClass, labels: Mapping[str, str], tolerations: tuple[dict[
     memory = memory_mib(labels.get(MEMORY_LABEL))
     if cls.kind is Kind.VGPU and cls.class_label is not None:
         key, value = cls.class_label
-        return Offering(slug=_slug(Kind.VGPU, key, value), kind=Kind.VGPU, display_name=f"vGPU class {value}",
-                        description=f"Nodes of the site's vGPU class {key}={value}.", product=product, memory_mib=memory,
-                        compute_share="a vGPU slice of the physical GPU", isolation=Isolation.VM, **common)
+        return Offering(
+            slug=_slug(Kind.VGPU, key, value),
+            kind=Kind.VGPU,
+            display_name=f"vGPU class {value}",
+            description=f"Nodes of the site's vGPU class {key}={value}.",
+            product=product,
+            memory_mib=memory,
+            compute_share="a vGPU slice of the physical GPU",
+            isolation=Isolation.VM,
+            **common,
+        )
     if cls.kind is Kind.VGPU:
         match = _VGPU_PROFILE.match(product or "")
         display = f"{product_name(match.group('gpu'))} vGPU {match.group('profile')}" if match else f"{name} vGPU"
-        return Offering(slug=_slug(Kind.VGPU, part), kind=Kind.VGPU, display_name=display,
-                        description=f"A virtual GPU of profile {product or 'unknown'} on a vGPU guest node.",
-                        product=product, memory_mib=memory, compute_share="a vGPU slice of the physical GPU",
-                        isolation=Isolation.VM, **common)
+        return Offering(
+            slug=_slug(Kind.VGPU, part),
+            kind=Kind.VGPU,
+            display_name=display,
+            description=f"A virtual GPU of profile {product or 'unknown'} on a vGPU guest node.",
+            product=product,
+            memory_mib=memory,
+            compute_share="a vGPU slice of the physical GPU",
+            isolation=Isolation.VM,
+            **common,
+        )
     if cls.identity is None or cls.identity[0] == INSTANCE_TYPE_LABEL:
-        description = (f"Whole GPUs on nodes that carry no GPU Feature Discovery labels ({name}). "
-                       "Their model and sharing settings are unknown to the hub.")
+        description = (
+            f"Whole GPUs on nodes that carry no GPU Feature Discovery labels ({name}). "
+            "Their model and sharing settings are unknown to the hub."
+        )
     else:
         description = f"Whole {name} GPUs, not shared with anyone."
-    return Offering(slug=_slug("gpu", part), kind=Kind.FULL, display_name=name, description=description, product=product,
-                    memory_mib=memory, compute_share="all of its compute", isolation=Isolation.EXCLUSIVE, **common)
+    return Offering(
+        slug=_slug("gpu", part),
+        kind=Kind.FULL,
+        display_name=name,
+        description=description,
+        product=product,
+        memory_mib=memory,
+        compute_share="all of its compute",
+        isolation=Isolation.EXCLUSIVE,
+        **common,
+    )
 
 
 def _mig(cls: GpuClass, labels: Mapping[str, str], common: dict[str, Any]) -> Offering:
@@ -281,7 +314,7 @@ def _shared(cls: GpuClass, labels: Mapping[str, str], common: dict[str, Any]) ->
 
 
 def _a(name: str) -> str:
-    """"an A100", "an H100", "an L4", "a Tesla T4": letters said with a vowel sound take "an"."""
+    """ "an A100", "an H100", "an L4", "a Tesla T4": letters said with a vowel sound take "an"."""
     return f"{'an' if name[:1].upper() in 'AEFHILMNORSX' else 'a'} {name}"
 
 
@@ -290,4 +323,3 @@ def _int(value: str | None) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
-

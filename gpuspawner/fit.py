@@ -43,11 +43,22 @@ _NATIVE = frozenset({"cpu", "memory", PODS, "ephemeral-storage"})
 _POD_LEVEL = frozenset({"cpu", "memory"})
 _QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE]|)$")
 _SUFFIXES = {
-    "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
 }
 
 
@@ -155,7 +166,7 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
             init_peak[k] = max(init_peak.get(k, 0), v)
     for k, v in init_peak.items():
         total[k] = max(total.get(k, 0), v)
-    pod_level = (spec.get("resources") or {})
+    pod_level = spec.get("resources") or {}
     level = amounts({**(pod_level.get("limits") or {}), **(pod_level.get("requests") or {})})
     for k, v in level.items():
         if k in _POD_LEVEL or k.startswith("hugepages-"):

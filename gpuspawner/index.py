@@ -56,8 +56,12 @@ class PodFacts:
         if not holds_resources(pod):
             return None
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        return cls(node=pod["spec"]["nodeName"], requests=_interned(pod_requests(pod)),
-                   user=labels.get(KUBESPAWNER_USER_LABEL), offering=labels.get(LABEL_OFFERING))
+        return cls(
+            node=pod["spec"]["nodeName"],
+            requests=_interned(pod_requests(pod)),
+            user=labels.get(KUBESPAWNER_USER_LABEL),
+            offering=labels.get(LABEL_OFFERING),
+        )
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -103,8 +107,11 @@ class _OfferingRows:
         if self._cached is None:
             largest = max((f for f, n in self.largest_hist.items() if n > 0), default=0)
             self._cached = Availability(
-                capacity=self.capacity, allocated=self.allocated, free=self.free,
-                largest_free=largest, nodes=tuple(sorted(self.rows)),
+                capacity=self.capacity,
+                allocated=self.allocated,
+                free=self.free,
+                largest_free=largest,
+                nodes=tuple(sorted(self.rows)),
             )
         return self._cached
 

@@ -132,7 +132,10 @@ class Inventory:
         if self.ready and not self.forbidden:
             return Health(ready=True)
         return Health(
-            ready=False, answered=self._answered.is_set(), as_of=self._lost_at, error=self.last_error,
+            ready=False,
+            answered=self._answered.is_set(),
+            as_of=self._lost_at,
+            error=self.last_error,
             forbidden=self.forbidden,
         )
 
@@ -144,9 +147,7 @@ class Inventory:
         if not self._tasks:
             self._tasks = [
                 asyncio.ensure_future(self._run("nodes", self.api.list_node, {})),
-                asyncio.ensure_future(
-                    self._run("pods", self.api.list_pod_for_all_namespaces, {"field_selector": POD_FIELD_SELECTOR})
-                ),
+                asyncio.ensure_future(self._run("pods", self.api.list_pod_for_all_namespaces, {"field_selector": POD_FIELD_SELECTOR})),
             ]
 
     async def stop(self) -> None:
@@ -250,8 +251,13 @@ class Inventory:
 
     async def _watch(self, kind: str, method, kwargs: dict, version: str, apply) -> str | None:
         resp = await method(
-            watch=True, resource_version=version, allow_watch_bookmarks=True, timeout_seconds=240,
-            _preload_content=False, _request_timeout=300, **kwargs,
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=240,
+            _preload_content=False,
+            _request_timeout=300,
+            **kwargs,
         )
         await _raise_for_status(resp, f"watching {_STREAM_WHAT[kind]}")
         self._allowed(kind)

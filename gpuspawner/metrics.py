@@ -21,11 +21,14 @@ ADMISSIONS = Counter(
     "gpuspawner_admissions", "Spawns admitted, by offering and decision (admit, warn, queue)", ["offering", "kind", "decision"]
 )
 REFUSALS = Counter(
-    "gpuspawner_refusals", "Spawns refused, by offering and reason (no_capacity, quota, unschedulable, queue_timeout, invalid)",
+    "gpuspawner_refusals",
+    "Spawns refused, by offering and reason (no_capacity, quota, unschedulable, queue_timeout, invalid)",
     ["offering", "kind", "reason"],
 )
 TIME_TO_SCHEDULE = Histogram(
-    "gpuspawner_time_to_schedule_seconds", "From pod creation to the pod running, by offering kind", ["kind"],
+    "gpuspawner_time_to_schedule_seconds",
+    "From pod creation to the pod running, by offering kind",
+    ["kind"],
     buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
 )
 
@@ -81,7 +84,8 @@ class _HoldingsCollector:
         from .admission import units_held
 
         held = GaugeMetricFamily(
-            "gpuspawner_server_gpus", "GPU units held by each notebook pod, by user, group and offering",
+            "gpuspawner_server_gpus",
+            "GPU units held by each notebook pod, by user, group and offering",
             labels=["namespace", "pod", "user", "group", "offering", "kind"],
         )
         if CAPACITY.source is not None:

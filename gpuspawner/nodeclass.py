@@ -140,7 +140,7 @@ def mig_profile_of(resource: str) -> str | None:
     """``nvidia.com/mig-1g.10gb.me`` -> ``1g.10gb+me`` (the device plugin writes ``+`` as ``.``)."""
     if not resource.startswith(MIG_PREFIX) or resource.endswith((".count", ".memory")):
         return None
-    profile = resource[len(MIG_PREFIX):]
+    profile = resource[len(MIG_PREFIX) :]
     if profile.endswith(".me"):
         profile = profile[: -len(".me")] + "+me"
     return profile
@@ -260,4 +260,3 @@ def unserved_reason(node: NodeFacts, resource: str, class_labels: Iterable[str] 
             return f"MIG is being reconfigured ({MIG_STATE_LABEL}={node.labels.get(MIG_STATE_LABEL)})"
         return f"{resource} is no GPU kind discovery knows: describe it as a custom offering"
     return None
-

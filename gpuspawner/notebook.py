@@ -26,9 +26,17 @@ from .selectors import Terms, terms_from_k8s
 
 #: KubeSpawner traits that shape the notebook pod's requests and placement.
 NOTEBOOK_TRAITS = (
-    "cpu_guarantee", "mem_guarantee", "cpu_limit", "mem_limit",
-    "extra_resource_guarantees", "extra_resource_limits", "init_containers", "extra_containers",
-    "node_selector", "node_affinity_required", "tolerations",
+    "cpu_guarantee",
+    "mem_guarantee",
+    "cpu_limit",
+    "mem_limit",
+    "extra_resource_guarantees",
+    "extra_resource_limits",
+    "init_containers",
+    "extra_containers",
+    "node_selector",
+    "node_affinity_required",
+    "tolerations",
 )
 
 
@@ -72,7 +80,7 @@ class Notebook:
         )
 
     def describe(self) -> str:
-        """"cpu 500m, memory 1.0 GiB" (what each notebook pod requests besides its GPU)."""
+        """ "cpu 500m, memory 1.0 GiB" (what each notebook pod requests besides its GPU)."""
         parts = []
         if self.requests.get("cpu"):
             parts.append(f"cpu {self.requests['cpu']}m")
@@ -119,4 +127,3 @@ def _list(settings: Mapping[str, Any], name: str, names: Mapping[str, str]) -> l
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"{names[name]} must be a list, got {value!r}")
     return list(value)
-

@@ -36,10 +36,32 @@ class OfferingConfigError(ValueError):
 
 
 _COMMON_FIELDS = {
-    "slug", "kind", "display_name", "description", "resources", "counts", "node_selector",
-    "tolerations", "extra_tolerations", "env", "labels", "annotations", "command_prefix",
-    "product", "memory_mib", "compute_share", "isolation", "groups", "users", "hidden",
-    "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes", "windows", "absent_labels",
+    "slug",
+    "kind",
+    "display_name",
+    "description",
+    "resources",
+    "counts",
+    "node_selector",
+    "tolerations",
+    "extra_tolerations",
+    "env",
+    "labels",
+    "annotations",
+    "command_prefix",
+    "product",
+    "memory_mib",
+    "compute_share",
+    "isolation",
+    "groups",
+    "users",
+    "hidden",
+    "admission",
+    "queue_timeout",
+    "scalable_nodes",
+    "scale_up_minutes",
+    "windows",
+    "absent_labels",
 }
 _KIND_FIELDS = {
     Kind.CPU: set(),
@@ -106,17 +128,13 @@ class Entry:
 
     def str_list(self, name: str) -> tuple[str, ...]:
         value = self.raw.get(name, [])
-        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(
-            isinstance(v, str) and v for v in value
-        ):
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
             raise self.fail(name, f"must be a list of non-empty strings, got {value!r}")
         return tuple(value)
 
     def str_map(self, name: str) -> dict[str, str]:
         value = self.raw.get(name, {})
-        if not isinstance(value, Mapping) or not all(
-            isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
-        ):
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()):
             raise self.fail(name, f"must be a dict of strings to strings, got {value!r}")
         return dict(value)
 
@@ -220,8 +238,11 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
     selector = entry.str_map("node_selector") if "node_selector" in raw else None
     for key, value in (selector or {}).items():
         if not LABEL_VALUE_RE.match(value):
-            raise entry.fail("node_selector", f"has {key}={value!r}, which is not a valid label value "
-                             "(at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)")
+            raise entry.fail(
+                "node_selector",
+                f"has {key}={value!r}, which is not a valid label value "
+                "(at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+            )
     counts = tuple(entry.positive_int("counts", c) for c in as_list(entry, "counts", [1]))
     if kind is not Kind.FULL and counts != (1,):
         raise entry.fail("counts", f"applies to whole GPUs only; a {kind.value} offering is always exactly 1 unit")
@@ -230,9 +251,13 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
     resources = derived_resources if resources is None else resources
     selector = derived_selector if selector is None else selector
     if kind is Kind.CUSTOM and not resources and not entry.raw.get("command_prefix"):
-        raise entry.fail("resources", "is required for a custom offering (or give a command_prefix such as ['bitfusion', 'run', '-n', '1', '--'])")
+        raise entry.fail(
+            "resources", "is required for a custom offering (or give a command_prefix such as ['bitfusion', 'run', '-n', '1', '--'])"
+        )
     if kind is Kind.VGPU and not selector:
-        raise entry.fail("node_selector", "is required for a vgpu offering: it names the vGPU node class, e.g. {'vgpu.type': 'v100-8g-8GB'}")
+        raise entry.fail(
+            "node_selector", "is required for a vgpu offering: it names the vGPU node class, e.g. {'vgpu.type': 'v100-8g-8GB'}"
+        )
     if kind is Kind.CPU and resources:
         raise entry.fail("resources", "must be empty for a cpu offering")
 
@@ -333,7 +358,10 @@ def _derive(kind: Kind, entry: Entry, product: str | None, fields: dict[str, Any
             return {mig_resource_name(profile): 1}, selector
         if strategy == "single":
             if not product:
-                raise entry.fail("product", "is required with mig_strategy 'single': slices are told apart only by the product label (e.g. 'A100-SXM4-40GB')")
+                raise entry.fail(
+                    "product",
+                    "is required with mig_strategy 'single': slices are told apart only by the product label (e.g. 'A100-SXM4-40GB')",
+                )
             return {GPU: 1}, {PRODUCT_LABEL: f"{product}-MIG-{profile}"}
         if strategy == "gke":
             gke = {GKE_PARTITION_LABEL: profile}
@@ -353,8 +381,11 @@ def _derive(kind: Kind, entry: Entry, product: str | None, fields: dict[str, Any
     if rename:
         return {GPU_SHARED: 1}, selector
     if not product and "node_selector" not in entry.raw:
-        raise entry.fail("product", "is required with rename_by_default false (or give a node_selector): "
-                         "shared GPUs are then plain nvidia.com/gpu, told apart only by the '-SHARED' product label")
+        raise entry.fail(
+            "product",
+            "is required with rename_by_default false (or give a node_selector): "
+            "shared GPUs are then plain nvidia.com/gpu, told apart only by the '-SHARED' product label",
+        )
     return {GPU: 1}, ({PRODUCT_LABEL: f"{product}-SHARED"} if product else {})
 
 

@@ -68,7 +68,12 @@ class PodRef:
         notes = meta.get("annotations") or {}
         if meta.get("deletionTimestamp") or KUBESPAWNER_USER_ANNOTATION not in notes:
             return None
-        return cls(meta.get("namespace", ""), meta.get("name", ""), notes[KUBESPAWNER_USER_ANNOTATION], notes.get(KUBESPAWNER_SERVER_ANNOTATION, ""))
+        return cls(
+            meta.get("namespace", ""),
+            meta.get("name", ""),
+            notes[KUBESPAWNER_USER_ANNOTATION],
+            notes.get(KUBESPAWNER_SERVER_ANNOTATION, ""),
+        )
 
 
 def find_orphans(

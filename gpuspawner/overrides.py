@@ -15,8 +15,21 @@ from .offerings import Entry, OfferingConfigError, admission_fields, as_list
 from .vocabulary import Kind
 
 _OVERRIDABLE = {
-    "display_name", "description", "groups", "users", "hidden", "extra_tolerations", "env", "labels", "annotations",
-    "counts", "admission", "queue_timeout", "scalable_nodes", "scale_up_minutes", "windows",
+    "display_name",
+    "description",
+    "groups",
+    "users",
+    "hidden",
+    "extra_tolerations",
+    "env",
+    "labels",
+    "annotations",
+    "counts",
+    "admission",
+    "queue_timeout",
+    "scalable_nodes",
+    "scale_up_minutes",
+    "windows",
 }
 
 

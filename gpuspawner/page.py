@@ -85,7 +85,10 @@ def option_views(
 
 
 def default_choice(
-    rows: list[OptionView], admin_default: str, last: Mapping[str, Any] | None, offerings: Mapping[str, Offering],
+    rows: list[OptionView],
+    admin_default: str,
+    last: Mapping[str, Any] | None,
+    offerings: Mapping[str, Offering],
     refused: Mapping[str, Any] | None = None,
 ) -> tuple[str | None, int]:
     """A just-refused choice if still selectable (the form shown again keeps it), else the admin's
@@ -138,12 +141,16 @@ def counts_notice(health: Health, now: datetime) -> str:
     if not health.answered:
         return "Counting free GPUs: the hub is still connecting to the cluster. Reload the page in a moment."
     if health.as_of is None:
-        return ("The GPU cluster cannot be reached, so the free counts are unknown and no server can start "
-                "right now. Please try again in a few minutes.")
+        return (
+            "The GPU cluster cannot be reached, so the free counts are unknown and no server can start "
+            "right now. Please try again in a few minutes."
+        )
     as_of = datetime.fromtimestamp(health.as_of, now.tzinfo)
-    return (f"The GPU cluster cannot be reached: the free counts are as of {as_of:%H:%M:%S} "
-            f"({_age(now.timestamp() - health.as_of)} ago) and may be out of date. No server can start "
-            "until the cluster is back; please try again in a few minutes.")
+    return (
+        f"The GPU cluster cannot be reached: the free counts are as of {as_of:%H:%M:%S} "
+        f"({_age(now.timestamp() - health.as_of)} ago) and may be out of date. No server can start "
+        "until the cluster is back; please try again in a few minutes."
+    )
 
 
 def unreachable_message(health: Health, now: datetime) -> str:

@@ -81,6 +81,5 @@ def merge_affinity_terms(terms: list[Mapping[str, Any]], required: Terms) -> lis
     if not terms:
         return ours
     return [
-        {**t, "matchExpressions": [*(t.get("matchExpressions") or []), *(o.get("matchExpressions") or [])]}
-        for t in terms for o in ours
+        {**t, "matchExpressions": [*(t.get("matchExpressions") or []), *(o.get("matchExpressions") or [])]} for t in terms for o in ours
     ]

@@ -90,7 +90,7 @@ class Report:
 
 
 def parse_duration(text: str, flag: str = "--since") -> int:
-    """"7d", "12h", "90m" -> seconds."""
+    """ "7d", "12h", "90m" -> seconds."""
     m = _DURATION.match(text.strip())
     if not m or int(m[1]) == 0:
         raise ReportError(f"{flag} {text!r} is not a duration: write a number and a unit, e.g. 7d, 12h, 90m")
@@ -191,18 +191,32 @@ def _share(row: Row) -> str:
 def render(report: Report, fmt: str) -> str:
     header = [report.by, "gpu_hours_held", "gpu_hours_active", "gpu_hours_idle", "gpu_hours_unknown", "idle_share"]
     if fmt == "json":
-        return json.dumps({
-            "by": report.by, "since_seconds": report.since_s, "until": report.until, "step_seconds": report.step_s,
-            "rows": [{**asdict(r), "unknown_h": r.unknown_h, "idle_share": r.idle_share} for r in report.rows],
-            "gpu_memory_reclaimed_mib": report.reclaimed_mib,
-        }, indent=2)
+        return json.dumps(
+            {
+                "by": report.by,
+                "since_seconds": report.since_s,
+                "until": report.until,
+                "step_seconds": report.step_s,
+                "rows": [{**asdict(r), "unknown_h": r.unknown_h, "idle_share": r.idle_share} for r in report.rows],
+                "gpu_memory_reclaimed_mib": report.reclaimed_mib,
+            },
+            indent=2,
+        )
     if fmt == "csv":
         out = io.StringIO()
         w = csv.writer(out, lineterminator="\n")
         w.writerow(header)
         for r in report.rows:
-            w.writerow([r.key, f"{r.held_h:.2f}", f"{r.active_h:.2f}", f"{r.idle_h:.2f}", f"{r.unknown_h:.2f}",
-                        "" if r.idle_share is None else f"{r.idle_share:.4f}"])
+            w.writerow(
+                [
+                    r.key,
+                    f"{r.held_h:.2f}",
+                    f"{r.active_h:.2f}",
+                    f"{r.idle_h:.2f}",
+                    f"{r.unknown_h:.2f}",
+                    "" if r.idle_share is None else f"{r.idle_share:.4f}",
+                ]
+            )
         return out.getvalue().rstrip("\n")
     cells = [[report.by.upper(), "GPU-h HELD", "ACTIVE", "IDLE", "NO DATA", "IDLE SHARE"]]
     total = Row("total", *(sum(getattr(r, f) for r in report.rows) for f in ("held_h", "active_h", "idle_h")))
@@ -232,7 +246,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="table", choices=FORMATS, help="table (default), csv or json")
     parser.add_argument("--step", help="integration step, e.g. 1m (default: 1m, coarser for long ranges)")
     parser.add_argument(
-        "--prometheus-url", default=os.environ.get("GPUSPAWNER_PROMETHEUS_URL", ""),
+        "--prometheus-url",
+        default=os.environ.get("GPUSPAWNER_PROMETHEUS_URL", ""),
         help="Prometheus' HTTP API, e.g. http://prometheus-server.monitoring.svc (default $GPUSPAWNER_PROMETHEUS_URL)",
     )
 

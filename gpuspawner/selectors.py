@@ -165,10 +165,14 @@ def terms_from_k8s(raw: Iterable[Mapping[str, Any]]) -> Terms:
     """
     out = []
     for term in raw:
-        reqs = [Req(str(e.get("key", "")), str(e.get("operator", "")), tuple(str(v) for v in e.get("values") or ()))
-                for e in term.get("matchExpressions") or ()]
-        reqs += [Req(str(e.get("key", "")), str(e.get("operator", "")), tuple(str(v) for v in e.get("values") or ()), True)
-                 for e in term.get("matchFields") or ()]
+        reqs = [
+            Req(str(e.get("key", "")), str(e.get("operator", "")), tuple(str(v) for v in e.get("values") or ()))
+            for e in term.get("matchExpressions") or ()
+        ]
+        reqs += [
+            Req(str(e.get("key", "")), str(e.get("operator", "")), tuple(str(v) for v in e.get("values") or ()), True)
+            for e in term.get("matchFields") or ()
+        ]
         out.append(_term(reqs) if reqs else (Req("", "MatchesNothing"),))
     terms = tuple(out)
     return terms if terms else ()
@@ -209,8 +213,11 @@ def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]
 def with_default_tolerations(tolerations: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
     """The tolerations a pod has once the API server admitted it (DefaultTolerationSeconds)."""
     out = tuple(tolerations)
-    extra = tuple(d for d in DEFAULT_NOT_READY_TOLERATIONS
-                  if not any((t.get("key") or "") in ("", d["key"]) and (t.get("effect") or "") in ("", "NoExecute") for t in out))
+    extra = tuple(
+        d
+        for d in DEFAULT_NOT_READY_TOLERATIONS
+        if not any((t.get("key") or "") in ("", d["key"]) and (t.get("effect") or "") in ("", "NoExecute") for t in out)
+    )
     return out + extra
 
 

@@ -349,9 +349,13 @@ class GPUSpawner(KubeSpawner):
                     raise
 
         GPUSpawner._orphans = OrphanReconciler(
-            list_pods, lambda: hub_servers_from_db(db), delete_pod,
-            grace=self.orphan_pod_grace_seconds, interval=self.orphan_pod_check_seconds,
-            dry_run=self.orphan_pod_dry_run, log=self.log,
+            list_pods,
+            lambda: hub_servers_from_db(db),
+            delete_pod,
+            grace=self.orphan_pod_grace_seconds,
+            interval=self.orphan_pod_check_seconds,
+            dry_run=self.orphan_pod_dry_run,
+            log=self.log,
         )
         GPUSpawner._orphans.start()
 
@@ -560,7 +564,11 @@ class GPUSpawner(KubeSpawner):
         self.user_options = {**choice.as_user_options(), **self._passthrough_options(), RECORD_KEY: self.record()}
         self.log.info(
             "%s: offering %s x%d -> limits %s, selector %s",
-            self._log_name, choice.offering.slug, choice.count, changes.limits, changes.node_selector,
+            self._log_name,
+            choice.offering.slug,
+            choice.count,
+            changes.limits,
+            changes.node_selector,
         )
 
     def _passthrough_options(self) -> dict[str, Any]:
@@ -601,8 +609,14 @@ class GPUSpawner(KubeSpawner):
             catalog = await self.catalog()
         except OfferingConfigError as exc:
             self.log.error("GPUSpawner configuration error: %s", exc)
-            return render_form(FormView(groups=(), selected=None, selected_count=1,
-                                        message="This hub's GPU options are misconfigured; please tell your administrator."))
+            return render_form(
+                FormView(
+                    groups=(),
+                    selected=None,
+                    selected_count=1,
+                    message="This hub's GPU options are misconfigured; please tell your administrator.",
+                )
+            )
         if not gpu_offerings_in_play(catalog):
             return await self._kubespawner_form()
         by_slug = {o.slug: o for o in catalog}
@@ -614,17 +628,28 @@ class GPUSpawner(KubeSpawner):
 
         notice = counts_notice(self._health(), self.now())
         rows = option_views(
-            catalog, self.requester(), self.availability, self.now(), self.admission,
-            quota_reason, WaitQueue.length, self.hide_forbidden_offerings,
+            catalog,
+            self.requester(),
+            self.availability,
+            self.now(),
+            self.admission,
+            quota_reason,
+            WaitQueue.length,
+            self.hide_forbidden_offerings,
         )
         last = self.user_options or (self.orm_spawner.user_options if self.orm_spawner else None)
         # (JupyterHub shows the form again after a refusal: refused_options selects the refused choice)
         selected, count = default_choice(rows, self.default_offering, last, by_slug, self.refused_options)
-        return render_form(FormView(
-            groups=group_options(rows, [k.value for k in Kind]),
-            selected=selected, selected_count=count,
-            extra_html=Markup(await self._kubespawner_form()), refresh_seconds=self.form_refresh_seconds, notice=notice,
-        ))
+        return render_form(
+            FormView(
+                groups=group_options(rows, [k.value for k in Kind]),
+                selected=selected,
+                selected_count=count,
+                extra_html=Markup(await self._kubespawner_form()),
+                refresh_seconds=self.form_refresh_seconds,
+                notice=notice,
+            )
+        )
 
     async def _kubespawner_form(self) -> str:
         """KubeSpawner's own spawn form (its profile list); "" without a profile_list."""
@@ -721,7 +746,15 @@ class GPUSpawner(KubeSpawner):
         """This server's quota decision, counting bound pods and every grant not yet bound.
         With ``grant``, an admitted decision is recorded in the same step (see QuotaLedger)."""
         ledger = self.quota_ledger
-        args = (self._reservation_key, offering, count, user_label(self.user.name), Quotas(self.user_quota, self.group_quotas), members, bound)
+        args = (
+            self._reservation_key,
+            offering,
+            count,
+            user_label(self.user.name),
+            Quotas(self.user_quota, self.group_quotas),
+            members,
+            bound,
+        )
         return ledger.grant(*args) if grant else ledger.check(*args)
 
     def _obstacle_now(self, choice: Choice, offerings: list[Offering], grant: bool = False) -> tuple[str, Decision]:
@@ -867,7 +900,9 @@ class GPUSpawner(KubeSpawner):
                 verdict.cancel()
         offering = choice.offering
         catalog = allowed(await self.catalog(), self.requester()).values()
-        decision = admit(offering, choice.count, self.availability(offering), AdmissionPolicy.BLOCK, [(o, self.availability(o)) for o in catalog])
+        decision = admit(
+            offering, choice.count, self.availability(offering), AdmissionPolicy.BLOCK, [(o, self.availability(o)) for o in catalog]
+        )
         metrics.refused(offering, "unschedulable")
         head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."
         return f"{head} The scheduler says: {scheduler_says}"
@@ -901,11 +936,15 @@ class GPUSpawner(KubeSpawner):
                     if time.monotonic() >= deadline:
                         self.log.error(
                             "%s; giving up after %d attempts. The hub will show the server stopped; "
-                            "the orphan reconciler deletes the pod once the cluster answers.", what, attempt,
+                            "the orphan reconciler deletes the pod once the cluster answers.",
+                            what,
+                            attempt,
                         )
                         raise
-                    delay = min(30, 2 ** attempt)
-                    self.log.warning("%s; retrying in %ds (attempt %d). The server stays 'stopping' until its pod is gone.", what, delay, attempt)
+                    delay = min(30, 2**attempt)
+                    self.log.warning(
+                        "%s; retrying in %ds (attempt %d). The server stays 'stopping' until its pod is gone.", what, delay, attempt
+                    )
                     await asyncio.sleep(delay)
         finally:
             self.quota_ledger.release(self._reservation_key)
@@ -926,15 +965,22 @@ class GPUSpawner(KubeSpawner):
         inventory = Inventory.running(self.api)
         outages = inventory.stream_failures if inventory is not None and inventory.ready else GPUSpawner._reflector_outages
         task = getattr(self.pod_reflector, "watch_task", None)
-        if not replace and self.pod_reflector is not None and (
-            (task is not None and task.done()) or outages != GPUSpawner._reflector_outages
+        if (
+            not replace
+            and self.pod_reflector is not None
+            and ((task is not None and task.done()) or outages != GPUSpawner._reflector_outages)
         ):
             self.log.warning("%s: restarting KubeSpawner's pod reflector after an API server outage", self._log_name)
             replace = True
         GPUSpawner._reflector_outages = outages
         # KubeSpawner's own call, with a reflector that tells waiting spawns the scheduler's verdict.
-        return await self._start_reflector(kind="pods", reflector_class=VerdictPodReflector, labels={"component": self.component_label},
-                                           omit_namespace=self.enable_user_namespaces, replace=replace)
+        return await self._start_reflector(
+            kind="pods",
+            reflector_class=VerdictPodReflector,
+            labels={"component": self.component_label},
+            omit_namespace=self.enable_user_namespaces,
+            replace=replace,
+        )
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """KubeSpawner's pod events, with our own steps (admission, reservation, queue position) between."""
@@ -978,7 +1024,6 @@ class GPUSpawner(KubeSpawner):
     def clear_state(self) -> None:
         super().clear_state()
         self.spawn_state = SpawnState()
-
 
 
 def _refusal(reason: str, decision: Decision) -> SpawnRefused:

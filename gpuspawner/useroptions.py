@@ -64,7 +64,7 @@ def known_keys(profile_list: Any, declared: Iterable[str] = ()) -> KnownKeys:
     if profile_list:
         names.add(PROFILE_KEY)
         for profile in profile_list:
-            for option in (profile.get("profile_options") or {}):
+            for option in profile.get("profile_options") or {}:
                 names.update((option, f"{option}{UNLISTED_SUFFIX}"))
     return KnownKeys(frozenset(names))
 

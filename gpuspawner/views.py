@@ -119,11 +119,7 @@ def user_options_from_form(formdata: Mapping[str, Any]) -> dict[str, Any]:
     passes through untouched. Nothing is validated here: a single value is
     unwrapped, several stay a list so that validation can refuse them.
     """
-    out = {
-        key: value
-        for key, value in formdata.items()
-        if key != COUNT_KEY and not key.startswith(COUNT_FIELD_PREFIX)
-    }
+    out = {key: value for key, value in formdata.items() if key != COUNT_KEY and not key.startswith(COUNT_FIELD_PREFIX)}
     if OFFERING_KEY not in formdata:
         return out
     slug = _unwrap(formdata[OFFERING_KEY])

@@ -69,7 +69,7 @@ def parse_window(text: str) -> Window:
 
 
 def window_state(windows: Iterable[str], now: datetime) -> str:
-    """"" if the offering may be taken at ``now`` (tz-aware, in the site's zone), else why not."""
+    """ "" if the offering may be taken at ``now`` (tz-aware, in the site's zone), else why not."""
     parsed = [parse_window(w) for w in windows]
     if not parsed or any(w.open_at(now) for w in parsed):
         return ""

@@ -97,9 +97,14 @@ c.GPUSpawner.offering_overrides = {
 # ---------------------------------------------------------------- the GPU-aware culler
 # Short timeouts so that a visitor can watch it work; the end-to-end tests shorten them further.
 CULLER_TIMING = os.environ.get("GPUSPAWNER_DEMO_CULLER_ARGS", "").split() or [
-    "--cull-every=30", "--timeout=900", "--kernel-timeout=300",
-    "--kind-timeout=full=300", "--kind-timeout=mig=600", "--kind-timeout=shared=900",
-    "--gpu-window=120", "--gpu-min-samples=4",
+    "--cull-every=30",
+    "--timeout=900",
+    "--kernel-timeout=300",
+    "--kind-timeout=full=300",
+    "--kind-timeout=mig=600",
+    "--kind-timeout=shared=900",
+    "--gpu-window=120",
+    "--gpu-min-samples=4",
 ]
 c.JupyterHub.load_roles = []
 c.JupyterHub.services = []
@@ -115,11 +120,14 @@ if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
         {
             "name": "gpu-culler",
             "command": [
-                sys.executable, "-m", "gpuspawner.culler",
+                sys.executable,
+                "-m",
+                "gpuspawner.culler",
                 # The demo's GPU telemetry (simulated dcgm-exporter samples, Prometheus' query API).
                 f"--prometheus-url={os.environ.get('GPUSPAWNER_DEMO_PROMETHEUS_URL', 'http://127.0.0.1:9090')}",
                 # Its own metrics, for the demo's Prometheus to scrape.
-                f"--metrics-port={os.environ.get('GPUSPAWNER_DEMO_CULLER_METRICS_PORT', '9101')}", "--GpuCuller.metrics_ip=127.0.0.1",
+                f"--metrics-port={os.environ.get('GPUSPAWNER_DEMO_CULLER_METRICS_PORT', '9101')}",
+                "--GpuCuller.metrics_ip=127.0.0.1",
                 *CULLER_TIMING,
             ],
         }
@@ -133,7 +141,9 @@ if os.environ.get("GPUSPAWNER_DEMO_PROMETHEUS_TOKEN"):  # a token that may read 
 # ---------------------------------------------------------------- hooks for the end-to-end tests
 if os.environ.get("GPUSPAWNER_DEMO_API_TOKEN"):  # an admin API token the tests drive the hub with
     c.JupyterHub.services.append({"name": "e2e-admin", "api_token": os.environ["GPUSPAWNER_DEMO_API_TOKEN"]})
-    c.JupyterHub.load_roles.append({"name": "e2e-admin", "scopes": ["admin:users", "admin:servers", "read:metrics"], "services": ["e2e-admin"]})
+    c.JupyterHub.load_roles.append(
+        {"name": "e2e-admin", "scopes": ["admin:users", "admin:servers", "read:metrics"], "services": ["e2e-admin"]}
+    )
 if os.environ.get("GPUSPAWNER_DEMO_EXTRA_CONFIG"):
     load_subconfig(os.environ["GPUSPAWNER_DEMO_EXTRA_CONFIG"])  # noqa: F821
 

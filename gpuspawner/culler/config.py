@@ -30,6 +30,7 @@ NEEDLESS_SCOPES: tuple[str, ...] = ("access:servers", "admin:servers", "servers"
 #: only with --cull-users
 USER_CULLING_SCOPES: tuple[str, ...] = ("admin:users",)
 
+
 def scope_problems(scopes: list[str], cull_users: bool = False) -> list[str]:
     """What is wrong with the scopes the culler's token holds (as ``GET
     /hub/api/user`` lists them): too much, or too little."""
@@ -100,9 +101,7 @@ class CullerSettings(HasTraits):
         ),
     ).tag(config=True)
 
-    config_file = Unicode(
-        "gpuspawner_culler_config.py", help="Config file to load (if it exists)."
-    ).tag(config=True)
+    config_file = Unicode("gpuspawner_culler_config.py", help="Config file to load (if it exists).").tag(config=True)
 
     # ---- timeouts ---------------------------------------------------------
     kind_timeouts = Dict(
@@ -279,13 +278,9 @@ class CullerSettings(HasTraits):
         help="A series with fewer samples in the window is 'unknown': never a reason to cull.",
     ).tag(config=True)
 
-    gpu_engine_threshold = Float(
-        0.0, help="DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio 0-1) above this is activity."
-    ).tag(config=True)
+    gpu_engine_threshold = Float(0.0, help="DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio 0-1) above this is activity.").tag(config=True)
 
-    gpu_util_threshold = Float(
-        0.0, help="DCGM_FI_DEV_GPU_UTIL (percent, whole GPUs only) above this is activity."
-    ).tag(config=True)
+    gpu_util_threshold = Float(0.0, help="DCGM_FI_DEV_GPU_UTIL (percent, whole GPUs only) above this is activity.").tag(config=True)
 
     pod_labels = List(
         Unicode(),
@@ -304,22 +299,12 @@ class CullerSettings(HasTraits):
         float(os.environ.get("JUPYTERHUB_REQUEST_TIMEOUT") or 60),
         help="Seconds before a hub request times out (env JUPYTERHUB_REQUEST_TIMEOUT).",
     ).tag(config=True)
-    server_request_timeout = Float(
-        10.0, help="Seconds before a single-user server request times out."
-    ).tag(config=True)
-    prometheus_request_timeout = Float(
-        20.0, help="Seconds before the Prometheus query times out."
-    ).tag(config=True)
-    retries = Int(
-        3, help="Tries per request (hub, server, Prometheus) before it counts as an error."
-    ).tag(config=True)
-    retry_base_delay = Float(0.5, help="First backoff delay (seconds), doubled per retry.").tag(
-        config=True
-    )
+    server_request_timeout = Float(10.0, help="Seconds before a single-user server request times out.").tag(config=True)
+    prometheus_request_timeout = Float(20.0, help="Seconds before the Prometheus query times out.").tag(config=True)
+    retries = Int(3, help="Tries per request (hub, server, Prometheus) before it counts as an error.").tag(config=True)
+    retry_base_delay = Float(0.5, help="First backoff delay (seconds), doubled per retry.").tag(config=True)
     retry_max_delay = Float(10.0, help="Longest backoff delay (seconds).").tag(config=True)
-    server_concurrency = Int(
-        20, help="Requests in flight at once to single-user servers (kernel view, shutdowns)."
-    ).tag(config=True)
+    server_concurrency = Int(20, help="Requests in flight at once to single-user servers (kernel view, shutdowns).").tag(config=True)
 
     server_token_lifetime = Int(
         3600,
@@ -364,13 +349,9 @@ class CullerSettings(HasTraits):
         return value
 
     # ---- the rest ----------------------------------------------------------
-    dry_run = Bool(False, help="Log what would be done, with its reasons, and do nothing.").tag(
-        config=True
-    )
+    dry_run = Bool(False, help="Log what would be done, with its reasons, and do nothing.").tag(config=True)
 
-    api_token = Unicode(
-        help="Token of the culler service (default: env JUPYTERHUB_API_TOKEN)."
-    ).tag(config=True)
+    api_token = Unicode(help="Token of the culler service (default: env JUPYTERHUB_API_TOKEN).").tag(config=True)
 
     @default("api_token")
     def _default_api_token(self) -> str:

@@ -68,9 +68,7 @@ class ServerOffering:
         resources, or a site's fractional resource)."""
         n = 0
         for key, value in self.resources.items():
-            if key in ("nvidia.com/gpu", "nvidia.com/gpu.shared") or key.startswith(
-                "nvidia.com/mig-"
-            ):
+            if key in ("nvidia.com/gpu", "nvidia.com/gpu.shared") or key.startswith("nvidia.com/mig-"):
                 try:
                     n += int(value)
                 except ValueError:
@@ -102,8 +100,7 @@ def parse_offering(user_options: Mapping[str, Any] | None) -> ServerOffering:
             kind=Kind.CUSTOM,
             slug=slug,
             declared=True,
-            problem=f"user_options[{RECORD_KEY!r}] is a {type(contract).__name__}, "
-            "not a mapping; treated as kind 'custom'",
+            problem=f"user_options[{RECORD_KEY!r}] is a {type(contract).__name__}, not a mapping; treated as kind 'custom'",
         )
     problem = None
     kind = contract.get(RECORD_KIND)

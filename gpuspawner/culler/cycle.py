@@ -112,9 +112,7 @@ class Culler:
         self.user_timeout = user_timeout
         self.arbiter = arbiter
         self.clock = clock
-        self.actions = Actions(
-            hub, kernels, metrics, log, dry_run=dry_run, remove_named_servers=remove_named_servers
-        )
+        self.actions = Actions(hub, kernels, metrics, log, dry_run=dry_run, remove_named_servers=remove_named_servers)
         self._warned_contracts: set[tuple[str, str]] = set()
         #: (namespace, pod) -> the last cycle's time that saw its GPU active
         self._gpu_last_active: dict[tuple[str, str], datetime] = {}
@@ -134,8 +132,7 @@ class Culler:
             if not view.available:
                 self.metrics.errors.labels("prometheus").inc()
                 self.log.warning(
-                    "GPU view unavailable: %s -- no GPU-based culls this cycle; "
-                    "CPU servers are judged on hub and kernel signals",
+                    "GPU view unavailable: %s -- no GPU-based culls this cycle; CPU servers are judged on hub and kernel signals",
                     view.error,
                 )
         self.metrics.gpu_view_up.set(1 if view.available else 0)
@@ -247,9 +244,7 @@ class Culler:
         if self.cull_users and not alive:
             await self._maybe_delete_user(user, now, report)
 
-    async def _maybe_delete_user(
-        self, user: Mapping[str, Any], now: datetime, report: CycleReport
-    ) -> None:
+    async def _maybe_delete_user(self, user: Mapping[str, Any], now: datetime, report: CycleReport) -> None:
         """Same rule as jupyterhub-idle-culler: only with --cull-users, only users
         with no server left, inactive for ``timeout``, admins per cull_admin_users."""
         if user.get("admin") and not self.cull_admin_users:
@@ -261,9 +256,7 @@ class Culler:
         if inactive.total_seconds() < self.user_timeout:
             return
         if self.dry_run:
-            self.log.info(
-                "DRY RUN: would delete user %s (inactive for %s)", user["name"], format_td(inactive)
-            )
+            self.log.info("DRY RUN: would delete user %s (inactive for %s)", user["name"], format_td(inactive))
             return
         self.log.info("deleting user %s (inactive for %s)", user["name"], format_td(inactive))
         try:
@@ -339,12 +332,9 @@ class Culler:
         for kind in Kind:
             self.metrics.servers.labels(kind.value).set(by_kind.get(kind, 0))
         counts = report.counts()
-        kernels = sum(
-            len(o.decision.shutdown) for o in report.outcomes if o.decision.action != STOP
-        )
+        kernels = sum(len(o.decision.shutdown) for o in report.outcomes if o.decision.action != STOP)
         self.log.info(
-            "%scycle done in %.2fs: %d servers; %d stop, %d reclaim (%d kernels), "
-            "%d held back, %d keep%s%s",
+            "%scycle done in %.2fs: %d servers; %d stop, %d reclaim (%d kernels), %d held back, %d keep%s%s",
             "DRY RUN " if self.dry_run else "",
             report.duration_s,
             len(report.outcomes),
@@ -353,8 +343,6 @@ class Culler:
             kernels,
             counts.get("held_back", 0),
             counts.get("keep", 0),
-            ""
-            if report.gpu_view is None or report.gpu_view.available
-            else f"; GPU view unavailable ({report.gpu_view.error})",
+            "" if report.gpu_view is None or report.gpu_view.available else f"; GPU view unavailable ({report.gpu_view.error})",
             f"; hub error ({report.hub_error})" if report.hub_error else "",
         )

@@ -137,9 +137,7 @@ class Decision:
         return "; ".join(parts)
 
 
-def last_seen(
-    server: ServerRecord, kernels: KernelView | None, gpu_last_active: datetime | None = None
-) -> datetime | None:
+def last_seen(server: ServerRecord, kernels: KernelView | None, gpu_last_active: datetime | None = None) -> datetime | None:
     """Latest sign of life: hub activity (or start), the server's own status,
     every kernel's activity, the last cycle that saw its GPU active."""
     times = [server.last_activity or server.started, gpu_last_active]
@@ -162,17 +160,11 @@ def _stop_allowed(server: ServerRecord, policy: Policy) -> str | None:
 
 
 def _aged(server: ServerRecord, policy: Policy, now: datetime) -> bool:
-    return bool(
-        policy.max_age > 0
-        and server.started is not None
-        and (now - server.started).total_seconds() >= policy.max_age
-    )
+    return bool(policy.max_age > 0 and server.started is not None and (now - server.started).total_seconds() >= policy.max_age)
 
 
 def _memory_held(gpu: PodGpuView | None, policy: Policy) -> bool:
-    return (
-        gpu is not None and gpu.memory_mib is not None and gpu.memory_mib >= policy.memory_held_mib
-    )
+    return gpu is not None and gpu.memory_mib is not None and gpu.memory_mib >= policy.memory_held_mib
 
 
 @dataclass(frozen=True)
@@ -183,9 +175,7 @@ class GpuIdleStreak:
     last_idle: datetime
 
 
-def track_gpu_idle(
-    prev: GpuIdleStreak | None, gpu: PodGpuView | None, now: datetime, window_s: int
-) -> GpuIdleStreak | None:
+def track_gpu_idle(prev: GpuIdleStreak | None, gpu: PodGpuView | None, now: datetime, window_s: int) -> GpuIdleStreak | None:
     """Carry a pod's GPU idle streak over one more cycle's GPU view.
 
     Activity ends the streak. An unknown view neither ends nor extends it. An
@@ -235,9 +225,7 @@ class KernelMemo:
     earliest_stop: datetime
 
 
-def kernel_memo(
-    kv: KernelView, checked_at: datetime, policy: Policy, offering: ServerOffering
-) -> KernelMemo | None:
+def kernel_memo(kv: KernelView, checked_at: datetime, policy: Policy, offering: ServerOffering) -> KernelMemo | None:
     if not kv.ok:
         return None
     earliest_reclaim = None
@@ -295,10 +283,7 @@ def plan_kernel_view(
         return KernelAsk()
     if custom_arbiter:
         return KernelAsk(True, True)
-    if (
-        gpu_idle_past_limit(server, gpu, policy, now, gpu_idle_since) is not None
-        and _stop_allowed(server, policy) is None
-    ):
+    if gpu_idle_past_limit(server, gpu, policy, now, gpu_idle_since) is not None and _stop_allowed(server, policy) is None:
         return KernelAsk(True, True)
     timeout = policy.timeout_for(o)
     seen = last_seen(server, None, gpu_last_active)
@@ -306,11 +291,7 @@ def plan_kernel_view(
     if memo is not None and now < memo.earliest_stop:
         hub_idle = False
     aged = _aged(server, policy, now)
-    could_stop = (
-        (hub_idle or aged)
-        and _stop_allowed(server, policy) is None
-        and (not o.is_gpu or (gpu is not None and gpu.idle))
-    )
+    could_stop = (hub_idle or aged) and _stop_allowed(server, policy) is None and (not o.is_gpu or (gpu is not None and gpu.idle))
     could_reclaim = (
         o.kind in policy.reclaim_kinds
         and policy.kernel_timeout_for(o) > 0
@@ -407,9 +388,7 @@ def decide(
         else:
             gpu_words = f"GPU {gpu.state}: {gpu.reason}"
         reasons.append(gpu_words)
-        reasons.append(
-            f"GPU memory held {memory:.0f} MiB" if memory is not None else "GPU memory held unknown"
-        )
+        reasons.append(f"GPU memory held {memory:.0f} MiB" if memory is not None else "GPU memory held unknown")
         if gpu is not None and gpu.active:
             vetoes.append("GPU active in the window")
 
@@ -448,9 +427,7 @@ def decide(
         return Decision(
             STOP,
             stop_reason=GPU_IDLE_LIMIT,
-            reasons=tuple(
-                reasons + [f"GPU idle for {format_td(gpu_idle_for)} (gpu_idle_limit {limit})"]
-            ),
+            reasons=tuple(reasons + [f"GPU idle for {format_td(gpu_idle_for)} (gpu_idle_limit {limit})"]),
             memory_mib=memory,
             inactive=inactive,
             overruled=_claims(kernels, inactive, timeout, arbiter_idle),
@@ -482,10 +459,7 @@ def decide(
             if memory is None:
                 held.append("no kernel shutdown while GPU memory held is unknown")
             elif memory < policy.memory_held_mib:
-                reasons.append(
-                    f"idle kernels hold no GPU memory worth reclaiming "
-                    f"({memory:.0f} < {policy.memory_held_mib:g} MiB)"
-                )
+                reasons.append(f"idle kernels hold no GPU memory worth reclaiming ({memory:.0f} < {policy.memory_held_mib:g} MiB)")
             elif blocks and gpu is not None and gpu.active:
                 reasons.append("idle kernels kept: GPU active in the window")
             elif blocks and (gpu is None or not gpu.idle):

@@ -118,14 +118,9 @@ class DeviceReading:
         if use_util and self.util_max is not None and self.util_max > s.util_threshold:
             return ACTIVE, f"{self.device}: GPU_UTIL max {self.util_max:g}%"
         if self.engine_max is not None and self.engine_samples >= s.min_samples:
-            return IDLE, (
-                f"{self.device}: GR_ENGINE_ACTIVE max {self.engine_max:.2f} "
-                f"({self.engine_samples} samples)"
-            )
+            return IDLE, (f"{self.device}: GR_ENGINE_ACTIVE max {self.engine_max:.2f} ({self.engine_samples} samples)")
         if use_util and self.util_max is not None and self.util_samples >= s.min_samples:
-            return IDLE, (
-                f"{self.device}: GPU_UTIL max {self.util_max:g}% ({self.util_samples} samples)"
-            )
+            return IDLE, (f"{self.device}: GPU_UTIL max {self.util_max:g}% ({self.util_samples} samples)")
         seen = f"GR_ENGINE_ACTIVE {self.engine_samples}/{s.min_samples} samples"
         if use_util:
             seen += f", GPU_UTIL {self.util_samples}/{s.min_samples}"
@@ -247,9 +242,7 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
         )
     data = body.get("data") or {}
     if data.get("resultType") != "vector":
-        return unavailable(
-            f"expected a vector result, got {data.get('resultType')!r}", settings.window_s
-        )
+        return unavailable(f"expected a vector result, got {data.get('resultType')!r}", settings.window_s)
     per_pod: dict[tuple[str, str], dict[str, DeviceReading]] = {}
     for item in data.get("result") or []:
         labels = item.get("metric") or {}

@@ -110,9 +110,7 @@ class HubClient:
                     # the hub builds the next URL from the Host header it saw; keep
                     # only its query, on our own API URL (right behind any proxy)
                     query = urlsplit(nxt["url"]).query
-                    pending = asyncio.ensure_future(
-                        self.transport.fetch_json(f"{self.api_url}/users?{query}", headers=headers)
-                    )
+                    pending = asyncio.ensure_future(self.transport.fetch_json(f"{self.api_url}/users?{query}", headers=headers))
             try:
                 for item in items:
                     yield item
@@ -126,9 +124,7 @@ class HubClient:
         stop) or ``"gone"`` (404: already stopped or removed)."""
         body = None
         if server_name:
-            url = (
-                f"{self.api_url}/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
-            )
+            url = f"{self.api_url}/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
             if remove:
                 body = json.dumps({"remove": True})
         else:
@@ -141,22 +137,14 @@ class HubClient:
             raise
         return "stopping" if resp.code == 202 else "stopped"
 
-    async def create_token(
-        self, user: str, scopes: list[str], expires_in: int, note: str
-    ) -> MintedToken:
+    async def create_token(self, user: str, scopes: list[str], expires_in: int, note: str) -> MintedToken:
         """A new token owned by ``user`` with exactly ``scopes`` (the hub refuses
         scopes the user does not hold: 400), for ``expires_in`` seconds."""
         body = json.dumps({"scopes": scopes, "expires_in": expires_in, "note": note})
-        model = await self.transport.fetch_json(
-            f"{self.api_url}/users/{quote(user, safe='')}/tokens", "POST", body=body
-        )
+        model = await self.transport.fetch_json(f"{self.api_url}/users/{quote(user, safe='')}/tokens", "POST", body=body)
         if not isinstance(model, Mapping) or not model.get("token") or not model.get("id"):
-            raise RequestFailed(
-                "hub", "POST", f"{self.api_url}/users/{user}/tokens", 200, "no token in the answer"
-            )
-        return MintedToken(
-            str(model["id"]), str(model["token"]), tuple(map(str, model.get("scopes") or ()))
-        )
+            raise RequestFailed("hub", "POST", f"{self.api_url}/users/{user}/tokens", 200, "no token in the answer")
+        return MintedToken(str(model["id"]), str(model["token"]), tuple(map(str, model.get("scopes") or ())))
 
     async def delete_token(self, user: str, token_id: str) -> None:
         """Revoke one of ``user``'s tokens; one already gone (404) is fine."""

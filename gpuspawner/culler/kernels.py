@@ -137,9 +137,7 @@ class KernelClient:
             return KernelView(ok=False, error=f"no per-server token: {e}")
         calls = [self.transport.fetch_json(f"{base_url}api/kernels?{NO_TRACK}", headers=headers)]
         if with_status:
-            calls.append(
-                self.transport.fetch_json(f"{base_url}api/status?{NO_TRACK}", headers=headers)
-            )
+            calls.append(self.transport.fetch_json(f"{base_url}api/status?{NO_TRACK}", headers=headers))
         results = await asyncio.gather(*calls, return_exceptions=True)
         kernels_body = results[0]
         status_body = results[1] if with_status else None

@@ -37,8 +37,7 @@ class CullerMetrics:
         )
         self.memory_reclaimed = Counter(
             f"{PREFIX}_gpu_memory_reclaimed_mib",
-            "GPU memory reclaimed (MiB): held by a stopped server's pod, or the drop"
-            " seen by dcgm-exporter after kernels were shut down",
+            "GPU memory reclaimed (MiB): held by a stopped server's pod, or the drop seen by dcgm-exporter after kernels were shut down",
             ["action", "kind"],
             registry=r,
         )
@@ -62,8 +61,7 @@ class CullerMetrics:
         )
         self.server_tokens = Counter(
             f"{PREFIX}_server_tokens",
-            "Per-server tokens (owned by the server's user, for its kernel view) minted"
-            " and revoked through the hub",
+            "Per-server tokens (owned by the server's user, for its kernel view) minted and revoked through the hub",
             ["action"],
             registry=r,
         )

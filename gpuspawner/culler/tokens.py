@@ -137,10 +137,7 @@ class ServerTokens:
             if budgeted and 0 < self.mints_per_cycle <= self._cycle_mints:
                 if held is not None and now < held.expires_at - 60:
                     return held.token  # due for renewal, still good: renewed next cycle
-                raise TokenDeferred(
-                    f"deferred to a later cycle: token_mints_per_cycle ({self.mints_per_cycle})"
-                    " reached"
-                )
+                raise TokenDeferred(f"deferred to a later cycle: token_mints_per_cycle ({self.mints_per_cycle}) reached")
             return await self._mint(server, key, instance)
 
     async def refused(self, server: ServerRecord) -> None:
@@ -204,13 +201,10 @@ class ServerTokens:
             # never send a pod a token that can do more than its own server
             await self._delete(server.user, minted.id)
             raise TokenUnavailable(
-                f"the hub minted a token for {server.label} with scopes {sorted(beyond)}"
-                f" beyond {scope!r}; not used, revoked"
+                f"the hub minted a token for {server.label} with scopes {sorted(beyond)} beyond {scope!r}; not used, revoked"
             )
         self.metrics.server_tokens.labels("minted").inc()
-        self._held[key] = _Held(
-            minted.id, minted.token, instance, started + lifetime * 3 / 4, started + lifetime
-        )
+        self._held[key] = _Held(minted.id, minted.token, instance, started + lifetime * 3 / 4, started + lifetime)
         return minted.token
 
     def _explain(self, server: ServerRecord, scope: str, e: RequestFailed) -> str:
@@ -218,8 +212,7 @@ class ServerTokens:
         (not once per server and cycle)."""
         if e.code == 403:
             problem = (
-                "the hub refuses to create tokens for users (403): the culler's role needs"
-                " the 'tokens' scope (docs/culler.md, Scopes)"
+                "the hub refuses to create tokens for users (403): the culler's role needs the 'tokens' scope (docs/culler.md, Scopes)"
             )
             why = f"{problem}; user {server.user!r}"
         elif e.code == 400 and "not held by" in str(e):

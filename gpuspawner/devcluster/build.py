@@ -61,7 +61,9 @@ def tools_dir() -> Path:
 #: :func:`tools_dir`. ``remove_all_sd`` leaves Prometheus' service-discovery plugins out:
 #: the tests and the demo use static targets, and one plugin's module is not on every
 #: module proxy. The -X flags make ``--version`` say what was built.
-_PROM_VERSION_FLAGS = f"-X github.com/prometheus/common/version.Version=3.{int(PROMETHEUS_VERSION.split('.')[1]) - 300}.{PROMETHEUS_VERSION.split('.')[2]}"
+_PROM_VERSION_FLAGS = (
+    f"-X github.com/prometheus/common/version.Version=3.{int(PROMETHEUS_VERSION.split('.')[1]) - 300}.{PROMETHEUS_VERSION.split('.')[2]}"
+)
 TOOLS = (
     ("prometheus", f"github.com/prometheus/prometheus/cmd/prometheus@{PROMETHEUS_VERSION}", "remove_all_sd", _PROM_VERSION_FLAGS),
     ("promtool", f"github.com/prometheus/prometheus/cmd/promtool@{PROMETHEUS_VERSION}", "remove_all_sd", _PROM_VERSION_FLAGS),
@@ -89,7 +91,9 @@ def _write_kwok_stages() -> None:
     """Copy kwok's stage configs out of its module, into one multi-document file."""
     proc = subprocess.run(
         ["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{KWOK_VERSION}"],
-        capture_output=True, text=True, env=_go_env(GOFLAGS=""),
+        capture_output=True,
+        text=True,
+        env=_go_env(GOFLAGS=""),
     )
     if proc.returncode != 0:
         raise BuildError(f"could not fetch sigs.k8s.io/kwok@{KWOK_VERSION} for its stage configs: {proc.stderr.strip()}")

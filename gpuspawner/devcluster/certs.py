@@ -33,9 +33,7 @@ def _cert(subject: str, key, issuer_name: x509.Name, issuer_key, ca: bool, sans:
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     if ca:
-        builder = builder.add_extension(
-            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
-        )
+        builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         builder = builder.add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)

@@ -327,27 +327,41 @@ class DevCluster:
         client = f"http://127.0.0.1:{s.ports['etcd']}"
         peer = f"http://127.0.0.1:{s.ports['etcd-peer']}"
         return [
-            "--name=devcluster", f"--data-dir={self.directory / 'etcd'}",
-            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=devcluster={peer}", "--log-level=warn",
-            "--quota-backend-bytes=4294967296", "--snapshot-count=20000",
+            "--name=devcluster",
+            f"--data-dir={self.directory / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=devcluster={peer}",
+            "--log-level=warn",
+            "--quota-backend-bytes=4294967296",
+            "--snapshot-count=20000",
         ]
 
     def _apiserver_args(self, s: ClusterState, pki: Path) -> list[str]:
         return [
             f"--etcd-servers=http://127.0.0.1:{s.ports['etcd']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={s.ports['apiserver']}",
-            f"--cert-dir={pki}", f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={self.directory / 'tokens.csv'}",
-            "--authorization-mode=RBAC", "--allow-privileged=true",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={s.ports['apiserver']}",
+            f"--cert-dir={pki}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={self.directory / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
             # New nodes get a not-ready taint that only the node lifecycle controller lifts,
             # and that controller would mark kwok's heartbeat-less nodes NotReady: neither runs.
             "--disable-admission-plugins=TaintNodesByCondition",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.96.0.0/16", "--enable-priority-and-fairness=false",
-            "--profiling=false", "--v=1",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--enable-priority-and-fairness=false",
+            "--profiling=false",
+            "--v=1",
         ]
 
     def _component_auth(self) -> list[str]:
@@ -356,9 +370,14 @@ class DevCluster:
 
     def _kcm_args(self, s: ClusterState, pki: Path) -> list[str]:
         return [
-            *self._component_auth(), "--bind-address=127.0.0.1", f"--secure-port={s.ports['kcm']}",
-            f"--controllers={KCM_CONTROLLERS}", f"--service-account-private-key-file={pki / 'sa.key'}",
-            f"--root-ca-file={pki / 'ca.crt'}", "--use-service-account-credentials=false", "--v=1",
+            *self._component_auth(),
+            "--bind-address=127.0.0.1",
+            f"--secure-port={s.ports['kcm']}",
+            f"--controllers={KCM_CONTROLLERS}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            "--use-service-account-credentials=false",
+            "--v=1",
         ]
 
     def _scheduler_args(self, s: ClusterState) -> list[str]:
@@ -366,9 +385,13 @@ class DevCluster:
 
     def _kwok_args(self, s: ClusterState) -> list[str]:
         return [
-            f"--kubeconfig={self.kubeconfig}", f"--config={build.stages_file()}",
-            "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--server-address=127.0.0.1:{s.ports['kwok']}", "--node-ip=127.0.0.1", "--node-lease-duration-seconds=0",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--config={build.stages_file()}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--server-address=127.0.0.1:{s.ports['kwok']}",
+            "--node-ip=127.0.0.1",
+            "--node-lease-duration-seconds=0",
         ]
 
 

@@ -54,8 +54,12 @@ def dcgm_labels(pod: dict[str, Any], template: dict[str, str], index: int) -> di
     meta, spec = pod["metadata"], pod["spec"]
     labels = {k: v for k, v in template.items() if k not in ("GPU_I_PROFILE", "GPU_I_ID")}
     labels.update(
-        gpu=str(index), UUID=f"GPU-{meta['uid'][:8]}-{index:04d}", Hostname=spec.get("nodeName", ""),
-        pod=meta["name"], namespace=meta["namespace"], container=spec["containers"][0]["name"],
+        gpu=str(index),
+        UUID=f"GPU-{meta['uid'][:8]}-{index:04d}",
+        Hostname=spec.get("nodeName", ""),
+        pod=meta["name"],
+        namespace=meta["namespace"],
+        container=spec["containers"][0]["name"],
     )
     limits = (spec["containers"][0].get("resources") or {}).get("limits") or {}
     profiles = [mig_profile_of(k) for k in limits if k.startswith(MIG_PREFIX)]
@@ -125,8 +129,11 @@ class SimulatedDCGM:
                 live.add(key)
                 # GPU_UTIL reads 0 on MIG instances, busy or not, as dcgm-exporter reports it.
                 self.standin.set(
-                    key, dcgm_labels(pod, self.template, index), engine=0.7 if busy else 0.0,
-                    util=70.0 if busy and kind != Kind.MIG else 0.0, fb_used=float(self.memory_mib),
+                    key,
+                    dcgm_labels(pod, self.template, index),
+                    engine=0.7 if busy else 0.0,
+                    util=70.0 if busy and kind != Kind.MIG else 0.0,
+                    fb_used=float(self.memory_mib),
                 )
         for key in self.standin.keys():
             if key not in live:

@@ -29,14 +29,30 @@ SHARED = "nvidia.com/gpu.shared"
 
 #: product -> (memory MiB, family, compute capability, MIG layouts {name: {profile: slices per GPU}})
 PRODUCTS: dict[str, tuple[int, str, str, dict[str, dict[str, int]]]] = {
-    "NVIDIA-A100-SXM4-40GB": (40960, "ampere", "8.0", {
-        "all-1g.5gb": {"1g.5gb": 7}, "all-balanced": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
-        "all-3g.20gb": {"3g.20gb": 2}, "all-7g.40gb": {"7g.40gb": 1}, "me": {"1g.5gb+me": 1, "1g.5gb": 6}}),
-    "NVIDIA-A100-80GB-PCIe": (81920, "ampere", "8.0", {
-        "all-1g.10gb": {"1g.10gb": 7}, "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}),
-    "NVIDIA-H100-80GB-HBM3": (81559, "hopper", "9.0", {
-        "all-1g.10gb": {"1g.10gb": 7}, "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
-        "all-1g.20gb": {"1g.20gb": 4}}),
+    "NVIDIA-A100-SXM4-40GB": (
+        40960,
+        "ampere",
+        "8.0",
+        {
+            "all-1g.5gb": {"1g.5gb": 7},
+            "all-balanced": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
+            "all-3g.20gb": {"3g.20gb": 2},
+            "all-7g.40gb": {"7g.40gb": 1},
+            "me": {"1g.5gb+me": 1, "1g.5gb": 6},
+        },
+    ),
+    "NVIDIA-A100-80GB-PCIe": (
+        81920,
+        "ampere",
+        "8.0",
+        {"all-1g.10gb": {"1g.10gb": 7}, "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
+    ),
+    "NVIDIA-H100-80GB-HBM3": (
+        81559,
+        "hopper",
+        "9.0",
+        {"all-1g.10gb": {"1g.10gb": 7}, "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}, "all-1g.20gb": {"1g.20gb": 4}},
+    ),
     "NVIDIA-A30": (24576, "ampere", "8.0", {"all-1g.6gb": {"1g.6gb": 4}, "all-balanced": {"1g.6gb": 2, "2g.12gb": 1}}),
     "Tesla-T4": (15360, "turing", "7.5", {}),
     "NVIDIA-L4": (23034, "ada-lovelace", "8.9", {}),
@@ -49,19 +65,38 @@ PRODUCTS: dict[str, tuple[int, str, str, dict[str, dict[str, int]]]] = {
 MIG_PRODUCTS = [p for p, spec in PRODUCTS.items() if spec[3]]
 VGPU_PROFILES = ["NVIDIA-A10-24Q", "NVIDIA-A10-12Q", "GRID-V100-8C", "NVIDIA-A30-12C", "NVIDIA-L4-24Q"]
 SITE_CLASSES = ["v100-8g-8GB", "a10-12g", "a30-6g"]
-GKE_ACCELERATORS = {"nvidia-tesla-t4": "n1-standard-8", "nvidia-l4": "g2-standard-8", "nvidia-tesla-a100": "a2-highgpu-1g",
-                    "nvidia-a100-80gb": "a2-ultragpu-1g", "nvidia-h100-80gb": "a3-highgpu-8g"}
-GKE_PARTITIONS = {"nvidia-tesla-a100": ["1g.5gb", "2g.10gb", "3g.20gb"], "nvidia-a100-80gb": ["1g.10gb", "3g.40gb"],
-                  "nvidia-h100-80gb": ["1g.10gb", "3g.40gb"]}
-EKS_ACCELERATORS = {"nvidia-tesla-t4": ("g4dn.xlarge", "Tesla-T4", 29), "nvidia-a10g": ("g5.2xlarge", "NVIDIA-A10G", 58),
-                    "nvidia-tesla-v100": ("p3.2xlarge", "Tesla-V100-SXM2-16GB", 58)}
-AKS_SIZES = {"Standard_NC4as_T4_v3": "Tesla-T4", "Standard_NC24ads_A100_v4": "NVIDIA-A100-80GB-PCIe", "Standard_NC6s_v3": "Tesla-V100-SXM2-16GB"}
+GKE_ACCELERATORS = {
+    "nvidia-tesla-t4": "n1-standard-8",
+    "nvidia-l4": "g2-standard-8",
+    "nvidia-tesla-a100": "a2-highgpu-1g",
+    "nvidia-a100-80gb": "a2-ultragpu-1g",
+    "nvidia-h100-80gb": "a3-highgpu-8g",
+}
+GKE_PARTITIONS = {
+    "nvidia-tesla-a100": ["1g.5gb", "2g.10gb", "3g.20gb"],
+    "nvidia-a100-80gb": ["1g.10gb", "3g.40gb"],
+    "nvidia-h100-80gb": ["1g.10gb", "3g.40gb"],
+}
+EKS_ACCELERATORS = {
+    "nvidia-tesla-t4": ("g4dn.xlarge", "Tesla-T4", 29),
+    "nvidia-a10g": ("g5.2xlarge", "NVIDIA-A10G", 58),
+    "nvidia-tesla-v100": ("p3.2xlarge", "Tesla-V100-SXM2-16GB", 58),
+}
+AKS_SIZES = {
+    "Standard_NC4as_T4_v3": "Tesla-T4",
+    "Standard_NC24ads_A100_v4": "NVIDIA-A100-80GB-PCIe",
+    "Standard_NC6s_v3": "Tesla-V100-SXM2-16GB",
+}
 
 GFD_COMMON = {
-    "nvidia.com/cuda.driver-version.full": "550.54.15", "nvidia.com/cuda.driver-version.major": "550",
-    "nvidia.com/cuda.runtime-version.full": "12.4", "nvidia.com/cuda.runtime-version.major": "12",
-    "nvidia.com/gfd.timestamp": "1728992460", "nvidia.com/gpu.deploy.device-plugin": "true",
-    "nvidia.com/gpu.present": "true", "nvidia.com/gpu.mode": "compute",
+    "nvidia.com/cuda.driver-version.full": "550.54.15",
+    "nvidia.com/cuda.driver-version.major": "550",
+    "nvidia.com/cuda.runtime-version.full": "12.4",
+    "nvidia.com/cuda.runtime-version.major": "12",
+    "nvidia.com/gfd.timestamp": "1728992460",
+    "nvidia.com/gpu.deploy.device-plugin": "true",
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.mode": "compute",
     "feature.node.kubernetes.io/pci-10de.present": "true",
 }
 GPU_TAINTS = [
@@ -73,8 +108,14 @@ GPU_TAINTS = [
 FOREIGN_TAINT = {"key": "dedicated", "value": "ml-team", "effect": "NoSchedule"}
 SOFT_TAINT = {"key": "dedicated", "value": "gpu", "effect": "PreferNoSchedule"}
 USER_POOL_TAINT = {"key": "hub.jupyter.org/dedicated", "value": "user", "effect": "NoSchedule"}
-NOT_READY = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}, {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
-UNREACHABLE = [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}, {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
+NOT_READY = [
+    {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+]
+UNREACHABLE = [
+    {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+]
 
 
 @dataclass
@@ -110,12 +151,18 @@ class _Draw:
         """GPU Feature Discovery's labels (``old``: a GFD before the sharing-strategy label)."""
         memory, family, cc = PRODUCTS.get(product.split("-MIG-")[0].removesuffix("-SHARED"), (16384, "unknown", "0.0", {}))[:3]
         self.labels.update(GFD_COMMON)
-        self.labels.update({
-            "nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(count), "nvidia.com/gpu.memory": str(memory),
-            "nvidia.com/gpu.family": family, "nvidia.com/gpu.compute.major": cc.split(".")[0],
-            "nvidia.com/gpu.compute.minor": cc.split(".")[1], "nvidia.com/vgpu.present": "false",
-            "nvidia.com/mig.capable": "true" if product in MIG_PRODUCTS else "false",
-        })
+        self.labels.update(
+            {
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": str(count),
+                "nvidia.com/gpu.memory": str(memory),
+                "nvidia.com/gpu.family": family,
+                "nvidia.com/gpu.compute.major": cc.split(".")[0],
+                "nvidia.com/gpu.compute.minor": cc.split(".")[1],
+                "nvidia.com/vgpu.present": "false",
+                "nvidia.com/mig.capable": "true" if product in MIG_PRODUCTS else "false",
+            }
+        )
         if not old:
             self.labels["nvidia.com/gpu.replicas"] = str(replicas)
             if strategy is not None:
@@ -126,22 +173,30 @@ class _Draw:
     def host(self, pods: int | None = None) -> None:
         rng = self.rng
         cpu = rng.choice([4, 8, 16, 32, 64, 96])
-        self.allocatable.update({
-            "cpu": str(cpu) if rng.random() < 0.7 else f"{cpu * 1000 - rng.choice([100, 250, 940])}m",
-            "memory": f"{cpu * rng.choice([4, 8])}Gi" if rng.random() < 0.7 else f"{cpu * 4 * 1024 * 1024 - 3_145_728}Ki",
-            "pods": str(pods if pods is not None else rng.choice([110, 110, 110, 58, 30, 8, 4])),
-            "ephemeral-storage": "100Gi",
-        })
+        self.allocatable.update(
+            {
+                "cpu": str(cpu) if rng.random() < 0.7 else f"{cpu * 1000 - rng.choice([100, 250, 940])}m",
+                "memory": f"{cpu * rng.choice([4, 8])}Gi" if rng.random() < 0.7 else f"{cpu * 4 * 1024 * 1024 - 3_145_728}Ki",
+                "pods": str(pods if pods is not None else rng.choice([110, 110, 110, 58, 30, 8, 4])),
+                "ephemeral-storage": "100Gi",
+            }
+        )
 
     def manifest(self) -> dict[str, Any]:
-        labels = {**self.labels, "kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
-                  "kubernetes.io/arch": "amd64", "type": "kwok"}
+        labels = {
+            **self.labels,
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+        }
         cidr = pod_cidr(self.index)
         spec: dict[str, Any] = {"podCIDR": cidr, "podCIDRs": [cidr], "taints": [dict(t) for t in self.taints]}
         if self.unschedulable:
             spec["unschedulable"] = True
         return {
-            "apiVersion": "v1", "kind": "Node",
+            "apiVersion": "v1",
+            "kind": "Node",
             "metadata": {"name": self.name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
             "spec": spec,
             "status": {"allocatable": dict(self.allocatable), "capacity": dict(self.allocatable)},
@@ -299,8 +354,20 @@ def _cpu(d: _Draw) -> None:
     d.scheme = "cpu"
 
 
-SCHEMES = [(_whole, 6), (_mig_mixed, 3), (_mig_single, 2), (_shared, 3), (lambda d: _shared(d, mps=True), 2),
-           (_mid_change, 1), (_vgpu_guest, 1), (_site_class, 1), (_unlabelled, 3), (_fractional, 1), (_vm_host, 1), (_cpu, 2)]
+SCHEMES = [
+    (_whole, 6),
+    (_mig_mixed, 3),
+    (_mig_single, 2),
+    (_shared, 3),
+    (lambda d: _shared(d, mps=True), 2),
+    (_mid_change, 1),
+    (_vgpu_guest, 1),
+    (_site_class, 1),
+    (_unlabelled, 3),
+    (_fractional, 1),
+    (_vm_host, 1),
+    (_cpu, 2),
+]
 
 
 # ------------------------------------------------------------------------------ clouds
@@ -310,10 +377,15 @@ def _gke(d: _Draw) -> None:
     rng = d.rng
     accelerator = rng.choice(list(GKE_ACCELERATORS))
     d.platform = "gke"
-    d.labels.update({"cloud.google.com/gke-accelerator": accelerator, "cloud.google.com/gke-gpu": "true",
-                     "cloud.google.com/gke-nodepool": f"pool-{accelerator.split('-')[-1]}",
-                     "node.kubernetes.io/instance-type": GKE_ACCELERATORS[accelerator],
-                     "topology.kubernetes.io/zone": "europe-west4-a"})
+    d.labels.update(
+        {
+            "cloud.google.com/gke-accelerator": accelerator,
+            "cloud.google.com/gke-gpu": "true",
+            "cloud.google.com/gke-nodepool": f"pool-{accelerator.split('-')[-1]}",
+            "node.kubernetes.io/instance-type": GKE_ACCELERATORS[accelerator],
+            "topology.kubernetes.io/zone": "europe-west4-a",
+        }
+    )
     d.taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
     count = rng.choice([1, 2, 4])
     mode = rng.choice(["whole", "whole", "partition", "sharing"] if accelerator in GKE_PARTITIONS else ["whole", "sharing"])
@@ -324,8 +396,12 @@ def _gke(d: _Draw) -> None:
         d.truth[GPU] = "mig"
     elif mode == "sharing":
         clients = rng.choice([2, 4, 8])
-        d.labels.update({"cloud.google.com/gke-gpu-sharing-strategy": rng.choice(["time-sharing", "mps"]),
-                         "cloud.google.com/gke-max-shared-clients-per-gpu": str(clients)})
+        d.labels.update(
+            {
+                "cloud.google.com/gke-gpu-sharing-strategy": rng.choice(["time-sharing", "mps"]),
+                "cloud.google.com/gke-max-shared-clients-per-gpu": str(clients),
+            }
+        )
         d.allocatable[GPU] = str(count * clients)
         d.truth[GPU] = "shared"
     else:
@@ -339,8 +415,14 @@ def _eks(d: _Draw) -> None:
     accelerator = rng.choice(list(EKS_ACCELERATORS))
     instance, product, pods = EKS_ACCELERATORS[accelerator]
     d.platform = "eks"
-    d.labels.update({"eks.amazonaws.com/nodegroup": f"gpu-{instance.split('.')[0]}", "eks.amazonaws.com/capacityType": "ON_DEMAND",
-                     "k8s.amazonaws.com/accelerator": accelerator, "node.kubernetes.io/instance-type": instance})
+    d.labels.update(
+        {
+            "eks.amazonaws.com/nodegroup": f"gpu-{instance.split('.')[0]}",
+            "eks.amazonaws.com/capacityType": "ON_DEMAND",
+            "k8s.amazonaws.com/accelerator": accelerator,
+            "node.kubernetes.io/instance-type": instance,
+        }
+    )
     if rng.random() < 0.5:
         d.taints.append({"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"})
     if rng.random() < 0.5:  # the GPU operator's GFD runs here too
@@ -355,8 +437,14 @@ def _aks(d: _Draw) -> None:
     rng = d.rng
     size = rng.choice(list(AKS_SIZES))
     d.platform = "aks"
-    d.labels.update({"kubernetes.azure.com/agentpool": "gpupool", "kubernetes.azure.com/accelerator": "nvidia",
-                     "kubernetes.azure.com/mode": "user", "node.kubernetes.io/instance-type": size})
+    d.labels.update(
+        {
+            "kubernetes.azure.com/agentpool": "gpupool",
+            "kubernetes.azure.com/accelerator": "nvidia",
+            "kubernetes.azure.com/mode": "user",
+            "node.kubernetes.io/instance-type": size,
+        }
+    )
     d.taints.append({"key": "sku", "value": "gpu", "effect": "NoSchedule"})
     if rng.random() < 0.5:
         d.gfd(AKS_SIZES[size], 1)
@@ -484,14 +572,17 @@ def random_pods(rng: random.Random, nodes: list[dict[str, Any]], namespaces=("te
             if left.get("cpu", 0) < 0 or left.get("memory", 0) < 0:
                 break
             resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
-            pods.append({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": f"{kind}-{len(pods)}", "namespace": rng.choice(namespaces), "labels": {"app": kind}},
-                "spec": {
-                    "nodeName": facts.name,
-                    "containers": [{"name": "main", "image": "busybox", "resources": resources}],
-                    "tolerations": [{"operator": "Exists"}],
-                },
-                "status": {"phase": "Running"},
-            })
+            pods.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"{kind}-{len(pods)}", "namespace": rng.choice(namespaces), "labels": {"app": kind}},
+                    "spec": {
+                        "nodeName": facts.name,
+                        "containers": [{"name": "main", "image": "busybox", "resources": resources}],
+                        "tolerations": [{"operator": "Exists"}],
+                    },
+                    "status": {"phase": "Running"},
+                }
+            )
     return pods

@@ -133,7 +133,11 @@ class PodRunner:
             extra.append("--allow-root")
         process = subprocess.Popen(
             [program, *argv[1:], *extra],
-            env=env, cwd=workdir, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=workdir,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         logfile.close()

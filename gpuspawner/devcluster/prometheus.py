@@ -105,7 +105,8 @@ class Prometheus:
         source.write_text(openmetrics)
         proc = subprocess.run(
             [str(build.tool("promtool")), "tsdb", "create-blocks-from", "openmetrics", str(source), str(self.directory / "data")],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             raise PrometheusError(f"promtool could not backfill {source}: {proc.stderr.strip() or proc.stdout.strip()}")

@@ -36,8 +36,12 @@ from .generate import random_cluster, random_pods
 NAMESPACES = ("team-a", "team-b", "probe")
 #: The notebook pod settings a state draws from: none, zero-to-jupyterhub's 1G default, more.
 NOTEBOOKS: list[dict[str, Any]] = [
-    {}, {"mem_guarantee": "1G"}, {"mem_guarantee": "1G"}, {"cpu_guarantee": 0.5, "mem_guarantee": "1G"},
-    {"cpu_guarantee": 2, "mem_guarantee": "8G"}, {"mem_limit": "2G"},
+    {},
+    {"mem_guarantee": "1G"},
+    {"mem_guarantee": "1G"},
+    {"cpu_guarantee": 0.5, "mem_guarantee": "1G"},
+    {"cpu_guarantee": 2, "mem_guarantee": "8G"},
+    {"mem_limit": "2G"},
 ]
 #: zero-to-jupyterhub's user-pod tolerations (user pools are tainted hub.jupyter.org/dedicated=user).
 Z2JH_TOLERATIONS = [
@@ -239,11 +243,15 @@ async def run_states(seeds: list[int], log: Callable[[str], None]) -> list[Resul
         found = await harness.check(state)
         results.extend(found)
         bad = [r for r in found if not r.agrees]
-        log(f"state {seed} ({n}/{len(seeds)}): {len(state.nodes)} nodes, {len(state.pods)} pods, "
-            f"{len(found)} offerings, {len(bad)} disagree, {time.monotonic() - started:.1f}s")
+        log(
+            f"state {seed} ({n}/{len(seeds)}): {len(state.nodes)} nodes, {len(state.pods)} pods, "
+            f"{len(found)} offerings, {len(bad)} disagree, {time.monotonic() - started:.1f}s"
+        )
         for r in bad:
-            log(f"  DISAGREE seed {seed} {r.slug}: inventory free {r.predicted}, scheduler bound {r.placed}"
-                + (f" (of {r.predicted + MORE} created)" if r.placed == r.predicted + MORE else ""))
+            log(
+                f"  DISAGREE seed {seed} {r.slug}: inventory free {r.predicted}, scheduler bound {r.placed}"
+                + (f" (of {r.predicted + MORE} created)" if r.placed == r.predicted + MORE else "")
+            )
             for line in state.schemes:
                 log(f"    {line}")
     return results
@@ -286,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     retried = sum(r.retried for r in results)
     if args.json:
         Path(args.json).write_text(json.dumps([{**asdict(r), "agrees": r.agrees} for r in results], indent=1))
-    print(f"{agree} of {len(results)} offerings agree over {len(seeds)} states "
-          f"({retried} placed twice, {time.monotonic() - started:.0f}s)")
+    print(f"{agree} of {len(results)} offerings agree over {len(seeds)} states ({retried} placed twice, {time.monotonic() - started:.0f}s)")
     return 0 if agree == len(results) else 1
 
 

@@ -57,21 +57,46 @@ MIG3 = "mig-nvidia-a100-sxm4-40gb-3g-20gb"
 H100 = "gpu-nvidia-h100-80gb-hbm3"
 CLOSED = "closed-cpu"
 FPGA = "fpga"
-STUDENT_OFFERINGS = {CPU: Allowed(None), T4: Allowed("nvidia.com/gpu.shared"), MIG1: Allowed("nvidia.com/mig-1g.5gb"),
-                     CLOSED: Allowed(None)}
-RESEARCHER_OFFERINGS = {**STUDENT_OFFERINGS, MIG3: Allowed("nvidia.com/mig-3g.20gb"),
-                        H100: Allowed("nvidia.com/gpu", (1, 2, 4)), FPGA: Allowed(None)}
+STUDENT_OFFERINGS = {
+    CPU: Allowed(None),
+    T4: Allowed("nvidia.com/gpu.shared"),
+    MIG1: Allowed("nvidia.com/mig-1g.5gb"),
+    CLOSED: Allowed(None),
+}
+RESEARCHER_OFFERINGS = {
+    **STUDENT_OFFERINGS,
+    MIG3: Allowed("nvidia.com/mig-3g.20gb"),
+    H100: Allowed("nvidia.com/gpu", (1, 2, 4)),
+    FPGA: Allowed(None),
+}
 #: Discovered offerings nobody may take (they exist: a request for one is "not offered", like an unknown slug).
-NOBODYS = ["mig-nvidia-a100-sxm4-40gb-2g-10gb", "shared-nvidia-l4-shared-mps-4x", "shared-tesla-t4-shared-time-slicing-4x",
-           "mig-gke-nvidia-tesla-a100-1g-5gb", "gpu-nvidia-tesla-a100", "vgpu-vgpu-type-v100-8g-8gb", "vgpu-nvidia-a10-24q"]
+NOBODYS = [
+    "mig-nvidia-a100-sxm4-40gb-2g-10gb",
+    "shared-nvidia-l4-shared-mps-4x",
+    "shared-tesla-t4-shared-time-slicing-4x",
+    "mig-gke-nvidia-tesla-a100-1g-5gb",
+    "gpu-nvidia-tesla-a100",
+    "vgpu-vgpu-type-v100-8g-8gb",
+    "vgpu-nvidia-a10-24q",
+]
 PROFILES = [
     {"display_name": "Python", "slug": "python", "default": True},
-    {"display_name": "PyTorch", "slug": "pytorch", "profile_options": {
-        "image": {"display_name": "Image", "choices": {
-            "cuda12": {"display_name": "CUDA 12", "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-11-17"}},
-            "cpu": {"display_name": "CPU only", "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:2025-11-17"}},
-        }},
-    }},
+    {
+        "display_name": "PyTorch",
+        "slug": "pytorch",
+        "profile_options": {
+            "image": {
+                "display_name": "Image",
+                "choices": {
+                    "cuda12": {
+                        "display_name": "CUDA 12",
+                        "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-11-17"},
+                    },
+                    "cpu": {"display_name": "CPU only", "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:2025-11-17"}},
+                },
+            },
+        },
+    },
 ]
 
 
@@ -95,8 +120,9 @@ class Answer:
 class GPUHub:
     """One JupyterHub process with GPUSpawner; ``namespace`` holds the users' pods."""
 
-    def __init__(self, tmp: Path, devcluster, namespace: str, slow_spawn_timeout: float = 3.0, http_timeout: float = 20.0,
-                 extra_config: str = ""):
+    def __init__(
+        self, tmp: Path, devcluster, namespace: str, slow_spawn_timeout: float = 3.0, http_timeout: float = 20.0, extra_config: str = ""
+    ):
         self.tmp = Path(tmp)
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.devcluster = devcluster
@@ -125,10 +151,21 @@ class GPUHub:
             H100: {"groups": ["researchers"], "counts": [1, 2, 4]},
             **{slug: {"groups": ["nobody"]} for slug in NOBODYS},
         }
-        closed = {"slug": CLOSED, "kind": "custom", "display_name": f"CPU (open on {OTHER_DAY} only)",
-                  "command_prefix": ["env"], "windows": [f"{OTHER_DAY} 00:00-24:00"]}
-        fpga = {"slug": FPGA, "kind": "custom", "display_name": "FPGA node", "command_prefix": ["env"],
-                "node_selector": {"example.org/fpga": "true"}, "groups": ["researchers"]}
+        closed = {
+            "slug": CLOSED,
+            "kind": "custom",
+            "display_name": f"CPU (open on {OTHER_DAY} only)",
+            "command_prefix": ["env"],
+            "windows": [f"{OTHER_DAY} 00:00-24:00"],
+        }
+        fpga = {
+            "slug": FPGA,
+            "kind": "custom",
+            "display_name": "FPGA node",
+            "command_prefix": ["env"],
+            "node_selector": {"example.org/fpga": "true"},
+            "groups": ["researchers"],
+        }
         return textwrap.dedent(f"""
             c = get_config()  # noqa
             c.JupyterHub.ip = "127.0.0.1"
@@ -178,8 +215,13 @@ class GPUHub:
         env = {**os.environ, **self.devcluster.env(), "PYTHONUNBUFFERED": "1"}
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "jupyterhub", "-f", str(cfg)], cwd=self.tmp, env=env,
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                [sys.executable, "-m", "jupyterhub", "-f", str(cfg)],
+                cwd=self.tmp,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout
         while True:
@@ -299,8 +341,12 @@ class GPUHub:
         if session is None:
             session = requests.Session()
             session.get(f"{self.url}/hub/login", timeout=30)
-            resp = session.post(f"{self.url}/hub/login", timeout=30, allow_redirects=False,
-                                data={"username": user, "password": PASSWORD, "_xsrf": session.cookies.get("_xsrf", "")})
+            resp = session.post(
+                f"{self.url}/hub/login",
+                timeout=30,
+                allow_redirects=False,
+                data={"username": user, "password": PASSWORD, "_xsrf": session.cookies.get("_xsrf", "")},
+            )
             assert resp.status_code == 302, f"login as {user}: {resp.status_code} {resp.text[:300]}"
             self._forms[user] = session
         return session

@@ -49,6 +49,7 @@ def put_then_post(options, user: str = STUDENT, server: str = "lab") -> Callable
         created = hub.api("PUT", hub.server_path(user, server), {"user_options": options})
         assert created.status == 201, created
         return hub.api("POST", hub.server_path(user, server))  # no body: the stored options are used
+
     return run
 
 
@@ -77,12 +78,20 @@ def nothing_free(hub: GPUHub) -> Answer:
     kube = hub.kube
     ns = f"{hub.namespace}-other"
     kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder"}, "spec": {
-        "containers": [{"name": "job", "image": "x", "resources": {"limits": {"nvidia.com/mig-3g.20gb": "1"}}}],
-        "tolerations": [{"operator": "Exists"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "holder"},
+        "spec": {
+            "containers": [{"name": "job", "image": "x", "resources": {"limits": {"nvidia.com/mig-3g.20gb": "1"}}}],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
     kube.request("POST", f"/api/v1/namespaces/{ns}/pods", pod)
     try:
-        wait_for(lambda: kube.request("GET", f"/api/v1/namespaces/{ns}/pods/holder")["status"].get("phase") == "Running", "the holder running")
+        wait_for(
+            lambda: kube.request("GET", f"/api/v1/namespaces/{ns}/pods/holder")["status"].get("phase") == "Running", "the holder running"
+        )
         time.sleep(1.0)  # the hub's inventory hears of it through its watch
         return hub.api("POST", hub.server_path(RESEARCHER), {"offering": MIG3})
     finally:
@@ -118,8 +127,14 @@ CASES = [
     # the count
     Case("count-0", "count 0", 400, "can be taken 1 at a time, not 0", post({"offering": MIG1, "count": 0})),
     Case("count-minus-1", "count -1", 400, WHOLE, post({"offering": MIG1, "count": -1})),
-    Case("count-8", "8 H100s (1, 2 or 4 allowed)", 400, "can be taken 1, 2, 4 at a time, not 8",
-         post({"offering": H100, "count": 8}, RESEARCHER), user=RESEARCHER),
+    Case(
+        "count-8",
+        "8 H100s (1, 2 or 4 allowed)",
+        400,
+        "can be taken 1, 2, 4 at a time, not 8",
+        post({"offering": H100, "count": 8}, RESEARCHER),
+        user=RESEARCHER,
+    ),
     Case("count-1e9", 'count "1e9"', 400, WHOLE, post({"offering": MIG1, "count": "1e9"})),
     Case("count-list", "count [1, 2]", 400, "Please choose exactly one GPU count", post({"offering": MIG1, "count": [1, 2]})),
     Case("count-dict", "count {}", 400, WHOLE, post({"offering": MIG1, "count": {"n": 1}})),
@@ -134,27 +149,66 @@ CASES = [
     Case("body-list", "a JSON list as the body", 400, "Body must be a JSON object", raw(b'["offering", "cpu"]')),
     Case("body-not-json", "a body that is not JSON", 400, "Invalid JSON", raw(b'{"offering": ')),
     # KubeSpawner's profiles
-    Case("profile-unknown", "a profile that does not exist", 400, "The profile 'gpu-max' does not exist on this hub",
-         post({"offering": "cpu", "profile": "gpu-max"})),
-    Case("profile-choice-unknown", "a profile option choice that does not exist", 400, "'cuda99' is not a choice for Image",
-         post({"offering": "cpu", "profile": "pytorch", "image": "cuda99"})),
-    Case("profile-list", "profile ['python']", 400, "The profile must be the name of one profile",
-         post({"offering": "cpu", "profile": ["python"]})),
+    Case(
+        "profile-unknown",
+        "a profile that does not exist",
+        400,
+        "The profile 'gpu-max' does not exist on this hub",
+        post({"offering": "cpu", "profile": "gpu-max"}),
+    ),
+    Case(
+        "profile-choice-unknown",
+        "a profile option choice that does not exist",
+        400,
+        "'cuda99' is not a choice for Image",
+        post({"offering": "cpu", "profile": "pytorch", "image": "cuda99"}),
+    ),
+    Case(
+        "profile-list",
+        "profile ['python']",
+        400,
+        "The profile must be the name of one profile",
+        post({"offering": "cpu", "profile": ["python"]}),
+    ),
     # keys nobody reads
-    Case("junk-key-20MB", "a 20 MB key nobody reads, beside a valid choice", (201, 202), "the junk key was not stored",
-         junk_key),
+    Case("junk-key-20MB", "a 20 MB key nobody reads, beside a valid choice", (201, 202), "the junk key was not stored", junk_key),
     Case("forged-record", "a forged 'gpuspawner' record", (201, 202), "the forged record was not stored", forged_record),
     # named servers: PUT stores, POST starts with what was stored
-    Case("put-post-forbidden", "PUT then POST of a named server with a forbidden offering", 403, NOT_OFFERED,
-         put_then_post({"offering": H100}), servers=["lab"]),
-    Case("put-post-count", "PUT then POST of a named server with count 'lots'", 400, WHOLE,
-         put_then_post({"offering": MIG1, "count": "lots"}), servers=["lab"]),
+    Case(
+        "put-post-forbidden",
+        "PUT then POST of a named server with a forbidden offering",
+        403,
+        NOT_OFFERED,
+        put_then_post({"offering": H100}),
+        servers=["lab"],
+    ),
+    Case(
+        "put-post-count",
+        "PUT then POST of a named server with count 'lots'",
+        400,
+        WHOLE,
+        put_then_post({"offering": MIG1, "count": "lots"}),
+        servers=["lab"],
+    ),
     # policy and the cluster's state
     Case("window-closed", "an offering outside its time window", 403, "is only available", post({"offering": CLOSED})),
-    Case("nothing-free", "the only MIG 3g.20gb slice is taken", 409, "No A100 40GB · MIG 3g.20gb is free (0 of 1 free)",
-         nothing_free, user=RESEARCHER),
-    Case("over-quota", "a T4 share while holding 2 H100s (quota: 2)", 429, "Over your quota", over_quota,
-         user=RESEARCHER, servers=["", "big"]),
+    Case(
+        "nothing-free",
+        "the only MIG 3g.20gb slice is taken",
+        409,
+        "No A100 40GB · MIG 3g.20gb is free (0 of 1 free)",
+        nothing_free,
+        user=RESEARCHER,
+    ),
+    Case(
+        "over-quota",
+        "a T4 share while holding 2 H100s (quota: 2)",
+        429,
+        "Over your quota",
+        over_quota,
+        user=RESEARCHER,
+        servers=["", "big"],
+    ),
     Case("form-forbidden", "the form, posted by hand with a whole H100", 403, NOT_OFFERED, form({"offering": H100})),
     Case("valid", "a MIG 1g.5gb slice (allowed, free)", (201, 202), "", post({"offering": MIG1})),
 ]

@@ -63,8 +63,9 @@ def test_the_api_and_the_form_say_the_same_words(gpuhub):
 
 def test_unknown_keys_never_reach_the_database_or_the_users_list(gpuhub):
     user = STUDENTS[2]
-    created = gpuhub.api("PUT", gpuhub.server_path(user, "notes"), {"user_options": {"offering": "cpu", "junk": "j" * 5000,
-                                                                                       "nested": {"a": [1, 2]}}})
+    created = gpuhub.api(
+        "PUT", gpuhub.server_path(user, "notes"), {"user_options": {"offering": "cpu", "junk": "j" * 5000, "nested": {"a": [1, 2]}}}
+    )
     assert created.status == 201
     patched = gpuhub.api("PATCH", gpuhub.server_path(user, "notes"), {"user_options": {"offering": MIG1, "more-junk": 1}})
     assert patched.status == 200, patched

@@ -123,7 +123,7 @@ def form_options(fields: list[tuple[str, str]]) -> dict:
         prefix = f"profile-option-{profile}--"
         for name, vals in values.items():
             if name.startswith(prefix):
-                options[name[len(prefix):]] = vals[0]
+                options[name[len(prefix) :]] = vals[0]
     return options
 
 
@@ -133,8 +133,17 @@ def _listed(values: list[str]):
 
 # ----------------------------------------------------------------------------- the generators
 
-slugs = st.sampled_from(["cpu", "shared-tesla-t4-time-slicing-4x", "mig-nvidia-a100-sxm4-40gb-1g-5gb",
-                         "mig-nvidia-a100-sxm4-40gb-3g-20gb", "gpu-nvidia-h100-80gb-hbm3", CLOSED, *NOBODYS])
+slugs = st.sampled_from(
+    [
+        "cpu",
+        "shared-tesla-t4-time-slicing-4x",
+        "mig-nvidia-a100-sxm4-40gb-1g-5gb",
+        "mig-nvidia-a100-sxm4-40gb-3g-20gb",
+        "gpu-nvidia-h100-80gb-hbm3",
+        CLOSED,
+        *NOBODYS,
+    ]
+)
 unknown_slugs = st.from_regex(SLUG, fullmatch=True).filter(lambda s: len(s) < 40)
 odd_text = st.one_of(
     st.text(max_size=30),
@@ -142,13 +151,17 @@ odd_text = st.one_of(
     st.builds(lambda n: "a" * n, st.integers(64, 300_000)),
 )
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(10**60), 10**60), st.floats(allow_nan=False, allow_infinity=False), odd_text)
-json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                               st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                           max_leaves=12)
+json_values = st.recursive(
+    scalars, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=12
+)
 # (Hypothesis leans towards each strategy's first, simplest values: refusals first, not starts.)
 offerings = st.one_of(json_values, unknown_slugs, slugs, st.lists(slugs, min_size=0, max_size=3))
-counts = st.one_of(st.sampled_from([1, 2, 4, 3, 8, 0, -1]), st.sampled_from(["1", "2", " 4", "4 ", "02", "1e9", "1.0"]),
-                   json_values, st.lists(st.sampled_from([1, 2, "1"]), max_size=2))
+counts = st.one_of(
+    st.sampled_from([1, 2, 4, 3, 8, 0, -1]),
+    st.sampled_from(["1", "2", " 4", "4 ", "02", "1e9", "1.0"]),
+    json_values,
+    st.lists(st.sampled_from([1, 2, "1"]), max_size=2),
+)
 junk_keys = st.dictionaries(st.text(min_size=1, max_size=20).filter(lambda k: k not in KNOWN_KEYS | BODY_KEYS), json_values, max_size=3)
 
 
@@ -266,6 +279,7 @@ class Users:
 
     def give_back(self, role: str, user: str, server: str, started: bool) -> None:
         """Back to the pool once its server is gone: at once after a refusal, in the background after a start."""
+
         def stop() -> None:
             try:
                 # A start that went on ends by itself after http_timeout: ask now and then, not in a loop.
@@ -302,7 +316,7 @@ def check(hub: GPUHub, request: Request, answer: Answer) -> None:
         # a loaded machine; it then reaches the spawn-pending page's event stream instead.
         result = hub.spawn_result(request.user, request.server)
         assert result.get("failed") and result["message"].startswith("Spawn failed: "), (where, result)
-        answer.message = result["message"][len("Spawn failed: "):]
+        answer.message = result["message"][len("Spawn failed: ") :]
         with SEEN_LOCK:
             SEEN["refusals answered 202 (then failed)"] = SEEN.get("refusals answered 202 (then failed)", 0) + 1
     elif expected:
@@ -340,8 +354,13 @@ def test_fuzz_spawn_requests(fuzz_hub):
         finally:
             users.give_back(request.role, request.user, request.server, started=answer is None or answer.status in STARTED)
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    )
     @given(batch=batches())
     def run(batch: list[Request]) -> None:
         list(pool.map(handle, batch))
@@ -356,10 +375,12 @@ def test_fuzz_spawn_requests(fuzz_hub):
         pool.shutdown(cancel_futures=True)
         users.cleaner.shutdown(wait=True)
         took = time.monotonic() - started
-        print(f"\nfuzz: {SEEN['requests']} requests in {took:.0f}s; statuses: "
-              + ", ".join(f"{k}: {v}" for k, v in sorted(SEEN.items()) if k != "requests"))
+        print(
+            f"\nfuzz: {SEEN['requests']} requests in {took:.0f}s; statuses: "
+            + ", ".join(f"{k}: {v}" for k, v in sorted(SEEN.items()) if k != "requests")
+        )
     assert not users.errors, users.errors[:3]
     log = fuzz_hub.log_text()
-    assert "Traceback" not in log, log[log.index("Traceback") - 2000:][:6000]
+    assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
     assert not re.search(r"\] 500 ", log), [line for line in log.splitlines() if "] 500 " in line][:5]
     assert SEEN["requests"] >= MIN_REQUESTS

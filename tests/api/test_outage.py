@@ -72,4 +72,3 @@ def test_the_page_and_spawns_say_the_cluster_cannot_be_reached_and_recover(devcl
     log = gpuhub.log_text()
     refusals = [line for line in log.splitlines() if "The GPU cluster cannot be reached" in line]
     assert len(refusals) == 3, refusals  # one line per refused spawn (two API starts, one form)
-

@@ -109,7 +109,7 @@ class Hub:
             def do_GET(self):
                 url = urlsplit(self.path)
                 if url.path.startswith("/hub/static/"):
-                    file = (HUB / "static" / url.path[len("/hub/static/"):]).resolve()
+                    file = (HUB / "static" / url.path[len("/hub/static/") :]).resolve()
                     if file.is_file() and (HUB / "static").resolve() in file.parents:
                         types = {".css": "text/css", ".js": "text/javascript", ".png": "image/png", ".woff2": "font/woff2"}
                         return self.send(200, file.read_bytes(), types.get(file.suffix, "application/octet-stream"))

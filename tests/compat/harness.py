@@ -175,7 +175,11 @@ def make_spawner(cls: type, config: Config, user: User | str = "alice", name: st
     hub = Hub(ip="127.0.0.1", port=8081, base_url="/hub/")  # Hub() alone picks a random port
     spawner = cls(hub=hub, user=user, orm_spawner=row, config=config, user_options={}, **traits)
     if server:
-        spawner.server = Server(orm_server=orm.Server(proto="http", ip="", port=0, cookie_name="jupyterhub-user", base_url=f"{user.url}{name}/" if name else user.url))
+        spawner.server = Server(
+            orm_server=orm.Server(
+                proto="http", ip="", port=0, cookie_name="jupyterhub-user", base_url=f"{user.url}{name}/" if name else user.url
+            )
+        )
     return spawner
 
 
@@ -221,6 +225,7 @@ def flat(prefix: str, value: Any) -> dict[str, Any]:
 def differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """The paths at which two flattened outcomes differ (present in one only, or unequal).
     An empty dict or list on one side where the other has entries is told by those entries."""
+
     def filled(outcome: Mapping[str, Any], path: str) -> bool:
         return any(k.startswith((f"{path}.", f"{path}[")) for k in outcome)
 

@@ -80,8 +80,13 @@ async def test_start_poll_stop_with_gpu_offerings_differ_only_as_documented(devc
     if isinstance(offering, str):  # discovered: its fields as the catalog has them
         probe = make_spawner(GPUSpawner, gpu_config, "frank")
         found = next(o for o in await probe.catalog() if o.slug == offering)
-        offering = {"resources": found.resources, "node_selector": found.node_selector, "labels": found.labels,
-                    "annotations": found.annotations, "env": found.env}
+        offering = {
+            "resources": found.resources,
+            "node_selector": found.node_selector,
+            "labels": found.labels,
+            "annotations": found.annotations,
+            "env": found.env,
+        }
     diff = differing(kube_run, gpu_run)
     assert undocumented(diff, offering) == []
     resource = next(iter(offering["resources"]))

@@ -72,7 +72,7 @@ async def spawn_outcome(spawner: Any, source: str, data: dict[str, Any]) -> dict
 
 def options_of(outcome: dict[str, Any]) -> dict[str, Any]:
     """The top-level user_options of a flattened outcome."""
-    found = {k[len("user_options"):]: v for k, v in outcome.items() if k.startswith(("user_options.", "user_options["))}
+    found = {k[len("user_options") :]: v for k, v in outcome.items() if k.startswith(("user_options.", "user_options["))}
     return {k[1:] if k.startswith(".") else k[1:-1]: v for k, v in found.items()}
 
 
@@ -116,12 +116,16 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any], dict[str, Any], Callable[[dict[s
     "api-without-options": ("api", {}, {}, _large(R_IMAGE, 2.0)),
     "api-profile": ("api", {"profile": "small"}, {"profile": "small"}, _small),
     "api-profile-options": (
-        "api", {"profile": LARGE, "image": "scipy", "cpus": "4"}, {"profile": LARGE, "image": "scipy", "cpus": "4"},
+        "api",
+        {"profile": LARGE, "image": "scipy", "cpus": "4"},
+        {"profile": LARGE, "image": "scipy", "cpus": "4"},
         _large(SCIPY_IMAGE, 4.0),
     ),
     "api-unlisted-choice": (
-        "api", {"profile": LARGE, "image--unlisted-choice": OTHER_IMAGE},
-        {"profile": LARGE, "image--unlisted-choice": OTHER_IMAGE}, _large(OTHER_IMAGE, 2.0),
+        "api",
+        {"profile": LARGE, "image--unlisted-choice": OTHER_IMAGE},
+        {"profile": LARGE, "image--unlisted-choice": OTHER_IMAGE},
+        _large(OTHER_IMAGE, 2.0),
     ),
     "form-profile-defaults": ("form", {"profile": [LARGE]}, {"profile": LARGE}, _large(R_IMAGE, 2.0)),
     "form-profile-options": (
@@ -148,7 +152,9 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any], dict[str, Any], Callable[[dict[s
         _small,
     ),
     "form-callable-override": (
-        "form", {"profile": ["per-user"]}, {"profile": "per-user"},
+        "form",
+        {"profile": ["per-user"]},
+        {"profile": "per-user"},
         lambda o: o[f"{CONTAINER}.env[HOME_OF].value"] == "alice" or pytest.fail("callable override not applied"),
     ),
     "query-profile": ("query", {"profile": ["small"]}, {"profile": "small"}, _small),
@@ -253,9 +259,7 @@ async def test_options_from_form_keeps_kubespawners_signature(gpu):
     kube = make_spawner(KubeSpawner, config(GPU_OFF))
     assert not inspect.iscoroutinefunction(spawner.options_from_form)
     assert not inspect.iscoroutinefunction(type(spawner)._options_from_form)
-    assert list(inspect.signature(spawner.options_from_form).parameters) == list(
-        inspect.signature(kube.options_from_form).parameters
-    )
+    assert list(inspect.signature(spawner.options_from_form).parameters) == list(inspect.signature(kube.options_from_form).parameters)
     form = {"profile": ["small"]}
     assert spawner.options_from_form(form) == kube.options_from_form(form) == {"profile": "small"}
     assert spawner.options_from_query(form) == {"profile": "small"}

@@ -26,8 +26,11 @@ pytestmark = pytest.mark.cluster
 
 #: zero-to-jupyterhub's hub Role (templates/hub/rbac.yaml): its own namespace only.
 Z2JH_HUB_RULES = [
-    {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
-     "verbs": ["get", "watch", "list", "create", "delete"]},
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+        "verbs": ["get", "watch", "list", "create", "delete"],
+    },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
 ]
 HALF_V100 = {"slug": "half-v100", "kind": "custom", "display_name": "Half a V100", "resources": {"nvidia.com/vgpu": 500}}
@@ -36,15 +39,27 @@ HALF_V100 = {"slug": "half-v100", "kind": "custom", "display_name": "Half a V100
 def z2jh_hub_account(kube, namespace: str) -> str:
     """The ``hub`` ServiceAccount with z2jh's Role, and a token for it."""
     rbac = "/apis/rbac.authorization.k8s.io/v1"
-    kube.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
-                 {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "hub"}})
-    kube.request("POST", f"{rbac}/namespaces/{namespace}/roles",
-                 {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "hub"}, "rules": Z2JH_HUB_RULES})
-    kube.request("POST", f"{rbac}/namespaces/{namespace}/rolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "hub"},
-        "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": namespace}],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub"},
-    })
+    kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "hub"}},
+    )
+    kube.request(
+        "POST",
+        f"{rbac}/namespaces/{namespace}/roles",
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "hub"}, "rules": Z2JH_HUB_RULES},
+    )
+    kube.request(
+        "POST",
+        f"{rbac}/namespaces/{namespace}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "hub"},
+            "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub"},
+        },
+    )
     request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}
     return kube.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/hub/token", request)["status"]["token"]
 
@@ -62,15 +77,27 @@ def grant(kube, namespace: str, name: str, verbs: list[str]) -> list[str]:
     """A ClusterRole with ``verbs`` on nodes and pods, bound to the hub's ServiceAccount."""
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     role = f"{namespace}-{name}"
-    kube.request("POST", f"{rbac}/clusterroles", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-        "rules": [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": verbs}],
-    })
-    kube.request("POST", f"{rbac}/clusterrolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
-        "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": namespace}],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-    })
+    kube.request(
+        "POST",
+        f"{rbac}/clusterroles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": verbs}],
+        },
+    )
+    kube.request(
+        "POST",
+        f"{rbac}/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        },
+    )
     return [f"{rbac}/clusterroles/{role}", f"{rbac}/clusterrolebindings/{role}"]
 
 
@@ -99,8 +126,11 @@ async def until(check, what, timeout: float = 60.0) -> None:
 async def test_inventory_names_the_missing_permissions_once_and_heals_when_granted(devcluster, kube, namespace, caplog, tmp_path):
     token = z2jh_hub_account(kube, namespace)
     ca = devcluster.directory / "pki" / "ca.crt"
-    conf = Configuration(host=json.loads(devcluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"],
-                         api_key={"BearerToken": token}, api_key_prefix={"BearerToken": "Bearer"})
+    conf = Configuration(
+        host=json.loads(devcluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"],
+        api_key={"BearerToken": token},
+        api_key_prefix={"BearerToken": "Bearer"},
+    )
     conf.ssl_ca_cert = str(ca)
     client = ApiClient(conf)
     inventory = Inventory(CoreV1Api(client), forbidden_retry=0.2)
@@ -125,7 +155,10 @@ async def test_inventory_names_the_missing_permissions_once_and_heals_when_grant
         assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
 
         created += install_chart(kube, namespace, tmp_path)
-        await until(lambda: inventory.ready and not inventory.forbidden, lambda: f"the inventory to sync once the chart's ClusterRole is bound ({inventory.last_error})")
+        await until(
+            lambda: inventory.ready and not inventory.forbidden,
+            lambda: f"the inventory to sync once the chart's ClusterRole is bound ({inventory.last_error})",
+        )
         assert inventory.forbidden == "" and inventory.health.ready
         assert "gpu-v100-fractional" in inventory.index.nodes
         assert any("counts are live" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
@@ -153,8 +186,13 @@ c.GPUSpawner.offerings = c.GPUSpawner.offerings + [{offering!r}]
 def test_stock_z2jh_hub_renders_at_once_and_spawns(devcluster, kube, namespace, tmp_path):
     token = z2jh_hub_account(kube, namespace)
     kubeconfig = kubeconfig_for(devcluster, token, tmp_path / "hub.kubeconfig")
-    hub = GPUHub(tmp_path / "hub", devcluster, namespace, http_timeout=120,
-                 extra_config=HUB_CONFIG.format(kubeconfig=str(kubeconfig), offering=HALF_V100))
+    hub = GPUHub(
+        tmp_path / "hub",
+        devcluster,
+        namespace,
+        http_timeout=120,
+        extra_config=HUB_CONFIG.format(kubeconfig=str(kubeconfig), offering=HALF_V100),
+    )
     runner = PodRunner(kube, root=tmp_path / "pods")  # the pod's notebook, really served
     runner.start()
     try:
@@ -169,8 +207,9 @@ def test_stock_z2jh_hub_renders_at_once_and_spawns(devcluster, kube, namespace, 
         assert re.search(r'value="half-v100"[^>]*checked', refused.body)
         answer = hub.form_post("researcher1", {"offering": "half-v100", "profile": "python"})
         assert answer.status in (302, 303), (answer.status, answer.message)
-        wait_for(lambda: (hub.user_model("researcher1").get("servers") or {}).get("", {}).get("ready"),
-                 "the server to be ready", timeout=180)
+        wait_for(
+            lambda: (hub.user_model("researcher1").get("servers") or {}).get("", {}).get("ready"), "the server to be ready", timeout=180
+        )
         pods = hub.pods("researcher1")
         assert [p["spec"]["nodeName"] for p in pods] == ["gpu-v100-fractional"]
         assert pods[0]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/vgpu"] == "500"

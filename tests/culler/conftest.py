@@ -13,6 +13,7 @@ HERE = Path(__file__).parent
 if str(HERE) not in sys.path:  # culler_fakes, culler_hub (works under any import mode)
     sys.path.insert(0, str(HERE))
 
+
 @pytest.fixture
 def now() -> datetime:
     return datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)

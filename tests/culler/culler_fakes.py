@@ -17,6 +17,7 @@ from gpuspawner.devcluster.prometheus import free_port
 
 DATA = Path(__file__).parent / "data"
 
+
 def reference(name: str) -> list[tuple[str, dict[str, str], float]]:
     return parse_exposition((DATA / name).read_text())
 

@@ -36,9 +36,7 @@ class Hub:
     """One JupyterHub process. ``extra_config`` is Python appended to its config
     (it can use the names TMP, VENV_BIN, REPO)."""
 
-    def __init__(
-        self, tmp: Path, extra_config: str = "", api_page_max: int = 200, debug: bool = True
-    ) -> None:
+    def __init__(self, tmp: Path, extra_config: str = "", api_page_max: int = 200, debug: bool = True) -> None:
         self.debug = debug
         self.tmp = Path(tmp)
         self.tmp.mkdir(parents=True, exist_ok=True)
@@ -178,14 +176,8 @@ class Hub:
                 if e.code != 409:
                     raise
 
-    async def spawn(
-        self, user: str, options: dict, name: str = "", wait: bool = True, timeout: float = 240
-    ) -> dict | None:
-        path = (
-            f"/users/{quote(user)}/servers/{quote(name)}"
-            if name
-            else f"/users/{quote(user)}/server"
-        )
+    async def spawn(self, user: str, options: dict, name: str = "", wait: bool = True, timeout: float = 240) -> dict | None:
+        path = f"/users/{quote(user)}/servers/{quote(name)}" if name else f"/users/{quote(user)}/server"
         try:
             await self.api("POST", path, options)
         except HTTPClientError as e:
@@ -213,11 +205,7 @@ class Hub:
             await asyncio.sleep(0.3)
 
     async def stop_server(self, user: str, name: str = "") -> None:
-        path = (
-            f"/users/{quote(user)}/servers/{quote(name)}"
-            if name
-            else f"/users/{quote(user)}/server"
-        )
+        path = f"/users/{quote(user)}/servers/{quote(name)}" if name else f"/users/{quote(user)}/server"
         try:
             await self.api("DELETE", path)
         except HTTPClientError as e:
@@ -302,9 +290,7 @@ class Jupyter:
         """Send `code`; return once the kernel went busy (wait_idle False) or is idle
         again after running it (wait_idle True)."""
         ws_url = self.base_url.replace("http://", "ws://") + f"api/kernels/{kernel_id}/channels"
-        req = HTTPRequest(
-            ws_url, headers={"Authorization": f"token {self.token}"}, request_timeout=120
-        )
+        req = HTTPRequest(ws_url, headers={"Authorization": f"token {self.token}"}, request_timeout=120)
         conn = await websocket_connect(req)
         try:
             msg_id = uuid.uuid4().hex

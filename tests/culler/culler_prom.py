@@ -111,4 +111,3 @@ def pod_labels(template: Mapping[str, str], pod: str, namespace: str, **extra: s
     labels.update(pod=pod, namespace=namespace, **extra)
     labels.setdefault("container", "notebook")
     return labels
-

@@ -17,7 +17,7 @@ from pathlib import Path
 
 HEADER_LOG = "headers.jsonl"
 
-SNOOP_CONFIG = '''
+SNOOP_CONFIG = """
 import json, os
 _LOG = os.path.join(os.path.expanduser("~"), "headers.jsonl")
 
@@ -33,7 +33,7 @@ def _record(handler):
 
 
 c.ServerApp.tornado_settings = {"log_function": _record}
-'''
+"""
 
 
 def captured(home: Path) -> list[dict]:

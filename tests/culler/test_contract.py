@@ -38,11 +38,7 @@ def test_cpu_kind_with_url_keeps_its_kernel_view():
 
 def test_malformed_contracts_read_conservatively():
     unknown = parse_offering({"gpuspawner": {"kind": "quantum", "pod": "p"}})
-    assert (
-        unknown.kind == "custom"
-        and unknown.is_gpu
-        and "unknown offering kind 'quantum'" in unknown.problem
-    )
+    assert unknown.kind == "custom" and unknown.is_gpu and "unknown offering kind 'quantum'" in unknown.problem
     not_a_dict = parse_offering({"gpuspawner": ["mig"]})
     assert not_a_dict.kind == "custom" and "not a mapping" in not_a_dict.problem
     bad_url = parse_offering({"gpuspawner": {"kind": "full", "url": "javascript:alert(1)"}})

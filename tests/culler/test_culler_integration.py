@@ -120,10 +120,7 @@ async def env(tmp_path_factory):
     e.prom = await asyncio.to_thread(Telemetry(tmp_path_factory.mktemp("telemetry")).start)
     e.prom.start_proxy()
     metrics_port = free_port()
-    extra = (
-        f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {metrics_port}\n"
-        f"UNREACHABLE_PORT = {free_port()}\n" + SPAWNER
-    )
+    extra = f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {metrics_port}\nUNREACHABLE_PORT = {free_port()}\n" + SPAWNER
     e.hub = Hub(tmp_path_factory.mktemp("hub"), extra)
     await e.hub.start()
     # Prometheus scrapes the hub's /hub/metrics and the managed culler's /metrics too
@@ -190,8 +187,13 @@ def gpu(e: Env, user: str, tmpl: dict, *, engine=None, util=None, fb=None, expor
 
 #: user -> (state, GPU memory MiB) as gpus_as_designed() reports them
 DESIGNED = {
-    "bea": ("idle", 9000.0), "gil": ("active", None), "sam": ("idle", 6000.0), "mia": ("idle", 5000.0),
-    "fay": ("idle", 7000.0), "val": ("idle", 2000.0), "ned": ("idle", 1000.0),
+    "bea": ("idle", 9000.0),
+    "gil": ("active", None),
+    "sam": ("idle", 6000.0),
+    "mia": ("idle", 5000.0),
+    "fay": ("idle", 7000.0),
+    "val": ("idle", 2000.0),
+    "ned": ("idle", 1000.0),
 }
 
 
@@ -200,10 +202,7 @@ async def gpus_seen(e: Env, expect: dict[str, tuple[str, float | None]]) -> None
     samples in the window, the latest memory values): a wait, not a timing assertion."""
 
     def ready(view) -> bool:
-        return all(
-            (p := view.for_pod("jhub", pod_of(u))).state == state and p.memory_mib == mem
-            for u, (state, mem) in expect.items()
-        )
+        return all((p := view.for_pod("jhub", pod_of(u))).state == state and p.memory_mib == mem for u, (state, mem) in expect.items())
 
     await asyncio.to_thread(e.prom.wait_view, GpuQuerySettings(), ready, f"the GPU view {expect}")
 
@@ -221,9 +220,7 @@ async def gpus_as_designed(e: Env) -> None:
 
 
 def culler(e: Env, *argv: str, hub_url: str | None = None) -> tuple[Culler, Records]:
-    c, rec, _ = in_process_culler(
-        hub_url or e.hub.api_url, e.prom.url, e.hub.culler_token, *argv, skew=SKEW
-    )
+    c, rec, _ = in_process_culler(hub_url or e.hub.api_url, e.prom.url, e.hub.culler_token, *argv, skew=SKEW)
     return c, rec
 
 
@@ -256,10 +253,7 @@ async def test_dry_run_changes_nothing(env):
     for user in OFFERING:
         assert await running(env, user), user
     assert idle in {k["id"] for k in await sam.kernels()}
-    assert (
-        c.metrics.value("gpuspawner_culler_server_stops_total", {"reason": "idle", "kind": "mig"})
-        == 0
-    )
+    assert c.metrics.value("gpuspawner_culler_server_stops_total", {"reason": "idle", "kind": "mig"}) == 0
     assert (
         c.metrics.value(
             "gpuspawner_culler_decisions_total",
@@ -307,12 +301,7 @@ async def test_idle_kernel_holding_memory_on_shared_gpu_is_shut_down_server_kept
     assert o.result.kernels_shut_down == [idle]
     assert idle not in {k["id"] for k in await j.kernels()}
     assert await running(env, "sam")
-    assert (
-        c.metrics.value(
-            "gpuspawner_culler_kernel_shutdowns_total", {"reason": "idle", "kind": "shared"}
-        )
-        == 1
-    )
+    assert c.metrics.value("gpuspawner_culler_kernel_shutdowns_total", {"reason": "idle", "kind": "shared"}) == 1
     assert "GPU memory held 6000 MiB" in o.decision.summary()
     # dcgm-exporter then sees the memory freed: counted as reclaimed in the next cycle
     gpu(env, "sam", SHARED_T, engine=0.0, fb=400.0)
@@ -336,19 +325,12 @@ async def test_idle_mig_whole_gpu_and_vgpu_servers_past_timeout_are_stopped(env)
     before = c.metrics.value("gpuspawner_culler_requests_total", {"target": "prometheus"})
     report = await c.cycle()
     # ONE Prometheus request for the whole cycle
-    assert (
-        c.metrics.value("gpuspawner_culler_requests_total", {"target": "prometheus"}) - before == 1
-    )
+    assert c.metrics.value("gpuspawner_culler_requests_total", {"target": "prometheus"}) - before == 1
     for user, kind in (("mia", "mig"), ("fay", "full"), ("val", "vgpu")):
         o = outcome(report, user)
         assert o.decision.action == STOP, o.decision.summary()
         assert o.result.stopped in ("stopped", "stopping")
-        assert (
-            c.metrics.value(
-                "gpuspawner_culler_server_stops_total", {"reason": "idle", "kind": kind}
-            )
-            == 1
-        )
+        assert c.metrics.value("gpuspawner_culler_server_stops_total", {"reason": "idle", "kind": kind}) == 1
     for user in ("mia", "fay", "val"):
         await env.hub.wait_stopped(user, NAMED.get(user, ""))
     assert "GPU_UTIL max 0%" in outcome(report, "fay").decision.summary()
@@ -480,18 +462,25 @@ async def test_managed_service_from_the_example_runs_dry_and_serves_metrics(env)
     assert 'decision="stop",dry_run="true",kind="mig"' in text, text[-2000:]
     # nothing was done: no stop and no kernel shutdown was ever counted (the series are
     # there from the start, at 0, so that Prometheus' increase() sees a first one)
-    counted = [line for line in text.splitlines() if line.startswith(
-        ("gpuspawner_culler_server_stops_total{", "gpuspawner_culler_kernel_shutdowns_total{"))]
+    counted = [
+        line
+        for line in text.splitlines()
+        if line.startswith(("gpuspawner_culler_server_stops_total{", "gpuspawner_culler_kernel_shutdowns_total{"))
+    ]
     assert counted and all(line.endswith(" 0.0") for line in counted), counted
     assert "gpuspawner_culler_cycle_duration_seconds_count" in text
     assert await running(env, "mia") and await running(env, "fay")
     # the real Prometheus scrapes the managed culler's metrics and the hub's /hub/metrics
     prom = env.prom.prom
-    seen = await asyncio.to_thread(prom.wait_for, lambda: prom.query(
-        'gpuspawner_culler_decisions_total{decision="stop",dry_run="true",kind="mig",job="gpu-culler"} > 0'),
-        "the culler's dry-run stop in Prometheus")
+    seen = await asyncio.to_thread(
+        prom.wait_for,
+        lambda: prom.query('gpuspawner_culler_decisions_total{decision="stop",dry_run="true",kind="mig",job="gpu-culler"} > 0'),
+        "the culler's dry-run stop in Prometheus",
+    )
     assert seen and {r["metric"]["job"]: r["value"][1] for r in prom.query('up{job=~"gpu-culler|jupyterhub"}')} == {
-        "gpu-culler": "1", "jupyterhub": "1"}
+        "gpu-culler": "1",
+        "jupyterhub": "1",
+    }
     log = env.hub.log_text()
     assert "DRY RUN: would stop server mia" in log
     # its token is the hub-managed service's, and it never stopped anything (it only

@@ -122,8 +122,7 @@ async def env(tmp_path_factory):
     e.prom = await asyncio.to_thread(Telemetry(tmp_path_factory.mktemp("telemetry")).start)
     e.old_token = "old" + "0" * 29
     extra = (
-        f"PROM_URL = {e.prom.url!r}\nHOSTILE = {str(HOSTILE)!r}\n"
-        f"HUB_TOKEN_MAX = {HUB_TOKEN_MAX}\nOLD_TOKEN = {e.old_token!r}\n" + SPAWNER
+        f"PROM_URL = {e.prom.url!r}\nHOSTILE = {str(HOSTILE)!r}\nHUB_TOKEN_MAX = {HUB_TOKEN_MAX}\nOLD_TOKEN = {e.old_token!r}\n" + SPAWNER
     )
     e.hub = Hub(tmp_path_factory.mktemp("hub"), extra)
     # what eve puts in her home: a config file that records every header
@@ -180,9 +179,7 @@ async def telemetry(e: Env, user: str, engine: float, fb: float | None = None) -
 
 
 def culler(e: Env, *argv: str, token: str | None = None) -> tuple[Culler, Records, GpuCuller]:
-    return in_process_culler(
-        e.hub.api_url, e.prom.url, token or e.hub.culler_token, *argv, skew=SKEW
-    )
+    return in_process_culler(e.hub.api_url, e.prom.url, token or e.hub.culler_token, *argv, skew=SKEW)
 
 
 async def call(method: str, url: str, header: tuple[str, str], body: object = None) -> int:
@@ -219,12 +216,7 @@ async def received(e: Env, user: str, j: Jupyter) -> list[dict]:
 
 
 def credentials(requests: list[dict]) -> set[tuple[str, str]]:
-    return {
-        (name, value)
-        for r in requests
-        for name, value in r["headers"]
-        if name.lower() in ("authorization", "cookie")
-    }
+    return {(name, value) for r in requests for name, value in r["headers"] if name.lower() in ("authorization", "cookie")}
 
 
 # -- a pod that records every header -------------------------------------------------
@@ -288,8 +280,7 @@ async def test_what_a_pod_captures_from_the_culler_opens_nothing_but_its_own_ser
             for method, path, body in (
                 ("GET", "api/kernels", None),  # read his kernels
                 ("POST", "api/kernels", {"name": "python3"}),  # run code
-                ("PUT", "api/contents/pwned.txt", {"type": "file", "format": "text",
-                                                    "content": "eve was here"}),
+                ("PUT", "api/contents/pwned.txt", {"type": "file", "format": "text", "content": "eve was here"}),
                 ("DELETE", f"api/kernels/{bob_kernel}", None),
             ):
                 code = await call(method, base + path, header, body)
@@ -381,9 +372,7 @@ async def test_busy_claims_on_an_idle_gpu_are_overruled_after_the_bound(env):
     assert "stop server liam [full a100-80gb] (gpu_idle_limit)" in text
     assert "idle for 00:30:00, past gpu_idle_limit" in text
     assert "1 of 1 kernels busy" in text and "in the future" in text
-    assert c.metrics.value(
-        "gpuspawner_culler_server_stops_total", {"reason": "gpu_idle_limit", "kind": "full"}
-    ) == 1
+    assert c.metrics.value("gpuspawner_culler_server_stops_total", {"reason": "gpu_idle_limit", "kind": "full"}) == 1
     # gus, whose GPU computes, was never stopped and was never even asked
     assert (await env.hub.server("gus"))["ready"]
     # the liar only ever got its own server's token
@@ -410,8 +399,7 @@ async def test_the_service_revokes_its_tokens_when_the_hub_stops_it(env):
         "PYTHONPATH": str(REPO),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuspawner.culler", f"--prometheus-url={env.prom.url}",
-         "--cull-every=1", "--server-token-lifetime=600"],
+        [sys.executable, "-m", "gpuspawner.culler", f"--prometheus-url={env.prom.url}", "--cull-every=1", "--server-token-lifetime=600"],
         env=env_vars,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -32,9 +32,7 @@ M = timedelta(minutes=1)
 URL = "http://10.1.2.3:8888/user/alice/"
 
 
-def server(
-    kind="mig", idle=3 * H, slug=None, url=URL, name="", started=None, pending=None, ready=True
-) -> ServerRecord:
+def server(kind="mig", idle=3 * H, slug=None, url=URL, name="", started=None, pending=None, ready=True) -> ServerRecord:
     opts = {"offering": slug or f"a100-{kind}"}
     if kind != "plain":
         opts["gpuspawner"] = {
@@ -86,9 +84,7 @@ def test_idle_mig_server_past_its_timeout_is_stopped():
     assert "1 kernels, none busy" in text
 
 
-@pytest.mark.parametrize(
-    "kind,limit", [("full", 30), ("mig", 60), ("shared", 120), ("vgpu", 60), ("custom", 60)]
-)
+@pytest.mark.parametrize("kind,limit", [("full", 30), ("mig", 60), ("shared", 120), ("vgpu", 60), ("custom", 60)])
 def test_default_timeouts_per_kind(kind, limit):
     just_under = decide(server(kind, idle=(limit - 1) * M), kv(), gpu(), P, NOW)
     assert just_under.action != STOP
@@ -151,10 +147,7 @@ def test_pending_and_not_ready_servers_are_kept():
 
 def test_offering_timeout_wins_over_kind():
     p = Policy(offering_timeouts={"a100-80gb-long": 6 * 3600})
-    assert (
-        decide(server("full", idle=3 * H, slug="a100-80gb-long"), kv(), gpu(), p, NOW).action
-        == KEEP
-    )
+    assert decide(server("full", idle=3 * H, slug="a100-80gb-long"), kv(), gpu(), p, NOW).action == KEEP
     assert decide(server("full", idle=3 * H), kv(), gpu(), p, NOW).action == STOP
 
 
@@ -176,25 +169,18 @@ def test_max_age_stops_a_used_server_but_never_a_busy_one():
 
 
 def test_stop_switches():
-    assert (
-        decide(server("mig"), kv(), gpu(), Policy(stop_kinds=frozenset({"full"})), NOW).action
-        == KEEP
-    )
+    assert decide(server("mig"), kv(), gpu(), Policy(stop_kinds=frozenset({"full"})), NOW).action == KEEP
     named = server("mig", name="gpu-job")
     assert decide(named, kv(), gpu(), Policy(cull_named_servers=False), NOW).action == KEEP
     assert decide(named, kv(), gpu(), P, NOW).action == STOP
-    assert (
-        decide(server("mig"), kv(), gpu(), Policy(cull_default_servers=False), NOW).action == KEEP
-    )
+    assert decide(server("mig"), kv(), gpu(), Policy(cull_default_servers=False), NOW).action == KEEP
 
 
 def test_custom_arbiter_answer_replaces_the_time_test_not_the_vetoes():
     young = server("full", idle=1 * M)
     assert decide(young, kv(), gpu(), P, NOW, arbiter_idle=True).action == STOP
     assert decide(young, kv(kernel("busy")), gpu(), P, NOW, arbiter_idle=True).action == KEEP
-    assert (
-        decide(server("full", idle=9 * H), kv(), gpu(), P, NOW, arbiter_idle=False).action == KEEP
-    )
+    assert decide(server("full", idle=9 * H), kv(), gpu(), P, NOW, arbiter_idle=False).action == KEEP
 
 
 # -- reclaiming (keep the server, free memory) --------------------------------------
@@ -251,10 +237,7 @@ def test_connected_kernels_and_kernel_timeouts():
     k = kv(kernel("idle", idle=45 * M, connections=1))
     assert decide(s, k, gpu(), P, NOW).action == RECLAIM
     assert decide(s, k, gpu(), Policy(reclaim_connected_kernels=False), NOW).action == KEEP
-    assert (
-        decide(s, k, gpu(), Policy(offering_kernel_timeouts={"t4-shared": 3600}), NOW).action
-        == KEEP
-    )
+    assert decide(s, k, gpu(), Policy(offering_kernel_timeouts={"t4-shared": 3600}), NOW).action == KEEP
     assert decide(s, k, gpu(), Policy(kernel_timeout=0), NOW).action == KEEP
 
 
@@ -417,9 +400,7 @@ gpus = st.one_of(
     idle_since=st.one_of(st.none(), st.timedeltas(min_value=timedelta(0), max_value=20 * H)),
     limit=st.sampled_from([0, 3600, 4 * 3600]),
 )
-def test_never_stops_a_busy_or_gpu_active_or_unknown_gpu_server(
-    kind, idle, kernels, g, max_age, idle_since, limit
-):
+def test_never_stops_a_busy_or_gpu_active_or_unknown_gpu_server(kind, idle, kernels, g, max_age, idle_since, limit):
     s = server(kind, idle=idle)
     policy = Policy(max_age=max_age, gpu_idle_limit=limit)
     since = NOW - idle_since if idle_since is not None else None
@@ -430,9 +411,7 @@ def test_never_stops_a_busy_or_gpu_active_or_unknown_gpu_server(
             assert g is not None and g.idle
         if busy:  # only the GPU's telemetry outweighs a busy kernel, past its bound
             assert d.stop_reason == GPU_IDLE_LIMIT and s.offering.is_gpu
-            assert idle_since >= timedelta(seconds=policy.gpu_idle_limit_for(s.offering)) > (
-                timedelta(0)
-            )
+            assert idle_since >= timedelta(seconds=policy.gpu_idle_limit_for(s.offering)) > (timedelta(0))
     if d.action == RECLAIM:
         ids = {a.kernel_id for a in d.shutdown}
         assert all(not k.busy for k in kernels.kernels if k.id in ids)
@@ -501,16 +480,11 @@ def test_a_deferred_view_never_hides_an_action(kind, before, after, new, status,
     now = t0 + wait
     # the later truth: each old kernel's activity moved forward (a busy one, past t0)
     moved = []
-    for k, (st_, age) in zip(
-        old, (after + [("idle", timedelta(0))] * len(old))[: len(old)], strict=True
-    ):
+    for k, (st_, age) in zip(old, (after + [("idle", timedelta(0))] * len(old))[: len(old)], strict=True):
         floor = t0 if k.busy else (k.last_activity or t0)
         last = max(floor, min(now, now - age))
         moved.append(KernelInfo(k.id, k.name, st_, last, 0))
-    fresh_new = [
-        KernelInfo(f"n{i}", "python3", st_, max(t0, now - age), 0)
-        for i, (st_, age) in enumerate(new)
-    ]
+    fresh_new = [KernelInfo(f"n{i}", "python3", st_, max(t0, now - age), 0) for i, (st_, age) in enumerate(new)]
     status_now = first.server_last_activity
     truth = KernelView(True, tuple(moved + fresh_new), status_now)
     s = server(kind, idle=hub_idle + wait)  # the hub saw nothing new meanwhile

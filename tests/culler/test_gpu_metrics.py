@@ -72,8 +72,11 @@ def world(tmp_path_factory):
     t = Telemetry(tmp_path_factory.mktemp("telemetry")).start()
     try:
         world_devices(t)
-        t.wait_view(S, lambda v: v.for_pod(MPS, EMBED).idle and v.for_pod(*TRITON).idle
-                    and v.for_pod("jhub", "jupyter-rtx").idle, "4 samples of every device")
+        t.wait_view(
+            S,
+            lambda v: v.for_pod(MPS, EMBED).idle and v.for_pod(*TRITON).idle and v.for_pod("jhub", "jupyter-rtx").idle,
+            "4 samples of every device",
+        )
         yield t
     finally:
         t.stop()
@@ -280,13 +283,9 @@ def test_nan_samples_are_ignored():
 
 # -- Prometheus errors ----------------------------------------------------------------
 def test_error_answers_make_the_view_unavailable():
-    err = parse_query_response(
-        {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, S
-    )
+    err = parse_query_response({"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, S)
     assert not err.available and "parse error at char 3" in err.error
-    assert not parse_query_response(
-        {"status": "success", "data": {"resultType": "matrix"}}, S
-    ).available
+    assert not parse_query_response({"status": "success", "data": {"resultType": "matrix"}}, S).available
     assert not parse_query_response(["not", "json", "object"], S).available
     pod = unavailable("connection refused").for_pod("jhub", "jupyter-alice")
     assert pod.state == "unknown" and "connection refused" in pod.reason
@@ -324,10 +323,7 @@ def test_idle_only_with_enough_quiet_samples_and_active_on_any_busy_sample(devic
     if not devices:
         assert pod.state == "unknown"
         return
-    busy = any(
-        any(v > 0 for v in engine) or (not mig and any(v > 0 for v in util))
-        for mig, engine, util in devices
-    )
+    busy = any(any(v > 0 for v in engine) or (not mig and any(v > 0 for v in util)) for mig, engine, util in devices)
     assert pod.active == busy
     if pod.idle:
         for mig, engine, util in devices:
@@ -352,7 +348,5 @@ def test_a_pod_missing_some_of_its_devices_is_unknown():
     assert checked.state == "unknown" and "series for 2 of its 3 devices" in checked.reason
     two = parse_offering({"gpuspawner": {"kind": "full", "resources": {"nvidia.com/gpu": "2"}}})
     assert expect_devices(pod, two.expected_devices).idle
-    hami = parse_offering(
-        {"gpuspawner": {"kind": "custom", "resources": {"nvidia.com/gpumem": "4000"}}}
-    )
+    hami = parse_offering({"gpuspawner": {"kind": "custom", "resources": {"nvidia.com/gpumem": "4000"}}})
     assert hami.expected_devices is None and expect_devices(pod, None).idle

@@ -61,8 +61,7 @@ class TokensHandler(web.RequestHandler):
             self.finish(
                 {
                     "status": 400,
-                    "message": f"token expires_in: {body['expires_in']} must not exceed "
-                    f"{h.max_expires}",
+                    "message": f"token expires_in: {body['expires_in']} must not exceed {h.max_expires}",
                 }
             )
             return
@@ -80,9 +79,7 @@ class TokensHandler(web.RequestHandler):
 async def hub():
     h = TokenHub()
     port = free_port()
-    server = HTTPServer(
-        web.Application([(r"/hub/api/users/([^/]+)/tokens(?:/([^/]+))?", TokensHandler, {"hub": h})])
-    )
+    server = HTTPServer(web.Application([(r"/hub/api/users/([^/]+)/tokens(?:/([^/]+))?", TokensHandler, {"hub": h})]))
     server.listen(port, "127.0.0.1")
     h.url = f"http://127.0.0.1:{port}/hub/api"
     yield h
@@ -128,9 +125,7 @@ async def test_one_token_per_server_instance_with_one_scope_renewed_and_revoked(
     # the server restarted (new started time) or moved (new address): a new token,
     # the old instance's revoked first
     assert await st.get(record(started=T0.replace(hour=11))) == "secret3"
-    assert await st.get(record(started=T0.replace(hour=11), url="http://10.0.0.9:8888/u/")) == (
-        "secret4"
-    )
+    assert await st.get(record(started=T0.replace(hour=11), url="http://10.0.0.9:8888/u/")) == ("secret4")
     assert hub.deletes == [("alice", "a2"), ("alice", "a3")]
     # a named server has its own token and scope
     assert await st.get(record(name="train")) == "secret5"
@@ -189,7 +184,6 @@ async def test_a_token_wider_than_its_server_is_never_used(hub):
             await st.get(record(user="carol"))
         assert hub.deletes[-1][0] == "carol"
     assert len(st) == 1
-
 
 
 async def test_mints_for_kernel_shutdowns_only_are_budgeted_per_cycle(hub):

@@ -20,9 +20,7 @@ from gpuspawner.culler.transport import RequestFailed, RetryPolicy, Transport
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 LOG = logging.getLogger("test.transport")
-FAST = RetryPolicy(
-    attempts=3, base_delay=0.01, max_delay=0.02, request_timeout=2, connect_timeout=2
-)
+FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.02, request_timeout=2, connect_timeout=2)
 
 
 class Script:
@@ -43,9 +41,7 @@ class Handler(web.RequestHandler):
 
     async def get(self, path):
         s = self.script
-        s.seen.append(
-            (self.request.method, self.request.uri, self.request.headers.get("Authorization"))
-        )
+        s.seen.append((self.request.method, self.request.uri, self.request.headers.get("Authorization")))
         if s.delay:
             await asyncio.sleep(s.delay)
         if s.codes:
@@ -111,27 +107,21 @@ async def test_hub_paging_follows_next_on_our_own_url(scripted):
     pages = {
         "0": {
             "items": [{"name": "a"}, {"name": "b"}],
-            "_pagination": {
-                "next": {"url": "http://elsewhere:1/hub/api/users?state=ready&offset=2&limit=2"}
-            },
+            "_pagination": {"next": {"url": "http://elsewhere:1/hub/api/users?state=ready&offset=2&limit=2"}},
         },
         "2": {"items": [{"name": "c"}], "_pagination": {"next": None}},
     }
 
     class Pager(Handler):
         async def get(self, path):
-            self.script.seen.append(
-                (self.request.method, self.request.uri, self.request.headers.get("Accept"))
-            )
+            self.script.seen.append((self.request.method, self.request.uri, self.request.headers.get("Accept")))
             self.finish(pages[self.get_argument("offset", "0")])
 
     port = free_port()
     server = HTTPServer(web.Application([(r"(.*)", Pager, {"script": scripted})]))
     server.listen(port, "127.0.0.1")
     try:
-        hub = HubClient(
-            f"http://127.0.0.1:{port}/hub/api", "tok", transport(CullerMetrics()), page_size=2
-        )
+        hub = HubClient(f"http://127.0.0.1:{port}/hub/api", "tok", transport(CullerMetrics()), page_size=2)
         names = [u["name"] async for u in hub.iter_users("ready")]
     finally:
         server.stop()
@@ -176,8 +166,7 @@ def record(base_url: str, user: str = "alice") -> ServerRecord:
 
 async def test_kernel_view_asks_directly_with_the_server_s_own_token(scripted):
     scripted.body = (
-        '[{"id": "k1", "name": "python3", "last_activity": "2026-05-04T11:00:00Z",'
-        ' "execution_state": "busy", "connections": 1}]'
+        '[{"id": "k1", "name": "python3", "last_activity": "2026-05-04T11:00:00Z", "execution_state": "busy", "connections": 1}]'
     )
     tokens = Tokens()
     kc = KernelClient(tokens, transport(CullerMetrics(), "server"))

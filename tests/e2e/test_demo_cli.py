@@ -44,7 +44,10 @@ def test_demo_starts_and_ctrl_c_cleans_up(devcluster):  # devcluster: the binari
     port = free_port()
     demo = subprocess.Popen(
         [sys.executable, "-m", "gpuspawner.demo", "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     lines = []
     try:

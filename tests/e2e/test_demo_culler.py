@@ -23,14 +23,17 @@ from gpuspawner.devcluster.prometheus import DASHBOARD_FILE, Prometheus
 from tests.e2e.demo_stack import free_port
 
 pytestmark = pytest.mark.cluster
-CULLER_ARGS = ("--cull-every=5 --timeout=900 --kernel-timeout=300 --kind-timeout=mig=15 --kind-timeout=full=15 "
-               "--kind-timeout=shared=900 --gpu-window=40 --gpu-min-samples=3")
+CULLER_ARGS = (
+    "--cull-every=5 --timeout=900 --kernel-timeout=300 --kind-timeout=mig=15 --kind-timeout=full=15 "
+    "--kind-timeout=shared=900 --gpu-window=40 --gpu-min-samples=3"
+)
 
 
 def call(demo, token, method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"{demo.api_url}{path}", data=data, method=method,
-                                 headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{demo.api_url}{path}", data=data, method=method, headers={"Authorization": f"token {token}", "Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         raw = resp.read()
     return json.loads(raw) if raw else None
@@ -45,9 +48,15 @@ def test_idle_mig_server_is_culled_and_a_busy_gpu_is_not():
         demo.telemetry.active.add("jupyter-researcher1")
         call(demo, token, "POST", "/users/student1/server", {"offering": "mig-nvidia-a100-sxm4-40gb-1g-5gb"})
         call(demo, token, "POST", "/users/researcher1/server", {"offering": "gpu-nvidia-h100-80gb-hbm3", "count": 1})
+
         def pods():
-            return {p["metadata"]["labels"]["hub.jupyter.org/username"]: p for p in demo.cluster.client().request(
-            "GET", f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=component=singleuser-server")["items"]}
+            return {
+                p["metadata"]["labels"]["hub.jupyter.org/username"]: p
+                for p in demo.cluster.client().request(
+                    "GET", f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=component=singleuser-server"
+                )["items"]
+            }
+
         deadline = time.monotonic() + 120
         while not all(call(demo, token, "GET", f"/users/{u}")["servers"].get("", {}).get("ready") for u in ("student1", "researcher1")):
             assert time.monotonic() < deadline, (demo.state / "jupyterhub.log").read_text()[-3000:]
@@ -56,7 +65,9 @@ def test_idle_mig_server_is_culled_and_a_busy_gpu_is_not():
 
         deadline = time.monotonic() + 180
         while call(demo, token, "GET", "/users/student1")["servers"]:
-            assert time.monotonic() < deadline, "the idle MIG server was not culled:\n" + (demo.state / "jupyterhub.log").read_text()[-4000:]
+            assert time.monotonic() < deadline, (
+                "the idle MIG server was not culled:\n" + (demo.state / "jupyterhub.log").read_text()[-4000:]
+            )
             time.sleep(2)
         while "student1" in pods():
             assert time.monotonic() < deadline, "the culled server's pod is still there"
@@ -138,8 +149,12 @@ def check_dashboard_and_rules(prom: Prometheus, started: float) -> None:
     assert idle_hours["student1"][0] > 0 and idle_hours.get("researcher1", [0])[0] == 0, idle_hours
     memory = "GPU memory held idle, and reclaimed"
     assert peak(memory, f"{MIG} held idle") == 1536  # the stand-in's memory per notebook
-    assert peak(memory, "reclaimed by server_stop") > 0, [(r["metric"]["__name__"], r["values"][:3], len(r["values"])) for r in prom.query_range(
-        "gpuspawner_culler_gpu_memory_reclaimed_mib_total or gpuspawner_culler_server_stops_total", started, end, 1)]
+    assert peak(memory, "reclaimed by server_stop") > 0, [
+        (r["metric"]["__name__"], r["values"][:3], len(r["values"]))
+        for r in prom.query_range(
+            "gpuspawner_culler_gpu_memory_reclaimed_mib_total or gpuspawner_culler_server_stops_total", started, end, 1
+        )
+    ]
     assert peak("Culls and kernel reclaims, by reason", "server stop: idle (mig)") > 0
     assert peak("Spawn refusals, by reason", "quota") > 0
     assert any(panels["Time from spawn to scheduled"].get(f"p50 {kind}") for kind in ("mig", "full")), seen
@@ -151,8 +166,14 @@ def check_dashboard_and_rules(prom: Prometheus, started: float) -> None:
     assert prom.query("sum(gpuspawner:server_gpus_idle) > 4", at=end) == []
     assert max(float(v) for _, v in prom.query_range("sum(gpuspawner:server_gpus_idle)", started, end, 1)[0]["values"]) == 1
     assert prom.query("max(gpuspawner_culler_gpu_view_up) == 0", at=end) == []
-    assert prom.query('absent(gpuspawner_culler_last_cycle_timestamp_seconds) or '
-                      '(time() - max(gpuspawner_culler_last_cycle_timestamp_seconds) > 900)', at=end) == []
+    assert (
+        prom.query(
+            "absent(gpuspawner_culler_last_cycle_timestamp_seconds) or "
+            "(time() - max(gpuspawner_culler_last_cycle_timestamp_seconds) > 900)",
+            at=end,
+        )
+        == []
+    )
     firing = prom.api("alerts", {})["alerts"]
     assert [a for a in firing if a["state"] == "firing"] == []
     groups = {g["name"]: g for g in prom.api("rules", {})["groups"]}

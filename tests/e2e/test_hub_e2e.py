@@ -30,13 +30,13 @@ SHOTS = ARTIFACTS / "screenshots"
 MIG_1G = "mig-nvidia-a100-sxm4-40gb-1g-5gb"
 H100 = "gpu-nvidia-h100-80gb-hbm3"
 
-EXTRA_CONFIG = '''
+EXTRA_CONFIG = """
 c = get_config()
 c.GPUSpawner.offerings.append({
     "slug": "markup-test", "kind": "custom", "command_prefix": ["env"], "display_name": "CPU <b>bold</b> test",
     "description": "<script>window.__pwned = 1</script><img src=x onerror=alert(1)> plain text",
 })
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +132,9 @@ def test_the_hub_serves_gpuspawner_metrics(demo):
         text = resp.read().decode()
     assert f'gpuspawner_offering_capacity{{kind="mig",offering="{MIG_1G}"}} 2.0' in text
     # the counters exist at 0 from the first catalog on; a MIG spawn was admitted here
-    admitted = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                if line.startswith('gpuspawner_admissions_total{decision="admit",kind="mig",offering="')]
+    admitted = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('gpuspawner_admissions_total{decision="admit",kind="mig",offering="')
+    ]
     assert admitted and max(admitted) >= 1, admitted

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.cluster
 USER_QUOTA = 4
 GROUP_QUOTA = 6
 STOP_RETRY = 20
-EXTRA_CONFIG = f'''
+EXTRA_CONFIG = f"""
 c = get_config()
 c.GPUSpawner.user_quota = {{"total": {USER_QUOTA}}}
 c.GPUSpawner.group_quotas = {{"students": {{"total": {GROUP_QUOTA}, "full": 0}}}}
@@ -39,7 +39,7 @@ c.GPUSpawner.stop_retry_timeout = {STOP_RETRY}
 c.GPUSpawner.orphan_pod_grace_seconds = 5
 c.GPUSpawner.orphan_pod_check_seconds = 1
 c.KubeSpawner.k8s_api_request_retry_timeout = 5
-'''
+"""
 # What students may take, with room for more than any quota here: 20 units in all.
 STUDENT_OFFERINGS = [
     "mig-gke-nvidia-tesla-a100-1g-5gb",
@@ -60,8 +60,7 @@ def demo(tmp_path_factory):
 
 def call(demo, method: str, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"{demo.api_url}{path}", data=data, method=method,
-                                 headers={"Authorization": f"token {demo.token}"})
+    req = urllib.request.Request(f"{demo.api_url}{path}", data=data, method=method, headers={"Authorization": f"token {demo.token}"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
@@ -102,6 +101,7 @@ def hub_log(demo) -> str:
 
 def spawn_all(demo, requests: list[tuple[str, str, str]]) -> list[tuple[int, dict]]:
     """POST every (user, server name, offering) at once, as concurrent REST clients would."""
+
     def one(req):
         user, name, slug = req
         return call(demo, "POST", f"/users/{user}/servers/{name}", {"offering": slug})
@@ -200,7 +200,11 @@ def test_a_stop_that_gives_up_leaves_an_orphan_the_hub_deletes(demo):
         assert "giving up after" in hub_log(demo)
     finally:
         demo.cluster.start_components(CONTROL_PLANE)
-    wait_for(lambda: name not in [p["metadata"]["name"] for p in gpu_pods(demo, "researcher1")],
-             "the orphaned pod deleted", timeout=90, interval=0.5)
+    wait_for(
+        lambda: name not in [p["metadata"]["name"] for p in gpu_pods(demo, "researcher1")],
+        "the orphaned pod deleted",
+        timeout=90,
+        interval=0.5,
+    )
     assert f"deleted orphaned GPU pod {NAMESPACE}/{name}: no server researcher1 in the hub" in hub_log(demo)
     wait_for(lambda: free_count(demo, H100) == before, "the free count to be right again", timeout=60)

@@ -86,9 +86,7 @@ async def test_twenty_spawns_for_three_free_slices(devcluster, kube, namespace, 
 
 
 async def test_refusal_names_what_is_free_instead_and_creates_no_pod(devcluster, kube, namespace, other_namespace):
-    kube.request(
-        "POST", f"/api/v1/namespaces/{other_namespace}/pods", foreign_pod("big", {"nvidia.com/mig-3g.20gb": "1"})
-    )
+    kube.request("POST", f"/api/v1/namespaces/{other_namespace}/pods", foreign_pod("big", {"nvidia.com/mig-3g.20gb": "1"}))
     spawner = make_spawner(devcluster, namespace)
     await spawner.catalog()
     await inventory_sees(spawner, lambda idx: free_of(spawner, "mig-nvidia-a100-sxm4-40gb-3g-20gb") == 0, "the 3g pod")
@@ -108,8 +106,15 @@ async def test_refusal_names_what_is_free_instead_and_creates_no_pod(devcluster,
 async def test_scheduler_refusal_fails_the_spawn_in_seconds_and_deletes_the_pod(devcluster, kube, namespace):
     # Nothing counts this offering's capacity (no extended resource), so only the real
     # scheduler can say no: it finds no node with this label.
-    impossible = [{"slug": "fpga", "kind": "custom", "display_name": "FPGA node", "command_prefix": ["run-on-fpga"],
-                   "node_selector": {"example.org/fpga": "true"}}]
+    impossible = [
+        {
+            "slug": "fpga",
+            "kind": "custom",
+            "display_name": "FPGA node",
+            "command_prefix": ["run-on-fpga"],
+            "node_selector": {"example.org/fpga": "true"},
+        }
+    ]
     spawner = make_spawner(devcluster, namespace, offerings=impossible)
     spawner.start_timeout = 300
     spawner.user_options = {"offering": "fpga"}
@@ -152,8 +157,11 @@ async def test_user_quota_counts_servers_across_the_users_named_servers(devclust
 
 async def test_queue_waits_for_a_unit_and_then_starts(devcluster, kube, namespace, other_namespace):
     overrides = {"gpu-nvidia-h100-80gb-hbm3": {"admission": "queue", "queue_timeout": 60}}
-    kube.request("POST", f"/api/v1/namespaces/{other_namespace}/pods",
-                 foreign_pod("all-h100", {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}))
+    kube.request(
+        "POST",
+        f"/api/v1/namespaces/{other_namespace}/pods",
+        foreign_pod("all-h100", {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+    )
     spawner = make_spawner(devcluster, namespace, offering_overrides=overrides)
     await spawner.catalog()
     await inventory_sees(spawner, lambda idx: free_of(spawner, "gpu-nvidia-h100-80gb-hbm3") == 0, "all H100s taken")
@@ -183,12 +191,20 @@ async def test_inventory_recovers_after_api_server_and_etcd_restart(devcluster, 
     # Changes made as soon as the API is back, before the inventory has reconnected.
     kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/before?gracePeriodSeconds=0")
     kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", foreign_pod("after", {"nvidia.com/mig-1g.5gb": "2"}))
-    wait_for(lambda: all(p["status"].get("phase") == "Running" for p in pods(kube, namespace))
-             and [p["metadata"]["name"] for p in pods(kube, namespace)] == ["after"], "pods settled after restart")
+    wait_for(
+        lambda: (
+            all(p["status"].get("phase") == "Running" for p in pods(kube, namespace))
+            and [p["metadata"]["name"] for p in pods(kube, namespace)] == ["after"]
+        ),
+        "pods settled after restart",
+    )
     await inventory_sees(
         spawner,
-        lambda idx: free_of(spawner, "mig-nvidia-a100-sxm4-40gb-2g-10gb") == 1 and free_of(spawner, "mig-nvidia-a100-sxm4-40gb-1g-5gb") == 0,
-        "the changes made around the outage", timeout=60,
+        lambda idx: (
+            free_of(spawner, "mig-nvidia-a100-sxm4-40gb-2g-10gb") == 1 and free_of(spawner, "mig-nvidia-a100-sxm4-40gb-1g-5gb") == 0
+        ),
+        "the changes made around the outage",
+        timeout=60,
     )
     assert inventory.ready and inventory.relists["pods"] > relists_before
 
@@ -197,9 +213,15 @@ async def test_time_window_is_enforced_for_every_kind_on_api_starts(devcluster, 
     from datetime import datetime
 
     other_day = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[(datetime.now(UTC).weekday() + 3) % 7]
-    offerings = [{"slug": "bitfusion-night", "kind": "custom", "display_name": "Remote half GPU",
-                  "command_prefix": ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"],
-                  "windows": [f"{other_day} 00:00-24:00"]}]
+    offerings = [
+        {
+            "slug": "bitfusion-night",
+            "kind": "custom",
+            "display_name": "Remote half GPU",
+            "command_prefix": ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"],
+            "windows": [f"{other_day} 00:00-24:00"],
+        }
+    ]
     spawner = make_spawner(devcluster, namespace, offerings=offerings, site_timezone="UTC")
     spawner.user_options = {"offering": "bitfusion-night"}  # a REST API start: no form in between
     with pytest.raises(SpawnRefused, match=rf"Remote half GPU is only available {other_day} 00:00-24:00 \(UTC\)") as info:

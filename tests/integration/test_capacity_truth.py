@@ -50,8 +50,18 @@ def features(seeds: list[int]) -> set[str]:
 
 def test_the_ci_states_cover_what_the_scheduler_weighs():
     got = features(_seeds(SEEDS))
-    want = {"cordoned", "tolerates everything", "not-ready NoExecute+NoSchedule", "not-ready NoExecute", "untolerated taint",
-            "few pod slots", "notebook:cpu_guarantee", "notebook:mem_guarantee", "notebook:mem_limit", "notebook:tolerations"}
+    want = {
+        "cordoned",
+        "tolerates everything",
+        "not-ready NoExecute+NoSchedule",
+        "not-ready NoExecute",
+        "untolerated taint",
+        "few pod slots",
+        "notebook:cpu_guarantee",
+        "notebook:mem_guarantee",
+        "notebook:mem_limit",
+        "notebook:tolerations",
+    }
     assert want <= got, f"the seeds {SEEDS} no longer cover {sorted(want - got)}"
 
 
@@ -59,7 +69,9 @@ def test_free_counts_equal_what_the_real_scheduler_binds(tmp_path):
     report = tmp_path / "truth.json"
     done = subprocess.run(
         [sys.executable, "-m", "gpuspawner.devcluster.truth", "--seeds", SEEDS, "--json", str(report)],
-        capture_output=True, text=True, timeout=1200,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "capacity_truth.txt").write_text(done.stdout + done.stderr[-4000:])

@@ -94,6 +94,8 @@ def test_deleted_pod_goes_away(kube, namespace):
     create(kube, namespace, make_pod("short", {"nvidia.com/mig-1g.5gb": "1"}))
     wait_for(lambda: running(kube, namespace, "short"), "pod Running")
     kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/short")
+
     def names():
         return [p["metadata"]["name"] for p in kube.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]]
+
     wait_for(lambda: "short" not in names(), "deleted pod removed by kwok")

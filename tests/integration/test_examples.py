@@ -140,9 +140,7 @@ def schema_errors(values: dict, release: str) -> list[str]:
     chart_values = yaml.safe_load((ref / f"values-{release}.yaml").read_text())
     schema = yaml.safe_load((ref / f"values.schema-{release}.yaml").read_text())
     merged = helm_merge(chart_values, values)
-    return sorted(
-        f"{'.'.join(map(str, e.absolute_path)) or '<top>'}: {e.message}" for e in Draft7Validator(schema).iter_errors(merged)
-    )
+    return sorted(f"{'.'.join(map(str, e.absolute_path)) or '<top>'}: {e.message}" for e in Draft7Validator(schema).iter_errors(merged))
 
 
 def z2jh_values() -> dict:
@@ -179,7 +177,10 @@ def helm_binary() -> Path:
         env = {**os.environ, "GOBIN": scratch, "CGO_ENABLED": "0", "GOFLAGS": ""}
         proc = subprocess.run(
             [go, "install", f"-ldflags={ldflags}", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"],
-            env=env, capture_output=True, text=True, check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if proc.returncode != 0:
             pytest.fail(f"building Helm {HELM_VERSION} failed:\n{proc.stderr[-3000:]}")
@@ -211,9 +212,11 @@ def nodes_of_class(offering: Offering, nodes: list[dict]) -> set[str]:
         allocatable = node.get("status", {}).get("allocatable") or {}
         if node.get("spec", {}).get("unschedulable"):
             continue
-        if all(labels.get(k) == v for k, v in offering.node_selector.items()) and terms_match(
-            offering.placement_terms, labels
-        ) and all((amount(r, allocatable.get(r, 0)) or 0) > 0 for r in offering.resources):
+        if (
+            all(labels.get(k) == v for k, v in offering.node_selector.items())
+            and terms_match(offering.placement_terms, labels)
+            and all((amount(r, allocatable.get(r, 0)) or 0) > 0 for r in offering.resources)
+        ):
             out.add(node["metadata"]["name"])
     return out
 
@@ -334,7 +337,9 @@ async def test_example_builds_a_catalog_a_real_spawner_accepts(example, nodes, d
     for offering in catalog:
         if offering.source == "config" and offering.resources:
             served = set(availability(offering, nodes, []).nodes)
-            assert served == nodes_of_class(offering, nodes), f"{example.name}: {offering.slug} cannot use {sorted(nodes_of_class(offering, nodes) - served)} (a taint?)"
+            assert served == nodes_of_class(offering, nodes), (
+                f"{example.name}: {offering.slug} cannot use {sorted(nodes_of_class(offering, nodes) - served)} (a taint?)"
+            )
 
 
 @cluster
@@ -370,7 +375,12 @@ def test_offerings_cli_prints_the_same_catalog_as_json(example, nodes, nodes_jso
     env = {**os.environ, "GPUSPAWNER_DEMO_DIR": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, "-m", "gpuspawner.cli", "offerings", "--config", str(example), "--nodes", str(nodes_json), "--json"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, f"{example.name}: exit {proc.returncode}\n{proc.stderr}"
     rows = json.loads(proc.stdout)
@@ -399,7 +409,9 @@ def test_mig_by_day_whole_gpus_nights_and_weekends_never_both_never_neither():
             now = monday + timedelta(minutes=30 * step)
             whole_open = not window_state(whole[0].windows, now)
             for o in mig:
-                assert whole_open != (not window_state(o.windows, now)), f"{now:%a %H:%M}: whole A100 {whole_open}, {o.slug} {not whole_open}"
+                assert whole_open != (not window_state(o.windows, now)), (
+                    f"{now:%a %H:%M}: whole A100 {whole_open}, {o.slug} {not whole_open}"
+                )
 
 
 def test_gke_example_declares_its_autoscaled_pool():
@@ -536,8 +548,16 @@ def test_chart_grants_the_hub_exactly_node_and_pod_reads(kube, namespace, tmp_pa
 
 def test_chart_values_name_the_service_account_and_reject_typos(tmp_path):
     rendered = helm(
-        "template", "rbac", str(CHART), "--namespace", "tools",
-        "--set", "hub.serviceAccount.name=my-jupyterhub-hub", "--set", "hub.namespace=jhub", home=tmp_path,
+        "template",
+        "rbac",
+        str(CHART),
+        "--namespace",
+        "tools",
+        "--set",
+        "hub.serviceAccount.name=my-jupyterhub-hub",
+        "--set",
+        "hub.namespace=jhub",
+        home=tmp_path,
     )
     assert rendered.returncode == 0, rendered.stderr
     docs = {d["kind"]: d for d in yaml.safe_load_all(rendered.stdout) if d}

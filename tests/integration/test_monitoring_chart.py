@@ -21,14 +21,22 @@ from tests.integration.test_examples import CHART, helm
 
 CRDS = Path(__file__).resolve().parents[1] / "data" / "prometheus-operator"
 EVERYTHING_ON = [
-    "--set", "monitoring.dashboard.enabled=true",
-    "--set", "monitoring.dashboard.annotations.grafana_folder=GPUs",
-    "--set", "monitoring.prometheusRule.enabled=true",
-    "--set", "monitoring.prometheusRule.labels.release=kube-prometheus-stack",
-    "--set", "monitoring.serviceMonitor.enabled=true",
-    "--set", "monitoring.serviceMonitor.labels.release=kube-prometheus-stack",
-    "--set", "monitoring.serviceMonitor.hub.tokenSecret.name=hub-metrics-token",
-    "--set", "monitoring.serviceMonitor.hub.tokenSecret.key=token",
+    "--set",
+    "monitoring.dashboard.enabled=true",
+    "--set",
+    "monitoring.dashboard.annotations.grafana_folder=GPUs",
+    "--set",
+    "monitoring.prometheusRule.enabled=true",
+    "--set",
+    "monitoring.prometheusRule.labels.release=kube-prometheus-stack",
+    "--set",
+    "monitoring.serviceMonitor.enabled=true",
+    "--set",
+    "monitoring.serviceMonitor.labels.release=kube-prometheus-stack",
+    "--set",
+    "monitoring.serviceMonitor.hub.tokenSecret.name=hub-metrics-token",
+    "--set",
+    "monitoring.serviceMonitor.hub.tokenSecret.key=token",
 ]
 PLURAL = {"ConfigMap": "configmaps", "PrometheusRule": "prometheusrules", "ServiceMonitor": "servicemonitors"}
 
@@ -44,9 +52,12 @@ def test_everything_on_passes_helm_lint_and_renders_the_monitoring_sources(tmp_p
     assert lint.returncode == 0, lint.stdout + lint.stderr
     docs = {(d["kind"], d["metadata"]["name"]): d for d in render(tmp_path, "jhub")}
     assert sorted(docs) == [
-        ("ClusterRole", "gpuspawner:jhub:hub"), ("ClusterRoleBinding", "gpuspawner:jhub:hub"),
-        ("ConfigMap", "mon-gpuspawner-dashboard"), ("PrometheusRule", "mon-gpuspawner"),
-        ("ServiceMonitor", "mon-gpuspawner-culler"), ("ServiceMonitor", "mon-gpuspawner-hub"),
+        ("ClusterRole", "gpuspawner:jhub:hub"),
+        ("ClusterRoleBinding", "gpuspawner:jhub:hub"),
+        ("ConfigMap", "mon-gpuspawner-dashboard"),
+        ("PrometheusRule", "mon-gpuspawner"),
+        ("ServiceMonitor", "mon-gpuspawner-culler"),
+        ("ServiceMonitor", "mon-gpuspawner-hub"),
     ]
     dashboard = docs[("ConfigMap", "mon-gpuspawner-dashboard")]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"  # the sidecar's label
@@ -82,8 +93,9 @@ def test_the_rules_pass_promtool_and_their_unit_tests():
     proc = subprocess.run([promtool, "test", "rules", tests.name], cwd=tests.parent, capture_output=True, text=True)
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
     alerts = {r["alert"] for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"] if "alert" in r}
-    tested = {t["alertname"] for case in yaml.safe_load(tests.read_text())["tests"] for t in case.get("alert_rule_test", [])
-              if t["exp_alerts"]}
+    tested = {
+        t["alertname"] for case in yaml.safe_load(tests.read_text())["tests"] for t in case.get("alert_rule_test", []) if t["exp_alerts"]
+    }
     assert tested == alerts, f"alerts never seen firing in rules_test.yaml: {alerts - tested}"
 
 

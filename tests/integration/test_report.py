@@ -44,7 +44,13 @@ def _series(name: str, labels: dict[str, str], start: int, end: int, value) -> l
 def history(t0: int) -> str:
     h = lambda n: t0 + int(n * HOUR)  # noqa: E731
     server = lambda user, group, offering, kind, pod: {  # noqa: E731
-        "namespace": "jhub", "pod": pod, "user": user, "group": group, "offering": offering, "kind": kind}
+        "namespace": "jhub",
+        "pod": pod,
+        "user": user,
+        "group": group,
+        "offering": offering,
+        "kind": kind,
+    }
     gpus = []
     gpus += _series("gpuspawner_server_gpus", server("alice", "researchers", "gpu-h100", "full", "jupyter-alice"), h(0), h(6), lambda t: 2)
     gpus += _series("gpuspawner_server_gpus", server("bob", "students", "mig-1g-10gb", "mig", "jupyter-bob"), h(0), h(10), lambda t: 1)
@@ -55,14 +61,28 @@ def history(t0: int) -> str:
         dev = {"gpu": str(i), "UUID": f"GPU-alice-{i}", "Hostname": "h100-node", "namespace": "jhub", "pod": "jupyter-alice"}
         engine += _series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", dev, h(0), h(6), lambda t: "0.700000" if t <= h(2) else "0.000000")
         util += _series("DCGM_FI_DEV_GPU_UTIL", dev, h(0), h(6), lambda t: 70 if t <= h(2) else 0)
-    bob = {"gpu": "0", "UUID": "GPU-mig-node", "GPU_I_PROFILE": "1g.10gb", "GPU_I_ID": "7", "Hostname": "a100-node",
-           "namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-7xk2p", "exported_namespace": "jhub", "exported_pod": "jupyter-bob"}
+    bob = {
+        "gpu": "0",
+        "UUID": "GPU-mig-node",
+        "GPU_I_PROFILE": "1g.10gb",
+        "GPU_I_ID": "7",
+        "Hostname": "a100-node",
+        "namespace": "gpu-operator",
+        "pod": "nvidia-dcgm-exporter-7xk2p",
+        "exported_namespace": "jhub",
+        "exported_pod": "jupyter-bob",
+    }
     engine += _series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", bob, h(0), h(10), lambda t: "0.000000")
     util += _series("DCGM_FI_DEV_GPU_UTIL", bob, h(0), h(10), lambda t: 0)
     carol = {"gpu": "0", "UUID": "GPU-t4", "Hostname": "t4-node", "namespace": "jhub", "pod": "jupyter-carol", "vgpu": "2"}
     util += _series("DCGM_FI_DEV_GPU_UTIL", carol, h(5), h(10), lambda t: 40)
-    reclaimed = _series("gpuspawner_culler_gpu_memory_reclaimed_mib_total", {"action": "server_stop", "kind": "full"},
-                        h(0), h(10), lambda t: 5000 if t >= h(6) else 0)
+    reclaimed = _series(
+        "gpuspawner_culler_gpu_memory_reclaimed_mib_total",
+        {"action": "server_stop", "kind": "full"},
+        h(0),
+        h(10),
+        lambda t: 5000 if t >= h(6) else 0,
+    )
     families = [
         ("gpuspawner_server_gpus", "gauge", gpus),
         ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", engine),
@@ -98,7 +118,10 @@ def test_gpu_hours_by_user_group_and_offering_as_worked_out_by_hand(backfilled):
     assert {r.key: r.unknown_h for r in by_user.rows}["dave"] == 3
     assert rows(build_report(api, "group", 10 * HOUR, end, STEP)) == {"researchers": (15, 4, 8), "students": (15, 5, 10)}
     assert rows(build_report(api, "offering", 10 * HOUR, end, STEP)) == {
-        "gpu-h100": (15, 4, 8), "mig-1g-10gb": (10, 0, 10), "t4-shared": (5, 5, 0)}
+        "gpu-h100": (15, 4, 8),
+        "mig-1g-10gb": (10, 0, 10),
+        "t4-shared": (5, 5, 0),
+    }
     # increase() extrapolates to the range's ends: 5000 MiB, give or take one step in 600
     assert 5000 <= by_user.reclaimed_mib["server_stop"] <= 5000 * 600 / 599 + 1e-6
     # the last 4 hours: alice gone, carol busy, bob idle
@@ -128,12 +151,14 @@ def test_no_data_and_unreachable_prometheus_are_clear_errors(backfilled, tmp_pat
     with pytest.raises(ReportError, match="holds no gpuspawner_server_gpus samples in the 1h before .* scraping the hub's"):
         build_report(PrometheusAPI(prom.url), "user", HOUR, end - 11 * HOUR, STEP)
     gone = Prometheus(tmp_path / "p", [])  # a port nothing listens on
-    proc = subprocess.run([sys.executable, "-m", "gpuspawner.cli", "report", f"--prometheus-url={gone.url}"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuspawner.cli", "report", f"--prometheus-url={gone.url}"], capture_output=True, text=True
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"gpuspawner report: cannot reach Prometheus at {gone.url}")
-    proc = subprocess.run([sys.executable, "-m", "gpuspawner.cli", "report", "--since=week", f"--prometheus-url={prom.url}"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuspawner.cli", "report", "--since=week", f"--prometheus-url={prom.url}"], capture_output=True, text=True
+    )
     assert proc.returncode == 1 and "--since 'week' is not a duration" in proc.stderr
     with pytest.raises(ReportError, match="answered 400 Bad Request: .*parse error"):
         PrometheusAPI(prom.url).query("sum(", end)

@@ -112,8 +112,9 @@ async def test_each_offering_lands_on_its_node_class_and_nowhere_else(devcluster
                 terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
                 assert terms == merge_affinity_terms([], offering.placement_terms), offering.slug
             if offering.slug == "gpu-nvidia-tesla-a100":  # GKE whole GPUs: never on the partitioned pool of the same accelerator
-                assert all({"key": "cloud.google.com/gke-gpu-partition-size", "operator": "DoesNotExist"} in t["matchExpressions"]
-                           for t in terms)
+                assert all(
+                    {"key": "cloud.google.com/gke-gpu-partition-size", "operator": "DoesNotExist"} in t["matchExpressions"] for t in terms
+                )
             if offering.command_prefix:
                 assert container["args"][: len(offering.command_prefix)] == list(offering.command_prefix)
             record = spawner.user_options["gpuspawner"]
@@ -155,7 +156,9 @@ async def test_cpu_spawn_after_gpu_spawn_on_the_same_spawner_has_no_gpu(devclust
         for section in ("limits", "requests"):
             assert not [k for k in (resources.get(section) or {}) if k.startswith("nvidia.com/")], resources
         assert not (pod["spec"].get("nodeSelector") or {})
-        assert not any(t.get("key", "").startswith(("nvidia.com", "node-role.kubernetes.io/gpu")) for t in pod["spec"].get("tolerations") or [])
+        assert not any(
+            t.get("key", "").startswith(("nvidia.com", "node-role.kubernetes.io/gpu")) for t in pod["spec"].get("tolerations") or []
+        )
         assert pod["spec"]["nodeName"] == "cpu-worker"
         env = {e["name"]: e.get("value") for e in container.get("env", [])}
         assert env["GPUSPAWNER_OFFERING"] == "cpu" and "GPUSPAWNER_GPU_COUNT" not in env
@@ -232,10 +235,17 @@ async def test_a_broken_offering_config_is_named_and_never_a_server_error(devclu
 
 async def test_kubespawner_image_choice_works_beside_the_gpu_choice(devcluster, namespace):
     profiles = [
-        {"display_name": "Python", "slug": "python", "default": True,
-         "kubespawner_override": {"image": "quay.io/jupyter/scipy-notebook:2025-11-17"}},
-        {"display_name": "PyTorch", "slug": "pytorch",
-         "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-11-17"}},
+        {
+            "display_name": "Python",
+            "slug": "python",
+            "default": True,
+            "kubespawner_override": {"image": "quay.io/jupyter/scipy-notebook:2025-11-17"},
+        },
+        {
+            "display_name": "PyTorch",
+            "slug": "pytorch",
+            "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-11-17"},
+        },
     ]
     spawner = make_spawner(devcluster, namespace)
     spawner.profile_list = profiles
@@ -286,8 +296,14 @@ async def test_user_options_hold_known_keys_only_from_the_start(devcluster, name
     os.environ["KUBECONFIG"] = str(devcluster.kubeconfig)
     config = Config()
     config.KubeSpawner.namespace = namespace
-    config.KubeSpawner.profile_list = {"1-python": {"display_name": "Python", "slug": "python", "default": True,  # the dict form
-                                                    "profile_options": {"image": {"display_name": "Image", "choices": {"a": {}}}}}}
+    config.KubeSpawner.profile_list = {
+        "1-python": {
+            "display_name": "Python",
+            "slug": "python",
+            "default": True,  # the dict form
+            "profile_options": {"image": {"display_name": "Image", "choices": {"a": {}}}},
+        }
+    }
     record = {"offering": "cpu", "kind": "cpu", "count": 1, "pod": "jupyter-ada", "url": "http://10.0.0.1:8888/user/ada/"}
     stored = {"offering": "cpu", "profile": "python", "image": "a", "junk": "x" * 100, "gpuspawner": record}
     row = orm.Spawner(name="", user_options=stored)  # the hub's database row (not stored)

@@ -25,8 +25,7 @@ MIG3 = offering_from_config({"slug": "mig3", "kind": "mig", "profile": "3g.20gb"
 MIG1 = offering_from_config({"slug": "mig1", "kind": "mig", "profile": "1g.5gb", "display_name": "MIG 1g.5gb"}, 1)
 T4 = offering_from_config({"slug": "t4", "kind": "shared", "replicas": 4, "display_name": "T4 1/4 share"}, 2)
 H100 = offering_from_config({"slug": "h100", "kind": "full", "display_name": "H100", "counts": [1, 2, 4, 8]}, 3)
-POOL = offering_from_config({"slug": "pool", "kind": "full", "display_name": "L4 pool",
-                             "scalable_nodes": 4, "scale_up_minutes": 6}, 4)
+POOL = offering_from_config({"slug": "pool", "kind": "full", "display_name": "L4 pool", "scalable_nodes": 4, "scale_up_minutes": 6}, 4)
 NONE_FREE = Availability(capacity=2, allocated=2, free=0, largest_free=0)
 OTHERS = [(MIG1, Availability(2, 0, 2, 1)), (T4, Availability(4, 1, 3, 3)), (CPU_OFFERING, UNCOUNTED)]
 
@@ -65,8 +64,10 @@ def test_autoscaled_pool_is_never_refused_and_says_how_long():
 
 def test_alternatives_skip_the_offering_itself_cpu_and_hidden_ones():
     hidden = offering_from_config({"slug": "h", "kind": "mig", "profile": "2g.10gb", "hidden": True}, 0)
-    assert alternatives([*OTHERS, (hidden, Availability(1, 0, 1, 1)), (MIG3, Availability(1, 0, 1, 1))], "mig3") == \
-        "MIG 1g.5gb (2), T4 1/4 share (3)"
+    assert (
+        alternatives([*OTHERS, (hidden, Availability(1, 0, 1, 1)), (MIG3, Availability(1, 0, 1, 1))], "mig3")
+        == "MIG 1g.5gb (2), T4 1/4 share (3)"
+    )
 
 
 def test_units_held():
@@ -97,12 +98,15 @@ def test_group_quota_counts_all_members_together():
     assert check_quota(H100, 1, quotas, [], {"researchers": []}).action == ADMIT  # no quota for that group
 
 
-@pytest.mark.parametrize("value, problem", [
-    ({"gpus": 2}, "unknown key 'gpus'"),
-    ({"total": -1}, "must be a whole number >= 0"),
-    ({"total": True}, "must be a whole number >= 0"),
-    ([("total", 2)], "must be a dict"),
-])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ({"gpus": 2}, "unknown key 'gpus'"),
+        ({"total": -1}, "must be a whole number >= 0"),
+        ({"total": True}, "must be a whole number >= 0"),
+        ([("total", 2)], "must be a dict"),
+    ],
+)
 def test_quota_config_errors_name_the_setting(value, problem):
     with pytest.raises(ValueError, match=problem) as info:
         validate_quota(value, "c.GPUSpawner.user_quota")

@@ -86,8 +86,9 @@ def test_free_is_allocatable_minus_requests_of_pods_in_all_namespaces():
     assert availability(full(), nodes, pods) == Availability(capacity=8, allocated=5, free=3, largest_free=3, nodes=("h",))
 
 
-@pytest.mark.parametrize("phase, counted", [("Running", True), ("Pending", True), ("Unknown", True), (None, True),
-                                            ("Succeeded", False), ("Failed", False)])
+@pytest.mark.parametrize(
+    "phase, counted", [("Running", True), ("Pending", True), ("Unknown", True), (None, True), ("Succeeded", False), ("Failed", False)]
+)
 def test_terminal_pods_do_not_count(phase, counted):
     p = pod("h", gpu(4), phase=phase)
     if phase is None:
@@ -125,7 +126,11 @@ def test_app_containers_are_summed():
 def test_cpu_memory_and_hugepages_in_scheduler_units():
     # cpu in millicores, memory in bytes, rounded up as Quantity.MilliValue()/Value() do; one pod
     assert pod_requests(pod("h", {"cpu": "500m", "memory": "1Gi", "hugepages-2Mi": "1Gi"})) == {
-        "cpu": 500, "memory": 2**30, "hugepages-2Mi": 2**30, PODS: 1}
+        "cpu": 500,
+        "memory": 2**30,
+        "hugepages-2Mi": 2**30,
+        PODS: 1,
+    }
     assert pod_requests(pod("h", {"cpu": "0.0001", "memory": "1.5k"})) == {"cpu": 1, "memory": 1500, PODS: 1}
     assert pod_requests(pod("h", {"cpu": "2", "memory": "1G"})) == {"cpu": 2000, "memory": 10**9, PODS: 1}
 
@@ -183,7 +188,11 @@ def test_init_containers_count_against_the_node():
 
 def test_pod_overhead_of_extended_resources_adds():
     assert pod_requests(pod("h", gpu(1), overhead={"cpu": "250m", "example.com/dev": "1"})) == {
-        GPU: 1, "example.com/dev": 1, "cpu": 250, PODS: 1}
+        GPU: 1,
+        "example.com/dev": 1,
+        "cpu": 250,
+        PODS: 1,
+    }
 
 
 # ---------------------------------------------------------------- which nodes are counted
@@ -204,8 +213,10 @@ def test_no_execute_taint_needs_toleration_prefer_no_schedule_does_not():
 
 
 def test_default_toleration_covers_any_nvidia_gpu_taint_value():
-    nodes = [node("a", gpu(1), taints=[{"key": GPU, "value": "present", "effect": "NoSchedule"}]),
-             node("b", gpu(1), taints=[{"key": GPU, "value": "true", "effect": "NoSchedule"}])]
+    nodes = [
+        node("a", gpu(1), taints=[{"key": GPU, "value": "present", "effect": "NoSchedule"}]),
+        node("b", gpu(1), taints=[{"key": GPU, "value": "true", "effect": "NoSchedule"}]),
+    ]
     assert availability(full(), nodes, []).capacity == 2
 
 
@@ -232,7 +243,9 @@ def test_vm_passthrough_node_excluded():
 
 def test_stale_capacity_key_not_counted():
     mig = offering_from_config({"slug": "m", "kind": "mig", "profile": "1g.5gb"}, 0)
-    n = node("a", {GPU: "0", "nvidia.com/mig-3g.20gb": "2"}, capacity={GPU: "0", "nvidia.com/mig-1g.5gb": "7", "nvidia.com/mig-3g.20gb": "2"})
+    n = node(
+        "a", {GPU: "0", "nvidia.com/mig-3g.20gb": "2"}, capacity={GPU: "0", "nvidia.com/mig-1g.5gb": "7", "nvidia.com/mig-3g.20gb": "2"}
+    )
     assert availability(mig, [n], []) == Availability(capacity=0, allocated=0, free=0, largest_free=0, nodes=())
 
 
@@ -278,7 +291,13 @@ def test_cpu_offering_is_not_counted():
 
 
 def test_used_by_node_sums_bound_non_terminal_pods():
-    pods = [pod("a", gpu(1)), pod("a", {"nvidia.com/mig-1g.5gb": "1"}), pod("b", gpu(2)), pod("b", gpu(5), phase="Failed"), pod(None, gpu(9))]
+    pods = [
+        pod("a", gpu(1)),
+        pod("a", {"nvidia.com/mig-1g.5gb": "1"}),
+        pod("b", gpu(2)),
+        pod("b", gpu(5), phase="Failed"),
+        pod(None, gpu(9)),
+    ]
     assert used_by_node(pods) == {"a": {GPU: 1, "nvidia.com/mig-1g.5gb": 1, PODS: 2}, "b": {GPU: 2, PODS: 1}}
 
 

@@ -24,11 +24,19 @@ def nodes_file(tmp_path):
 
 def test_json_lists_every_offering_with_capacity_and_free(nodes_file, tmp_path):
     pods = tmp_path / "pods.json"
-    pods.write_text(json.dumps({"items": [{
-        "metadata": {"name": "x", "namespace": "other"},
-        "spec": {"nodeName": "gpu-h100-8x", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "3"}}}]},
-        "status": {"phase": "Running"},
-    }]}))
+    pods.write_text(
+        json.dumps(
+            {
+                "items": [
+                    {
+                        "metadata": {"name": "x", "namespace": "other"},
+                        "spec": {"nodeName": "gpu-h100-8x", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "3"}}}]},
+                        "status": {"phase": "Running"},
+                    }
+                ]
+            }
+        )
+    )
     done = run("offerings", "--nodes", str(nodes_file), "--pods", str(pods), "--json")
     assert done.returncode == 0, done.stderr
     rows = {r["slug"]: r for r in json.loads(done.stdout)}
@@ -79,11 +87,22 @@ def test_missing_file_and_broken_config(nodes_file, tmp_path):
 def test_config_guarantees_count_as_the_hub_counts(nodes_file, tmp_path):
     # A job holds all but 512Mi of the H100 node's memory: with z2jh's 1G guarantee no notebook fits beside it.
     pods = tmp_path / "pods.json"
-    pods.write_text(json.dumps({"items": [{
-        "metadata": {"name": "hog", "namespace": "batch"},
-        "spec": {"nodeName": "gpu-h100-8x", "containers": [{"name": "c", "resources": {"requests": {"memory": "261632Mi"}}}]},
-        "status": {"phase": "Running"},
-    }]}))
+    pods.write_text(
+        json.dumps(
+            {
+                "items": [
+                    {
+                        "metadata": {"name": "hog", "namespace": "batch"},
+                        "spec": {
+                            "nodeName": "gpu-h100-8x",
+                            "containers": [{"name": "c", "resources": {"requests": {"memory": "261632Mi"}}}],
+                        },
+                        "status": {"phase": "Running"},
+                    }
+                ]
+            }
+        )
+    )
     config = tmp_path / "jupyterhub_config.py"
     config.write_text('c = get_config()\nc.KubeSpawner.mem_guarantee = "1G"\nc.GPUSpawner.cpu_guarantee = 0.5\n')
 

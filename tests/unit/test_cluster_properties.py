@@ -33,8 +33,12 @@ CLUSTERS = int(os.environ.get("GPUSPAWNER_CLUSTERS", "1500"))
 SHARDS = 10
 #: The generator's cause of a hidden GPU -> what gpuspawner's reason must mention.
 CAUSES = {
-    "cordoned": "cordoned", "not-ready": "taint node.kubernetes.io/", "untolerated-taint": "taint dedicated=ml-team",
-    "user-pool-taint": "taint hub.jupyter.org/dedicated", "vm-host": "hosts VMs", "mig-reconfiguring": "MIG is being reconfigured",
+    "cordoned": "cordoned",
+    "not-ready": "taint node.kubernetes.io/",
+    "untolerated-taint": "taint dedicated=ml-team",
+    "user-pool-taint": "taint hub.jupyter.org/dedicated",
+    "vm-host": "hosts VMs",
+    "mig-reconfiguring": "MIG is being reconfigured",
     "not-discovered": "nvidia.com/vgpu",
 }
 

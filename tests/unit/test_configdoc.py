@@ -13,7 +13,16 @@ def test_docs_config_md_is_up_to_date():
 
 def test_every_gpuspawner_option_is_documented_with_help():
     text = render()
-    for name in ("offerings", "offering_overrides", "discover_offerings", "admission", "user_quota", "group_quotas",
-                 "site_timezone", "vgpu_class_labels", "default_offering"):
+    for name in (
+        "offerings",
+        "offering_overrides",
+        "discover_offerings",
+        "admission",
+        "user_quota",
+        "group_quotas",
+        "site_timezone",
+        "vgpu_class_labels",
+        "default_offering",
+    ):
         assert f"## `{name}`" in text
     assert "help" not in [line.strip() for line in text.splitlines()]

@@ -75,8 +75,14 @@ A100_MIG_LABELS = {
     "nvidia.com/mig-3g.20gb.count": "1",
     "nvidia.com/mig-3g.20gb.memory": "19968",
 }
-A100_MIG_ALLOC = {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "0", "nvidia.com/mig-1g.5gb": "2",
-                  "nvidia.com/mig-2g.10gb": "1", "nvidia.com/mig-3g.20gb": "1"}
+A100_MIG_ALLOC = {
+    "cpu": "32",
+    "memory": "256Gi",
+    "nvidia.com/gpu": "0",
+    "nvidia.com/mig-1g.5gb": "2",
+    "nvidia.com/mig-2g.10gb": "1",
+    "nvidia.com/mig-3g.20gb": "1",
+}
 
 
 #: What every node also advertises (a real node always lists pods, cpu and memory).
@@ -332,7 +338,9 @@ def test_gke_whole_gpu_without_gfd_labels():
     assert o.memory_mib is None  # GKE publishes no memory label; do not invent one
 
 
-@pytest.mark.parametrize("strategy, isolation, how", [("time-sharing", Isolation.NONE, "time-sliced"), ("mps", Isolation.PARTIAL, "MPS share")])
+@pytest.mark.parametrize(
+    "strategy, isolation, how", [("time-sharing", Isolation.NONE, "time-sliced"), ("mps", Isolation.PARTIAL, "MPS share")]
+)
 def test_gke_gpu_sharing_without_gfd_labels(strategy, isolation, how):
     labels = {
         "cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
@@ -375,7 +383,9 @@ def test_time_slicing_renamed_to_gpu_shared():
     assert o.kind is Kind.SHARED
     assert dict(o.resources) == {GPU_SHARED: 1}
     assert dict(o.node_selector) == {
-        PRODUCT_LABEL: "Tesla-T4", "nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"
+        PRODUCT_LABEL: "Tesla-T4",
+        "nvidia.com/gpu.replicas": "4",
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
     }
     assert o.display_name == "Tesla T4 · 1/4 time-sliced"
     assert o.compute_share == "1/4 of the GPU (time-sliced)"
@@ -393,7 +403,9 @@ def test_time_slicing_shared_product_suffix():
     assert o.kind is Kind.SHARED  # not 4 whole GPUs
     assert dict(o.resources) == {GPU: 1}
     assert dict(o.node_selector) == {
-        PRODUCT_LABEL: "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"
+        PRODUCT_LABEL: "Tesla-T4-SHARED",
+        "nvidia.com/gpu.replicas": "4",
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
     }
     assert o.display_name == "Tesla T4 · 1/4 time-sliced"
     assert "SHARED" not in o.display_name
@@ -415,8 +427,13 @@ def test_replicas_above_one_without_suffix_is_shared():
 
 
 def test_mps_splits_memory_and_is_partly_isolated():
-    labels = {PRODUCT_LABEL: "NVIDIA-L4-SHARED", "nvidia.com/gpu.memory": "23034", "nvidia.com/gpu.replicas": "4",
-              "nvidia.com/gpu.sharing-strategy": "mps", "nvidia.com/mps.capable": "true"}
+    labels = {
+        PRODUCT_LABEL: "NVIDIA-L4-SHARED",
+        "nvidia.com/gpu.memory": "23034",
+        "nvidia.com/gpu.replicas": "4",
+        "nvidia.com/gpu.sharing-strategy": "mps",
+        "nvidia.com/mps.capable": "true",
+    }
     o = only(discover([node("l4", labels, {"nvidia.com/gpu": "4"})]))
     assert o.slug == "shared-nvidia-l4-shared-mps-4x"
     assert o.kind is Kind.SHARED
@@ -430,10 +447,16 @@ def test_shared_nodes_with_different_replicas_are_counted_apart():
     # slice-4 and slice-8 configs (nvidia.com/device-plugin.config) on two -SHARED T4 nodes give two
     # offerings (1/4 and 1/8). Each must select and count only its own nodes: a "1/8" user must not
     # land on a "1/4" node, and capacity must not count the other node's replicas.
-    four = node("t4-4", t4(**{PRODUCT_LABEL: "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4",
-                              "nvidia.com/gpu.sharing-strategy": "time-slicing"}), {GPU: "4"})
-    eight = node("t4-8", t4(**{PRODUCT_LABEL: "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "8",
-                               "nvidia.com/gpu.sharing-strategy": "time-slicing"}), {GPU: "8"})
+    four = node(
+        "t4-4",
+        t4(**{PRODUCT_LABEL: "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}),
+        {GPU: "4"},
+    )
+    eight = node(
+        "t4-8",
+        t4(**{PRODUCT_LABEL: "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "8", "nvidia.com/gpu.sharing-strategy": "time-slicing"}),
+        {GPU: "8"},
+    )
     found = by_slug(discover([four, eight]))
     assert set(found) == {"shared-tesla-t4-shared-time-slicing-4x", "shared-tesla-t4-shared-time-slicing-8x"}
     assert availability(found["shared-tesla-t4-shared-time-slicing-4x"], [four, eight], []).nodes == ("t4-4",)
@@ -453,8 +476,14 @@ def test_time_sliced_and_mps_nodes_of_one_product_are_counted_apart():
 
 
 def test_vgpu_guest_profile_from_product():
-    labels = t4(**{PRODUCT_LABEL: "NVIDIA-A10-24Q", "nvidia.com/vgpu.present": "true", "nvidia.com/gpu.memory": "24576",
-                   "nvidia.com/gpu.family": "ampere"})
+    labels = t4(
+        **{
+            PRODUCT_LABEL: "NVIDIA-A10-24Q",
+            "nvidia.com/vgpu.present": "true",
+            "nvidia.com/gpu.memory": "24576",
+            "nvidia.com/gpu.family": "ampere",
+        }
+    )
     o = only(discover([node("a10", labels, {"nvidia.com/gpu": "1"})]))
     assert o.slug == "vgpu-nvidia-a10-24q"
     assert o.kind is Kind.VGPU
@@ -478,7 +507,12 @@ def test_vgpu_present_false_is_a_whole_gpu():
 
 
 def test_site_vgpu_class_label():
-    labels = {"vgpu.type": "v100-8g-8GB", PRODUCT_LABEL: "GRID-V100-8C", "nvidia.com/gpu.memory": "8192", "nvidia.com/vgpu.present": "false"}
+    labels = {
+        "vgpu.type": "v100-8g-8GB",
+        PRODUCT_LABEL: "GRID-V100-8C",
+        "nvidia.com/gpu.memory": "8192",
+        "nvidia.com/vgpu.present": "false",
+    }
     o = only(discover([node("v", labels, {GPU: "1"})]))
     assert o.slug == "vgpu-vgpu-type-v100-8g-8gb"
     assert o.kind is Kind.VGPU
@@ -524,8 +558,15 @@ def test_cpu_nodes_and_malformed_quantities_offer_nothing():
 
 def test_node_facts_read_allocatable_in_scheduler_units():
     facts = NodeFacts.from_node(node("a100", A100_MIG_LABELS, A100_MIG_ALLOC, taints=[GKE_TAINT]))
-    assert dict(facts.allocatable) == {"nvidia.com/gpu": 0, "nvidia.com/mig-1g.5gb": 2, "nvidia.com/mig-2g.10gb": 1,
-                                       "nvidia.com/mig-3g.20gb": 1, "cpu": 32000, "memory": 256 * 2**30, "pods": 110}
+    assert dict(facts.allocatable) == {
+        "nvidia.com/gpu": 0,
+        "nvidia.com/mig-1g.5gb": 2,
+        "nvidia.com/mig-2g.10gb": 1,
+        "nvidia.com/mig-3g.20gb": 1,
+        "cpu": 32000,
+        "memory": 256 * 2**30,
+        "pods": 110,
+    }
     assert facts.taints == (GKE_TAINT,)
     assert hosts_pods(facts) and mig_settled(facts.labels)
 
@@ -643,8 +684,11 @@ def test_unlabelled_device_plugin_node_is_an_offering_of_its_own():
     # select labelled nodes (a whole T4, a time-sliced L4, a MIG-single A100 all serve nvidia.com/gpu).
     bare = node("bare", {}, {GPU: "4"})
     whole = node("t4", SEED_T4_LABELS, {GPU: "1"})
-    shared = node("l4", {PRODUCT_LABEL: "NVIDIA-L4-SHARED", "nvidia.com/gpu.replicas": "4",
-                         "nvidia.com/gpu.sharing-strategy": "time-slicing"}, {GPU: "4"})
+    shared = node(
+        "l4",
+        {PRODUCT_LABEL: "NVIDIA-L4-SHARED", "nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"},
+        {GPU: "4"},
+    )
     single = node("single", SINGLE_LABELS, {GPU: "7"})
     nodes = [bare, whole, shared, single]
     found = by_slug(discover(nodes))
@@ -658,8 +702,12 @@ def test_unlabelled_device_plugin_node_is_an_offering_of_its_own():
 
 def test_unlabelled_nodes_are_named_by_cloud_labels_when_they_have_them():
     eks = node("eks", {"k8s.amazonaws.com/accelerator": "nvidia-tesla-v100", "node.kubernetes.io/instance-type": "p3.2xlarge"}, {GPU: "1"})
-    aks = node("aks", {"kubernetes.azure.com/accelerator": "nvidia", "node.kubernetes.io/instance-type": "Standard_NC6s_v3"},
-               {GPU: "1"}, taints=[{"key": "sku", "value": "gpu", "effect": "NoSchedule"}])
+    aks = node(
+        "aks",
+        {"kubernetes.azure.com/accelerator": "nvidia", "node.kubernetes.io/instance-type": "Standard_NC6s_v3"},
+        {GPU: "1"},
+        taints=[{"key": "sku", "value": "gpu", "effect": "NoSchedule"}],
+    )
     found = by_slug(discover([eks, aks]))
     assert found["gpu-nvidia-tesla-v100"].display_name == "Tesla V100"
     assert found["gpu-standard-nc6s-v3"].display_name == "GPU on Standard_NC6s_v3"
@@ -689,8 +737,9 @@ def test_a_node_named_by_gfd_and_one_named_by_gke_are_one_offering():
 
 
 def test_renamed_and_plain_shares_of_one_product_stay_apart():
-    renamed = node("r", t4(**{"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}),
-                   {"nvidia.com/gpu.shared": "4"})
+    renamed = node(
+        "r", t4(**{"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}), {"nvidia.com/gpu.shared": "4"}
+    )
     plain = node("p", t4(**{"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}), {GPU: "4"})
     found = by_slug(discover([renamed, plain]))
     assert {o.slug: dict(o.resources) for o in found.values()} == {
@@ -722,8 +771,12 @@ def test_mig_single_and_whole_gpus_without_the_strategy_label():
 
 
 def test_time_sliced_mig_slices_are_shares_not_isolated_slices():
-    labels = {**SINGLE_LABELS, PRODUCT_LABEL: "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED", "nvidia.com/gpu.replicas": "2",
-              "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    labels = {
+        **SINGLE_LABELS,
+        PRODUCT_LABEL: "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED",
+        "nvidia.com/gpu.replicas": "2",
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
+    }
     o = only(discover([node("s", labels, {GPU: "14"})]))
     assert o.kind is Kind.SHARED and o.isolation is Isolation.NONE
     assert o.display_name == "A100 40GB MIG 1g.5gb · 1/2 time-sliced"
@@ -743,7 +796,9 @@ def test_vgpu_class_and_guest_nodes_are_not_whole_gpus_of_their_product():
     guest = node("g", {PRODUCT_LABEL: "GRID-V100-8C", "nvidia.com/vgpu.present": "true"}, {GPU: "1"})
     found = discover([klass, plain, guest])
     assert {o.slug: served(o, [klass, plain, guest]) for o in found} == {
-        "vgpu-vgpu-type-v100-8g-8gb": {"c"}, "vgpu-grid-v100-8c": {"g"}, "gpu-grid-v100-8c": {"p"},
+        "vgpu-vgpu-type-v100-8g-8gb": {"c"},
+        "vgpu-grid-v100-8c": {"g"},
+        "gpu-grid-v100-8c": {"p"},
     }
 
 
@@ -752,8 +807,11 @@ def test_configured_whole_gpu_offering_keeps_off_shared_mig_and_vgpu_nodes():
 
     any_gpu = offering_from_config({"slug": "any", "kind": "full"}, 0)
     t4_whole = node("w", SEED_T4_LABELS, {GPU: "1"})
-    ts = node("ts", t4(**{PRODUCT_LABEL: "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4",
-                           "nvidia.com/gpu.sharing-strategy": "time-slicing"}), {GPU: "4"})
+    ts = node(
+        "ts",
+        t4(**{PRODUCT_LABEL: "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}),
+        {GPU: "4"},
+    )
     gke_mig = node("gke", GKE_MIG_LABELS, {GPU: "7"})
     guest = node("g", {PRODUCT_LABEL: "NVIDIA-A10-24Q", "nvidia.com/vgpu.present": "true"}, {GPU: "1"})
     site = node("site", {"vgpu.type": "x"}, {GPU: "1"})

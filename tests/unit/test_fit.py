@@ -46,9 +46,11 @@ def node(name="n", allocatable=None, labels=None, taints=(), unschedulable=False
 
 def pod(node_name, requests=None, limits=None, name="p"):
     resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
-    return {"metadata": {"name": name, "namespace": "other"},
-            "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": resources}]},
-            "status": {"phase": "Running"}}
+    return {
+        "metadata": {"name": name, "namespace": "other"},
+        "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": resources}]},
+        "status": {"phase": "Running"},
+    }
 
 
 SHARE = offering_from_config({"slug": "t4", "kind": "shared", "replicas": 8}, 0)  # nvidia.com/gpu.shared: 1
@@ -104,8 +106,10 @@ def test_factor_moves_shared_equalities_to_the_node_selector():
 
 
 def test_merge_with_kubespawner_terms_is_every_pairing():
-    admin = [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]
+    admin = [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+    ]
     ours = any_of(all_of(Req("r", DOES_NOT_EXIST)), all_of(Req("r", IN, ("1",))))
     merged = merge_affinity_terms(admin, ours)
     assert len(merged) == 4
@@ -129,8 +133,14 @@ def test_api_server_default_tolerations_cover_not_ready_no_execute_only():
     tols = with_default_tolerations([])
     spec = PodSpec(tolerations=())
     no_execute = NodeFacts.from_node(node(taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]))
-    both = NodeFacts.from_node(node(taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
-                                            {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]))
+    both = NodeFacts.from_node(
+        node(
+            taints=[
+                {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+                {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+            ]
+        )
+    )
     assert len(tols) == 2
     assert blocked(spec, no_execute) is None
     assert blocked(spec, both) == "taint node.kubernetes.io/not-ready:NoSchedule not tolerated"
@@ -150,11 +160,24 @@ def test_cordoned_node_takes_only_a_pod_that_tolerates_the_cordon():
 # ---------------------------------------------------------------------------- room on a node
 
 
-@pytest.mark.parametrize("value, resource, expected", [
-    ("500m", "cpu", 500), ("0.5", "cpu", 500), ("1", "cpu", 1000), ("0.0001", "cpu", 1),
-    ("1Gi", "memory", 2**30), ("1G", "memory", 10**9), ("1.5", "memory", 2), ("100m", "memory", 1),
-    ("4", GPU, 4), ("1k", GPU, 1000), (2, GPU, 2), ("lots", GPU, None), (True, GPU, None),
-])
+@pytest.mark.parametrize(
+    "value, resource, expected",
+    [
+        ("500m", "cpu", 500),
+        ("0.5", "cpu", 500),
+        ("1", "cpu", 1000),
+        ("0.0001", "cpu", 1),
+        ("1Gi", "memory", 2**30),
+        ("1G", "memory", 10**9),
+        ("1.5", "memory", 2),
+        ("100m", "memory", 1),
+        ("4", GPU, 4),
+        ("1k", GPU, 1000),
+        (2, GPU, 2),
+        ("lots", GPU, None),
+        (True, GPU, None),
+    ],
+)
 def test_amounts_round_up_like_quantity_value(value, resource, expected):
     assert amount(resource, value) == expected
 
@@ -211,14 +234,18 @@ def test_room_counts_the_pod_itself():
 
 
 def test_notebook_from_kubespawner_settings():
-    nb = Notebook.from_settings({
-        "cpu_guarantee": 0.5, "mem_limit": "2G", "extra_resource_guarantees": {"ephemeral-storage": "1Gi"},
-        "init_containers": [{"name": "init", "resources": {"requests": {"cpu": "2"}}}],
-        "extra_containers": [{"name": "side", "resources": {"requests": {"memory": "128Mi"}}}],
-        "node_selector": {"pool": "user"},
-        "tolerations": {"b": {"key": "hub.jupyter.org/dedicated", "operator": "Equal", "value": "user", "effect": "NoSchedule"}},
-        "node_affinity_required": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}],
-    })
+    nb = Notebook.from_settings(
+        {
+            "cpu_guarantee": 0.5,
+            "mem_limit": "2G",
+            "extra_resource_guarantees": {"ephemeral-storage": "1Gi"},
+            "init_containers": [{"name": "init", "resources": {"requests": {"cpu": "2"}}}],
+            "extra_containers": [{"name": "side", "resources": {"requests": {"memory": "128Mi"}}}],
+            "node_selector": {"pool": "user"},
+            "tolerations": {"b": {"key": "hub.jupyter.org/dedicated", "operator": "Equal", "value": "user", "effect": "NoSchedule"}},
+            "node_affinity_required": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}],
+        }
+    )
     # init container (2 cpu) runs alone: max(2000, 500); memory = 2 GiB limit as request + sidecar
     assert nb.requests == {"cpu": 2000, "memory": 2 * 2**30 + 128 * 2**20, "ephemeral-storage": 2**30, PODS: 1}
     assert nb.node_selector == {"pool": "user"}
@@ -227,22 +254,29 @@ def test_notebook_from_kubespawner_settings():
     assert "cpu 2000m" in nb.describe() and "memory 2.12 GiB" in nb.describe()
 
 
-@pytest.mark.parametrize("settings, problem", [
-    ({"mem_guarantee": "lots"}, "c.KubeSpawner.mem_guarantee must be bytes or a size such as '1G'"),
-    ({"cpu_guarantee": "half"}, "c.KubeSpawner.cpu_guarantee must be a number of CPU cores"),
-    ({"node_selector": ["a"]}, "c.KubeSpawner.node_selector must be a dict"),
-    ({"tolerations": "all"}, "c.KubeSpawner.tolerations must be a list"),
-])
+@pytest.mark.parametrize(
+    "settings, problem",
+    [
+        ({"mem_guarantee": "lots"}, "c.KubeSpawner.mem_guarantee must be bytes or a size such as '1G'"),
+        ({"cpu_guarantee": "half"}, "c.KubeSpawner.cpu_guarantee must be a number of CPU cores"),
+        ({"node_selector": ["a"]}, "c.KubeSpawner.node_selector must be a dict"),
+        ({"tolerations": "all"}, "c.KubeSpawner.tolerations must be a list"),
+    ],
+)
 def test_bad_notebook_settings_name_the_setting(settings, problem):
     with pytest.raises(ValueError, match=problem):
         Notebook.from_settings(settings)
 
 
 def test_the_notebooks_tolerations_and_selector_join_the_offerings():
-    nb = Notebook.from_settings({"tolerations": [{"key": "hub.jupyter.org/dedicated", "operator": "Exists"}],
-                                 "node_selector": {"pool": "user"}})
-    user_pool = node(labels={"pool": "user"}, allocatable={TS: "4"},
-                     taints=[{"key": "hub.jupyter.org/dedicated", "value": "user", "effect": "NoSchedule"}])
+    nb = Notebook.from_settings(
+        {"tolerations": [{"key": "hub.jupyter.org/dedicated", "operator": "Exists"}], "node_selector": {"pool": "user"}}
+    )
+    user_pool = node(
+        labels={"pool": "user"},
+        allocatable={TS: "4"},
+        taints=[{"key": "hub.jupyter.org/dedicated", "value": "user", "effect": "NoSchedule"}],
+    )
     other = node("o", labels={"pool": "batch"}, allocatable={TS: "4"})
     assert availability(SHARE, [user_pool, other], []).nodes == ("o",)
     assert availability(SHARE, [user_pool, other], [], nb).nodes == ("n",)

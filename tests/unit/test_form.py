@@ -41,58 +41,105 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
     mig3_free = 1 if refreshed else 0
     return [
         option(
-            "cpu", "cpu", "No GPU",
+            "cpu",
+            "cpu",
+            "No GPU",
             description="CPU only. Pick this for data preparation, plotting and anything that does not use CUDA.",
-            isolation=isolation_phrase(Isolation.NO_GPU), compute_share="no GPU",
+            isolation=isolation_phrase(Isolation.NO_GPU),
+            compute_share="no GPU",
         ),
         option(
-            "t4-shared", "shared", "T4 · time-sliced, 1/4 GPU",
+            "t4-shared",
+            "shared",
+            "T4 · time-sliced, 1/4 GPU",
             description="Good for trying out CUDA code and small models.",
-            memory="16 GB GPU memory, shared", compute_share="1/4 of the GPU (time-sliced)",
+            memory="16 GB GPU memory, shared",
+            compute_share="1/4 of the GPU (time-sliced)",
             isolation=isolation_phrase(Isolation.NONE),
-            availability="1 of 4 free" if refreshed else "3 of 4 free", free=1 if refreshed else 3, capacity=4,
+            availability="1 of 4 free" if refreshed else "3 of 4 free",
+            free=1 if refreshed else 3,
+            capacity=4,
         ),
         option(
-            "l4-mps", "shared", "L4 · MPS, 1/4 GPU",
-            memory="6 GB GPU memory", compute_share="1/4 of the GPU (MPS share)",
+            "l4-mps",
+            "shared",
+            "L4 · MPS, 1/4 GPU",
+            memory="6 GB GPU memory",
+            compute_share="1/4 of the GPU (MPS share)",
             isolation=isolation_phrase(Isolation.PARTIAL),
-            availability="free after scale-up, about 5 min", free=0, capacity=0,
+            availability="free after scale-up, about 5 min",
+            free=0,
+            capacity=0,
         ),
         option(
-            "a100-mig-1g-5gb", "mig", "A100 40GB · MIG 1g.5gb",
-            memory="5 GB GPU memory", compute_share="1/7 of the GPU's compute",
-            isolation=isolation_phrase(Isolation.HARDWARE), availability="2 of 2 free", free=2, capacity=2,
-        ),
-        option(
-            "a100-mig-2g-10gb", "mig", "A100 40GB · MIG 2g.10gb",
-            memory="10 GB GPU memory", compute_share="2/7 of the GPU's compute",
-            isolation=isolation_phrase(Isolation.HARDWARE), availability="1 of 1 free", free=1, capacity=1,
-        ),
-        option(
-            "a100-mig-3g-20gb", "mig", "A100 40GB · MIG 3g.20gb",
-            memory="20 GB GPU memory", compute_share="3/7 of the GPU's compute",
+            "a100-mig-1g-5gb",
+            "mig",
+            "A100 40GB · MIG 1g.5gb",
+            memory="5 GB GPU memory",
+            compute_share="1/7 of the GPU's compute",
             isolation=isolation_phrase(Isolation.HARDWARE),
-            availability=f"{mig3_free} of 1 free" if mig3_free else "none free", free=mig3_free, capacity=1,
+            availability="2 of 2 free",
+            free=2,
+            capacity=2,
+        ),
+        option(
+            "a100-mig-2g-10gb",
+            "mig",
+            "A100 40GB · MIG 2g.10gb",
+            memory="10 GB GPU memory",
+            compute_share="2/7 of the GPU's compute",
+            isolation=isolation_phrase(Isolation.HARDWARE),
+            availability="1 of 1 free",
+            free=1,
+            capacity=1,
+        ),
+        option(
+            "a100-mig-3g-20gb",
+            "mig",
+            "A100 40GB · MIG 3g.20gb",
+            memory="20 GB GPU memory",
+            compute_share="3/7 of the GPU's compute",
+            isolation=isolation_phrase(Isolation.HARDWARE),
+            availability=f"{mig3_free} of 1 free" if mig3_free else "none free",
+            free=mig3_free,
+            capacity=1,
             disabled_reason="" if mig3_free else "none free right now",
         ),
         option(
-            "h100", "full", "H100 80GB",
+            "h100",
+            "full",
+            "H100 80GB",
             description="For training: one or more whole GPUs, nobody else on them.",
-            memory="80 GB GPU memory", isolation=isolation_phrase(Isolation.EXCLUSIVE),
-            availability="none free" if refreshed else "5 of 8 free", free=0 if refreshed else 5, capacity=8,
+            memory="80 GB GPU memory",
+            isolation=isolation_phrase(Isolation.EXCLUSIVE),
+            availability="none free" if refreshed else "5 of 8 free",
+            free=0 if refreshed else 5,
+            capacity=8,
             disabled_reason="none free right now" if refreshed else "",
             counts=() if refreshed else (1, 2, 4),
         ),
         option(
-            "a10-vgpu-24q", "vgpu", "A10 · vGPU 24Q",
-            memory="24 GB GPU memory", isolation=isolation_phrase(Isolation.VM),
-            availability="2 of 4 free", free=2, capacity=4, disabled_reason="not allowed for your groups",
+            "a10-vgpu-24q",
+            "vgpu",
+            "A10 · vGPU 24Q",
+            memory="24 GB GPU memory",
+            isolation=isolation_phrase(Isolation.VM),
+            availability="2 of 4 free",
+            free=2,
+            capacity=4,
+            disabled_reason="not allowed for your groups",
         ),
         option(
-            "v100-half", "custom", "Half a V100",
+            "v100-half",
+            "custom",
+            "Half a V100",
             description="Our site's fractional V100 (16 GB).",
-            memory="16 GB GPU memory", compute_share="1/2 of the GPU", isolation=isolation_phrase(Isolation.SITE),
-            availability="queue: 2 waiting", free=0, capacity=None,
+            memory="16 GB GPU memory",
+            compute_share="1/2 of the GPU",
+            isolation=isolation_phrase(Isolation.SITE),
+            availability="queue: 2 waiting",
+            free=0,
+            capacity=None,
         ),
     ]
 
@@ -222,9 +269,7 @@ def test_groups_follow_the_given_kind_order_and_skip_empty_kinds():
     doc = parse(render_form(FormView(groups=groups, selected=None, selected_count=1)))
     fieldsets = doc.find_all("fieldset")
     assert [f.attrs["data-kind"] for f in fieldsets] == ["full", "mig", "cpu", "vgpu", "shared", "custom"]
-    assert [f.find("legend").words for f in fieldsets] == [
-        "Whole GPU", "MIG slice", "No GPU", "vGPU class", "Shared GPU", "Site-specific"
-    ]
+    assert [f.find("legend").words for f in fieldsets] == ["Whole GPU", "MIG slice", "No GPU", "vGPU class", "Shared GPU", "Site-specific"]
     # Every option sits in the fieldset of its kind.
     for fieldset in fieldsets:
         kinds = {o.kind for o in options if o.slug in {n.attrs["data-slug"] for n in fieldset.find_all("div") if n.has("data-slug")}}
@@ -275,7 +320,10 @@ def test_cpu_details_do_not_repeat_the_same_phrase():
 
 def test_availability_badge_tone_follows_the_free_count():
     doc = parse(render_form(example_view()))
-    tones = {o.slug: next(c for c in option_node(doc, o.slug).find(data_gs_avail="").classes() if c.startswith("gs-tone-")) for o in example_options()}
+    tones = {
+        o.slug: next(c for c in option_node(doc, o.slug).find(data_gs_avail="").classes() if c.startswith("gs-tone-"))
+        for o in example_options()
+    }
     assert tones["t4-shared"] == "gs-tone-ok"
     assert tones["l4-mps"] == "gs-tone-wait"
     assert tones["v100-half"] == "gs-tone-wait"
@@ -328,9 +376,7 @@ def test_one_count_select_per_whole_gpu_option_with_only_the_given_counts():
     a100 = option("a100-x", "full", "A100 80GB", counts=(1, 2))
     h100 = next(o for o in example_options() if o.slug == "h100")
     gone = option("b200", "full", "B200", counts=(), disabled_reason="over your quota (2 GPUs)")
-    view = FormView(
-        groups=group_options([*example_options(), a100, gone], KIND_ORDER), selected="h100", selected_count=4
-    )
+    view = FormView(groups=group_options([*example_options(), a100, gone], KIND_ORDER), selected="h100", selected_count=4)
     doc = parse(render_form(view))
     selects = doc.find_all("select")
     assert sorted(s.attrs["name"] for s in selects) == ["count-a100-x", "count-b200", "count-h100"]

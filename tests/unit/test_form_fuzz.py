@@ -34,7 +34,9 @@ MAX_MESSAGE = 400
 
 H100 = offering_from_config({"slug": "h100", "kind": "full", "display_name": "H100 80GB", "counts": [1, 2, 4, 8]}, 0)
 MIG = offering_from_config({"slug": "mig-3g", "kind": "mig", "display_name": "A100 · MIG 3g.20gb", "profile": "3g.20gb"}, 1)
-SECRET = offering_from_config({"slug": "secret-a100", "kind": "full", "display_name": "Secret A100", "groups": ["hpc"], "counts": [1, 2]}, 2)
+SECRET = offering_from_config(
+    {"slug": "secret-a100", "kind": "full", "display_name": "Secret A100", "groups": ["hpc"], "counts": [1, 2]}, 2
+)
 HIDDEN = offering_from_config({"slug": "old-t4", "kind": "full", "display_name": "Old T4", "hidden": True}, 3)
 CATALOG = [CPU_OFFERING, H100, MIG, SECRET, HIDDEN]
 EVERYTHING = {o.slug: o for o in CATALOG}
@@ -45,8 +47,21 @@ OFFERING_SETS = [EVERYTHING, FOR_STUDENT, {}, {"h100": H100}]
 # ------------------------------------------------------------------------- strategies
 
 MARKUP = [
-    "<script>alert(1)</script>", "<b>", "<", ">", "&lt;b&gt;", '"><img src=x onerror=alert(1)>', "{{7*7}}", "${7*7}",
-    "\x00", "\u202e", "\ufeff", "javascript:alert(1)", "' OR 1=1 --", "</textarea>", "a" * 500 + "<",
+    "<script>alert(1)</script>",
+    "<b>",
+    "<",
+    ">",
+    "&lt;b&gt;",
+    '"><img src=x onerror=alert(1)>',
+    "{{7*7}}",
+    "${7*7}",
+    "\x00",
+    "\u202e",
+    "\ufeff",
+    "javascript:alert(1)",
+    "' OR 1=1 --",
+    "</textarea>",
+    "a" * 500 + "<",
 ]
 SLUGS = list(EVERYTHING) + ["gone", "secret-a100", "h100 ", " h100", "H100", "h100\n", "cpu\n", "-", "a" * 63, "a" * 64]
 # Every character str.isspace() accepts (the ASCII separators \x1c-\x1f included) and a few that it does not.
@@ -56,16 +71,23 @@ NUMERIC_TEXT = ["1", "2", "4", "8", " 2 ", "02", "0", "-1", "+1", "1.0", "1e3", 
 markup = st.sampled_from(MARKUP)
 text = st.one_of(st.text(max_size=20), markup, st.tuples(st.text(max_size=6), markup, st.text(max_size=6)).map("".join))
 slug = st.sampled_from(SLUGS)
-moderate_int = st.one_of(st.integers(min_value=-10**60, max_value=10**60), st.sampled_from([0, 1, 2, 3, 4, 8, 16, -1, 2**31, 2**63]))
+moderate_int = st.one_of(st.integers(min_value=-(10**60), max_value=10**60), st.sampled_from([0, 1, 2, 3, 4, 8, 16, -1, 2**31, 2**63]))
 number = st.one_of(moderate_int, st.floats(allow_nan=True, allow_infinity=True), st.decimals(allow_nan=False, allow_infinity=False))
 numeric_text = st.one_of(
     st.sampled_from(NUMERIC_TEXT),
-    st.integers(-10**6, 10**6).map(str),
+    st.integers(-(10**6), 10**6).map(str),
     st.tuples(st.sampled_from(WHITESPACE), st.integers(0, 99999), st.sampled_from(WHITESPACE)).map(lambda t: f"{t[0]}{t[1]}{t[2]}"),
 )
 scalar = st.one_of(
-    st.none(), st.booleans(), number, text, numeric_text, slug,
-    st.binary(max_size=20), slug.map(str.encode), numeric_text.map(lambda s: s.encode()),
+    st.none(),
+    st.booleans(),
+    number,
+    text,
+    numeric_text,
+    slug,
+    st.binary(max_size=20),
+    slug.map(str.encode),
+    numeric_text.map(lambda s: s.encode()),
 )
 json_like = st.recursive(
     scalar,
@@ -73,7 +95,9 @@ json_like = st.recursive(
     max_leaves=5,
 )
 # What a form post or REST call can put under one key: a scalar, a list of them (form posts), or anything.
-field_value = st.one_of(slug, slug.map(lambda s: [s]), numeric_text, numeric_text.map(lambda s: [s]), scalar, st.lists(scalar, max_size=3), json_like)
+field_value = st.one_of(
+    slug, slug.map(lambda s: [s]), numeric_text, numeric_text.map(lambda s: [s]), scalar, st.lists(scalar, max_size=3), json_like
+)
 
 mapping_options = st.tuples(
     st.fixed_dictionaries({}, optional={"offering": field_value, "count": field_value, "gpuspawner": json_like, "profile": json_like}),
@@ -90,8 +114,13 @@ huge_int = st.tuples(st.integers(min_value=350, max_value=5000), st.sampled_from
 )
 # A request body that is not a JSON object at all (POST /users/:name/server with '[...]', '"x"', 3 ...).
 non_mapping_options = st.one_of(
-    st.lists(json_like, min_size=1, max_size=4), st.text(min_size=1, max_size=20), st.integers(), st.floats(), st.booleans(),
-    st.binary(min_size=1, max_size=10), st.lists(st.tuples(st.sampled_from(["offering", "count"]), slug), min_size=1, max_size=2),
+    st.lists(json_like, min_size=1, max_size=4),
+    st.text(min_size=1, max_size=20),
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.binary(min_size=1, max_size=10),
+    st.lists(st.tuples(st.sampled_from(["offering", "count"]), slug), min_size=1, max_size=2),
 )
 
 # ---------------------------------------------------------------------------- checking
@@ -114,7 +143,9 @@ def check_choice(options: Any, offerings: dict, default: str | None) -> str:
     return "chosen"
 
 
-def run_fuzz(name: str, test: Callable[[Counter], None], examples: int = EXAMPLES, need: tuple[str, ...] = ("chosen", "refused")) -> Counter:
+def run_fuzz(
+    name: str, test: Callable[[Counter], None], examples: int = EXAMPLES, need: tuple[str, ...] = ("chosen", "refused")
+) -> Counter:
     """Run a hypothesis test body that counts its outcomes; print and check the counts."""
     seen: Counter = Counter()
     try:

@@ -20,8 +20,11 @@ from gpuspawner.index import ClusterIndex
 from gpuspawner.notebook import Notebook
 from gpuspawner.offerings import offering_from_config
 
-NOTEBOOKS = [Notebook(), Notebook.from_settings({"mem_guarantee": "1G"}),
-             Notebook.from_settings({"cpu_guarantee": 2, "mem_guarantee": "8G"})]
+NOTEBOOKS = [
+    Notebook(),
+    Notebook.from_settings({"mem_guarantee": "1G"}),
+    Notebook.from_settings({"cpu_guarantee": 2, "mem_guarantee": "8G"}),
+]
 
 
 def assert_same(index: ClusterIndex, offerings, nodes: dict, pods: dict, where: str) -> None:
@@ -77,14 +80,20 @@ def test_index_follows_events_like_a_recount(seed):
 
 
 def test_cpu_only_pods_take_pod_slots_cpu_and_memory_in_the_index():
-    node = {"metadata": {"name": "n", "labels": {}}, "spec": {},
-            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "3", "nvidia.com/gpu.shared": "8"}}}
+    node = {
+        "metadata": {"name": "n", "labels": {}},
+        "spec": {},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "3", "nvidia.com/gpu.shared": "8"}},
+    }
     share = offering_from_config({"slug": "s", "kind": "shared"}, 0)
     index = ClusterIndex()
     index.replace(nodes=[node], pods=[])
     assert index.availability(share).free == 3
-    hog = {"metadata": {"name": "hog", "namespace": "batch"}, "status": {"phase": "Running"},
-           "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"requests": {"cpu": "3", "memory": "7Gi"}}}]}}
+    hog = {
+        "metadata": {"name": "hog", "namespace": "batch"},
+        "status": {"phase": "Running"},
+        "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"requests": {"cpu": "3", "memory": "7Gi"}}}]},
+    }
     index.pod_event("ADDED", hog)
     assert index.availability(share).free == 2  # a pod slot gone
     assert index.used["n"] == {"cpu": 3000, "memory": 7 * 2**30, PODS: 1}
@@ -95,8 +104,11 @@ def test_cpu_only_pods_take_pod_slots_cpu_and_memory_in_the_index():
 
 
 def test_a_reservation_holds_the_notebooks_cpu_memory_and_slot_too():
-    node = {"metadata": {"name": "n", "labels": {}}, "spec": {},
-            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu.shared": "8"}}}
+    node = {
+        "metadata": {"name": "n", "labels": {}},
+        "spec": {},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu.shared": "8"}},
+    }
     share = offering_from_config({"slug": "s", "kind": "shared"}, 0)
     index = ClusterIndex()
     index.set_notebook(Notebook.from_settings({"mem_guarantee": "3G"}))

@@ -51,8 +51,11 @@ class ScriptedPods:
         self.calls: list[dict] = []
         self.watches = [
             # 1st watch: an event split across chunks, then 410 Gone -> relist
-            [event("ADDED", pod("b", "n1", 2, "11"))[:25], event("ADDED", pod("b", "n1", 2, "11"))[25:],
-             event("ERROR", {"kind": "Status", "code": 410, "message": "too old resource version"})],
+            [
+                event("ADDED", pod("b", "n1", 2, "11"))[:25],
+                event("ADDED", pod("b", "n1", 2, "11"))[25:],
+                event("ERROR", {"kind": "Status", "code": 410, "message": "too old resource version"}),
+            ],
             # 2nd watch (after the relist): a bookmark, then the connection drops
             ([event("BOOKMARK", {"metadata": {"resourceVersion": "30"}})], True),
             # 3rd watch (after the reconnect and relist): a deletion
@@ -78,8 +81,7 @@ class Nodes:
     async def __call__(self, **kwargs):
         if kwargs.get("watch"):
             return Body(b"")
-        node = {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "X"}},
-                "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+        node = {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "X"}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
         return Body(json.dumps({"items": [node], "metadata": {"resourceVersion": "1"}}).encode())
 
 

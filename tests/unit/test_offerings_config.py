@@ -79,8 +79,17 @@ def test_mig_profile_round_trips_through_resource_name():
 
 @pytest.mark.parametrize(
     "profile, parts",
-    [("1g.5gb", (1, 5)), ("3g.20gb", (3, 20)), ("7g.80gb", (7, 80)), ("1g.10gb+me", (1, 10)), ("1c.3g.20gb", (3, 20)),
-     ("3g", None), ("gpu", None), ("", None), ("3G.20GB", None)],
+    [
+        ("1g.5gb", (1, 5)),
+        ("3g.20gb", (3, 20)),
+        ("7g.80gb", (7, 80)),
+        ("1g.10gb+me", (1, 10)),
+        ("1c.3g.20gb", (3, 20)),
+        ("3g", None),
+        ("gpu", None),
+        ("", None),
+        ("3G.20GB", None),
+    ],
 )
 def test_mig_profile_parts(profile, parts):
     assert mig_profile_parts(profile) == parts
@@ -194,10 +203,16 @@ def test_cpu_offering_has_no_gpu_and_no_toleration():
 
 
 def test_explicit_resources_and_node_selector_win_over_shortcuts():
-    o = build({
-        "slug": "x", "kind": "mig", "profile": "3g.20gb", "product": "A100",
-        "resources": {"example.com/mig": 2}, "node_selector": {"pool": "mig"},
-    })
+    o = build(
+        {
+            "slug": "x",
+            "kind": "mig",
+            "profile": "3g.20gb",
+            "product": "A100",
+            "resources": {"example.com/mig": 2},
+            "node_selector": {"pool": "mig"},
+        }
+    )
     assert dict(o.resources) == {"example.com/mig": 2}
     assert dict(o.node_selector) == {"pool": "mig"}
 
@@ -211,10 +226,21 @@ def test_tolerations_replace_default_and_extra_tolerations_add():
 
 
 def test_memory_and_text_fields_are_kept():
-    o = build({
-        "slug": "a", "kind": "full", "display_name": "A100 · whole", "description": "d", "memory_mib": 40960,
-        "env": {"X": "1"}, "labels": {"l": "v"}, "annotations": {"a": "b"}, "groups": ["ml"], "users": ["ann"], "hidden": True,
-    })
+    o = build(
+        {
+            "slug": "a",
+            "kind": "full",
+            "display_name": "A100 · whole",
+            "description": "d",
+            "memory_mib": 40960,
+            "env": {"X": "1"},
+            "labels": {"l": "v"},
+            "annotations": {"a": "b"},
+            "groups": ["ml"],
+            "users": ["ann"],
+            "hidden": True,
+        }
+    )
     assert (o.display_name, o.description, o.memory_mib) == ("A100 · whole", "d", 40960)
     assert (dict(o.env), dict(o.labels), dict(o.annotations)) == ({"X": "1"}, {"l": "v"}, {"a": "b"})
     assert (o.groups, o.users, o.hidden) == (("ml",), ("ann",), True)
@@ -312,8 +338,16 @@ def test_bad_counts(counts, problem):
     assert problem in msg
 
 
-@pytest.mark.parametrize("kind, extra", [("mig", {"profile": "1g.5gb"}), ("shared", {}), ("vgpu", {"product": "NVIDIA-A10-24Q"}),
-                                         ("custom", {"resources": {"x.com/y": 1}}), ("cpu", {})])
+@pytest.mark.parametrize(
+    "kind, extra",
+    [
+        ("mig", {"profile": "1g.5gb"}),
+        ("shared", {}),
+        ("vgpu", {"product": "NVIDIA-A10-24Q"}),
+        ("custom", {"resources": {"x.com/y": 1}}),
+        ("cpu", {}),
+    ],
+)
 def test_counts_only_for_full(kind, extra):
     msg = config_error({"slug": "a100", "kind": kind, "counts": [1, 2], **extra}, 3)
     assert msg.startswith(WHERE_3)
@@ -436,7 +470,8 @@ def test_toleration_with_misspelt_effect_is_rejected():
     # The API server refuses a pod whose toleration effect is not NoSchedule, PreferNoSchedule or
     # NoExecute; catching it at config time beats a failed spawn.
     msg = config_error(
-        {"slug": "a100", "kind": "full", "extra_tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedul"}]}, 3
+        {"slug": "a100", "kind": "full", "extra_tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedul"}]},
+        3,
     )
     assert msg.startswith(WHERE_3)
     assert "field 'extra_tolerations'" in msg
@@ -465,11 +500,13 @@ def test_bad_common_fields(field, value, problem):
 
 def test_duplicate_slugs_name_both_entries():
     with pytest.raises(OfferingConfigError) as info:
-        offerings_from_config([
-            {"slug": "cpu", "kind": "cpu"},
-            {"slug": "a100", "kind": "full"},
-            {"slug": "a100", "kind": "mig", "profile": "1g.5gb"},
-        ])
+        offerings_from_config(
+            [
+                {"slug": "cpu", "kind": "cpu"},
+                {"slug": "a100", "kind": "full"},
+                {"slug": "a100", "kind": "mig", "profile": "1g.5gb"},
+            ]
+        )
     msg = str(info.value)
     assert msg.startswith("c.GPUSpawner.offerings[2]")
     assert "slug 'a100' is already used by entry 1" in msg
@@ -497,10 +534,13 @@ def _discovered():
 
 
 def test_override_rename_hide_restrict():
-    out = apply_overrides(_discovered(), {
-        "gpu-h100": {"display_name": "H100 (ask first)", "groups": ["hpc"], "users": ["ann"], "description": "big"},
-        "mig-a100-1g": {"hidden": True},
-    })
+    out = apply_overrides(
+        _discovered(),
+        {
+            "gpu-h100": {"display_name": "H100 (ask first)", "groups": ["hpc"], "users": ["ann"], "description": "big"},
+            "mig-a100-1g": {"hidden": True},
+        },
+    )
     assert [o.slug for o in out] == ["gpu-h100", "mig-a100-1g"]
     h100, mig = out
     assert (h100.display_name, h100.description, h100.groups, h100.users) == ("H100 (ask first)", "big", ("hpc",), ("ann",))
@@ -591,8 +631,10 @@ def test_merge_configured_wins_and_comes_first():
 def test_catalog_from_standard_nodes_with_overrides_and_cpu():
     cfg = CatalogConfig(
         offerings=[{"slug": "bitfusion", "kind": "custom", "command_prefix": ["bitfusion", "run", "-n", "1", "--"]}],
-        overrides={"gpu-nvidia-h100-80gb-hbm3": {"display_name": "H100", "groups": ["hpc"], "counts": [1, 2]},
-                   "vgpu-nvidia-a10-24q": {"hidden": True}},
+        overrides={
+            "gpu-nvidia-h100-80gb-hbm3": {"display_name": "H100", "groups": ["hpc"], "counts": [1, 2]},
+            "vgpu-nvidia-a10-24q": {"hidden": True},
+        },
     )
     out = build_catalog(cfg, standard_nodes())
     slugs = [o.slug for o in out]

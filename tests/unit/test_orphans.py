@@ -70,8 +70,15 @@ def counted(action: str) -> float:
 async def test_reconciler_deletes_orphans_logs_each_and_counts_them(caplog):
     cluster = FakeCluster([pod("jupyter-ann", "ann"), pod("jupyter-bob", "bob")])
     now = [0.0]
-    reconciler = OrphanReconciler(cluster.list_pods, lambda: {("bob", ""): "jupyter-bob"}, cluster.delete,
-                                  grace=30, interval=1, clock=lambda: now[0], log=logging.getLogger("t"))
+    reconciler = OrphanReconciler(
+        cluster.list_pods,
+        lambda: {("bob", ""): "jupyter-bob"},
+        cluster.delete,
+        grace=30,
+        interval=1,
+        clock=lambda: now[0],
+        log=logging.getLogger("t"),
+    )
     before = counted("deleted")
     assert await reconciler.check() == []
     now[0] = 31.0

@@ -15,14 +15,24 @@ ZURICH = ZoneInfo("Europe/Zurich")
 TUESDAY_NOON = datetime(2026, 11, 24, 12, 0, tzinfo=ZURICH)
 TUESDAY_NIGHT = datetime(2026, 11, 24, 22, 0, tzinfo=ZURICH)
 
-H100 = offering_from_config({"slug": "h100", "kind": "full", "display_name": "H100", "product": "NVIDIA-H100",
-                             "counts": [1, 2, 4, 8], "memory_mib": 81920, "groups": ["researchers"],
-                             "windows": ["Mon-Fri 19:00-07:00", "Sat,Sun 00:00-24:00"]}, 0)
+H100 = offering_from_config(
+    {
+        "slug": "h100",
+        "kind": "full",
+        "display_name": "H100",
+        "product": "NVIDIA-H100",
+        "counts": [1, 2, 4, 8],
+        "memory_mib": 81920,
+        "groups": ["researchers"],
+        "windows": ["Mon-Fri 19:00-07:00", "Sat,Sun 00:00-24:00"],
+    },
+    0,
+)
 MIG = offering_from_config({"slug": "mig-1g", "kind": "mig", "profile": "1g.5gb", "display_name": "MIG 1g"}, 1)
-MIG3 = offering_from_config({"slug": "mig-3g", "kind": "mig", "profile": "3g.20gb", "display_name": "MIG 3g",
-                             "admission": "queue"}, 2)
-T4 = offering_from_config({"slug": "t4", "kind": "shared", "replicas": 4, "display_name": "T4 share",
-                           "scalable_nodes": 3, "scale_up_minutes": 5}, 3)
+MIG3 = offering_from_config({"slug": "mig-3g", "kind": "mig", "profile": "3g.20gb", "display_name": "MIG 3g", "admission": "queue"}, 2)
+T4 = offering_from_config(
+    {"slug": "t4", "kind": "shared", "replicas": 4, "display_name": "T4 share", "scalable_nodes": 3, "scale_up_minutes": 5}, 3
+)
 SECRET = offering_from_config({"slug": "secret", "kind": "full", "hidden": True}, 4)
 
 AVAIL = {

@@ -29,8 +29,16 @@ def make(raw):
     return offering_from_config(raw, 0)
 
 
-H100 = make({"slug": "h100", "kind": "full", "display_name": "H100 80GB", "product": "NVIDIA-H100-80GB-HBM3", "counts": [1, 2, 4, 8],
-             "extra_tolerations": [SKU_TOL]})
+H100 = make(
+    {
+        "slug": "h100",
+        "kind": "full",
+        "display_name": "H100 80GB",
+        "product": "NVIDIA-H100-80GB-HBM3",
+        "counts": [1, 2, 4, 8],
+        "extra_tolerations": [SKU_TOL],
+    }
+)
 MIG = make({"slug": "mig-3g", "kind": "mig", "display_name": "A100 · MIG 3g.20gb", "profile": "3g.20gb"})
 SECRET = make({"slug": "secret-a100", "kind": "full", "display_name": "Secret A100", "groups": ["hpc"]})
 HIDDEN = make({"slug": "old-t4", "kind": "full", "display_name": "Old T4", "hidden": True})
@@ -83,10 +91,20 @@ def test_count_not_offered_is_refused():
 
 
 def test_env_has_offering_and_never_device_visibility_even_if_admin_set_it():
-    o = make({"slug": "t4", "kind": "full", "env": {
-        "NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "all",
-        "HF_HOME": "/data/hf", ENV_OFFERING: "spoofed", ENV_KIND: "spoofed",
-    }})
+    o = make(
+        {
+            "slug": "t4",
+            "kind": "full",
+            "env": {
+                "NVIDIA_VISIBLE_DEVICES": "all",
+                "CUDA_VISIBLE_DEVICES": "0",
+                "NVIDIA_DRIVER_CAPABILITIES": "all",
+                "HF_HOME": "/data/hf",
+                ENV_OFFERING: "spoofed",
+                ENV_KIND: "spoofed",
+            },
+        }
+    )
     env = dict(pod_changes(o).env)
     assert env == {"HF_HOME": "/data/hf", ENV_OFFERING: "t4", ENV_KIND: "full", ENV_COUNT: "1"}
     assert not FORBIDDEN_ENV & set(env)
@@ -111,8 +129,15 @@ def test_cpu_changes_have_no_gpu():
 
 
 def test_labels_name_offering_and_kind_and_cannot_be_spoofed():
-    o = make({"slug": "mig-1g", "kind": "mig", "profile": "1g.5gb",
-              "labels": {"team": "ml", LABEL_OFFERING: "h100", LABEL_KIND: "full"}, "annotations": {"note": "x"}})
+    o = make(
+        {
+            "slug": "mig-1g",
+            "kind": "mig",
+            "profile": "1g.5gb",
+            "labels": {"team": "ml", LABEL_OFFERING: "h100", LABEL_KIND: "full"},
+            "annotations": {"note": "x"},
+        }
+    )
     changes = pod_changes(o)
     assert dict(changes.labels) == {"team": "ml", LABEL_OFFERING: "mig-1g", LABEL_KIND: "mig"}
     assert dict(changes.annotations) == {"note": "x"}
@@ -227,8 +252,9 @@ def test_bool_count_is_not_a_number(value):
     assert refusal({"offering": "h100", "count": value}) == "The number of GPUs must be a whole number such as 1 or 2."
 
 
-@pytest.mark.parametrize("value, text", [(1.0, "1.0"), ("two", "two"), ("1e3", "1e3"), ("-1", "-1"), ("1000", "1000"), (None, "None"),
-                                         ({"n": 1}, "??n?: 1?")])
+@pytest.mark.parametrize(
+    "value, text", [(1.0, "1.0"), ("two", "two"), ("1e3", "1e3"), ("-1", "-1"), ("1000", "1000"), (None, "None"), ({"n": 1}, "??n?: 1?")]
+)
 def test_non_numeric_count(value, text):
     assert refusal({"offering": "h100", "count": value}) == f"The number of GPUs must be a whole number such as 1 or 2, not '{text}'."
 
@@ -255,7 +281,7 @@ def test_invalid_slug_is_refused_without_markup(slug):
 def test_shown_strips_markup_and_truncates():
     assert shown("<b>x</b>") == "?b?x?/b?"
     assert shown("a" * 50) == "a" * 40 + "…"
-    assert shown("ok-1.2_3:/x \"&;") == "ok-1.2_3:/x ???"
+    assert shown('ok-1.2_3:/x "&;') == "ok-1.2_3:/x ???"
 
 
 def test_choice_round_trips_through_user_options():

@@ -32,8 +32,10 @@ def test_a_grant_counts_before_the_pod_is_bound():
     quotas = Quotas(user={"total": 2})
     granted = [ledger.grant(f"ns/p{i}", T4, 1, "ann", quotas, {}, {}).action for i in range(20)]
     assert granted.count(ADMIT) == 2 and granted.count(REFUSE) == 18
-    assert "Over your quota: you may hold 2 GPUs of any kind at once and already hold 2." in \
-        ledger.grant("ns/p99", T4, 1, "ann", quotas, {}, {}).message
+    assert (
+        "Over your quota: you may hold 2 GPUs of any kind at once and already hold 2."
+        in ledger.grant("ns/p99", T4, 1, "ann", quotas, {}, {}).message
+    )
 
 
 def test_bound_pods_and_grants_of_one_server_count_once():
@@ -134,7 +136,10 @@ class Interleavings(RuleBasedStateMachine):
 
 
 Interleavings.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=40, derandomize=True, deadline=None,
+    max_examples=300,
+    stateful_step_count=40,
+    derandomize=True,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestInterleavings = Interleavings.TestCase

@@ -27,8 +27,17 @@ NOW = datetime(2026, 11, 24, 14, 3, 51, tzinfo=ZURICH)
 
 @pytest.mark.parametrize(
     "reason, status",
-    [("malformed", 400), ("not_offered", 403), ("window", 403), ("no_capacity", 409), ("queue_timeout", 409),
-     ("unschedulable", 409), ("quota", 429), ("unreachable", 503), ("misconfigured", 503)],
+    [
+        ("malformed", 400),
+        ("not_offered", 403),
+        ("window", 403),
+        ("no_capacity", 409),
+        ("queue_timeout", 409),
+        ("unschedulable", 409),
+        ("quota", 429),
+        ("unreachable", 503),
+        ("misconfigured", 503),
+    ],
 )
 def test_each_refusal_reason_has_its_status(reason, status):
     refused = SpawnRefused("The message the page shows.", reason)
@@ -93,17 +102,26 @@ def test_the_spawn_pages_echoes_of_a_refused_start_are_dropped():
     refusal = SpawnRefused("The GPU option 'x' is not offered to you.", "not_offered")
     refusal.during_start = True  # as GPUSpawner._start marks it
     for func in ("_post", "get"):
-        echo = logging.LogRecord("JupyterHub", logging.ERROR, __file__, 1, "Failed to spawn", None,
-                                 (SpawnRefused, refusal, None), func=func)
+        echo = logging.LogRecord(
+            "JupyterHub", logging.ERROR, __file__, 1, "Failed to spawn", None, (SpawnRefused, refusal, None), func=func
+        )
         assert not RefusalsOnOneLine().filter(echo)
-    again = logging.LogRecord("JupyterHub", logging.ERROR, __file__, 1, f"Error starting server alice: {refusal}", None, None,
-                              func="_wrap_spawn_single_user")
+    again = logging.LogRecord(
+        "JupyterHub", logging.ERROR, __file__, 1, f"Error starting server alice: {refusal}", None, None, func="_wrap_spawn_single_user"
+    )
     assert not RefusalsOnOneLine().filter(again)
-    said = logging.LogRecord("JupyterHub", logging.ERROR, __file__, 1, f"Not starting alice's server : {refusal}", None, None,
-                             func="spawn")
+    said = logging.LogRecord("JupyterHub", logging.ERROR, __file__, 1, f"Not starting alice's server : {refusal}", None, None, func="spawn")
     assert RefusalsOnOneLine().filter(said)
-    form = logging.LogRecord("JupyterHub", logging.ERROR, __file__, 1, "Failed to spawn", None,
-                             (SpawnRefused, SpawnRefused("No GPU is free.", "no_capacity"), None), func="_post")
+    form = logging.LogRecord(
+        "JupyterHub",
+        logging.ERROR,
+        __file__,
+        1,
+        "Failed to spawn",
+        None,
+        (SpawnRefused, SpawnRefused("No GPU is free.", "no_capacity"), None),
+        func="_post",
+    )
     assert RefusalsOnOneLine().filter(form)  # refused by the form itself: its only line
 
 
@@ -120,20 +138,39 @@ def test_any_other_exception_keeps_its_traceback():
 
 PROFILES = [
     {"display_name": "Python", "slug": "python", "default": True},
-    {"display_name": "PyTorch", "slug": "pytorch", "profile_options": {
-        "image": {"display_name": "Image", "choices": {"cuda12": {}, "cuda11": {}},
-                  "unlisted_choice": {"enabled": True}},
-    }},
+    {
+        "display_name": "PyTorch",
+        "slug": "pytorch",
+        "profile_options": {
+            "image": {"display_name": "Image", "choices": {"cuda12": {}, "cuda11": {}}, "unlisted_choice": {"enabled": True}},
+        },
+    },
 ]
 
 
 def test_only_known_keys_are_kept():
     keys = known_keys(PROFILES, declared=["site_flag"])
-    options = {"offering": "cpu", "count": 1, "profile": "pytorch", "image": "cuda12", "image--unlisted-choice": "x",
-               "site_flag": True, "junk": "x" * 100, "gpuspawner": {"forged": 1}, "__jupyterhub_x": 1, 5: "int key"}
+    options = {
+        "offering": "cpu",
+        "count": 1,
+        "profile": "pytorch",
+        "image": "cuda12",
+        "image--unlisted-choice": "x",
+        "site_flag": True,
+        "junk": "x" * 100,
+        "gpuspawner": {"forged": 1},
+        "__jupyterhub_x": 1,
+        5: "int key",
+    }
     kept, dropped = split_known(options, keys)
-    assert kept == {"offering": "cpu", "count": 1, "profile": "pytorch", "image": "cuda12",
-                    "image--unlisted-choice": "x", "site_flag": True}
+    assert kept == {
+        "offering": "cpu",
+        "count": 1,
+        "profile": "pytorch",
+        "image": "cuda12",
+        "image--unlisted-choice": "x",
+        "site_flag": True,
+    }
     assert dropped == ["junk", "gpuspawner", "__jupyterhub_x", 5]
 
 
@@ -180,8 +217,16 @@ def test_a_profile_or_choice_that_does_not_exist_is_malformed(options, message):
     assert len(str(info.value)) < 300
 
 
-@pytest.mark.parametrize("options", [{}, {"profile": ""}, {"profile": "python"}, {"profile": "pytorch", "image": "cuda11"},
-                                     {"profile": "pytorch", "image--unlisted-choice": "my/image:1"}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"profile": ""},
+        {"profile": "python"},
+        {"profile": "pytorch", "image": "cuda11"},
+        {"profile": "pytorch", "image--unlisted-choice": "my/image:1"},
+    ],
+)
 def test_valid_profile_choices_pass(options):
     check_profile(options, PROFILES)
 

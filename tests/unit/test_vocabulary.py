@@ -16,8 +16,14 @@ from gpuspawner.vocabulary import AdmissionPolicy, Kind
 PACKAGE = Path(vocabulary.__file__).resolve().parent
 #: The names whose literal value means nothing else anywhere in the package.
 DISTINCT = (
-    "LABEL_OFFERING", "LABEL_KIND", "ENV_OFFERING", "ENV_KIND", "ENV_COUNT",
-    "KUBESPAWNER_USER_LABEL", "KUBESPAWNER_SERVER_ANNOTATION", "COUNT_FIELD_PREFIX",
+    "LABEL_OFFERING",
+    "LABEL_KIND",
+    "ENV_OFFERING",
+    "ENV_KIND",
+    "ENV_COUNT",
+    "KUBESPAWNER_USER_LABEL",
+    "KUBESPAWNER_SERVER_ANNOTATION",
+    "COUNT_FIELD_PREFIX",
 )
 
 
@@ -28,10 +34,13 @@ def string_literals(path: Path) -> set[str]:
         id(node.body[0].value)
         for node in ast.walk(tree)
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
     }
     return {
-        node.value for node in ast.walk(tree)
+        node.value
+        for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
     }
 
@@ -40,7 +49,8 @@ def test_each_boundary_name_is_spelled_only_in_the_vocabulary():
     values = {getattr(vocabulary, name): name for name in DISTINCT}
     repeated = [
         f"{path.relative_to(PACKAGE.parent)} spells {values[text]} ({text!r}): import it from gpuspawner.vocabulary"
-        for path in sorted(PACKAGE.rglob("*.py")) if path != Path(vocabulary.__file__).resolve()
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != Path(vocabulary.__file__).resolve()
         for text in sorted(string_literals(path) & set(values))
     ]
     assert repeated == []
@@ -53,5 +63,8 @@ def test_the_wire_format_of_the_names():
     assert (vocabulary.OFFERING_KEY, vocabulary.COUNT_KEY, vocabulary.RECORD_KEY) == ("offering", "count", "gpuspawner")
     assert (vocabulary.LABEL_OFFERING, vocabulary.LABEL_KIND) == ("gpuspawner.io/offering", "gpuspawner.io/kind")
     assert (vocabulary.ENV_OFFERING, vocabulary.ENV_KIND, vocabulary.ENV_COUNT) == (
-        "GPUSPAWNER_OFFERING", "GPUSPAWNER_KIND", "GPUSPAWNER_GPU_COUNT")
+        "GPUSPAWNER_OFFERING",
+        "GPUSPAWNER_KIND",
+        "GPUSPAWNER_GPU_COUNT",
+    )
     assert f"{Kind.MIG}" == "mig"  # written into labels, JSON and metrics as its plain value

@@ -56,11 +56,18 @@ def spawn_page() -> None:
 
     config = Config()
     config.GPUSpawner.discover_offerings = False
-    config.GPUSpawner.offerings = [{"slug": "remote-half", "kind": "custom", "display_name": "Half a remote accelerator",
-                                    "resources": {"example.com/accel": 1}}]
+    config.GPUSpawner.offerings = [
+        {"slug": "remote-half", "kind": "custom", "display_name": "Half a remote accelerator", "resources": {"example.com/accel": 1}}
+    ]
+
     async def page() -> str:  # KubeSpawner makes its API client on the hub's running loop
-        spawner = GPUSpawner(hub=Hub(ip="127.0.0.1", port=8081, base_url="/hub/"), user=User(),
-                             orm_spawner=orm.Spawner(name=""), config=config, user_options={})
+        spawner = GPUSpawner(
+            hub=Hub(ip="127.0.0.1", port=8081, base_url="/hub/"),
+            user=User(),
+            orm_spawner=orm.Spawner(name=""),
+            config=config,
+            user_options={},
+        )
         return await spawner.get_options_form()
 
     html = asyncio.run(page())
@@ -70,8 +77,12 @@ def spawn_page() -> None:
 
 
 def cli(nodes_file: str) -> None:
-    done = subprocess.run([Path(sys.executable).with_name("gpuspawner"), "offerings", "--nodes", nodes_file, "--json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [Path(sys.executable).with_name("gpuspawner"), "offerings", "--nodes", nodes_file, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     slugs = {row["slug"] for row in json.loads(done.stdout)}
     assert "gpu-nvidia-h100-80gb-hbm3" in slugs and "mig-nvidia-a100-sxm4-40gb-1g-5gb" in slugs, sorted(slugs)
@@ -79,8 +90,10 @@ def cli(nodes_file: str) -> None:
 
 
 def culler_help() -> None:
-    for command in ([str(Path(sys.executable).with_name("gpuspawner-culler")), "--help"],
-                    [sys.executable, "-m", "gpuspawner.culler", "--help"]):
+    for command in (
+        [str(Path(sys.executable).with_name("gpuspawner-culler")), "--help"],
+        [sys.executable, "-m", "gpuspawner.culler", "--help"],
+    ):
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0 and "--prometheus-url" in done.stdout, (command, done.stdout[-1500:], done.stderr[-1500:])
     ok("gpuspawner-culler --help")

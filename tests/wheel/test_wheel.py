@@ -63,12 +63,18 @@ def test_the_installed_wheel_works_outside_the_repository(venv, tmp_path):
     nodes = tmp_path / "nodes.json"
     nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": standard_nodes()}))
     kubeconfig = tmp_path / "kubeconfig"  # KubeSpawner loads one when it is made; nothing answers there
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "none",
-        "clusters": [{"name": "none", "cluster": {"server": "https://127.0.0.1:9"}}],
-        "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
-        "users": [{"name": "none", "user": {"token": "unused"}}],
-    }))
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "none",
+                "clusters": [{"name": "none", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
+                "users": [{"name": "none", "user": {"token": "unused"}}],
+            }
+        )
+    )
     script = Path(__file__).with_name("installed_checks.py")
     done = run([venv, "-I", script, nodes], cwd=tmp_path, KUBECONFIG=str(kubeconfig))  # -I: isolated, no cwd or user site on the path
     assert done.stdout.splitlines() == [
