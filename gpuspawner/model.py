@@ -35,6 +35,25 @@ SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
+class DeviceClaim:
+    """What an offering served through Dynamic Resource Allocation asks for (``resource.k8s.io/v1``).
+
+    One request of a ResourceClaim: ``count`` devices (the user's count) of ``device_class``
+    that meet every CEL expression in ``selectors``; devices of one request share the values
+    of ``match_attributes`` (fully qualified attribute names, e.g.
+    ``gpu.nvidia.com/productName``); ``config`` holds the driver's opaque configurations
+    (``{"driver": ..., "parameters": {...}}``, e.g. NVIDIA's ``GpuConfig`` with a sharing
+    strategy). An offering with a claim asks for no extended resource and selects no node:
+    the scheduler's allocator places it.
+    """
+
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    match_attributes: tuple[str, ...] = ()
+    config: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class Offering:
     """One choice on the spawn page and everything needed to turn it into a pod.
 
@@ -60,6 +79,8 @@ class Offering:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     command_prefix: tuple[str, ...] = ()
+    #: Served through Dynamic Resource Allocation instead of extended resources (None: device plugin).
+    claim: DeviceClaim | None = None
     # What the user is told.
     product: str | None = None
     memory_mib: int | None = None
