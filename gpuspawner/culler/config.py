@@ -329,10 +329,12 @@ class CullerSettings(HasTraits):
             """
             Per-server tokens minted per cycle, at most, for kernel views that can
             only lead to a kernel shutdown (each mint is a write to the hub's
-            database). Servers beyond it are read in a later cycle: a culler
-            restarted among thousands of shared-GPU servers catches up over a few
-            cycles instead of holding the hub busy for one long one. Views that
-            can lead to a stop are never deferred. 0: no limit.
+            database). A cycle makes at most 10 of them itself and the rest after
+            its decisions, one at a time; those servers are read in the next
+            cycle, and servers beyond the limit in a later one: a culler restarted
+            among thousands of shared-GPU servers catches up over a few cycles
+            instead of holding the hub busy for one long one. Views that can lead
+            to a stop are never deferred. 0: no limit.
             """
         ),
     ).tag(config=True)

@@ -114,6 +114,8 @@ class Culler:
         self.clock = clock
         self.actions = Actions(hub, kernels, metrics, log, dry_run=dry_run, remove_named_servers=remove_named_servers)
         self._warned_contracts: set[tuple[str, str]] = set()
+        #: the tokens the last cycle's deferred kernel views wanted, being minted
+        self._minting: asyncio.Future[int] | None = None
         #: (namespace, pod) -> the last cycle's time that saw its GPU active
         self._gpu_last_active: dict[tuple[str, str], datetime] = {}
         #: (namespace, pod) -> how long every GPU view has shown its GPU idle
@@ -270,6 +272,7 @@ class Culler:
     # -- the cycle ---------------------------------------------------------
     async def cycle(self) -> CycleReport:
         """One cycle. Never raises for hub, server or Prometheus trouble."""
+        await self.tokens_minted()  # the tokens the last cycle wanted (minted while the culler slept)
         t0 = time.monotonic()
         now = self.clock()
         report = CycleReport(started=now)
@@ -307,10 +310,26 @@ class Culler:
             await self.tokens.keep_only(self._seen)
         report.duration_s = time.monotonic() - t0
         self._finish(report)
+        if self.tokens.wanted:  # after the cycle: its decisions never wait on the hub's database
+            self._minting = asyncio.ensure_future(self.tokens.mint_wanted())
         return report
+
+    async def tokens_minted(self) -> None:
+        """Wait until the tokens the last cycle wanted are minted (ServerTokens.mint_wanted)."""
+        task, self._minting = self._minting, None
+        if task is not None:
+            try:
+                await task
+            except Exception:
+                self.metrics.errors.labels("culler").inc()
+                self.log.exception("unexpected error minting per-server tokens")
 
     async def close(self) -> None:
         """Revoke every per-server token (the culler is stopping)."""
+        if self._minting is not None:
+            self._minting.cancel()
+            await asyncio.gather(self._minting, return_exceptions=True)
+            self._minting = None
         await self.tokens.close()
 
     def _forget_old_gpu_activity(self, now: datetime) -> None:

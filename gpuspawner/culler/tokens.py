@@ -80,11 +80,18 @@ class ServerTokens:
     then expires on its own within a quarter lifetime (one hub write saved).
 
     Each mint is a write to the hub's database (~30 ms of the hub's time on
-    sqlite). ``mints_per_cycle`` bounds the mints a cycle makes for *budgeted*
-    requests (kernel views that can only lead to a kernel shutdown), so that a
-    restarted culler catches up over a few cycles instead of holding the hub
-    busy for one long one; views that can lead to a stop are never deferred.
+    sqlite). A *budgeted* request (a kernel view that can only lead to a kernel
+    shutdown) mints during the cycle only for the first ``mints_in_cycle`` servers
+    (so a small hub sees every kernel in a culler's first cycle); the others are
+    put on a list that :meth:`mint_wanted` works through after the cycle, one mint
+    at a time, up to ``mints_per_cycle`` mints per cycle in all, and the next cycle
+    reads them. So a cycle's decisions never wait on thousands of hub writes, and a
+    restarted culler catches up over a few cycles without holding the hub busy;
+    views that can lead to a stop are never deferred.
     """
+
+    #: budgeted mints a cycle makes itself; the rest are made after it
+    MINTS_IN_CYCLE = 10
 
     def __init__(
         self,
@@ -98,7 +105,10 @@ class ServerTokens:
         self.hub = hub
         self.lifetime_s = int(lifetime_s)
         self.mints_per_cycle = int(mints_per_cycle)
+        self.mints_in_cycle = self.MINTS_IN_CYCLE if not mints_per_cycle else min(self.MINTS_IN_CYCLE, int(mints_per_cycle))
         self._cycle_mints = 0
+        #: servers whose budgeted view wants a token: minted after the cycle (mint_wanted)
+        self._wanted: dict[tuple[str, str], ServerRecord] = {}
         self.log = log
         self.metrics = metrics or CullerMetrics()
         self.monotonic = monotonic
@@ -121,8 +131,9 @@ class ServerTokens:
 
     async def get(self, server: ServerRecord, budgeted: bool = False) -> str:
         """The server's token: cached while it is valid for this server instance,
-        else minted (unless ``budgeted`` and this cycle's budget is spent:
-        :class:`TokenDeferred`). Raises :class:`TokenUnavailable`."""
+        else minted now -- or, if ``budgeted`` and the cycle has made its
+        ``mints_in_cycle``, after the cycle (:meth:`mint_wanted`; :class:`TokenDeferred`
+        now). Raises :class:`TokenUnavailable`."""
         key = (server.user, server.name)
         instance = (server.started, server.offering.url)
         async with self._lock(key):
@@ -134,11 +145,42 @@ class ServerTokens:
             elif held is not None:  # another instance of the server: never its token
                 await self._revoke(key)
                 held = None
-            if budgeted and 0 < self.mints_per_cycle <= self._cycle_mints:
+            if budgeted and self._cycle_mints >= self.mints_in_cycle:
+                self._wanted[key] = server
                 if held is not None and now < held.expires_at - 60:
-                    return held.token  # due for renewal, still good: renewed next cycle
-                raise TokenDeferred(f"deferred to a later cycle: token_mints_per_cycle ({self.mints_per_cycle}) reached")
+                    return held.token  # due for renewal, still good: renewed after the cycle
+                raise TokenDeferred("deferred to the next cycle: its token is minted after this one (token_mints_per_cycle)")
+            self._wanted.pop(key, None)
             return await self._mint(server, key, instance)
+
+    @property
+    def wanted(self) -> int:
+        """How many servers wait for a token to be minted after the cycle."""
+        return len(self._wanted)
+
+    async def mint_wanted(self) -> int:
+        """Mint the tokens the cycle's budgeted views wanted, one at a time (one hub write
+        in flight), up to ``mints_per_cycle`` mints in the cycle and after it (0: all);
+        the rest wait for the next cycle. Returns how many were minted. Never raises for
+        the hub's trouble: it is logged."""
+        minted = 0
+        while self._wanted and not (0 < self.mints_per_cycle <= self._cycle_mints):
+            key = next(iter(self._wanted))
+            server = self._wanted.pop(key)
+            instance = (server.started, server.offering.url)
+            async with self._lock(key):
+                held = self._held.get(key)
+                if held is not None and held.instance == instance and self.monotonic() < held.renew_at:
+                    continue  # a view that can stop the server minted it meanwhile
+                if held is not None and held.instance != instance:
+                    await self._revoke(key)
+                try:
+                    await self._mint(server, key, instance)
+                except TokenUnavailable as e:
+                    self.log.warning("no kernel view of %s next cycle: %s", server.label, e)
+                    continue
+            minted += 1
+        return minted
 
     async def refused(self, server: ServerRecord) -> None:
         """The server answered 401/403 to its token (revoked by its user, expired,
@@ -155,7 +197,10 @@ class ServerTokens:
 
     async def keep_only(self, running: Iterable[tuple[str, str]]) -> None:
         """Revoke the tokens of servers the hub no longer lists as running."""
-        gone = set(self._held) - set(running)
+        running = set(running)
+        gone = set(self._held) - running
+        for key in set(self._wanted) - running:
+            del self._wanted[key]
         await asyncio.gather(*(self._revoke(key) for key in gone))
         for key in set(self._locks) - set(self._held):
             lock = self._locks[key]
@@ -164,6 +209,7 @@ class ServerTokens:
 
     async def close(self) -> None:
         """Revoke every token (the culler is stopping)."""
+        self._wanted.clear()
         await asyncio.gather(*(self._revoke(key) for key in list(self._held)))
 
     # -- the hub ---------------------------------------------------------------

@@ -186,22 +186,36 @@ async def test_a_token_wider_than_its_server_is_never_used(hub):
     assert len(st) == 1
 
 
-async def test_mints_for_kernel_shutdowns_only_are_budgeted_per_cycle(hub):
-    st, clock = tokens(hub, budget=2)
+async def test_mints_for_kernel_shutdowns_only_are_made_after_the_cycle_within_a_budget(hub):
+    st, clock = tokens(hub, budget=3)
+    st.mints_in_cycle = 1  # (10 by default: a small hub sees every kernel in the first cycle)
     st.new_cycle()
-    assert await st.get(record(user="a"), budgeted=True)
-    assert await st.get(record(user="b"), budgeted=True)
-    with pytest.raises(TokenDeferred, match="token_mints_per_cycle"):
-        await st.get(record(user="c"), budgeted=True)
-    assert await st.get(record(user="a"), budgeted=True)  # held ones cost nothing
-    assert await st.get(record(user="d"))  # a view that can stop a server: never deferred
+    assert await st.get(record(user="a"), budgeted=True)  # the cycle's own budgeted mint
+    for user in ("b", "c"):  # the rest: after the cycle
+        with pytest.raises(TokenDeferred, match="next cycle"):
+            await st.get(record(user=user), budgeted=True)
+    assert st.wanted == 2 and [u for u, _ in hub.posts] == ["a"]
+    assert await st.get(record(user="d"))  # a view that can stop a server: minted at once
+    assert await st.mint_wanted() == 1  # after the cycle, one at a time, 3 mints per cycle in all
+    assert [u for u, _ in hub.posts] == ["a", "d", "b"] and st.wanted == 1
     st.new_cycle()
+    assert await st.get(record(user="b"), budgeted=True)  # held ones cost nothing
+    assert await st.mint_wanted() == 1
     assert await st.get(record(user="c"), budgeted=True)
-    assert [u for u, _ in hub.posts] == ["a", "b", "d", "c"]
-    # a token due for renewal when the budget is spent: used while it is still good
+    assert st.wanted == 0 and [u for u, _ in hub.posts] == ["a", "d", "b", "c"]
+    # a token due for renewal when the cycle's own mints are spent: used while it is
+    # still good, and renewed after the cycle
+    st.new_cycle()
     clock.t += 2701
-    assert await st.get(record(user="d"), budgeted=True) == "secret5"  # renewed: budget left
-    assert await st.get(record(user="a"), budgeted=True) == "secret1"  # spent: kept
-    clock.t += 840
+    assert await st.get(record(user="e"), budgeted=True) == "secret5"  # the cycle's own mint
+    assert await st.get(record(user="a"), budgeted=True) == "secret1"
+    assert st.wanted == 1 and await st.mint_wanted() == 1
+    assert await st.get(record(user="a"), budgeted=True) == "secret6"
+    st.new_cycle()
+    clock.t += 2701 + 840
+    assert await st.get(record(user="f"), budgeted=True)  # the cycle's own mint
     with pytest.raises(TokenDeferred):  # within a minute of expiring: not sent any more
-        await st.get(record(user="a"), budgeted=True)
+        await st.get(record(user="b"), budgeted=True)
+    # servers the hub no longer lists are not minted for
+    await st.keep_only([("a", ""), ("f", "")])
+    assert st.wanted == 0 and await st.mint_wanted() == 0
