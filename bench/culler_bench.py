@@ -12,7 +12,7 @@ shared-GPU notebook whose pod holds GPU memory and whose GPU is idle, so the
 GPU-aware culler must ask every server's kernels each cycle (its worst case);
 no kernel is idle long enough to act on, so neither culler stops anything.
 GPU telemetry: the real Prometheus scraping a dcgm-exporter stand-in that reports
-every pod with the label sets of tests/culler/data.
+every pod with the label set of a real dcgm-exporter scrape (gpuspawner/devcluster).
 
 Printed: wall time and hub API calls per cycle (read from the hub's own
 /hub/metrics), side by side as a ratio (target <= 1.3x), the other requests the
@@ -39,7 +39,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "culler"))
 
 from tornado import web  # noqa: E402
 
@@ -198,14 +197,14 @@ def hub_request_count(text: str) -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    from culler_fakes import SHARED_A100, free_port, template
-    from culler_hub import Hub
-    from culler_prom import Telemetry
     from jupyterhub_idle_culler import cull_idle
     from tornado.httpclient import AsyncHTTPClient
 
     from gpuspawner.culler import REQUIRED_SCOPES, GpuCuller
-    from gpuspawner.culler.gpu_metrics import FB_USED, GpuQuerySettings
+    from gpuspawner.culler.gpu_metrics import GpuQuerySettings
+    from gpuspawner.devcluster.fakedcgm import reference_labels
+    from gpuspawner.devcluster.hub import Hub
+    from gpuspawner.devcluster.prometheus import free_port
 
     logging.basicConfig(level=logging.WARNING)
     n = args.servers
@@ -241,7 +240,8 @@ async def main(args: argparse.Namespace) -> None:
         # every pod holds GPU memory on an idle shared GPU
         prom = telemetry = Telemetry(tmp / "telemetry")
         await asyncio.to_thread(telemetry.start)
-        base = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items()}
+        mig = ("GPU_I_PROFILE", "GPU_I_ID")  # a whole (shared) GPU: no MIG labels
+        base = {k: v for k, v in reference_labels("DCGM_FI_PROF_GR_ENGINE_ACTIVE").items() if k not in mig}
         for i, u in enumerate(users):
             labels = dict(
                 base,
@@ -461,6 +461,44 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.to_thread(telemetry.stop)
         stand.terminate()
         stand.wait()
+
+
+class Telemetry:
+    """The real Prometheus scraping one dcgm-exporter stand-in (with honor_labels, as the GPU
+    operator's ServiceMonitor does), and the culler's view of it."""
+
+    def __init__(self, tmp: Path) -> None:
+        from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
+        from gpuspawner.devcluster.prometheus import Prometheus, ScrapeJob
+
+        self.standin = DcgmStandIn()
+        self.prom = Prometheus(tmp / "prometheus", [ScrapeJob("dcgm-exporter", [self.standin.target])])
+
+    @property
+    def url(self) -> str:
+        return self.prom.url
+
+    def start(self) -> None:
+        self.standin.start()
+        self.prom.start()
+
+    def stop(self) -> None:
+        self.prom.stop()
+        self.standin.stop()
+
+    def put(self, key: str, labels: dict[str, str], **values: float) -> None:
+        self.standin.set(key, labels, **values)
+
+    def wait_view(self, settings, ready, what: str, timeout: float):
+        from gpuspawner.culler.gpu_metrics import build_query, parse_query_response
+
+        query = build_query(settings)
+
+        def check():
+            view = parse_query_response(self.prom.raw_query(query), settings)
+            return view if ready(view) else None
+
+        return self.prom.wait_for(check, what, timeout)
 
 
 async def _ready_users(hub):

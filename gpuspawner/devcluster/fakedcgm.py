@@ -41,10 +41,10 @@ def parse_exposition(text: str) -> list[tuple[str, dict[str, str], float]]:
 # --------------------------------------------------------------------------
 # the demo's telemetry: samples for the notebook pods that hold GPUs
 # --------------------------------------------------------------------------
-def _template(metric: str) -> dict[str, str]:
-    """Labels of a real dcgm-exporter row (an H100 MIG instance attached to a pod)."""
+def reference_labels(metric: str) -> dict[str, str]:
+    """Labels of a real dcgm-exporter `metric` row that names a pod (an H100 MIG instance)."""
     for name, labels, _ in parse_exposition(SCRAPE.read_text()):
-        if name == "DCGM_FI_PROF_GR_ENGINE_ACTIVE" and "pod" in labels:
+        if name == metric and "pod" in labels:
             return dict(labels)
     raise ValueError(f"{SCRAPE} has no {metric} row with pod labels")
 
@@ -95,7 +95,7 @@ class SimulatedDCGM:
         self.step = step
         self.memory_mib = memory_mib
         self.active: set[str] = set()
-        self.template = _template("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+        self.template = reference_labels("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
         self._thread = threading.Thread(target=self._run, name="simulated-dcgm", daemon=True)
         self._stop = threading.Event()
 
