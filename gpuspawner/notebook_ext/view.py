@@ -147,9 +147,10 @@ class NoticeBoard:
                 known.add(kernel_id)
 
     def keep(self) -> None:
-        """The user asked to keep their work: the warning goes until the culler's next view."""
+        """The user asked to keep their work: they are active now, and the warning and the
+        planned action go until the culler's next view (which sees the activity too)."""
         if self.view is not None:
-            self.view = replace(self.view, warning=False, act_at=None, action=None)
+            self.view = replace(self.view, idle_since=None, warning=False, act_at=None, action=None)
 
     def reclaimed_ids(self) -> frozenset[str]:
         return frozenset(r.kernel_id for r in self.reclaimed)

@@ -92,6 +92,9 @@ class JupyterProcess:
                 "JUPYTER_CONFIG_DIR": str(self.tmp / "config"),
                 "JUPYTER_DATA_DIR": str(self.tmp / "data"),
                 "JUPYTER_RUNTIME_DIR": str(self.tmp / "runtime"),
+                # jupyter_core prefers the venv's share/jupyter over JUPYTER_DATA_DIR in a venv: a
+                # `pip install -e .` copy of an older build there would hide the one under test
+                "JUPYTER_PREFER_ENV_PATH": "0",
                 "PATH": f"{VENV_BIN}:{env.get('PATH', '')}",
             }
         )

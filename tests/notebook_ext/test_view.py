@@ -125,7 +125,7 @@ def test_keep_drops_the_warning_until_the_next_view():
     assert [n["kind"] for n in notices(board.view, board.reclaimed, NOW)] == ["warning"]
     board.keep()
     assert notices(board.view, board.reclaimed, NOW) == []
-    assert board.view is not None and board.view.idle_since is not None  # the culler's own figure stays until it says otherwise
+    assert board.view is not None and culler_line(board.view, NOW) == "active"  # until the culler's next view
 
 
 def test_the_warning_and_reclaimed_notices_in_words():

@@ -80,9 +80,16 @@ class GpuStatus {
     this.text.textContent = status.summary;
     this.item.toggleClass('gpuspawner-mod-warning', !!warning);
     this.keepButton.style.display = warning ? '' : 'none';
+    if (!warning && this.warningToast) {
+      Notification.dismiss(this.warningToast);
+      this.warningToast = null;
+    }
     if (warning && warning.at !== this.warnedAt) {
       this.warnedAt = warning.at;
-      Notification.warning(warning.text, {
+      if (this.warningToast) {
+        Notification.dismiss(this.warningToast);
+      }
+      this.warningToast = Notification.warning(warning.text, {
         autoClose: false,
         actions: [{ label: 'Keep', callback: () => void this.keep(), displayType: 'warn' }]
       });
@@ -133,6 +140,7 @@ class GpuStatus {
   private keepButton: HTMLButtonElement;
   private status: IStatus | null = null;
   private warnedAt: string | null = null;
+  private warningToast: string | null = null;
   private announced = new Set<string>();
   private kernelPaths = new Map<string, string>();
 }
