@@ -55,6 +55,17 @@ try {
   await page.screenshot({ path: panelPath });
   out.screenshots.push(panelPath);
   await page.locator(".jp-Dialog").getByRole("button", { name: "Close" }).click();
+
+  // the culler reclaims the idle kernel: the next poll (every 15 s) announces it
+  const put = await fetch(env.CULLER_URL, {
+    method: "PUT",
+    headers: { Authorization: `token ${env.TOKEN}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ action: "kernels", reclaimed: [env.KERNEL_ID], reason: "the kernel was idle for 30 minutes (limit 30)" }),
+  });
+  out.reclaimPut = put.status;
+  const reclaimed = page.locator(".Toastify__toast", { hasText: "reclaimed for idleness" });
+  await reclaimed.waitFor();
+  out.reclaimedToast = (await reclaimed.textContent()).trim();
 } catch (e) {
   out.error = String(e && e.stack || e);
   try {

@@ -54,7 +54,15 @@ def run(tmp_path_factory):
         }
         assert lab.fetch("api/gpuspawner/culler", "PUT", view).status == 204
         kernel_before = lab.fetch(f"api/kernels/{kernel['id']}?no_track_activity=1").json()["last_activity"]
-        env = {**os.environ, "LAB_URL": f"{lab.base}lab?token={lab.token}", "SCREENSHOTS": str(SCREENSHOTS), "CHROMIUM": CHROMIUM}
+        env = {
+            **os.environ,
+            "LAB_URL": f"{lab.base}lab?token={lab.token}",
+            "CULLER_URL": f"{lab.base}api/gpuspawner/culler",
+            "TOKEN": lab.token,
+            "KERNEL_ID": kernel["id"],
+            "SCREENSHOTS": str(SCREENSHOTS),
+            "CHROMIUM": CHROMIUM,
+        }
         done = subprocess.run([node, str(SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
         assert done.returncode == 0, f"gpu_view.mjs failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
         seen = json.loads(done.stdout.strip().splitlines()[-1])
@@ -100,3 +108,10 @@ def test_the_panel_lays_out_the_details(run):
         "30 min",
     ):
         assert text in panel, (text, panel)
+
+
+def test_a_reclaimed_kernel_is_announced_as_reclaimed_for_idleness_not_a_crash(run):
+    seen, _, _ = run
+    assert seen["reclaimPut"] == 204
+    assert "was reclaimed for idleness" in seen["reclaimedToast"] and "did not crash" in seen["reclaimedToast"]
+    assert "idle for 30 minutes (limit 30)" in seen["reclaimedToast"]
