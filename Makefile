@@ -7,6 +7,9 @@
 #                mypy, strict on the pure core; ruff's lint and format check
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md)
 #   make unit    the pure-Python tests only (needs Python alone: no Go, npm or Chromium)
+#   make labextension  rebuild the notebook's GPU view for JupyterLab (ui/labextension, npm)
+#                into gpuspawner/notebook_ext/labextension; the build is committed, so
+#                sites and CI need no npm (tests check it matches its sources)
 #   make fuzz    >= 10,000 generated spawn requests through a real hub's REST API and form
 #                (tests/api/test_fuzz.py; CI runs a few hundred of them in `make test`)
 #
@@ -30,7 +33,7 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint unit fuzz install devcluster-build demo bench capacity-truth fuzz-clusters clean
+.PHONY: test lint unit fuzz labextension install devcluster-build demo bench capacity-truth fuzz-clusters clean
 
 test: install devcluster-build lint
 	$(PY) -m pytest -q -p no:cacheprovider
@@ -48,6 +51,15 @@ unit: $(PYSTAMP)
 fuzz: install devcluster-build
 	GPUSPAWNER_FUZZ_EXAMPLES=100 GPUSPAWNER_FUZZ_BATCH=200 GPUSPAWNER_FUZZ_WORKERS=24 GPUSPAWNER_FUZZ_MIN_REQUESTS=10000 \
 		$(PY) -m pytest -q -s -p no:cacheprovider tests/api/test_fuzz.py
+
+LABEXT := ui/labextension
+
+labextension: $(PYSTAMP)
+	cd $(LABEXT) && npm ci --no-audit --no-fund --loglevel=error && npx tsc
+	rm -rf gpuspawner/notebook_ext/labextension
+	cd $(LABEXT) && node node_modules/@jupyterlab/builder/lib/build-labextension.js \
+		--core-path "$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
+	$(PY) scripts/labextension_stamp.py --write
 
 $(PYSTAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

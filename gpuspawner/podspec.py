@@ -13,7 +13,8 @@ from typing import Any
 
 from .model import Offering
 from .selectors import Terms, terms_to_k8s
-from .vocabulary import ENV_COUNT, ENV_KIND, ENV_OFFERING, LABEL_KIND, LABEL_OFFERING
+from .vocabulary import ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS, LABEL_KIND, LABEL_OFFERING
+from .wording import offering_words
 
 #: Never set by us: the device plugin decides which devices a container sees.
 FORBIDDEN_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"})
@@ -45,6 +46,12 @@ def pod_changes(offering: Offering, count: int = 1) -> PodChanges:
         raise ValueError(f"{offering.slug}: count {count} is not one of {list(offering.counts)}")
     env = {k: v for k, v in offering.env.items() if k not in FORBIDDEN_ENV}
     env.update({ENV_OFFERING: offering.slug, ENV_KIND: offering.kind.value})
+    env.update(
+        {
+            ENV_DISPLAY_NAME: offering.display_name,
+            ENV_WORDS: offering_words(offering.memory_mib, offering.compute_share, offering.isolation),
+        }
+    )
     if offering.is_gpu and offering.resources:
         env[ENV_COUNT] = str(count)
     labels = {**offering.labels, LABEL_OFFERING: offering.slug, LABEL_KIND: offering.kind.value}

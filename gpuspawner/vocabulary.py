@@ -87,6 +87,10 @@ LABEL_KIND = "gpuspawner.io/kind"
 ENV_OFFERING = "GPUSPAWNER_OFFERING"
 ENV_KIND = "GPUSPAWNER_KIND"
 ENV_COUNT = "GPUSPAWNER_GPU_COUNT"
+#: Environment of the notebook container: the offering in the spawn page's words, for the
+#: notebook's own GPU view (gpuspawner.notebook_ext, docs/user-gpu-view.md).
+ENV_DISPLAY_NAME = "GPUSPAWNER_DISPLAY_NAME"
+ENV_WORDS = "GPUSPAWNER_OFFERING_WORDS"
 
 #: KubeSpawner's names for whose pod it is, which gpuspawner reads: the user as a pod
 #: label (KubeSpawner's escaped form) and the user and server name as annotations.

@@ -59,3 +59,10 @@ def share_phrase(replicas: int, sharing: str) -> str:
 def mig_compute_phrase(slices: int) -> str:
     """A MIG slice's part of the GPU's compute: "3/7 of the GPU's compute"."""
     return f"{slices}/7 of the GPU's compute"
+
+
+def offering_words(memory_mib: int | None, compute_share: str, isolation: Isolation) -> str:
+    """The spawn page's line under an offering's name, as one phrase for the notebook's GPU view:
+    "10 GB GPU memory · 1/7 of the GPU's compute · hardware isolated" (its parts, once each)."""
+    parts = (memory_phrase(memory_mib), compute_share, isolation_phrase(isolation))
+    return " · ".join(dict.fromkeys(p for p in parts if p))

@@ -122,6 +122,8 @@ DOCUMENTED_DIFFERENCES: dict[str, str] = {
     "pod.spec.containers[notebook].env[GPUSPAWNER_OFFERING]": "tells the notebook what it got",
     "pod.spec.containers[notebook].env[GPUSPAWNER_KIND]": "tells the notebook what kind of GPU access it got",
     "pod.spec.containers[notebook].env[GPUSPAWNER_GPU_COUNT]": "the number of GPUs or units, for offerings with a GPU resource",
+    "pod.spec.containers[notebook].env[GPUSPAWNER_DISPLAY_NAME]": "the offering's name as the spawn page shows it, for the notebook's GPU view",
+    "pod.spec.containers[notebook].env[GPUSPAWNER_OFFERING_WORDS]": "the spawn page's line about the offering (memory, compute, isolation), for the notebook's GPU view",
     "pod.spec.containers[notebook].resources.limits[<resource>]": "the offering's extended resources: the device plugin hands out the GPU",
     "pod.spec.containers[notebook].resources.requests[<resource>]": "Kubernetes needs requests equal to limits for extended resources",
     "pod.spec.nodeSelector[<node_selector>]": "the offering's node class (GPU product, MIG profile, vGPU class)",

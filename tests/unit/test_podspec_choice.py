@@ -106,7 +106,14 @@ def test_env_has_offering_and_never_device_visibility_even_if_admin_set_it():
         }
     )
     env = dict(pod_changes(o).env)
-    assert env == {"HF_HOME": "/data/hf", ENV_OFFERING: "t4", ENV_KIND: "full", ENV_COUNT: "1"}
+    assert env == {
+        "HF_HOME": "/data/hf",
+        ENV_OFFERING: "t4",
+        ENV_KIND: "full",
+        ENV_COUNT: "1",
+        "GPUSPAWNER_DISPLAY_NAME": "t4",
+        "GPUSPAWNER_OFFERING_WORDS": "the whole GPU is yours",
+    }
     assert not FORBIDDEN_ENV & set(env)
     assert "NVIDIA_VISIBLE_DEVICES" not in env
 
@@ -123,7 +130,12 @@ def test_cpu_changes_have_no_gpu():
     changes = pod_changes(CPU)
     assert dict(changes.limits) == {}
     assert changes.tolerations == ()
-    assert dict(changes.env) == {ENV_OFFERING: "cpu", ENV_KIND: "cpu"}
+    assert dict(changes.env) == {
+        ENV_OFFERING: "cpu",
+        ENV_KIND: "cpu",
+        "GPUSPAWNER_DISPLAY_NAME": CPU.display_name,
+        "GPUSPAWNER_OFFERING_WORDS": "no GPU",
+    }
     assert ENV_COUNT not in changes.env
     assert dict(changes.labels) == {LABEL_OFFERING: "cpu", LABEL_KIND: "cpu"}
 
@@ -339,3 +351,12 @@ def test_huge_count_gives_a_short_refusal(count):
     with pytest.raises(ChoiceError) as info:
         parse_choice({"offering": "h100", "count": count}, OFFERED, None)
     assert len(str(info.value)) < 400
+
+
+def test_env_tells_the_notebook_the_offering_in_the_spawn_pages_words():
+    o = make(
+        {"slug": "a100-mig-1g-10gb", "kind": "mig", "display_name": "MIG 1g.10gb", "profile": "1g.10gb", "product": "NVIDIA-A100-SXM4-80GB"}
+    )
+    env = pod_changes(o).env
+    assert env["GPUSPAWNER_DISPLAY_NAME"] == "MIG 1g.10gb"
+    assert env["GPUSPAWNER_OFFERING_WORDS"] == "10 GB GPU memory · 1/7 of the GPU's compute · hardware isolated (own memory and compute)"

@@ -21,6 +21,8 @@ DISTINCT = (
     "ENV_OFFERING",
     "ENV_KIND",
     "ENV_COUNT",
+    "ENV_DISPLAY_NAME",
+    "ENV_WORDS",
     "KUBESPAWNER_USER_LABEL",
     "KUBESPAWNER_SERVER_ANNOTATION",
     "COUNT_FIELD_PREFIX",
@@ -67,4 +69,5 @@ def test_the_wire_format_of_the_names():
         "GPUSPAWNER_KIND",
         "GPUSPAWNER_GPU_COUNT",
     )
+    assert (vocabulary.ENV_DISPLAY_NAME, vocabulary.ENV_WORDS) == ("GPUSPAWNER_DISPLAY_NAME", "GPUSPAWNER_OFFERING_WORDS")
     assert f"{Kind.MIG}" == "mig"  # written into labels, JSON and metrics as its plain value

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import gpuspawner
 from gpuspawner.devcluster.nodes import standard_nodes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,6 +56,16 @@ def test_the_wheel_holds_the_package_and_its_files_only(wheel):
     assert "gpuspawner/ui/templates/gpuspawner_form.html" in names
     assert any(n.startswith("gpuspawner/ui/static/") for n in names)
     assert "gpuspawner/devcluster/nodes.yaml" in names and "gpuspawner/devcluster/gomod/go.mod" in names
+    # the notebook's GPU view: the server extension enabled on install, the prebuilt JupyterLab extension
+    data = f"gpuspawner-{gpuspawner.__version__}.data/data/"
+    assert data + "etc/jupyter/jupyter_server_config.d/gpuspawner.json" in names
+    assert data + "share/jupyter/labextensions/gpuspawner-gpu-view/package.json" in names
+    assert any(n.startswith(data + "share/jupyter/labextensions/gpuspawner-gpu-view/static/remoteEntry.") for n in names)
+    assert not [
+        n
+        for n in names
+        if n.startswith("gpuspawner/notebook_ext/labextension/") or "node_modules" in n or n.startswith("gpuspawner/ui/labextension")
+    ]
     assert "gpuspawner/demo.py" not in names  # needs the repository: run it from a clone (README.md)
     assert not [n for n in names if n.startswith("tests/") or "/__pycache__/" in n or n.endswith(".pyc")]
 

@@ -1,0 +1,28 @@
+"""The body of ``GET {base_url}api/gpuspawner/status``, made from its parts. Pure.
+
+One function makes it, so the REST API, JupyterLab's status bar and the plain page show
+the same thing (docs/user-gpu-view.md, "The API").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from .summary import notices, status_line
+from .view import NoticeBoard
+
+
+def status_body(
+    offering: Mapping[str, Any] | None, devices: list[dict[str, Any]] | dict[str, Any], board: NoticeBoard, now: datetime
+) -> dict[str, Any]:
+    """What the notebook knows about its GPU and the culler, with the status line to show."""
+    return {
+        "offering": dict(offering) if offering else None,
+        "devices": devices,
+        "culler": board.view.to_json() if board.view else None,
+        "notices": notices(board.view, board.reclaimed, now),
+        "summary": status_line(offering, devices, board.view, now),
+        "now": now.isoformat().replace("+00:00", "Z"),
+    }

@@ -1,0 +1,100 @@
+"""The words the notebook shows: one status line, the panel's lines, the notices. Pure.
+
+JupyterLab's status bar, its panel and the plain page for classic-notebook users all show
+these strings, made here once from the status (offering, devices, the culler's view), so
+the three never disagree. "GB" is the spawn page's: 2**30 bytes (``wording.memory_phrase``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .view import CullerView, Reclaimed
+
+GIB = 2**30
+#: What the culler reclaims, as the status line says it happens.
+_WILL = {"kernels": "kernels reclaimed", "server": "server stopped"}
+
+
+def gb(n_bytes: int) -> str:
+    """``3328599654`` -> "3.1"; whole figures of 10 and more without the decimal ("80")."""
+    value = n_bytes / GIB
+    return f"{value:.0f}" if value >= 10 and abs(value - round(value)) < 0.05 else f"{value:.1f}"
+
+
+def duration(seconds: float) -> str:
+    """``1440`` -> "24 min"; under a minute "<1 min"; "2 h 5 min" past an hour."""
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return "<1 min"
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, rest = divmod(minutes, 60)
+    return f"{hours} h {rest} min" if rest else f"{hours} h"
+
+
+def memory_line(devices: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> str:
+    """ "3.1 / 10 GB" over the devices the container sees; "GPU figures unavailable" without NVML."""
+    if isinstance(devices, Mapping):
+        return "GPU figures unavailable"
+    if not devices:
+        return "no GPU visible"
+    used = sum(int(d["memory_used_bytes"]) for d in devices)
+    total = sum(int(d["memory_total_bytes"]) for d in devices)
+    return f"{gb(used)} / {gb(total)} GB"
+
+
+def culler_line(view: CullerView | None, now: datetime) -> str:
+    """ "idle 24 min, kernels reclaimed in 6 min"; "active" when not idle; "" without a view."""
+    if view is None:
+        return ""
+    idle = f"idle {duration((now - view.idle_since).total_seconds())}" if view.idle_since else "active"
+    if view.action in _WILL and view.act_at is not None:
+        left = (view.act_at - now).total_seconds()
+        when = f"in {duration(left)}" if left >= 60 else "within a minute"
+        return f"{idle}, {_WILL[view.action]} {when}"
+    return idle
+
+
+def status_line(offering: Mapping[str, Any] | None, devices: Any, view: CullerView | None, now: datetime) -> str:
+    """The status bar's text: "MIG 1g.10gb · 3.1 / 10 GB · idle 24 min, kernels reclaimed in 6 min"."""
+    name = str(offering["display_name"]) if offering else "No GPU offering"
+    parts = [name]
+    if not (offering is None and isinstance(devices, Mapping)):
+        parts.append(memory_line(devices))
+    parts.append(culler_line(view, now))
+    return " · ".join(p for p in parts if p)
+
+
+def notices(view: CullerView | None, reclaimed: Iterable[Reclaimed], now: datetime) -> list[dict[str, Any]]:
+    """The warning (while the culler says one is due) and the reclaimed kernels, newest first."""
+    out: list[dict[str, Any]] = []
+    if view is not None and view.warning and view.action in _WILL:
+        what = "your idle kernels will be shut down" if view.action == "kernels" else "this server will be stopped"
+        when = f" in {duration((view.act_at - now).total_seconds())}" if view.act_at and view.act_at > now else " soon"
+        why = f": {view.reason}" if view.reason else ""
+        out.append(
+            {
+                "kind": "warning",
+                "text": f"To free the GPU, {what}{when}{why}. Click Keep or run a cell to keep them.",
+                "at": _iso(view.posted_at),
+                "kernel_ids": [],
+            }
+        )
+    for r in sorted(reclaimed, key=lambda r: r.at, reverse=True):
+        why = f": {r.reason}" if r.reason else ""
+        out.append(
+            {
+                "kind": "reclaimed",
+                "text": f"Kernel {r.kernel_id[:8]} was reclaimed for idleness at {r.at:%H:%M} UTC{why}. It did not crash; start a new one to go on.",
+                "at": _iso(r.at),
+                "kernel_ids": [r.kernel_id],
+            }
+        )
+    return out
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")

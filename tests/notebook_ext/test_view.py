@@ -1,0 +1,219 @@
+"""The culler's view as the notebook checks and keeps it, and the words shown for it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpuspawner.notebook_ext.offering import offering_from_env
+from gpuspawner.notebook_ext.status import status_body
+from gpuspawner.notebook_ext.summary import culler_line, duration, gb, memory_line, notices, status_line
+from gpuspawner.notebook_ext.view import MAX_BODY_BYTES, NoticeBoard, ViewError, parse_culler_view
+
+NOW = datetime(2026, 5, 4, 14, 0, 0, tzinfo=UTC)
+GIB = 2**30
+MIG = {"slug": "a100-mig-1g.10gb", "display_name": "MIG 1g.10gb", "kind": "mig", "count": 1, "words": "10 GB GPU memory"}
+SLICE = [
+    {
+        "index": 0,
+        "name": "A100 MIG 1g.10gb",
+        "uuid": "MIG-1",
+        "memory_used_bytes": int(3.1 * GIB),
+        "memory_total_bytes": 10 * GIB,
+        "utilization_percent": None,
+    }
+]
+
+
+def body(**fields) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def test_the_issue_status_line():
+    view = parse_culler_view(
+        body(idle_since="2026-05-04T13:36:00Z", action="kernels", act_at="2026-05-04T14:06:00+00:00", reason="idle", limit_seconds=1800),
+        NOW,
+    )
+    assert status_line(MIG, SLICE, view, NOW) == "MIG 1g.10gb · 3.1 / 10 GB · idle 24 min, kernels reclaimed in 6 min"
+
+
+def test_a_full_view_round_trips_to_the_status_body():
+    view = parse_culler_view(
+        body(
+            idle_since="2026-05-04T13:30:00Z",
+            action="server",
+            act_at="2026-05-04T14:10:00Z",
+            reason="the whole GPU was idle for 30 minutes (limit 40)",
+            warning=True,
+            limit_seconds=2400,
+            observed={"gpu_utilization": 0},
+        ),
+        NOW,
+    )
+    assert view.to_json() == {
+        "idle_since": "2026-05-04T13:30:00Z",
+        "action": "server",
+        "act_at": "2026-05-04T14:10:00Z",
+        "reason": "the whole GPU was idle for 30 minutes (limit 40)",
+        "warning": True,
+        "limit_seconds": 2400,
+        "observed": {"gpu_utilization": 0},
+        "reclaimed": [],
+        "posted_at": "2026-05-04T14:00:00Z",
+    }
+
+
+@pytest.mark.parametrize(
+    "raw, status, says",
+    [
+        (b"{nope", 400, "not JSON"),
+        (b"[]", 400, "must be a JSON object, not list"),
+        (b"\xff\xfe", 400, "not JSON"),
+        (body(idle_since="yesterday"), 400, 'idle_since: "yesterday" is not an ISO 8601 time'),
+        (body(idle_since="2026-05-04T13:30:00"), 400, "has no timezone"),
+        (body(act_at=1714831200), 400, "act_at: 1714831200 is not an ISO 8601"),
+        (body(action="everything"), 400, "action: \"everything\" is not 'kernels', 'server' or null"),
+        (body(warning="yes"), 400, 'warning: "yes" is not true or false'),
+        (body(limit_seconds=-1), 400, "limit_seconds: -1 is not a whole number"),
+        (body(limit_seconds=True), 400, "limit_seconds: true is not a whole number"),
+        (body(reason=["x"]), 400, 'reason: ["x"] is not a string'),
+        (body(observed=[1]), 400, "observed: [1] is not a JSON object"),
+        (body(reclaimed="abc"), 400, 'reclaimed: "abc" is not a list of kernel ids'),
+        (body(reclaimed=[""]), 400, "is not a list of kernel ids"),
+        (body(sudo=True), 400, "unknown field(s) 'sudo'; the fields are idle_since, action"),
+        (b'{"reason": "' + b"x" * MAX_BODY_BYTES + b'"}', 413, "at most 65536 are accepted"),
+    ],
+)
+def test_bad_views_are_refused_naming_what_is_wrong(raw, status, says):
+    with pytest.raises(ViewError) as refused:
+        parse_culler_view(raw, NOW)
+    assert refused.value.status == status
+    assert says in str(refused.value)
+
+
+def test_a_long_bad_value_is_cut_short_in_the_message():
+    with pytest.raises(ViewError) as refused:
+        parse_culler_view(body(action="x" * 500), NOW)
+    assert len(str(refused.value)) < 120
+
+
+def test_the_board_keeps_the_latest_view_and_each_reclaimed_kernel_once():
+    board = NoticeBoard()
+    board.post(parse_culler_view(body(action="kernels", reclaimed=["k1", "k2"], reason="idle 30 min"), NOW))
+    board.post(parse_culler_view(body(action="kernels", reclaimed=["k2", "k3"], reason="idle 31 min"), NOW + timedelta(minutes=1)))
+    board.post(parse_culler_view(body(), NOW + timedelta(minutes=2)))
+    assert board.view is not None and board.view.action is None
+    assert [(r.kernel_id, r.reason) for r in board.reclaimed] == [("k1", "idle 30 min"), ("k2", "idle 30 min"), ("k3", "idle 31 min")]
+    assert board.reclaimed_ids() == {"k1", "k2", "k3"}
+
+
+def test_the_board_forgets_the_oldest_reclaimed_kernels_past_its_limit():
+    board = NoticeBoard()
+    for i in range(60):
+        board.post(parse_culler_view(body(reclaimed=[f"k{i}"]), NOW))
+    assert len(board.reclaimed) == 50 and board.reclaimed[0].kernel_id == "k10"
+
+
+def test_keep_drops_the_warning_until_the_next_view():
+    board = NoticeBoard()
+    board.keep()  # nothing to drop: no error
+    board.post(
+        parse_culler_view(body(action="kernels", act_at="2026-05-04T14:05:00Z", warning=True, idle_since="2026-05-04T13:35:00Z"), NOW)
+    )
+    assert [n["kind"] for n in notices(board.view, board.reclaimed, NOW)] == ["warning"]
+    board.keep()
+    assert notices(board.view, board.reclaimed, NOW) == []
+    assert board.view is not None and culler_line(board.view, NOW) == "active"  # until the culler's next view
+
+
+def test_the_warning_and_reclaimed_notices_in_words():
+    board = NoticeBoard()
+    board.post(
+        parse_culler_view(body(action="kernels", reclaimed=["0123456789abcdef"], reason="the kernel was idle for 30 min (limit 30)"), NOW)
+    )
+    board.post(
+        parse_culler_view(
+            body(action="server", act_at="2026-05-04T14:10:00Z", warning=True, reason="the whole GPU was idle for 50 minutes (limit 60)"),
+            NOW + timedelta(minutes=1),
+        )
+    )
+    shown = notices(board.view, board.reclaimed, NOW + timedelta(minutes=1))
+    assert shown == [
+        {
+            "kind": "warning",
+            "text": "To free the GPU, this server will be stopped in 9 min: the whole GPU was idle for 50 minutes (limit 60). "
+            "Click Keep or run a cell to keep them.",
+            "at": "2026-05-04T14:01:00Z",
+            "kernel_ids": [],
+        },
+        {
+            "kind": "reclaimed",
+            "text": "Kernel 01234567 was reclaimed for idleness at 14:00 UTC: the kernel was idle for 30 min (limit 30). "
+            "It did not crash; start a new one to go on.",
+            "at": "2026-05-04T14:00:00Z",
+            "kernel_ids": ["0123456789abcdef"],
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    "seconds, words", [(0, "<1 min"), (59, "<1 min"), (60, "1 min"), (1440, "24 min"), (3600, "1 h"), (7500, "2 h 5 min")]
+)
+def test_durations(seconds, words):
+    assert duration(seconds) == words
+
+
+@pytest.mark.parametrize("n, words", [(int(3.1 * GIB), "3.1"), (10 * GIB, "10"), (80 * GIB, "80"), (int(9.75 * GIB), "9.8"), (0, "0.0")])
+def test_gigabytes(n, words):
+    assert gb(n) == words
+
+
+def test_memory_line_without_nvml_or_devices():
+    assert memory_line({"unavailable": "no driver"}) == "GPU figures unavailable"
+    assert memory_line([]) == "no GPU visible"
+
+
+def test_culler_line_cases():
+    assert culler_line(None, NOW) == ""
+    active = parse_culler_view(body(idle_since=None), NOW)
+    assert culler_line(active, NOW) == "active"
+    due = parse_culler_view(body(idle_since="2026-05-04T13:00:00Z", action="server", act_at="2026-05-04T13:59:00Z"), NOW)
+    assert culler_line(due, NOW) == "idle 1 h, server stopped within a minute"
+
+
+def test_a_server_without_an_offering_or_nvml_says_so_briefly():
+    assert status_line(None, {"unavailable": "x"}, None, NOW) == "No GPU offering"
+
+
+def test_offering_from_the_env_gpuspawner_sets():
+    env = {
+        "GPUSPAWNER_OFFERING": "a100-mig-1g.10gb",
+        "GPUSPAWNER_KIND": "mig",
+        "GPUSPAWNER_GPU_COUNT": "1",
+        "GPUSPAWNER_DISPLAY_NAME": "MIG 1g.10gb",
+        "GPUSPAWNER_OFFERING_WORDS": "10 GB GPU memory · 1/7 of the GPU's compute",
+    }
+    assert offering_from_env(env) == {
+        "slug": "a100-mig-1g.10gb",
+        "display_name": "MIG 1g.10gb",
+        "kind": "mig",
+        "count": 1,
+        "words": "10 GB GPU memory · 1/7 of the GPU's compute",
+    }
+    assert offering_from_env({}) is None
+    assert offering_from_env({"GPUSPAWNER_OFFERING": "t4", "GPUSPAWNER_GPU_COUNT": "two"}) == {
+        "slug": "t4",
+        "display_name": "t4",
+        "kind": "",
+        "count": None,
+        "words": "",
+    }
+
+
+def test_status_body_shape():
+    board = NoticeBoard()
+    out = status_body(MIG, SLICE, board, NOW)
+    assert set(out) == {"offering", "devices", "culler", "notices", "summary", "now"}
+    assert out["culler"] is None and out["notices"] == [] and out["summary"] == "MIG 1g.10gb · 3.1 / 10 GB"
