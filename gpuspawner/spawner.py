@@ -35,6 +35,8 @@ from .catalog import TRAITS as CATALOG_TRAITS
 from .catalog import CatalogConfig, build_catalog, gpu_offerings_in_play
 from .checks import config_problems
 from .choice import Choice, ChoiceError, parse_choice
+from .claims import KIND as CLAIM_TEMPLATE_KIND
+from .claims import ClaimTemplates
 from .form import render_form
 from .index import ClusterIndex, Health
 from .inventory import Inventory
@@ -43,7 +45,7 @@ from .notebook import NOTEBOOK_TRAITS, Notebook
 from .offerings import OfferingConfigError
 from .orphans import OrphanReconciler, hub_servers_from_db
 from .page import counts_notice, default_choice, option_views, unreachable_message
-from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
+from .podspec import claim_template, container_claim, merge_affinity_terms, merge_tolerations, pod_changes, pod_claim
 from .policy import Requester, allowed, named
 from .reflector import VerdictPodReflector
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
@@ -54,7 +56,9 @@ from .vocabulary import (
     COUNT_KEY,
     LABEL_OFFERING,
     OFFERING_KEY,
+    RECORD_CLAIM_TEMPLATE,
     RECORD_COUNT,
+    RECORD_DEVICES,
     RECORD_KEY,
     RECORD_KIND,
     RECORD_NAMESPACE,
@@ -100,12 +104,15 @@ class SpawnState:
     started_at: float | None = None  # monotonic time _start began, for the time-to-schedule metric
     record_url: str | None = None  # the server's URL as the record names it (None without a Server)
     saved_record: dict[str, Any] | None = None  # the record from the hub's saved state (after a restart)
+    claim_template: str | None = None  # the ResourceClaimTemplate this spawn made (DRA offerings), until deleted
+    devices: list[dict[str, str]] | None = None  # the devices allocated to the pod's claim (DRA offerings)
     decided: asyncio.Event = field(default_factory=asyncio.Event)  # set once load_user_options admitted or refused
 
     def restart(self) -> None:
         """Forget an earlier load's decisions, in place (the start that is timing it may hold this object)."""
         self.choice, self.refused, self.messages, self.expect_wait = None, False, [], False
         self.queue_position, self.record_url, self.saved_record = None, None, None
+        self.devices = None
         self.decided.clear()
 
 
@@ -333,13 +340,31 @@ class GPUSpawner(KubeSpawner):
             return
         namespace, api = self.namespace, self.api
         every_namespace = self.enable_user_namespaces
+        claims = ClaimTemplates(api.api_client, namespace, self.log)
 
         async def list_pods() -> list[dict[str, Any]]:
             if every_namespace:
                 response = await api.list_pod_for_all_namespaces(label_selector=LABEL_OFFERING, _preload_content=False)
             else:
                 response = await api.list_namespaced_pod(namespace, label_selector=LABEL_OFFERING, _preload_content=False)
-            return json.loads(await response.read()).get("items") or []
+            pods = json.loads(await response.read()).get("items") or []
+            return pods + await list_claim_templates()
+
+        async def list_claim_templates() -> list[dict[str, Any]]:
+            """DRA offerings' templates whose pod may never have been made (see gpuspawner.claims)."""
+            try:
+                templates = await claims.list(LABEL_OFFERING, all_namespaces=every_namespace)
+            except ApiException as exc:
+                if exc.status in (403, 404):  # no DRA in this cluster, or the hub may not read templates
+                    return []
+                raise
+            return [{**template, "kind": CLAIM_TEMPLATE_KIND} for template in templates]
+
+        async def delete_object(kind: str, object_namespace: str, name: str) -> None:
+            if kind == CLAIM_TEMPLATE_KIND:
+                await claims.delete(name, object_namespace)
+            else:
+                await delete_pod(object_namespace, name)
 
         async def delete_pod(pod_namespace: str, name: str) -> None:
             try:
@@ -351,7 +376,7 @@ class GPUSpawner(KubeSpawner):
         GPUSpawner._orphans = OrphanReconciler(
             list_pods,
             lambda: hub_servers_from_db(db),
-            delete_pod,
+            delete_object,
             grace=self.orphan_pod_grace_seconds,
             interval=self.orphan_pod_check_seconds,
             dry_run=self.orphan_pod_dry_run,
@@ -588,6 +613,8 @@ class GPUSpawner(KubeSpawner):
             RECORD_POD: self.pod_name,
             RECORD_NAMESPACE: self.namespace,
             RECORD_URL: url or self.spawn_state.record_url,
+            **({RECORD_CLAIM_TEMPLATE: self.pod_name} if offering.claim is not None else {}),
+            **({RECORD_DEVICES: self.spawn_state.devices} if self.spawn_state.devices is not None else {}),
         }
 
     # ------------------------------------------------------------------ the spawn page
@@ -843,6 +870,7 @@ class GPUSpawner(KubeSpawner):
             done, _ = await asyncio.wait({start, watch}, return_when=asyncio.FIRST_COMPLETED)
             if start in done:
                 url = start.result()
+                await self._record_devices()
                 state = self.spawn_state
                 if state.choice is not None and state.started_at is not None:
                     metrics.TIME_TO_SCHEDULE.labels(state.choice.offering.kind.value).observe(time.monotonic() - state.started_at)
@@ -870,6 +898,72 @@ class GPUSpawner(KubeSpawner):
                 # The hub's REST API serves orm_spawner.user_options; the hub commits after start returns.
                 self.orm_spawner.user_options = dict(self.user_options)
         return url
+
+    # ------------------------------------------------------------------ Dynamic Resource Allocation
+
+    def _claimed(self) -> Offering | None:
+        """The current spawn's offering when it is served through Dynamic Resource Allocation."""
+        choice = self.choice
+        return choice.offering if choice is not None and choice.offering.claim is not None else None
+
+    @property
+    def _claim_templates(self) -> ClaimTemplates:
+        return ClaimTemplates(self.api.api_client, self.namespace, self.log)
+
+    async def get_pod_manifest(self):
+        """KubeSpawner's pod; for a DRA offering, with the GPU claim added to the pod's
+        ``resourceClaims`` and the notebook container's ``resources.claims`` (after whatever
+        the admin's ``extra_pod_config``/``extra_container_config`` put there; a
+        ``modify_pod_hook`` still sees and may change the result)."""
+        pod = await super().get_pod_manifest()
+        if self._claimed() is None:
+            return pod
+        pod.spec.resource_claims = [*(pod.spec.resource_claims or []), pod_claim(self.pod_name)]
+        notebook = next(c for c in pod.spec.containers if c.name == "notebook")  # KubeSpawner's name for it
+        notebook.resources.claims = [*(notebook.resources.claims or []), container_claim()]
+        return pod
+
+    async def _make_create_pod_request(self, pod, request_timeout):
+        """KubeSpawner's pod creation; for a DRA offering, the claim template is made first
+        (the pod cannot be scheduled without it) and given the pod as its owner after."""
+        offering = self._claimed()
+        if offering is None or offering.claim is None or self.choice is None:
+            return await super()._make_create_pod_request(pod, request_timeout)
+        meta = pod.metadata
+        template = claim_template(offering.claim, self.choice.count, self.pod_name, meta.labels or {}, meta.annotations or {})
+        await self._claim_templates.create(template)
+        self.spawn_state.claim_template = self.pod_name
+        created = await super()._make_create_pod_request(pod, request_timeout)
+        if created:
+            try:
+                response = await self.api.read_namespaced_pod(self.pod_name, self.namespace, _preload_content=False)
+                await self._claim_templates.own(self.pod_name, json.loads(await response.read()))
+            except Exception as exc:  # the stop (or the orphan reconciler) still deletes it
+                self.log.warning(
+                    "%s: could not make pod %s the owner of its claim template (%s)", self._log_name, self.pod_name, _brief(exc)
+                )
+        return created
+
+    def _claim_template_name(self) -> str | None:
+        """The template to delete at stop: this spawn's, or the saved record's after a hub restart."""
+        return self.spawn_state.claim_template or (self.spawn_state.saved_record or {}).get(RECORD_CLAIM_TEMPLATE)
+
+    async def _delete_claim_template(self) -> None:
+        name = self._claim_template_name()
+        if name:
+            await self._claim_templates.delete(name)
+            self.spawn_state.claim_template = None
+
+    async def _record_devices(self) -> None:
+        """Note which devices the scheduler allocated to the pod's claim (for the record the
+        culler reads). Best effort: without them the culler never calls the GPU idle."""
+        if self._claimed() is None or self.pod_reflector is None:
+            return
+        pod = self.pod_reflector.pods.get(f"{self.namespace}/{self.pod_name}")
+        try:
+            self.spawn_state.devices = await self._claim_templates.devices(pod) if pod else None
+        except Exception as exc:
+            self.log.warning("%s: could not read the devices allocated to pod %s (%s)", self._log_name, self.pod_name, _brief(exc))
 
     async def _watch_scheduling(self) -> str:
         """Return the user's reason as soon as the real scheduler says the pod cannot run.
@@ -929,7 +1023,8 @@ class GPUSpawner(KubeSpawner):
         try:
             while True:
                 try:
-                    return await super().stop(now=now)
+                    await super().stop(now=now)
+                    return await self._delete_claim_template()
                 except Exception as exc:  # the API server down, refusing, or the pod not going away
                     attempt += 1
                     what = f"{self._log_name}: could not delete pod {self._reservation_key} ({_brief(exc)})"
