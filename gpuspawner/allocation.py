@@ -14,10 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .dranames import ATTR_PARENT_UUID, ATTR_PROFILE, ATTR_TYPE, ATTR_UUID, TYPE_MIG
 from .vocabulary import CLAIM_NAME, DEVICE_DRIVER, DEVICE_MIG_PROFILE, DEVICE_NAME, DEVICE_POOL, DEVICE_UUID
-
-#: NVIDIA's attribute names (NVIDIA/k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin/deviceinfo.go).
-_TYPE, _UUID, _PARENT_UUID, _PROFILE = "type", "uuid", "parentUUID", "profile"
 
 
 def pod_claim_name(pod: Mapping[str, Any]) -> str | None:
@@ -65,11 +63,11 @@ def allocated_devices(claim: Mapping[str, Any], slices: Iterable[Mapping[str, An
         entry = {DEVICE_DRIVER: driver, DEVICE_POOL: pool, DEVICE_NAME: name}
         device = _devices_by_name(slices, driver, pool).get(name)
         attributes = (device or {}).get("attributes") or {}
-        mig = _attribute(attributes, driver, _TYPE) == "mig"
-        uuid = _attribute(attributes, driver, _PARENT_UUID if mig else _UUID)
+        mig = _attribute(attributes, driver, ATTR_TYPE) == TYPE_MIG
+        uuid = _attribute(attributes, driver, ATTR_PARENT_UUID if mig else ATTR_UUID)
         if uuid:
             entry[DEVICE_UUID] = uuid
-        profile = _attribute(attributes, driver, _PROFILE) if mig else None
+        profile = _attribute(attributes, driver, ATTR_PROFILE) if mig else None
         if profile:
             entry[DEVICE_MIG_PROFILE] = profile
         out.append(entry)

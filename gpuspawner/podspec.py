@@ -17,12 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .dranames import RESOURCE_API
 from .model import DeviceClaim, Offering
 from .selectors import Terms, terms_to_k8s
 from .vocabulary import CLAIM_NAME, ENV_COUNT, ENV_KIND, ENV_OFFERING, LABEL_KIND, LABEL_OFFERING
-
-#: The API group and version of ResourceClaimTemplates and ResourceClaims (GA since Kubernetes 1.34).
-RESOURCE_API_VERSION = "resource.k8s.io/v1"
 
 #: Never set by us: the device plugin decides which devices a container sees.
 FORBIDDEN_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"})
@@ -107,7 +105,7 @@ def claim_template(claim: DeviceClaim, count: int, name: str, labels: Mapping[st
     """
     meta = {"labels": dict(labels), "annotations": dict(annotations)}
     return {
-        "apiVersion": RESOURCE_API_VERSION,
+        "apiVersion": RESOURCE_API,
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name, **meta},
         "spec": {"metadata": meta, "spec": device_claim_spec(claim, count)},

@@ -15,7 +15,7 @@ import asyncio
 import copy
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -338,43 +338,9 @@ class GPUSpawner(KubeSpawner):
             asyncio.get_running_loop()
         except RuntimeError:
             return
-        namespace, api = self.namespace, self.api
-        every_namespace = self.enable_user_namespaces
-        claims = ClaimTemplates(api.api_client, namespace, self.log)
-
-        async def list_pods() -> list[dict[str, Any]]:
-            if every_namespace:
-                response = await api.list_pod_for_all_namespaces(label_selector=LABEL_OFFERING, _preload_content=False)
-            else:
-                response = await api.list_namespaced_pod(namespace, label_selector=LABEL_OFFERING, _preload_content=False)
-            pods = json.loads(await response.read()).get("items") or []
-            return pods + await list_claim_templates()
-
-        async def list_claim_templates() -> list[dict[str, Any]]:
-            """DRA offerings' templates whose pod may never have been made (see gpuspawner.claims)."""
-            try:
-                templates = await claims.list(LABEL_OFFERING, all_namespaces=every_namespace)
-            except ApiException as exc:
-                if exc.status in (403, 404):  # no DRA in this cluster, or the hub may not read templates
-                    return []
-                raise
-            return [{**template, "kind": CLAIM_TEMPLATE_KIND} for template in templates]
-
-        async def delete_object(kind: str, object_namespace: str, name: str) -> None:
-            if kind == CLAIM_TEMPLATE_KIND:
-                await claims.delete(name, object_namespace)
-            else:
-                await delete_pod(object_namespace, name)
-
-        async def delete_pod(pod_namespace: str, name: str) -> None:
-            try:
-                await api.delete_namespaced_pod(name, pod_namespace, grace_period_seconds=self.delete_grace_period)
-            except ApiException as exc:
-                if exc.status != 404:  # already gone is what we wanted
-                    raise
-
+        list_objects, delete_object = self.orphan_io()
         GPUSpawner._orphans = OrphanReconciler(
-            list_pods,
+            list_objects,
             lambda: hub_servers_from_db(db),
             delete_object,
             grace=self.orphan_pod_grace_seconds,
@@ -383,6 +349,39 @@ class GPUSpawner(KubeSpawner):
             log=self.log,
         )
         GPUSpawner._orphans.start()
+
+    def orphan_io(self) -> tuple[Callable[[], Awaitable[list[dict[str, Any]]]], Callable[[str, str, str], Awaitable[None]]]:
+        """The orphan reconciler's two calls to the cluster: list GPUSpawner's pods and the
+        claim templates of its DRA pods (each with its ``kind``), and delete one of them."""
+        namespace, api = self.namespace, self.api
+        every_namespace, grace = self.enable_user_namespaces, self.delete_grace_period
+        claims = ClaimTemplates(api.api_client, namespace, self.log)
+
+        async def list_objects() -> list[dict[str, Any]]:
+            if every_namespace:
+                response = await api.list_pod_for_all_namespaces(label_selector=LABEL_OFFERING, _preload_content=False)
+            else:
+                response = await api.list_namespaced_pod(namespace, label_selector=LABEL_OFFERING, _preload_content=False)
+            pods = json.loads(await response.read()).get("items") or []
+            try:
+                templates = await claims.list(LABEL_OFFERING, all_namespaces=every_namespace)
+            except ApiException as exc:
+                if exc.status not in (403, 404):  # 404: no DRA in this cluster; 403: the hub may not read templates
+                    raise
+                templates = []
+            return pods + [{**template, "kind": CLAIM_TEMPLATE_KIND} for template in templates]
+
+        async def delete_object(kind: str, object_namespace: str, name: str) -> None:
+            try:
+                if kind == CLAIM_TEMPLATE_KIND:
+                    await claims.delete(name, object_namespace)
+                else:
+                    await api.delete_namespaced_pod(name, object_namespace, grace_period_seconds=grace)
+            except ApiException as exc:
+                if exc.status != 404:  # already gone is what we wanted
+                    raise
+
+        return list_objects, delete_object
 
     def _restore_baseline(self) -> None:
         for name, value in self._baseline.items():

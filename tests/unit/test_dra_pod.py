@@ -12,6 +12,7 @@ import pytest
 from gpuspawner.allocation import allocated_devices, pod_claim_name
 from gpuspawner.model import DeviceClaim, Offering
 from gpuspawner.podspec import claim_template, container_claim, pod_changes, pod_claim
+from gpuspawner.scheduling import unschedulable_reason
 from gpuspawner.vocabulary import Kind
 
 SHARING = {
@@ -149,3 +150,23 @@ def test_the_pods_claim_is_found_by_its_name_in_the_pod_status():
     }
     assert pod_claim_name(pod) == "p-gpuspawner-gpu-x7k2q"
     assert pod_claim_name({"status": {}}) is None
+
+
+def _unschedulable(message: str) -> dict:
+    return {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}}
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        " still not schedulable, preemption: 0/14 nodes are available: 14 Preemption is not helpful for scheduling.",
+        " no new claims to deallocate, preemption: 0/14 nodes are available: 14 Preemption is not helpful for scheduling.",
+        " preemption: 0/14 nodes are available: 14 Preemption is not helpful for scheduling.",
+        "",
+    ],
+)
+def test_the_dra_plugins_reason_is_the_schedulers_words_without_what_post_filter_and_preemption_add(tail):
+    """kube-scheduler 1.36's message for a claim no node can satisfy (seen in the devcluster,
+    tests/integration/test_dra_spawn.py): its DRA post-filter adds "still not schedulable,"."""
+    reason = "0/14 nodes are available: 10 node(s) had untolerated taint(s), 4 cannot allocate all claims."
+    assert unschedulable_reason(_unschedulable(reason + tail)) == reason
