@@ -416,3 +416,25 @@ def test_the_contract_carries_a_dra_servers_devices():
     assert offering.devices == tuple(devices) and offering.expected_devices == 2 and offering.problem is None
     broken = parse_offering({"gpuspawner": {"kind": "full", "devices": "gpu-0"}})
     assert broken.devices == () and "is not a list of devices" in broken.problem
+
+
+def test_memory_reclaimed_from_a_dra_pod_is_read_from_its_devices_series():
+    """After a kernel shutdown the DRA pod's GPU keeps its series (the exporter may name no
+    pod): what it still holds is its FB_USED, never "gone, so all of it was freed"."""
+    import logging
+
+    from gpuspawner.culler.actions import ReclaimTracker
+    from gpuspawner.culler.metrics import CullerMetrics
+
+    base = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k not in ("pod", "namespace", "container", "vgpu")}
+
+    def holding(mib: float) -> dict:
+        rows = [({**base, SERIES_LABEL: f"{FB_USED}:{stat}"}, value) for stat, value in (("last", mib), ("count", 10))]
+        return {"status": "success", "data": {"resultType": "vector", "result": [{"metric": m, "value": [0, str(v)]} for m, v in rows]}}
+
+    metrics = CullerMetrics()
+    tracker = ReclaimTracker(metrics, logging.getLogger("t"))
+    tracker.expect(("jhub", "jupyter-ann"), 15866.0, "full", "ann", (dra(base["UUID"]),))
+    assert tracker.observe(parse_query_response(holding(3000.0), S)) == {"ann": 12866.0}
+    tracker.expect(("jhub", "jupyter-ann"), 15866.0, "full", "ann", (dra("GPU-nowhere"),))
+    assert tracker.observe(parse_query_response(holding(3000.0), S)) == {}  # not readable: nothing claimed as freed
