@@ -919,7 +919,13 @@ class GPUSpawner(KubeSpawner):
             return pod
         pod.spec.resource_claims = [*(pod.spec.resource_claims or []), pod_claim(self.pod_name)]
         notebook = next(c for c in pod.spec.containers if c.name == "notebook")  # KubeSpawner's name for it
-        notebook.resources.claims = [*(notebook.resources.claims or []), container_claim()]
+        resources = notebook.resources  # a model, or a plain dict where extra_container_config set it
+        if isinstance(resources, dict):
+            resources["claims"] = [*(resources.get("claims") or []), container_claim()]
+        elif resources is not None:
+            resources.claims = [*(resources.claims or []), container_claim()]
+        else:
+            notebook.resources = {"claims": [container_claim()]}
         return pod
 
     async def _make_create_pod_request(self, pod, request_timeout):
@@ -930,7 +936,26 @@ class GPUSpawner(KubeSpawner):
             return await super()._make_create_pod_request(pod, request_timeout)
         meta = pod.metadata
         template = claim_template(offering.claim, self.choice.count, self.pod_name, meta.labels or {}, meta.annotations or {})
-        await self._claim_templates.create(template)
+        try:
+            await self._claim_templates.create(template)
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                raise
+            fix = (
+                "grant it with charts/gpuspawner's dra.enabled=true (docs/dra.md)"
+                if exc.status == 403
+                else "this cluster serves no resource.k8s.io/v1 (Kubernetes 1.34 or newer, with DRA)"
+            )
+            self.log.error(
+                "%s: cannot create ResourceClaimTemplate %s/%s for offering %s (%s): %s",
+                self._log_name,
+                self.namespace,
+                self.pod_name,
+                offering.slug,
+                _brief(exc),
+                fix,
+            )
+            raise SpawnRefused("This hub's GPU options are misconfigured; please tell your administrator.", "misconfigured") from None
         self.spawn_state.claim_template = self.pod_name
         created = await super()._make_create_pod_request(pod, request_timeout)
         if created:

@@ -192,3 +192,43 @@ async def test_a_template_whose_pod_was_never_made_is_removed_by_the_orphan_reco
     orphans = await reconciler.check()
     assert [o.key for o in orphans] == [f"ResourceClaimTemplate:{namespace}/{spawner.pod_name}"]
     assert await nothing_left(kube, namespace) == {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}
+
+
+async def test_the_claim_is_added_after_what_the_admin_configured_in_the_pod(devcluster, kube, dra_driver, namespace):
+    spawner = make_spawner(devcluster, namespace)
+    spawner.extra_pod_config = {"resourceClaims": [{"name": "scratch", "resourceClaimTemplateName": "site-scratch"}]}
+    spawner.extra_container_config = {"resources": {"claims": [{"name": "scratch"}]}}
+    spawner._baseline.update(extra_pod_config=spawner.extra_pod_config, extra_container_config=spawner.extra_container_config)
+    spawner.user_options = {"offering": "dra-h100", "count": 1}
+    await spawner.load_user_options()
+    pod = spawner.api.api_client.sanitize_for_serialization(await spawner.get_pod_manifest())
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "scratch", "resourceClaimTemplateName": "site-scratch"},
+        {"name": "gpuspawner-gpu", "resourceClaimTemplateName": spawner.pod_name},
+    ]
+    assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": "scratch"}, {"name": "gpuspawner-gpu"}]
+    spawner.user_options = {"offering": "cpu"}  # the same spawner object, a CPU spawn next: no claim at all
+    await spawner.load_user_options()
+    pod = spawner.api.api_client.sanitize_for_serialization(await spawner.get_pod_manifest())
+    assert pod["spec"]["resourceClaims"] == [{"name": "scratch", "resourceClaimTemplateName": "site-scratch"}]
+
+
+async def test_a_hub_that_may_not_create_templates_refuses_with_what_to_do(devcluster, kube, dra_driver, namespace, monkeypatch, caplog):
+    """The API server's 403 (the hub lacks the chart's dra.enabled Role): the user reads a short
+    refusal, the log says what to grant; nothing is left behind."""
+    from kubernetes_asyncio.client.rest import ApiException
+
+    from gpuspawner.claims import ClaimTemplates
+
+    async def forbidden(self, manifest):
+        raise ApiException(status=403, reason="Forbidden")
+
+    monkeypatch.setattr(ClaimTemplates, "create", forbidden)
+    spawner = make_spawner(devcluster, namespace)
+    spawner.user_options = {"offering": "dra-h100", "count": 1}
+    with pytest.raises(SpawnRefused) as refused:
+        await spawner.start()
+    assert refused.value.status_code == 503 and "misconfigured" in str(refused.value)
+    assert "cannot create ResourceClaimTemplate" in caplog.text and "dra.enabled=true" in caplog.text
+    await spawner.stop(now=True)
+    assert await nothing_left(kube, namespace) == {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}
