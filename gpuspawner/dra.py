@@ -164,6 +164,19 @@ def build_pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Po
     }
 
 
+def claim_spec(claim: DeviceClaim, count: int = 1, request: str = "gpu") -> dict[str, Any]:
+    """The ``spec`` of a ResourceClaim (a template's ``spec.spec``) asking for ``count`` devices of ``claim``."""
+    exactly: dict[str, Any] = {"deviceClassName": claim.device_class, "allocationMode": "ExactCount", "count": count}
+    if claim.selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in claim.selectors]
+    devices: dict[str, Any] = {"requests": [{"name": request, "exactly": exactly}]}
+    if claim.match_attributes:
+        devices["constraints"] = [{"requests": [request], "matchAttribute": a} for a in claim.match_attributes]
+    if claim.config:
+        devices["config"] = [{"requests": [request], "opaque": dict(c)} for c in claim.config]
+    return {"devices": devices}
+
+
 def _cel_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -467,3 +480,28 @@ class DraState:
         for consumer in status.get("reservedFor") or []:
             if self.reservations.pop(f"{namespace}/{consumer.get('name', '')}", None) is not None:
                 self._taken = None
+
+
+def unmatched(offerings: Iterable[Offering], state: DraState) -> list[str]:
+    """Warnings for the admin's DRA offerings that select no device the cluster publishes now.
+
+    Only said when it can be known: the slices and classes are listed. A selector may match
+    later (nodes not up yet, an autoscaled pool), so this is a warning, not an error.
+    """
+    if not state.synced:
+        return []
+    published = len(state.devices(complete_only=False))
+    out = []
+    for offering in offerings:
+        claim = offering.claim
+        if claim is None or offering.source != "config":
+            continue
+        if claim.device_class not in state.classes:
+            problem = state.class_errors.get(claim.device_class) or "no such DeviceClass in the cluster (is the DRA driver installed?)"
+            out.append(f"offering {offering.slug!r}: device class {claim.device_class!r}: {problem}")
+        elif not state.matching(offering, complete_only=False):
+            out.append(
+                f"offering {offering.slug!r}: its DRA selectors match none of the {published} devices published now "
+                f"(device class {claim.device_class!r}; selectors {list(claim.selectors)}): nobody can get one until such a device appears"
+            )
+    return out

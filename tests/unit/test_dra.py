@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from gpuspawner import dranames as dn
 from gpuspawner.cel import SelectorError, compile_selector, parse_quantity
 from gpuspawner.devcluster import dradriver as d
-from gpuspawner.dra import DraState, build_pools
+from gpuspawner.dra import DraState, build_pools, unmatched
 from gpuspawner.index import ClusterIndex
 from gpuspawner.model import DeviceClaim, Offering
+from gpuspawner.offerings import OfferingConfigError, offering_from_config
 from gpuspawner.vocabulary import Kind
 
 H100, L4, A100 = d.DRA_NODES
@@ -207,3 +208,86 @@ def test_slices_are_not_mutated_and_events_replace_the_same_object():
     dra = state(slices=slices)
     dra.slice_event("MODIFIED", slices[0])
     assert slices == before and dra.availability(by_slug(dra)["dra-gpu-h100-80gb"]).capacity == 2
+
+
+# ---------------------------------------------------------------------- the admin's DRA offerings
+
+
+BIG = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"
+
+
+def test_an_admin_cel_offering_counts_every_device_it_selects_across_products():
+    big = offering_from_config({"slug": "big", "kind": "full", "dra": {"selector": BIG}, "counts": [1, 2]}, 0)
+    assert big.claim is not None and big.claim.selectors == (BIG,) and not big.resources and not big.node_affinity
+    dra = state(claims=[claim("a", ("dra-h100", "gpu-1"))])
+    avail = dra.availability(big)
+    assert (avail.capacity, avail.free, avail.nodes) == (2, 1, ("dra-h100",))  # L4s (22.5 GiB) and MIG devices are not selected
+    newer = offering_from_config(
+        {
+            "slug": "hopper",
+            "kind": "full",
+            "dra": {"selector": "device.attributes['gpu.nvidia.com'].cudaComputeCapability.isGreaterThan(semver('8.9.0'))"},
+        },
+        1,
+    )
+    assert dra.availability(newer).capacity == 2
+
+
+def test_admin_mig_and_shared_offerings_build_the_drivers_config():
+    mig = offering_from_config({"slug": "m", "kind": "mig", "profile": "3g.20gb", "dra": {}}, 0)
+    assert mig.claim is not None and mig.claim.device_class == "mig.nvidia.com"
+    assert state().availability(mig).capacity == 1
+    mps = offering_from_config(
+        {
+            "slug": "s",
+            "kind": "shared",
+            "sharing": "mps",
+            "replicas": 2,
+            "product": "NVIDIA L4",
+            "dra": {"mps": {"defaultActiveThreadPercentage": 50}},
+        },
+        1,
+    )
+    assert mps.claim is not None and mps.claim.shares == 2
+    (config,) = mps.claim.config
+    assert config["driver"] == "gpu.nvidia.com"
+    assert config["parameters"] == {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}},
+    }
+    assert state().availability(mps).capacity == 8
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"kind": "full", "dra": {"selector": "device.attributes["}}, "field 'dra' ['selector'][0] CEL expression does not compile"),
+        ({"kind": "full", "dra": {"selecter": BIG}}, "must be a dict with keys among"),
+        ({"kind": "full", "dra": {}, "resources": {"nvidia.com/gpu": 1}}, "field 'resources' cannot be combined with 'dra'"),
+        ({"kind": "vgpu", "dra": {}}, "field 'dra' applies to kinds ['full', 'mig', 'shared'] only"),
+        ({"kind": "shared", "dra": {}}, "field 'replicas' is required for a DRA shared offering"),
+        (
+            {"kind": "shared", "replicas": 2, "dra": {"interval": "Forever"}},
+            "['interval'] must be one of ['Default', 'Short', 'Medium', 'Long']",
+        ),
+        ({"kind": "shared", "replicas": 2, "dra": {"mps": {"x": 1}}}, "['mps'] is a dict of NVIDIA's mpsConfig and needs sharing 'mps'"),
+    ],
+)
+def test_a_wrong_dra_entry_names_the_entry_and_what_to_write(entry, message):
+    with pytest.raises(OfferingConfigError) as info:
+        offering_from_config({"slug": "x", **entry}, 4)
+    assert str(info.value).startswith("c.GPUSpawner.offerings[4] (slug 'x'): ") and message in str(info.value)
+
+
+def test_selectors_that_match_nothing_and_missing_classes_are_warned_about_once_known():
+    huge = offering_from_config({"slug": "huge", "kind": "full", "dra": {"selector": BIG.replace("40Gi", "200Gi")}}, 0)
+    other = offering_from_config({"slug": "tpu", "kind": "full", "dra": {"device_class": "tpu.example.com"}}, 1)
+    fine = offering_from_config({"slug": "big", "kind": "full", "dra": {"selector": BIG}}, 2)
+    dra = state()
+    warnings = unmatched([huge, other, fine], dra)
+    assert len(warnings) == 2
+    assert "offering 'huge': its DRA selectors match none of the 10 devices" in warnings[0]
+    assert "offering 'tpu': device class 'tpu.example.com': no such DeviceClass" in warnings[1]
+    dra.synced = False
+    assert unmatched([huge], dra) == []  # not known yet: no warning
