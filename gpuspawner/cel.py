@@ -148,7 +148,7 @@ def compile_selector(expression: str) -> Selector:
     try:
         ast = _ENV.compile(expression)
     except Exception as exc:  # noqa: BLE001 - celpy's parse errors carry the caret picture in their text
-        raise SelectorError(f"CEL expression does not compile: {exc}") from None
+        raise SelectorError(f"CEL expression does not compile: {str(exc).rstrip()}") from None
     return Selector(expression, _ENV.program(ast, functions=_FUNCTIONS))
 
 

@@ -214,9 +214,14 @@ class SimulatedDriver:
                 raise TimeoutError(f"simulated DRA nodes not Ready after {timeout:.0f}s (is kwok running?)")
             time.sleep(0.2)
 
-    def publish(self, node: str, devices: list[dict[str, Any]], generation: int = 1, slice_count: int = 1) -> None:
-        """Replace ``node``'s pool with ``slice_count`` slices of ``generation`` (a driver restart or re-layout)."""
-        self._delete_slices(node)
+    def publish(self, node: str, devices: list[dict[str, Any]], generation: int = 1, slice_count: int = 1, keep_old: bool = False) -> None:
+        """Replace ``node``'s pool with ``slice_count`` slices of ``generation`` (a driver restart or re-layout).
+
+        ``keep_old``: leave the older generation's slices in place, as between a real driver's
+        publishing the new generation and its deleting the old one (only the newest counts).
+        """
+        if not keep_old:
+            self._delete_slices(node)
         for obj in resource_slices(node, devices, generation, slice_count):
             self._create("/apis/resource.k8s.io/v1/resourceslices", obj)
 

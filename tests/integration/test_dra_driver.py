@@ -4,6 +4,7 @@ its devices to ResourceClaims, and the resourceclaim controller makes claims fro
 from __future__ import annotations
 
 from gpuspawner import dranames as dn
+from gpuspawner.devcluster.dratruth import claim_pod
 from tests.conftest import wait_for
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
@@ -18,18 +19,6 @@ def claim(name: str, device_class: str, selectors: tuple[str, ...] = (), count: 
         "kind": "ResourceClaim",
         "metadata": {"name": name},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-    }
-
-
-def pod_with_claim(name: str, claim_ref: dict) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "resourceClaims": [{"name": "gpu", **claim_ref}],
-            "containers": [{"name": "notebook", "image": "quay.io/jupyter/base-notebook", "resources": {"claims": [{"name": "gpu"}]}}],
-        },
     }
 
 
@@ -55,7 +44,7 @@ def test_classes_and_slices_are_the_drivers(kube, dra_driver):
 def test_scheduler_allocates_a_simulated_mig_device_and_kwok_runs_the_pod(kube, dra_driver, namespace):
     profile = "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"
     kube.request("POST", CLAIMS.format(ns=namespace), claim("slice", "mig.nvidia.com", (profile,)))
-    kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod_with_claim("nb", {"resourceClaimName": "slice"}))
+    kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", claim_pod("nb", {"resourceClaimName": "slice"}))
     pod = wait_for(lambda: running(kube, namespace, "nb"), "the pod with a MIG claim Running", timeout=60)
     assert pod["spec"]["nodeName"] == "dra-a100-mig"
     status = kube.request("GET", CLAIMS.format(ns=namespace) + "/slice")["status"]
@@ -77,7 +66,7 @@ def test_template_claims_are_made_by_the_resourceclaim_controller(kube, dra_driv
         },
     }
     kube.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates", template)
-    kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod_with_claim("nb", {"resourceClaimTemplateName": "two-h100"}))
+    kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", claim_pod("nb", {"resourceClaimTemplateName": "two-h100"}))
     pod = wait_for(lambda: running(kube, namespace, "nb"), "the pod with a templated claim Running", timeout=60)
     assert pod["spec"]["nodeName"] == "dra-h100"
     (made,) = kube.request("GET", CLAIMS.format(ns=namespace))["items"]
