@@ -106,6 +106,13 @@ class Offering:
         return self.kind is not Kind.CPU
 
     @property
+    def takes_units(self) -> bool:
+        """Whether its pod takes counted GPU units -- extended resources, or devices through a
+        DRA claim -- so that capacity, admission and quotas apply (a CPU or command-prefix-only
+        offering takes none)."""
+        return bool(self.resources) or self.claim is not None
+
+    @property
     def placement_terms(self) -> Terms:
         """The required node-affinity terms of this offering's pod (``node_affinity`` and ``absent_labels``)."""
         return and_terms(self.node_affinity, all_of(*(absent(k) for k in self.absent_labels)))

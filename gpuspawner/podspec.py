@@ -56,7 +56,7 @@ def pod_changes(offering: Offering, count: int = 1) -> PodChanges:
         raise ValueError(f"{offering.slug}: count {count} is not one of {list(offering.counts)}")
     env = {k: v for k, v in offering.env.items() if k not in FORBIDDEN_ENV}
     env.update({ENV_OFFERING: offering.slug, ENV_KIND: offering.kind.value})
-    if offering.is_gpu and (offering.resources or offering.claim is not None):
+    if offering.is_gpu and offering.takes_units:
         env[ENV_COUNT] = str(count)
     labels = {**offering.labels, LABEL_OFFERING: offering.slug, LABEL_KIND: offering.kind.value}
     return PodChanges(

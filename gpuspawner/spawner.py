@@ -796,7 +796,7 @@ class GPUSpawner(KubeSpawner):
         closed = window_state(offering.windows, self.now())
         if closed:
             return "window", Decision(REFUSE, f"{offering.display_name} is {closed}.")
-        if not offering.resources:
+        if not offering.takes_units:
             return "", Decision(ADMIT)
         catalog = {o.slug: o for o in offerings}
         quota = self._check_quota(offering, count, self._bound_holdings(catalog), self._group_members(), grant=grant)
@@ -814,7 +814,7 @@ class GPUSpawner(KubeSpawner):
             self.quota_ledger.release(self._reservation_key)
             metrics.refused(offering, reason)
             raise _refusal(reason, decision)
-        if not offering.resources:
+        if not offering.takes_units:
             return
         try:
             await self._take(offering, count, decision)
@@ -834,7 +834,14 @@ class GPUSpawner(KubeSpawner):
         elif decision.action == WARN:
             self.spawn_state.expect_wait = True
             self.spawn_state.messages.append(decision.message)
-        if decision.action != WARN and index.reserve(self._reservation_key, offering, count) is None and decision.action == ADMIT:
+        # (nothing to reserve where the counts do not know, e.g. a DRA pool being republished: the scheduler decides)
+        counted = self.availability(offering).counted
+        if (
+            decision.action != WARN
+            and counted
+            and index.reserve(self._reservation_key, offering, count) is None
+            and decision.action == ADMIT
+        ):
             # Counted free but no single node fits now (a race with another spawn): say so now.
             metrics.refused(offering, "no_capacity")
             raise SpawnRefused(f"The last {offering.display_name} was just taken by another spawn. Please pick again.")
@@ -1017,6 +1024,7 @@ class GPUSpawner(KubeSpawner):
             finally:
                 verdict.cancel()
         offering = choice.offering
+        self._release_reservation()  # this pod will not run: its own units are not what stands in the way
         catalog = allowed(await self.catalog(), self.requester()).values()
         decision = admit(
             offering, choice.count, self.availability(offering), AdmissionPolicy.BLOCK, [(o, self.availability(o)) for o in catalog]

@@ -15,41 +15,28 @@ import pytest
 from jupyterhub.objects import Hub, Server
 from traitlets.config import Config
 
-from gpuspawner.dranames import ATTR_PRODUCT, ATTR_PROFILE, CLASS_GPU, CLASS_MIG, DRIVER, qualified
-from gpuspawner.model import DeviceClaim, Offering
+from gpuspawner.dranames import ATTR_UUID, qualified
 from gpuspawner.orphans import OrphanReconciler
 from gpuspawner.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
-from gpuspawner.vocabulary import Kind
 
 pytestmark = pytest.mark.cluster
 
 H100 = "NVIDIA H100 80GB HBM3"
-DRA_H100 = Offering(
-    slug="dra-h100",
-    kind=Kind.FULL,
-    display_name="H100 (DRA)",
-    counts=(1, 2, 3),
-    claim=DeviceClaim(
-        CLASS_GPU,
-        selectors=(f"device.attributes['{DRIVER}'].{ATTR_PRODUCT} == '{H100}'",),
-        match_attributes=(qualified(ATTR_PRODUCT),),
-    ),
-)
-DRA_MIG_1G = Offering(
-    slug="dra-a100-1g-5gb",
-    kind=Kind.MIG,
-    display_name="A100 · MIG 1g.5gb (DRA)",
-    claim=DeviceClaim(CLASS_MIG, selectors=(f"device.attributes['{DRIVER}'].{ATTR_PROFILE} == '1g.5gb'",)),
-)
-
-
-class DraSpawner(GPUSpawner):
-    """GPUSpawner whose catalog also holds two DRA offerings written as the model's own type
-    (``Offering.claim``), as an admin's configured or a discovered DRA offering becomes."""
-
-    def _catalog_now(self):
-        return [*super()._catalog_now(), DRA_H100, DRA_MIG_1G]
+#: The admin's DRA offerings (c.GPUSpawner.offerings, the ``dra`` field; docs/dra.md).
+OFFERINGS = [
+    {"slug": "dra-h100", "kind": "full", "display_name": "H100 (DRA)", "product": H100, "counts": [1, 2], "dra": {}},
+    {"slug": "dra-a100-1g-5gb", "kind": "mig", "display_name": "A100 · MIG 1g.5gb (DRA)", "profile": "1g.5gb", "dra": {}},
+    # Two H100s that must share one UUID: counted free (two on one node), never allocatable.
+    {
+        "slug": "dra-h100-twin",
+        "kind": "full",
+        "display_name": "H100 twin (DRA)",
+        "product": H100,
+        "counts": [2],
+        "dra": {"match_attributes": [qualified(ATTR_UUID)]},
+    },
+]
 
 
 class User:
@@ -62,14 +49,16 @@ class User:
         self.server = Server(base_url=f"/user/{name}/")
 
 
-def make_spawner(devcluster, namespace: str, name: str | None = None) -> DraSpawner:
+def make_spawner(devcluster, namespace: str, name: str | None = None) -> GPUSpawner:
     os.environ["KUBECONFIG"] = str(devcluster.kubeconfig)
     config = Config()
     config.KubeSpawner.namespace = namespace
     config.KubeSpawner.start_timeout = 60
     config.KubeSpawner.image = "quay.io/jupyter/base-notebook:latest"
     config.GPUSpawner.discover_offerings = False  # the DRA offerings above are the catalog's GPUs
-    spawner = DraSpawner(hub=Hub(), user=User(name or f"u{secrets.token_hex(3)}"), config=config)
+    config.GPUSpawner.offerings = OFFERINGS
+    config.GPUSpawner.inventory_ready_timeout = 60.0  # a loaded test machine may list slowly
+    spawner = GPUSpawner(hub=Hub(), user=User(name or f"u{secrets.token_hex(3)}"), config=config)
     spawner.server = spawner.user.server
     return spawner
 
@@ -153,13 +142,14 @@ async def test_a_mig_offering_gets_a_mig_device_of_its_profile(devcluster, kube,
 
 async def test_an_impossible_request_is_refused_with_the_schedulers_reason_and_leaves_nothing(devcluster, kube, dra_driver, namespace):
     spawner = make_spawner(devcluster, namespace)
-    spawner.user_options = {"offering": "dra-h100", "count": 3}  # the one H100 node has two
+    spawner.user_options = {"offering": "dra-h100-twin", "count": 2}
     with pytest.raises(SpawnRefused) as refused:
         await spawner.start()
     message = str(refused.value)
     assert refused.value.status_code == 409
     # kube-scheduler's own reason, as its DRA plugin words it (the post-filter's words dropped)
     assert "The scheduler says: 0/" in message and message.endswith("cannot allocate all claims.")
+    assert "H100 twin (DRA) cannot run now." in message
     await spawner.stop(now=True)  # what the hub does after a failed start
     assert await nothing_left(kube, namespace) == {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}
 
@@ -185,12 +175,14 @@ async def test_a_template_whose_pod_was_never_made_is_removed_by_the_orphan_reco
     meta = pod.metadata
     from gpuspawner.podspec import claim_template
 
-    await spawner._claim_templates.create(claim_template(DRA_H100.claim, 1, spawner.pod_name, meta.labels, meta.annotations))
+    claim = spawner.choice.offering.claim
+    await spawner._claim_templates.create(claim_template(claim, 1, spawner.pod_name, meta.labels, meta.annotations))
     assert left_in(kube, namespace)["resourceclaimtemplates"] == [spawner.pod_name]
     list_objects, delete_object = spawner.orphan_io()
     reconciler = OrphanReconciler(list_objects, dict, delete_object, grace=0, interval=1)  # the hub has no such server
     orphans = await reconciler.check()
     assert [o.key for o in orphans] == [f"ResourceClaimTemplate:{namespace}/{spawner.pod_name}"]
+    await spawner.stop(now=True)  # gives back what load_user_options reserved
     assert await nothing_left(kube, namespace) == {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}
 
 
@@ -201,6 +193,7 @@ async def test_the_claim_is_added_after_what_the_admin_configured_in_the_pod(dev
     spawner._baseline.update(extra_pod_config=spawner.extra_pod_config, extra_container_config=spawner.extra_container_config)
     spawner.user_options = {"offering": "dra-h100", "count": 1}
     await spawner.load_user_options()
+    spawner._release_reservation()  # (no pod is made here: the reservation of this load is given back)
     pod = spawner.api.api_client.sanitize_for_serialization(await spawner.get_pod_manifest())
     assert pod["spec"]["resourceClaims"] == [
         {"name": "scratch", "resourceClaimTemplateName": "site-scratch"},
@@ -211,6 +204,7 @@ async def test_the_claim_is_added_after_what_the_admin_configured_in_the_pod(dev
     await spawner.load_user_options()
     pod = spawner.api.api_client.sanitize_for_serialization(await spawner.get_pod_manifest())
     assert pod["spec"]["resourceClaims"] == [{"name": "scratch", "resourceClaimTemplateName": "site-scratch"}]
+    await spawner.stop(now=True)
 
 
 async def test_a_hub_that_may_not_create_templates_refuses_with_what_to_do(devcluster, kube, dra_driver, namespace, monkeypatch, caplog):
