@@ -41,8 +41,12 @@ class Held:
 
 
 def units_held(offering: Offering, requests: Mapping[str, int]) -> int:
-    """How many units of ``offering`` a pod with ``requests`` holds (at least 1 for a GPU pod)."""
-    return max(units(offering, requests), 1) if offering.resources else 0
+    """How many units of ``offering`` a pod with ``requests`` holds (at least 1 for a GPU pod).
+
+    A DRA pod requests no extended resource: its devices are in its claim, which the pod's
+    requests do not show, so a bound DRA pod counts as 1 unit (this hub process's own grant,
+    with the true count, overlays it until the server stops; see :class:`QuotaLedger`)."""
+    return max(units(offering, requests), 1) if offering.takes_units else 0
 
 
 def describe_free(offering: Offering, avail: Availability) -> str:

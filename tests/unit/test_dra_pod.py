@@ -170,3 +170,10 @@ def test_the_dra_plugins_reason_is_the_schedulers_words_without_what_post_filter
     tests/integration/test_dra_spawn.py): its DRA post-filter adds "still not schedulable,"."""
     reason = "0/14 nodes are available: 10 node(s) had untolerated taint(s), 4 cannot allocate all claims."
     assert unschedulable_reason(_unschedulable(reason + tail)) == reason
+
+
+def test_a_dra_offering_takes_units_so_quotas_and_admission_apply():
+    from gpuspawner.admission import units_held
+
+    assert DRA_H100.takes_units and not Offering(slug="cpu2", kind=Kind.CPU, display_name="x").takes_units
+    assert units_held(DRA_H100, {}) == 1  # a bound DRA pod shows no requests: at least one unit
