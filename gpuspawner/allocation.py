@@ -19,8 +19,12 @@ from .vocabulary import CLAIM_NAME, DEVICE_DRIVER, DEVICE_MIG_PROFILE, DEVICE_NA
 
 
 def pod_claim_name(pod: Mapping[str, Any]) -> str | None:
-    """The name of the ResourceClaim Kubernetes made for the pod's GPU claim
-    (``status.resourceClaimStatuses``), or None while it has not made one."""
+    """The name of the pod's GPU ResourceClaim: a shared one it names (``spec.resourceClaims[]
+    .resourceClaimName``), or the one Kubernetes made for it from its template
+    (``status.resourceClaimStatuses``); None while that has not been made."""
+    for ref in (pod.get("spec") or {}).get("resourceClaims") or ():
+        if ref.get("name") == CLAIM_NAME and ref.get("resourceClaimName"):
+            return str(ref["resourceClaimName"])
     for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
         if status.get("name") == CLAIM_NAME and status.get("resourceClaimName"):
             return str(status["resourceClaimName"])

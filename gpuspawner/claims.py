@@ -18,10 +18,17 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio.client import ResourceV1Api
+from kubernetes_asyncio.client import CoreV1Api, ResourceV1Api
 from kubernetes_asyncio.client.rest import ApiException
 
 from .allocation import allocated_devices, pod_claim_name
+from .dranames import RESOURCE_API
+from .model import DeviceClaim
+from .podspec import device_claim_spec
+from .vocabulary import LABEL_OFFERING
+
+#: Label of a ResourceClaim shared by the servers of one shared DRA offering.
+SHARED_LABEL = "gpuspawner.io/shared-claim"
 
 #: What the template is called in Kubernetes' API (and in the orphan reconciler's logs).
 KIND = "ResourceClaimTemplate"
@@ -32,6 +39,7 @@ class ClaimTemplates:
 
     def __init__(self, api_client: Any, namespace: str, log: logging.Logger) -> None:
         self.api = ResourceV1Api(api_client)
+        self.core = CoreV1Api(api_client)
         self.namespace = namespace
         self.log = log
 
@@ -76,6 +84,58 @@ class ClaimTemplates:
                 self.namespace, label_selector=label_selector, _preload_content=False
             )
         return json.loads(await response.read()).get("items") or []
+
+    # ------------------------------------------------------------------ shared offerings
+
+    async def shared_with_room(self, slug: str, claim: DeviceClaim, labels: Mapping[str, str]) -> str:
+        """The name of a ResourceClaim of shared offering ``slug`` that fewer than
+        ``claim.shares`` pods use, made now if there is none.
+
+        NVIDIA's driver shares a device between the pods of ONE claim (its ``GpuConfig``
+        sharing applies to that claim's consumers), so the servers of a shared offering join
+        a claim with room. Its users are counted from the pods that name it; the caller holds
+        one lock over choosing, creating the pod and :meth:`delete_if_unused`, so one hub
+        never overfills a claim nor deletes one a pod is about to use.
+        """
+        response = await self.api.list_namespaced_resource_claim(
+            self.namespace, label_selector=f"{LABEL_OFFERING}={slug},{SHARED_LABEL}=true", _preload_content=False
+        )
+        users = await self._users(slug)
+        for item in sorted(json.loads(await response.read()).get("items") or [], key=lambda c: c["metadata"]["name"]):
+            meta = item["metadata"]
+            if not meta.get("deletionTimestamp") and users.get(meta["name"], 0) < claim.shares:
+                return str(meta["name"])
+        manifest = {
+            "apiVersion": RESOURCE_API,
+            "kind": "ResourceClaim",
+            "metadata": {"generateName": f"gpuspawner-{slug}-"[:58], "labels": {**labels, SHARED_LABEL: "true"}},
+            "spec": device_claim_spec(claim, 1),
+        }
+        response = await self.api.create_namespaced_resource_claim(self.namespace, manifest, _preload_content=False)
+        return str(json.loads(await response.read())["metadata"]["name"])
+
+    async def delete_if_unused(self, slug: str, claim_name: str) -> None:
+        """Delete a shared claim that no pod names any more (its last server stopped, or its
+        first pod was never made); one still in use stays."""
+        if (await self._users(slug)).get(claim_name):
+            return
+        try:
+            await self.api.delete_namespaced_resource_claim(claim_name, self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def _users(self, slug: str) -> dict[str, int]:
+        """Shared claim name -> how many pods of offering ``slug`` (not being deleted) name it."""
+        response = await self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_OFFERING}={slug}", _preload_content=False)
+        users: dict[str, int] = {}
+        for pod in json.loads(await response.read()).get("items") or []:
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            name = pod_claim_name(pod)
+            if name:
+                users[name] = users.get(name, 0) + 1
+        return users
 
     async def devices(self, pod: Mapping[str, Any]) -> list[dict[str, str]]:
         """The devices allocated to ``pod``'s GPU claim, with their identity from the driver's

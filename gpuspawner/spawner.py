@@ -52,8 +52,10 @@ from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
 from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, split_known
 from .views import FormView, group_options, user_options_from_form
 from .vocabulary import (
+    CLAIM_NAME,
     COUNT_FIELD_PREFIX,
     COUNT_KEY,
+    LABEL_KIND,
     LABEL_OFFERING,
     OFFERING_KEY,
     RECORD_CLAIM_TEMPLATE,
@@ -65,6 +67,7 @@ from .vocabulary import (
     RECORD_OFFERING,
     RECORD_POD,
     RECORD_RESOURCES,
+    RECORD_SHARED_CLAIM,
     RECORD_URL,
     AdmissionPolicy,
     Kind,
@@ -105,6 +108,7 @@ class SpawnState:
     record_url: str | None = None  # the server's URL as the record names it (None without a Server)
     saved_record: dict[str, Any] | None = None  # the record from the hub's saved state (after a restart)
     claim_template: str | None = None  # the ResourceClaimTemplate this spawn made (DRA offerings), until deleted
+    shared_claim: str | None = None  # the ResourceClaim this spawn's pod shares (shared DRA offerings)
     devices: list[dict[str, str]] | None = None  # the devices allocated to the pod's claim (DRA offerings)
     decided: asyncio.Event = field(default_factory=asyncio.Event)  # set once load_user_options admitted or refused
 
@@ -612,7 +616,8 @@ class GPUSpawner(KubeSpawner):
             RECORD_POD: self.pod_name,
             RECORD_NAMESPACE: self.namespace,
             RECORD_URL: url or self.spawn_state.record_url,
-            **({RECORD_CLAIM_TEMPLATE: self.pod_name} if offering.claim is not None else {}),
+            **({RECORD_CLAIM_TEMPLATE: self.pod_name} if offering.claim is not None and offering.claim.shares == 1 else {}),
+            **({RECORD_SHARED_CLAIM: self.spawn_state.shared_claim} if self.spawn_state.shared_claim else {}),
             **({RECORD_DEVICES: self.spawn_state.devices} if self.spawn_state.devices is not None else {}),
         }
 
@@ -941,6 +946,8 @@ class GPUSpawner(KubeSpawner):
         offering = self._claimed()
         if offering is None or offering.claim is None or self.choice is None:
             return await super()._make_create_pod_request(pod, request_timeout)
+        if offering.claim.shares > 1:
+            return await self._create_pod_sharing_a_claim(offering, pod, request_timeout)
         meta = pod.metadata
         template = claim_template(offering.claim, self.choice.count, self.pod_name, meta.labels or {}, meta.annotations or {})
         try:
@@ -975,15 +982,41 @@ class GPUSpawner(KubeSpawner):
                 )
         return created
 
+    #: One lock per shared offering (and namespace) in this hub process: choosing a claim with room
+    #: and becoming its owner happen together, so two spawns never overfill one claim.
+    _shared_locks: ClassVar[dict[str, asyncio.Lock]] = {}
+
+    async def _create_pod_sharing_a_claim(self, offering: Offering, pod: Any, request_timeout: int) -> bool:
+        """A shared DRA offering's pod joins a claim of that offering with room (or a new one;
+        see :meth:`gpuspawner.claims.ClaimTemplates.shared_with_room`)."""
+        assert offering.claim is not None
+        claims = self._claim_templates
+        async with GPUSpawner._shared_locks.setdefault(f"{self.namespace}/{offering.slug}", asyncio.Lock()):
+            labels = {k: v for k, v in (pod.metadata.labels or {}).items() if k in (LABEL_OFFERING, LABEL_KIND)}
+            name = await claims.shared_with_room(offering.slug, offering.claim, labels)
+            self.spawn_state.shared_claim = name
+            pod.spec.resource_claims = [
+                {"name": CLAIM_NAME, "resourceClaimName": name} if _claim_name_of(ref) == CLAIM_NAME else ref
+                for ref in pod.spec.resource_claims or ()
+            ]
+            return await super()._make_create_pod_request(pod, request_timeout)
+
     def _claim_template_name(self) -> str | None:
         """The template to delete at stop: this spawn's, or the saved record's after a hub restart."""
         return self.spawn_state.claim_template or (self.spawn_state.saved_record or {}).get(RECORD_CLAIM_TEMPLATE)
 
     async def _delete_claim_template(self) -> None:
+        """Delete this server's claim template; a shared claim once no pod uses it."""
         name = self._claim_template_name()
         if name:
             await self._claim_templates.delete(name)
             self.spawn_state.claim_template = None
+        record = self.record() if self.choice is not None else (self.spawn_state.saved_record or {})
+        shared, slug = self.spawn_state.shared_claim or record.get(RECORD_SHARED_CLAIM), record.get(RECORD_OFFERING)
+        if shared and slug:
+            async with GPUSpawner._shared_locks.setdefault(f"{self.namespace}/{slug}", asyncio.Lock()):
+                await self._claim_templates.delete_if_unused(slug, shared)
+            self.spawn_state.shared_claim = None
 
     async def _record_devices(self) -> None:
         """Note which devices the scheduler allocated to the pod's claim (for the record the
@@ -1157,6 +1190,11 @@ def _refusal(reason: str, decision: Decision) -> SpawnRefused:
     """A refused window, quota or capacity decision, with what the user can do about it."""
     advice = {"window": " Please pick another option.", "no_capacity": " Your choice was taken just now; please pick again."}
     return SpawnRefused(decision.message + advice.get(reason, ""), reason)
+
+
+def _claim_name_of(ref: Any) -> str | None:
+    """The ``name`` of a pod's ``resourceClaims`` entry, a dict or a Kubernetes model."""
+    return ref.get("name") if isinstance(ref, dict) else getattr(ref, "name", None)
 
 
 def _brief(exc: BaseException) -> str:

@@ -79,6 +79,9 @@ RECORD_URL = "url"  #: the server's direct address (for the culler's kernel view
 #: Dynamic Resource Allocation only: the ResourceClaimTemplate the spawner made for the pod
 #: (deleted when the server stops, also after a hub restart).
 RECORD_CLAIM_TEMPLATE = "claim_template"
+#: Dynamic Resource Allocation, a shared offering only: the ResourceClaim the pod shares with
+#: the other servers of that offering on the same device (owned by all their pods).
+RECORD_SHARED_CLAIM = "shared_claim"
 #: Dynamic Resource Allocation only: the devices the scheduler allocated to the pod's claim, as
 #: read from the claim's status and the driver's ResourceSlice at start (the culler matches
 #: them to dcgm-exporter's series). A list of dicts with the ``DEVICE_*`` keys below.

@@ -15,6 +15,7 @@ import pytest
 from jupyterhub.objects import Hub, Server
 from traitlets.config import Config
 
+from gpuspawner.allocation import pod_claim_name
 from gpuspawner.dranames import ATTR_UUID, qualified
 from gpuspawner.orphans import OrphanReconciler
 from gpuspawner.scheduling import SpawnRefused
@@ -36,6 +37,8 @@ OFFERINGS = [
         "counts": [2],
         "dra": {"match_attributes": [qualified(ATTR_UUID)]},
     },
+    # Two servers time-slice one L4 (NVIDIA's GpuConfig sharing, on the claim they share).
+    {"slug": "dra-l4-shared", "kind": "shared", "display_name": "L4 · 1/2 (DRA)", "product": "NVIDIA L4", "replicas": 2, "dra": {}},
 ]
 
 
@@ -86,8 +89,7 @@ async def nothing_left(kube, namespace: str) -> dict[str, list[str]]:
 
 def claim_of(kube, namespace: str, pod_name: str) -> dict:
     pod = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod_name}")
-    (status,) = [s for s in pod["status"]["resourceClaimStatuses"] if s["name"] == "gpuspawner-gpu"]
-    return kube.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{status['resourceClaimName']}")
+    return kube.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{pod_claim_name(pod)}")
 
 
 def slice_devices(kube, pool: str) -> dict[str, dict]:
@@ -225,4 +227,28 @@ async def test_a_hub_that_may_not_create_templates_refuses_with_what_to_do(devcl
     assert refused.value.status_code == 503 and "misconfigured" in str(refused.value)
     assert "cannot create ResourceClaimTemplate" in caplog.text and "dra.enabled=true" in caplog.text
     await spawner.stop(now=True)
+    assert await nothing_left(kube, namespace) == {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}
+
+
+async def test_servers_of_a_shared_offering_share_one_claim_which_goes_with_the_last(devcluster, kube, dra_driver, namespace):
+    spawners = [make_spawner(devcluster, namespace) for _ in range(3)]
+    for spawner in spawners:
+        spawner.user_options = {"offering": "dra-l4-shared"}
+        await spawner.start()
+    try:
+        names = [spawner.user_options["gpuspawner"]["shared_claim"] for spawner in spawners]
+        assert names[0] == names[1] != names[2]  # two servers per claim, then a new claim
+        claims = {n: claim_of(kube, namespace, s.pod_name) for n, s in zip(names, spawners, strict=True)}
+        first = claims[names[0]]
+        assert sorted(r["name"] for r in first["status"]["reservedFor"]) == sorted(s.pod_name for s in spawners[:2])
+        assert first["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"]["strategy"] == "TimeSlicing"
+        (one,) = first["status"]["allocation"]["devices"]["results"]
+        (other,) = claims[names[2]]["status"]["allocation"]["devices"]["results"]
+        assert (one["pool"], one["device"]) != (other["pool"], other["device"])
+        assert not left_in(kube, namespace)["resourceclaimtemplates"]  # shared servers make no template
+        await spawners[0].stop(now=True)
+        assert names[0] in left_in(kube, namespace)["resourceclaims"]  # its other server still runs on it
+    finally:
+        for spawner in spawners:
+            await spawner.stop(now=True)
     assert await nothing_left(kube, namespace) == {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}

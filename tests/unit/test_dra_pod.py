@@ -150,6 +150,8 @@ def test_the_pods_claim_is_found_by_its_name_in_the_pod_status():
     }
     assert pod_claim_name(pod) == "p-gpuspawner-gpu-x7k2q"
     assert pod_claim_name({"status": {}}) is None
+    shared = {"spec": {"resourceClaims": [{"name": "gpuspawner-gpu", "resourceClaimName": "gpuspawner-l4-shared-x2k9f"}]}}
+    assert pod_claim_name(shared) == "gpuspawner-l4-shared-x2k9f"  # a shared claim: named in the spec, not in the status
 
 
 def _unschedulable(message: str) -> dict:
