@@ -495,7 +495,14 @@ def test_chart_grants_the_hub_exactly_node_and_pod_reads(kube, namespace, tmp_pa
     assert sorted(by_kind) == ["ClusterRole", "ClusterRoleBinding"] and len(docs) == 2, [d["kind"] for d in docs]
     role, binding = by_kind["ClusterRole"], by_kind["ClusterRoleBinding"]
     grants = {(g, r): sorted(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert grants == {("", "nodes"): ["get", "list", "watch"], ("", "pods"): ["list", "watch"]}
+    assert grants == {
+        ("", "nodes"): ["get", "list", "watch"],
+        ("", "pods"): ["list", "watch"],
+        # Dynamic Resource Allocation's free counts (docs/dra.md): read-only, cluster-wide
+        ("resource.k8s.io", "resourceslices"): ["list", "watch"],
+        ("resource.k8s.io", "deviceclasses"): ["list", "watch"],
+        ("resource.k8s.io", "resourceclaims"): ["list", "watch"],
+    }
     assert not any(set(rule) - {"apiGroups", "resources", "verbs"} for rule in role["rules"])
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": namespace}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}
