@@ -18,6 +18,8 @@
 #   make capacity-truth   free counts against the real kube-scheduler on 200 random
 #                         cluster states (STATES=N for more); prints
 #                         "K of M offerings agree over N states"
+#   make dra-truth        DRA free counts against the real scheduler's allocator on 100
+#                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N)
 #   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
 #   make bench            the benchmarks, printed side by side
 #
@@ -33,7 +35,7 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint unit fuzz labextension install devcluster-build demo bench capacity-truth fuzz-clusters clean
+.PHONY: test lint unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters clean
 
 test: install devcluster-build lint
 	$(PY) -m pytest -q -p no:cacheprovider
@@ -87,6 +89,9 @@ bench: install devcluster-build
 
 capacity-truth: install devcluster-build
 	$(PY) -m gpuspawner.devcluster.truth --states $(STATES) --quiet
+
+dra-truth: install devcluster-build
+	$(PY) -m gpuspawner.devcluster.dratruth --states $(or $(DRA_STATES),100) --quiet
 
 fuzz-clusters: install
 	GPUSPAWNER_CLUSTERS=$(CLUSTERS) $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_cluster_properties.py

@@ -41,8 +41,12 @@ class Held:
 
 
 def units_held(offering: Offering, requests: Mapping[str, int]) -> int:
-    """How many units of ``offering`` a pod with ``requests`` holds (at least 1 for a GPU pod)."""
-    return max(units(offering, requests), 1) if offering.resources else 0
+    """How many units of ``offering`` a pod with ``requests`` holds (at least 1 for a GPU pod).
+
+    A DRA pod requests no extended resource: its devices are in its claim, which the pod's
+    requests do not show, so a bound DRA pod counts as 1 unit (this hub process's own grant,
+    with the true count, overlays it until the server stops; see :class:`QuotaLedger`)."""
+    return max(units(offering, requests), 1) if offering.takes_units else 0
 
 
 def describe_free(offering: Offering, avail: Availability) -> str:
@@ -63,7 +67,7 @@ def admit(
     others: Iterable[tuple[Offering, Availability]] = (),
 ) -> Decision:
     """The decision for ``count`` units of ``offering`` given its availability now."""
-    if not offering.resources or not avail.counted:
+    if not offering.takes_units or not avail.counted:
         return Decision(ADMIT)
     if (avail.largest_free or 0) >= count:
         return Decision(ADMIT)
@@ -115,7 +119,7 @@ def check_quota(
     group_held: Mapping[str, Iterable[Held]],
 ) -> Decision:
     """Refuse when this spawn would take a user or one of their groups over quota."""
-    if not offering.is_gpu or not offering.resources:
+    if not offering.is_gpu or not offering.takes_units:
         return Decision(ADMIT)
     kind = offering.kind.value
     over = _over(quotas.user, user_held, kind, count)
@@ -207,9 +211,9 @@ class QuotaLedger:
         group_members: Mapping[str, Iterable[str]],
         bound: Mapping[str, Held],
     ) -> Decision:
-        """:meth:`check`, and record the grant when admitted (a GPU offering with resources)."""
+        """:meth:`check`, and record the grant when admitted (a GPU offering that takes units)."""
         decision = self.check(key, offering, count, user, quotas, group_members, bound)
-        if decision.action != REFUSE and offering.is_gpu and offering.resources:
+        if decision.action != REFUSE and offering.is_gpu and offering.takes_units:
             self.grants[key] = Held(offering.kind.value, count, user)
         return decision
 

@@ -50,7 +50,7 @@ class CatalogConfig:
         Kubernetes resource. Otherwise nothing is watched (a stock zero-to-jupyterhub hub
         may not list nodes or pods outside its namespace).
         Raises :class:`OfferingConfigError` if the offerings are wrong."""
-        return self.discover or any(o.resources for o in self.configured())
+        return self.discover or any(o.takes_units for o in self.configured())
 
 
 def merge(configured: list[Offering], discovered: list[Offering]) -> list[Offering]:

@@ -1,7 +1,8 @@
 """The ``gpuspawner`` admin command.
 
 gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
-gpuspawner offerings [--nodes F] [--pods F] [--config F] [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
+gpuspawner offerings [--nodes F] [--pods F] [--slices F --device-classes F [--claims F]] [--config F]
+                     [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
 gpuspawner report [--since 7d] [--by user|group|offering] [--format table|csv|json] --prometheus-url URL
 """
 
@@ -141,8 +142,9 @@ def _catalog_config(config) -> Any:
     return CatalogConfig.from_settings(section)
 
 
-def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
-    """Nodes and pods from the cluster of the current kubeconfig (or in-cluster config)."""
+def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict[str, list[dict]] | None]:
+    """Nodes, pods and (where the cluster serves resource.k8s.io/v1 and we may read it) the
+    DRA slices, classes and claims from the cluster of the current kubeconfig (or in-cluster config)."""
     import asyncio
 
     from kubernetes_asyncio import client, config
@@ -156,14 +158,61 @@ def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
             api = client.CoreV1Api(api_client)
             nodes = await api.list_node(_preload_content=False)
             pods = await api.list_pod_for_all_namespaces(_preload_content=False)
-            return json.loads(await nodes.read())["items"], json.loads(await pods.read())["items"]
+            items = json.loads(await nodes.read())["items"], json.loads(await pods.read())["items"]
+            resource = client.ResourceV1Api(api_client)
+            dra: dict[str, list[dict]] | None = {}
+            for kind, method in (
+                ("slices", resource.list_resource_slice),
+                ("classes", resource.list_device_class),
+                ("claims", resource.list_resource_claim_for_all_namespaces),
+            ):
+                try:
+                    answer = await method(_preload_content=False)
+                    dra[kind] = json.loads(await answer.read())["items"]
+                except client.ApiException as exc:  # 404: no DRA in this cluster; 403: not ours to read
+                    print(f"gpuspawner: no DRA offerings: listing {kind} answered {exc.status} {exc.reason}", file=sys.stderr)
+                    dra = None
+                    break
+            return (*items, dra)
 
     return asyncio.run(fetch())
+
+
+def _dra_files(args: argparse.Namespace) -> dict[str, list[dict]] | None:
+    """``--slices``/``--device-classes``/``--claims`` files (``kubectl get ... -o json``), or None."""
+    if not (args.slices or args.device_classes or args.claims):
+        return None
+    if not (args.slices and args.device_classes):
+        raise ValueError(
+            "--slices and --device-classes go together (`kubectl get resourceslices -o json`, "
+            "`kubectl get deviceclasses -o json`): a class's selectors decide which devices it has"
+        )
+    return {
+        "slices": _read_items(args.slices, "resourceslices"),
+        "classes": _read_items(args.device_classes, "deviceclasses"),
+        "claims": _read_items(args.claims, "resourceclaims -A") if args.claims else [],
+    }
+
+
+def _dra_state(nodes: list[dict], dra: dict[str, list[dict]] | None):
+    """The DRA part of the counts (uncounted when there is nothing to read)."""
+    from .dra import DraState
+    from .index import ClusterIndex
+
+    if dra is None:
+        return DraState()
+    index = ClusterIndex()
+    index.replace(nodes=nodes)  # marks the device plugin's nodes, whose DRA devices are not counted
+    index.dra.replace(**dra)
+    index.dra.synced = True
+    return index.dra
 
 
 def _offerings(args: argparse.Namespace) -> int:
     from .capacity import availability, unreached
     from .catalog import build_catalog
+    from .discovery import discover
+    from .dra import unmatched
     from .offerings import OfferingConfigError
 
     try:
@@ -172,22 +221,35 @@ def _offerings(args: argparse.Namespace) -> int:
         if args.nodes:
             nodes = _read_items(args.nodes, "nodes")
             pods = _read_items(args.pods, "pods -A") if args.pods else []
-        elif args.pods:
-            return _fail("--pods needs --nodes (or neither, to read the live cluster)")
+            dra = _dra_files(args)
+        elif args.pods or args.slices or args.device_classes or args.claims:
+            return _fail("--pods, --slices, --device-classes and --claims need --nodes (or none of them, to read the live cluster)")
         else:
             try:
-                nodes, pods = _live_items(args)
+                nodes, pods, dra = _live_items(args)
             except Exception as exc:
                 return _fail(f"could not read the cluster ({type(exc).__name__}: {exc}); give --nodes FILE to work offline", 1)
         catalog_config = _catalog_config(config)
-        catalog = build_catalog(catalog_config, nodes)
+        dra_state = _dra_state(nodes, dra)
+        discovered = discover(nodes, catalog_config.vgpu_class_labels) + dra_state.discovered()
+        catalog = build_catalog(catalog_config, nodes, discovered)
     except (ValueError, OfferingConfigError) as exc:
         return _fail(str(exc))
+    for warning in unmatched(catalog, dra_state):
+        print(f"gpuspawner: warning: {warning}", file=sys.stderr)
     rows = []
     for offering in catalog:
-        avail = availability(offering, nodes, pods, notebook)
+        avail = dra_state.availability(offering) if offering.claim is not None else availability(offering, nodes, pods, notebook)
+        extra = {"dra": f"DRA claim: {offering.claim.device_class}"} if offering.claim is not None else {}
         rows.append(
-            {**offering.summary(), "capacity": avail.capacity, "free": avail.free, "largest_free": avail.largest_free, "nodes": avail.nodes}
+            {
+                **offering.summary(),
+                **extra,
+                "capacity": avail.capacity,
+                "free": avail.free,
+                "largest_free": avail.largest_free,
+                "nodes": avail.nodes,
+            }
         )
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -197,7 +259,7 @@ def _offerings(args: argparse.Namespace) -> int:
     for row in rows:
         cap = "-" if row["capacity"] is None else str(row["capacity"])
         free = "-" if row["free"] is None else str(row["free"])
-        limits = ", ".join(f"{k}={v}" for k, v in row["limits"].items()) or "no GPU"
+        limits = ", ".join(f"{k}={v}" for k, v in row["limits"].items()) or row.get("dra") or "no GPU"
         flags = " [hidden]" if row["hidden"] else ""
         who = f" (groups: {', '.join(row['groups'])})" if row["groups"] else ""
         print(f"{row['slug']:44s} {row['kind']:7s} {free:>5s} {cap:>5s}  {row['display_name']}{flags}{who}")
@@ -227,6 +289,9 @@ def parser() -> argparse.ArgumentParser:
     off = sub.add_parser("offerings", help="print the offerings the spawner would show, with capacity and free counts")
     off.add_argument("--nodes", metavar="FILE", help="`kubectl get nodes -o json` output (offline mode)")
     off.add_argument("--pods", metavar="FILE", help="`kubectl get pods -A -o json` output, for free counts")
+    off.add_argument("--slices", metavar="FILE", help="`kubectl get resourceslices -o json` output: DRA devices (with --nodes)")
+    off.add_argument("--device-classes", metavar="FILE", help="`kubectl get deviceclasses -o json` output (with --slices)")
+    off.add_argument("--claims", metavar="FILE", help="`kubectl get resourceclaims -A -o json` output, for DRA free counts")
     off.add_argument("--config", metavar="FILE", help="a jupyterhub_config.py to read c.GPUSpawner from")
     off.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for live mode (default: $KUBECONFIG)")
     off.add_argument(

@@ -20,6 +20,8 @@ Set these as `c.GPUSpawner.<name>` in `jupyterhub_config.py`, or under
 (`c.KubeSpawner.*`: image, storage, profile_list, ...) keeps working as documented by
 KubeSpawner; the offering dict's fields are documented in
 `gpuspawner.offerings.offering_from_config` (and below under `offerings`).
+Offerings served through Dynamic Resource Allocation (NVIDIA's DRA driver): see
+[dra.md](dra.md).
 """
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from .capacity import NO_NOTEBOOK, UNCOUNTED, Availability, Row, Tally
 from .discovery import DEFAULT_VGPU_CLASS_LABELS, aggregate, node_offerings
+from .dra import DraState
 from .fit import NodeFacts, holds_resources, pod_requests
 from .model import Offering
 from .notebook import Notebook
@@ -30,6 +31,8 @@ from .vocabulary import KUBESPAWNER_USER_LABEL, LABEL_OFFERING, Kind
 #: Pods of a cluster ask for few distinct request sets: each is kept once.
 _INTERNED: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
 _INTERN_LIMIT = 50_000
+#: Extended resources of NVIDIA's device plugin (``nvidia.com/gpu``, ``nvidia.com/mig-...``, ``.shared``).
+PLUGIN_PREFIX = "nvidia.com/"
 
 
 def _interned(requests: dict[str, int]) -> Mapping[str, int]:
@@ -129,6 +132,8 @@ class ClusterIndex:
         self.tracked: dict[str, _OfferingRows] = {}
         self._node_offers: dict[str, list[tuple[Offering, int]]] = {}
         self._discovered: list[Offering] | None = []
+        #: Devices of Dynamic Resource Allocation (ResourceSlices, DeviceClasses, ResourceClaims).
+        self.dra = DraState()
 
     # ------------------------------------------------------------------ reads
 
@@ -136,10 +141,12 @@ class ClusterIndex:
         """Discovered offerings of the current nodes (recomputed only after a change in them)."""
         if self._discovered is None:
             self._discovered = aggregate(self._node_offers.values())
-        return self._discovered
+        return self._discovered + self.dra.discovered()
 
     def availability(self, offering: Offering) -> Availability:
         """Capacity and free units of ``offering`` now (reservations count as taken)."""
+        if offering.claim is not None:
+            return self.dra.availability(offering)
         if not offering.resources:
             return UNCOUNTED
         rows = self.tracked.get(offering.slug)
@@ -166,6 +173,7 @@ class ClusterIndex:
                 self.nodes[facts.name] = facts
                 self._node_offers[facts.name] = list(node_offerings(facts, self.class_labels))
             self._discovered = None
+            self._plugin_nodes_changed()
         if pods is not None:
             self.pods = {}
             self.used = {}
@@ -195,6 +203,7 @@ class ClusterIndex:
                 return  # a status heartbeat: nothing the counts use changed
             offers = list(node_offerings(facts, self.class_labels))
             self._node_offers[name] = offers
+        self._plugin_nodes_changed()
         for rows in self.tracked.values():
             rows.reach.pop(name, None)
         new_slugs = {o.slug for o, _ in offers} if kind != "DELETED" else set()
@@ -231,9 +240,12 @@ class ClusterIndex:
 
         The units (and the notebook's cpu, memory and pod slot) are taken on the node with
         the most free room for them, so every offering that shares that node sees them
-        taken. Returns the node, or None if no node has room (nothing is held then).
+        taken. Returns the node, or None if no node has room (nothing is held then). A DRA
+        offering holds devices instead (:meth:`gpuspawner.dra.DraState.reserve`).
         """
         self.release(key)
+        if offering.claim is not None:
+            return self.dra.reserve(key, offering, count)
         self.availability(offering)
         rows = self.tracked[offering.slug].rows
         fits = [(largest, free, node) for node, (_cap, _alloc, free, largest) in rows.items() if largest >= count]
@@ -249,12 +261,19 @@ class ClusterIndex:
         return node
 
     def release(self, key: str) -> None:
+        self.dra.release(key)
         reserved = self.reservations.pop(key, None)
         if reserved is not None:
             self._add_use(reserved[0], reserved[1], -1)
             self._refresh_node(reserved[0])
 
     # ------------------------------------------------------------------ internals
+
+    def _plugin_nodes_changed(self) -> None:
+        """Nodes whose allocatable advertises NVIDIA extended resources are the device plugin's (never DRA-counted)."""
+        self.dra.set_plugin_nodes(
+            name for name, facts in self.nodes.items() if any(r.startswith(PLUGIN_PREFIX) and n > 0 for r, n in facts.allocatable.items())
+        )
 
     def _add_use(self, node: str, requests: Mapping[str, int], sign: int) -> None:
         bucket = self.used.setdefault(node, Counter())

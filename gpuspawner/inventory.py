@@ -9,7 +9,13 @@ shows it, spawns are refused with it).
 
 RBAC it needs, and nothing more: ``get``, ``list``, ``watch`` on ``nodes`` and
 ``list``, ``watch`` on ``pods`` (cluster-wide: pods of other namespaces use GPUs, cpu,
-memory and pod slots too); charts/gpuspawner grants exactly that. Without it (a stock
+memory and pod slots too); charts/gpuspawner grants exactly that.
+
+Dynamic Resource Allocation adds three more streams (``resource.k8s.io/v1``:
+``resourceslices``, ``deviceclasses`` and ``resourceclaims`` in all namespaces, ``list`` and
+``watch``). They never hold up the node and pod counts: a cluster that does not serve the
+API (404) or a hub that may not read it (403) has DRA offerings without free counts, said
+once in the log, and the streams are asked again every ``forbidden_retry`` seconds. Without it (a stock
 zero-to-jupyterhub hub) the API server answers 403: the inventory logs one error naming
 the missing permissions, says so in :attr:`Inventory.forbidden` and ``health.forbidden``
 (nobody waits for counts that cannot come; pods can still be made), and tries again
@@ -36,7 +42,26 @@ log = logging.getLogger("gpuspawner.inventory")
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 #: What the hub's ServiceAccount must be allowed for the counts (said in the log when it is not).
 NEEDED_PERMISSIONS = "list/watch nodes, list/watch pods (cluster-wide)"
-_STREAM_WHAT = {"nodes": "nodes", "pods": "pods in all namespaces"}
+_STREAM_WHAT = {
+    "nodes": "nodes",
+    "pods": "pods in all namespaces",
+    "slices": "resourceslices",
+    "classes": "deviceclasses",
+    "claims": "resourceclaims in all namespaces",
+}
+#: The Dynamic Resource Allocation streams (optional: see the module's docstring).
+DRA_STREAMS = ("slices", "classes", "claims")
+NEEDED_DRA_PERMISSIONS = "list/watch resourceslices, deviceclasses and resourceclaims (resource.k8s.io/v1, cluster-wide)"
+
+
+def _resource_api(api: Any) -> Any:
+    """``resource.k8s.io/v1`` on the same connection as ``api`` (None for a stand-in without one)."""
+    client = getattr(api, "api_client", None)
+    if client is None:
+        return None
+    from kubernetes_asyncio.client import ResourceV1Api
+
+    return ResourceV1Api(client)
 
 
 class Refused(Exception):
@@ -86,8 +111,13 @@ class Inventory:
         vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS,
         page_size: int = 500,
         forbidden_retry: float = 60.0,
+        dra_api: Any = None,
     ):
         self.api = api
+        #: The resource.k8s.io/v1 API (None: no DRA streams; DRA offerings then have no counts).
+        self.dra_api = dra_api if dra_api is not None else _resource_api(api)
+        self._dra_synced = dict.fromkeys(DRA_STREAMS, False)
+        self._dra_unavailable = ""
         self.index = ClusterIndex(vgpu_class_labels)
         self.page_size = page_size
         self.forbidden_retry = forbidden_retry
@@ -149,6 +179,13 @@ class Inventory:
                 asyncio.ensure_future(self._run("nodes", self.api.list_node, {})),
                 asyncio.ensure_future(self._run("pods", self.api.list_pod_for_all_namespaces, {"field_selector": POD_FIELD_SELECTOR})),
             ]
+            if self.dra_api is not None:
+                methods = {
+                    "slices": self.dra_api.list_resource_slice,
+                    "classes": self.dra_api.list_device_class,
+                    "claims": self.dra_api.list_resource_claim_for_all_namespaces,
+                }
+                self._tasks += [asyncio.ensure_future(self._run(kind, method, {})) for kind, method in methods.items()]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -176,6 +213,10 @@ class Inventory:
         return self.health
 
     def _set_synced(self, kind: str, value: bool) -> None:
+        if kind in DRA_STREAMS:
+            self._dra_synced[kind] = value
+            self.index.dra.synced = all(self._dra_synced.values())
+            return
         self._synced[kind] = value
         if self.ready:
             self._ever_ready = True
@@ -218,14 +259,47 @@ class Inventory:
             if not cont:
                 return items, body["metadata"]["resourceVersion"]
 
+    def _dra_refused(self, kind: str, refused: Refused) -> None:
+        """DRA not served (404) or not readable (403): DRA offerings go uncounted; the rest is untouched."""
+        self._set_synced(kind, False)
+        if not self._dra_unavailable:
+            if refused.status == 404:
+                self._dra_unavailable = "the API server does not serve resource.k8s.io/v1 (Kubernetes 1.34+ does)"
+                log.info("inventory: %s; no DRA offerings are counted", self._dra_unavailable)
+            else:
+                self._dra_unavailable = f"the hub's service account may not {NEEDED_DRA_PERMISSIONS}"
+                log.warning(
+                    "GPUSpawner cannot count DRA devices: %s (the API server answered %d to %s). "
+                    "Install charts/gpuspawner's ClusterRole or grant those permissions; until then DRA offerings show no free count.",
+                    self._dra_unavailable,
+                    refused.status,
+                    refused.what,
+                )
+
+    def _apply(self, kind: str):
+        dra = self.index.dra
+        return {
+            "nodes": self.index.node_event,
+            "pods": self.index.pod_event,
+            "slices": dra.slice_event,
+            "classes": dra.class_event,
+            "claims": dra.claim_event,
+        }[kind]
+
+    def _replace(self, kind: str, items: list[dict]) -> None:
+        if kind in ("nodes", "pods"):
+            self.index.replace(**{kind: items})
+        else:
+            self.index.dra.replace(**{kind: items})
+
     async def _run(self, kind: str, method, kwargs: dict) -> None:
-        apply = self.index.node_event if kind == "nodes" else self.index.pod_event
+        apply = self._apply(kind)
         backoff = 0.2
         while True:
             try:
                 started = time.monotonic()
                 items, version = await self._list(kind, method, kwargs)
-                self.index.replace(**{kind: items})
+                self._replace(kind, items)
                 self.relists[kind] += 1
                 self._set_synced(kind, True)
                 log.info("inventory: listed %d %s in %.2fs", len(items), kind, time.monotonic() - started)
@@ -237,6 +311,10 @@ class Inventory:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the API server went away, refused, or answered garbage: reconnect
+                if kind in DRA_STREAMS and isinstance(exc, Refused) and exc.status in (403, 404):
+                    self._dra_refused(kind, exc)
+                    await asyncio.sleep(self.forbidden_retry)
+                    continue
                 self.stream_failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, Refused) and exc.status == 403:
@@ -260,7 +338,10 @@ class Inventory:
             **kwargs,
         )
         await _raise_for_status(resp, f"watching {_STREAM_WHAT[kind]}")
-        self._allowed(kind)
+        if kind in DRA_STREAMS:
+            self._dra_unavailable = ""
+        else:
+            self._allowed(kind)
         buffer = b""
         try:
             async for chunk in resp.content.iter_any():

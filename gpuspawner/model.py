@@ -44,13 +44,16 @@ class DeviceClaim:
     ``gpu.nvidia.com/productName``); ``config`` holds the driver's opaque configurations
     (``{"driver": ..., "parameters": {...}}``, e.g. NVIDIA's ``GpuConfig`` with a sharing
     strategy). An offering with a claim asks for no extended resource and selects no node:
-    the scheduler's allocator places it.
+    the scheduler's allocator places it. ``shares``: how many pods one device serves (an
+    admin's time-sliced or MPS share, where pods share one claim; 1: each claim has its devices
+    to itself).
     """
 
     device_class: str
     selectors: tuple[str, ...] = ()
     match_attributes: tuple[str, ...] = ()
     config: tuple[Mapping[str, Any], ...] = ()
+    shares: int = 1
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,13 @@ class Offering:
     @property
     def is_gpu(self) -> bool:
         return self.kind is not Kind.CPU
+
+    @property
+    def takes_units(self) -> bool:
+        """Whether its pod takes counted GPU units -- extended resources, or devices through a
+        DRA claim -- so that capacity, admission and quotas apply (a CPU or command-prefix-only
+        offering takes none)."""
+        return bool(self.resources) or self.claim is not None
 
     @property
     def placement_terms(self) -> Terms:

@@ -13,7 +13,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, overload
 
-from .model import DEFAULT_GPU_TOLERATION, SLUG_RE, Offering
+from . import dranames as dn
+from .cel import SelectorError, compile_selector
+from .model import DEFAULT_GPU_TOLERATION, SLUG_RE, DeviceClaim, Offering
 from .nodeclass import (
     GKE_ACCELERATOR_LABEL,
     GKE_PARTITION_LABEL,
@@ -62,6 +64,7 @@ _COMMON_FIELDS = {
     "scale_up_minutes",
     "windows",
     "absent_labels",
+    "dra",
 }
 _KIND_FIELDS = {
     Kind.CPU: set(),
@@ -214,6 +217,15 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
       admission                   block | warn | queue when none is free (default: c.GPUSpawner.admission)
       queue_timeout               seconds a queued spawn waits
       scalable_nodes, scale_up_minutes   an autoscaled pool: never refused, "free after scale-up, about M min"
+
+    Dynamic Resource Allocation (kinds full, mig, shared; instead of resources and node_selector):
+      dra                         {"device_class": "gpu.nvidia.com" (mig.nvidia.com for mig),
+                                   "selector": CEL over device.attributes / device.capacity (or a list),
+                                   "match_attributes": ["gpu.nvidia.com/productName"],
+                                   "interval": Default | Short | Medium | Long (time-slicing),
+                                   "mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"}}
+                                  product and profile add selectors on productName and profile; a shared
+                                  offering needs replicas (pods per device) and sharing (time-slicing | mps)
     """
     label = raw.get("slug") if isinstance(raw, Mapping) else None
     where = f"c.GPUSpawner.offerings[{index}]" + (f" (slug {label!r})" if isinstance(label, str) else "")
@@ -233,6 +245,8 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
             hint = f"; did you mean {near[0]!r}?" if near else f"; fields for kind {kind.value!r} are {sorted(known)}"
             raise OfferingConfigError(f"{where}: unknown field {name!r}{hint}")
 
+    if "dra" in raw and kind not in _DRA_KINDS:
+        raise entry.fail("dra", f"applies to kinds {[k.value for k in _DRA_KINDS]} only, not {kind.value!r}")
     product = entry.text("product")
     resources = entry.resources()
     selector = entry.str_map("node_selector") if "node_selector" in raw else None
@@ -275,6 +289,12 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
             isolation = Isolation(isolation_value)
         except ValueError:
             raise entry.fail("isolation", f"must be one of {[i.value for i in Isolation]}, got {isolation_value!r}") from None
+    claim = dra_claim(entry, kind, product) if "dra" in raw else None
+    if claim is not None:
+        for name in ("resources", "node_selector", "absent_labels"):
+            if raw.get(name):
+                raise entry.fail(name, "cannot be combined with 'dra': a DRA offering's devices are chosen by its claim, not by node")
+        resources, selector = {}, {}
     memory = raw.get("memory_mib")
     if memory is not None:
         memory = entry.positive_int("memory_mib")
@@ -289,7 +309,8 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
         counts=tuple(sorted(set(counts))),
         node_selector=selector,
         absent_labels=entry.str_list("absent_labels"),
-        node_affinity=whole_gpu_terms(vgpu_class_labels) if kind is Kind.FULL else (),
+        node_affinity=whole_gpu_terms(vgpu_class_labels) if kind is Kind.FULL and claim is None else (),
+        claim=claim,
         tolerations=tolerations,
         env=entry.str_map("env"),
         labels=entry.str_map("labels"),
@@ -305,6 +326,72 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
         source="config",
         **scaling,
     )
+
+
+_DRA_FIELDS = {"device_class", "selector", "match_attributes", "interval", "mps"}
+_DRA_KINDS = (Kind.FULL, Kind.MIG, Kind.SHARED)
+
+
+def dra_claim(entry: Entry, kind: Kind, product: str | None) -> DeviceClaim:
+    """An entry's ``dra`` field -> the :class:`DeviceClaim` its pods ask for; every CEL selector compiled now."""
+    raw = entry.raw["dra"]
+    if not isinstance(raw, Mapping) or not set(raw) <= _DRA_FIELDS:
+        raise entry.fail(
+            "dra",
+            f"must be a dict with keys among {sorted(_DRA_FIELDS)}, got {raw!r}. Example: "
+            "{'device_class': 'gpu.nvidia.com', 'selector': \"device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0\"}",
+        )
+    default_class = dn.CLASS_MIG if kind is Kind.MIG else dn.CLASS_GPU
+    device_class = raw.get("device_class", default_class)
+    if not isinstance(device_class, str) or not device_class:
+        raise entry.fail("dra", f"['device_class'] must be a DeviceClass name such as {default_class!r}, got {device_class!r}")
+    given = raw.get("selector", [])
+    selectors = [given] if isinstance(given, str) else given
+    if not isinstance(selectors, (list, tuple)) or not all(isinstance(e, str) and e.strip() for e in selectors):
+        raise entry.fail("dra", f"['selector'] must be a CEL expression or a list of them, got {given!r}")
+    selectors = list(selectors)
+    if product:
+        selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PRODUCT} == {_quoted(product)}")
+    if kind is Kind.MIG and "profile" in entry.raw:
+        selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PROFILE} == {_quoted(entry.text('profile', required=True))}")
+    for i, expression in enumerate(selectors):
+        try:
+            compile_selector(expression)
+        except SelectorError as exc:
+            raise entry.fail("dra", f"['selector'][{i}] {exc}") from None
+    match = raw.get("match_attributes", [])
+    if not isinstance(match, (list, tuple)) or not all(isinstance(a, str) and a for a in match):
+        raise entry.fail(
+            "dra", f"['match_attributes'] must be a list of attribute names such as 'gpu.nvidia.com/productName', got {match!r}"
+        )
+    config: tuple[Mapping[str, Any], ...] = ()
+    shares = 1
+    if kind is Kind.SHARED:
+        shares = entry.positive_int("replicas") if "replicas" in entry.raw else 0
+        if not shares:
+            raise entry.fail(
+                "replicas", "is required for a DRA shared offering: how many notebooks share one device (they share one claim)"
+            )
+        sharing = entry.text("sharing", default="time-slicing")
+        strategy = {"time-slicing": dn.SHARING_TIME_SLICING, "mps": dn.SHARING_MPS}.get(sharing)
+        if strategy is None:
+            raise entry.fail("sharing", f"must be 'time-slicing' or 'mps', got {sharing!r}")
+        settings: dict[str, Any] = {}
+        if strategy == dn.SHARING_TIME_SLICING and "interval" in raw:
+            if raw["interval"] not in dn.TIME_SLICE_INTERVALS:
+                raise entry.fail("dra", f"['interval'] must be one of {list(dn.TIME_SLICE_INTERVALS)}, got {raw['interval']!r}")
+            settings = {"interval": raw["interval"]}
+        if "mps" in raw:
+            if strategy != dn.SHARING_MPS or not isinstance(raw["mps"], Mapping):
+                raise entry.fail("dra", "['mps'] is a dict of NVIDIA's mpsConfig and needs sharing 'mps'")
+            settings = dict(raw["mps"])
+        parameters = dn.sharing_config(strategy, settings, mig=device_class == dn.CLASS_MIG)
+        config = ({"driver": dn.DRIVER, "parameters": parameters},)
+    return DeviceClaim(device_class, tuple(selectors), tuple(match), config, shares)
+
+
+def _quoted(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def admission_fields(entry: Entry) -> dict[str, Any]:

@@ -17,6 +17,12 @@ two looks at least ``grace`` apart. Each orphan gets one log line, and the
 ``gpuspawner_orphan_pods_total`` metric counts them by what was done (``deleted``,
 ``would_delete`` in dry-run mode, ``failed``).
 
+The same goes for the ResourceClaimTemplates GPUSpawner makes for offerings served through
+Dynamic Resource Allocation (:mod:`gpuspawner.claims`): each is named after its pod and
+carries the pod's labels and annotations, so it is judged exactly like a pod. Normally its pod
+owns it and the garbage collector removes it with the pod; this catches the one whose pod was
+never made (the hub stopped between the two).
+
 :func:`find_orphans` is the pure decision; the reconciler around it does the I/O.
 """
 
@@ -46,16 +52,24 @@ Servers = Mapping[tuple[str, str], "str | None"]
 
 @dataclass(frozen=True)
 class PodRef:
-    """One GPUSpawner pod and the hub server it claims to belong to."""
+    """One GPUSpawner pod (or an object named after its pod, e.g. its claim template) and
+    the hub server it claims to belong to."""
 
     namespace: str
     name: str
     user: str
     server: str
+    kind: str = "Pod"
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        where = f"{self.namespace}/{self.name}"
+        return where if self.kind == "Pod" else f"{self.kind}:{where}"
+
+    @property
+    def what(self) -> str:
+        """How the logs name it."""
+        return f"GPU pod {self.namespace}/{self.name}" if self.kind == "Pod" else f"{self.kind} {self.namespace}/{self.name}"
 
     @property
     def label(self) -> str:
@@ -73,6 +87,7 @@ class PodRef:
             meta.get("name", ""),
             notes[KUBESPAWNER_USER_ANNOTATION],
             notes.get(KUBESPAWNER_SERVER_ANNOTATION, ""),
+            pod.get("kind") or "Pod",
         )
 
 
@@ -99,14 +114,15 @@ class OrphanReconciler:
     """One per hub process: every ``interval`` seconds, delete GPU pods orphaned for ``grace`` seconds.
 
     ``list_pods``: coroutine returning the raw pods to consider (GPUSpawner's, in its
-    namespace); ``hub_servers``: the hub's servers now; ``delete_pod(namespace, name)``.
+    namespace, and the claim templates of its pods, each with its ``kind``); ``hub_servers``:
+    the hub's servers now; ``delete(kind, namespace, name)``.
     """
 
     def __init__(
         self,
         list_pods: Callable[[], Awaitable[list[Mapping[str, Any]]]],
         hub_servers: Callable[[], Servers],
-        delete_pod: Callable[[str, str], Awaitable[None]],
+        delete: Callable[[str, str, str], Awaitable[None]],
         *,
         grace: float,
         interval: float,
@@ -114,7 +130,7 @@ class OrphanReconciler:
         log: logging.Logger | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.list_pods, self.hub_servers, self.delete_pod = list_pods, hub_servers, delete_pod
+        self.list_pods, self.hub_servers, self.delete = list_pods, hub_servers, delete
         self.grace, self.interval, self.dry_run = grace, interval, dry_run
         self.log = log or logging.getLogger("gpuspawner.orphans")
         self.clock = clock
@@ -156,17 +172,17 @@ class OrphanReconciler:
     async def _remove(self, pod: PodRef) -> None:
         if self.dry_run:
             ORPHANS.labels("would_delete").inc()
-            self.log.warning("DRY RUN: would delete orphaned GPU pod %s: no server %s in the hub for %.0fs", pod.key, pod.label, self.grace)
+            self.log.warning("DRY RUN: would delete orphaned %s: no server %s in the hub for %.0fs", pod.what, pod.label, self.grace)
             return
         try:
-            await self.delete_pod(pod.namespace, pod.name)
+            await self.delete(pod.kind, pod.namespace, pod.name)
         except Exception as exc:
             ORPHANS.labels("failed").inc()
-            self.log.error("could not delete orphaned GPU pod %s (server %s): %s; trying again next round", pod.key, pod.label, _short(exc))
+            self.log.error("could not delete orphaned %s (server %s): %s; trying again next round", pod.what, pod.label, _short(exc))
             return
         ORPHANS.labels("deleted").inc()
         self.first_seen.pop(pod.key, None)
-        self.log.warning("deleted orphaned GPU pod %s: no server %s in the hub for %.0fs", pod.key, pod.label, self.grace)
+        self.log.warning("deleted orphaned %s: no server %s in the hub for %.0fs", pod.what, pod.label, self.grace)
 
 
 def hub_servers_from_db(db: Any) -> dict[tuple[str, str], str | None]:

@@ -24,7 +24,7 @@ from .wording import isolation_phrase, memory_phrase
 def availability_text(offering: Offering, avail: Availability, policy: str, queued: int) -> tuple[str, str]:
     """(badge text, disabled reason) for an offering the user may take."""
     if not avail.counted:  # nothing to count (CPU), or the hub may not read the cluster
-        return ("free count unavailable" if offering.resources else ""), ""
+        return ("free count unavailable" if offering.takes_units else ""), ""
     free = avail.free or 0
     if free > 0:
         return f"{free} of {avail.capacity} free", ""

@@ -3,6 +3,12 @@
 The result is expressed in KubeSpawner's own terms (``extra_resource_limits``,
 ``node_selector``, ``tolerations``, ``environment``, ``extra_labels`` ...), so
 KubeSpawner keeps building the pod; :class:`PodChanges` only says what to set.
+
+An offering served through Dynamic Resource Allocation (``Offering.claim``) asks for no
+extended resource: :func:`claim_template` is the ``ResourceClaimTemplate`` (resource.k8s.io/v1)
+its pod points at, and :func:`pod_claim` / :func:`container_claim` are the two references
+(the pod's ``spec.resourceClaims[]`` and the notebook container's ``resources.claims[]``).
+Field names are the Kubernetes v1 API's; docs/dra.md explains the choice of a template.
 """
 
 from __future__ import annotations
@@ -11,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import Offering
+from .dranames import RESOURCE_API
+from .model import DeviceClaim, Offering
 from .selectors import Terms, terms_to_k8s
-from .vocabulary import ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS, LABEL_KIND, LABEL_OFFERING
+from .vocabulary import CLAIM_NAME, ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS, LABEL_KIND, LABEL_OFFERING
 from .wording import offering_words
 
 #: Never set by us: the device plugin decides which devices a container sees.
@@ -34,6 +41,10 @@ class PodChanges:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     command_prefix: tuple[str, ...] = ()
+    #: The devices to claim through Dynamic Resource Allocation (None: extended resources only).
+    claim: DeviceClaim | None = None
+    #: How many devices the claim asks for (the user's count).
+    claim_count: int = 0
 
 
 def pod_changes(offering: Offering, count: int = 1) -> PodChanges:
@@ -52,7 +63,7 @@ def pod_changes(offering: Offering, count: int = 1) -> PodChanges:
             ENV_WORDS: offering_words(offering.memory_mib, offering.compute_share, offering.isolation),
         }
     )
-    if offering.is_gpu and offering.resources:
+    if offering.is_gpu and offering.takes_units:
         env[ENV_COUNT] = str(count)
     labels = {**offering.labels, LABEL_OFFERING: offering.slug, LABEL_KIND: offering.kind.value}
     return PodChanges(
@@ -64,7 +75,58 @@ def pod_changes(offering: Offering, count: int = 1) -> PodChanges:
         labels=labels,
         annotations=dict(offering.annotations),
         command_prefix=tuple(offering.command_prefix),
+        claim=offering.claim,
+        claim_count=count if offering.claim is not None else 0,
     )
+
+
+def device_claim_spec(claim: DeviceClaim, count: int) -> dict[str, Any]:
+    """A ResourceClaim's ``spec`` for ``count`` devices of ``claim``: one request, named
+    :data:`~gpuspawner.vocabulary.CLAIM_NAME`, that the constraints and configs apply to.
+
+    The count is the claim's (``allocationMode: ExactCount``), so "2 GPUs of one product on
+    one node" is the allocator's job (``matchAttribute``), not a node selector's.
+    """
+    if count < 1:
+        raise ValueError(f"a device claim needs a count of at least 1, not {count}")
+    exactly: dict[str, Any] = {"deviceClassName": claim.device_class, "allocationMode": "ExactCount", "count": count}
+    if claim.selectors:
+        exactly["selectors"] = [{"cel": {"expression": expression}} for expression in claim.selectors]
+    devices: dict[str, Any] = {"requests": [{"name": CLAIM_NAME, "exactly": exactly}]}
+    if claim.match_attributes:
+        devices["constraints"] = [{"requests": [CLAIM_NAME], "matchAttribute": name} for name in claim.match_attributes]
+    if claim.config:
+        devices["config"] = [
+            {"requests": [CLAIM_NAME], "opaque": {"driver": config["driver"], "parameters": dict(config["parameters"])}}
+            for config in claim.config
+        ]
+    return {"devices": devices}
+
+
+def claim_template(claim: DeviceClaim, count: int, name: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, Any]:
+    """The ``ResourceClaimTemplate`` named ``name`` for ``count`` devices of ``claim``.
+
+    ``labels`` and ``annotations`` (the pod's: whose server it is, which offering) go on the
+    template and, through ``spec.metadata``, on the ResourceClaim Kubernetes makes from it,
+    so the orphan reconciler and a person with kubectl can tell whose GPU it is.
+    """
+    meta = {"labels": dict(labels), "annotations": dict(annotations)}
+    return {
+        "apiVersion": RESOURCE_API,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, **meta},
+        "spec": {"metadata": meta, "spec": device_claim_spec(claim, count)},
+    }
+
+
+def pod_claim(template_name: str) -> dict[str, str]:
+    """The pod's ``spec.resourceClaims[]`` entry: a claim made for this pod from ``template_name``."""
+    return {"name": CLAIM_NAME, "resourceClaimTemplateName": template_name}
+
+
+def container_claim() -> dict[str, str]:
+    """The notebook container's ``resources.claims[]`` entry: it gets the claim's devices."""
+    return {"name": CLAIM_NAME}
 
 
 def merge_tolerations(base: list[Mapping[str, Any]], extra: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:

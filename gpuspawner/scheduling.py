@@ -16,7 +16,10 @@ try:
 except ImportError:  # JupyterHub 5: an HTTPError gives the same answer (counted as an error)
     SpawnException = HTTPError
 
-_PREEMPTION_TAIL = re.compile(r"\s*(no new claims to deallocate,\s*)?preemption:.*$", re.S)
+#: What the scheduler appends after its reasons: the post-filter plugins' words (Dynamic
+#: Resource Allocation's "still not schedulable", "no new claims to deallocate", ...), each
+#: followed by a comma, then the preemption details. Dropped: they are not the reason.
+_PREEMPTION_TAIL = re.compile(r"\s*(?:[^.,:]+,\s*)*preemption:.*$", re.S)
 
 
 #: Why a spawn was refused -> the HTTP status of the answer (the REST API's, and the form's).
@@ -69,7 +72,9 @@ def unschedulable_reason(pod: Mapping[str, Any]) -> str | None:
     """The scheduler's own words when it has marked ``pod`` Unschedulable, else None.
 
     "0/9 nodes are available: 1 Insufficient nvidia.com/mig-3g.20gb, 8 node(s) had
-    untolerated taint(s)." (the preemption details that follow are dropped).
+    untolerated taint(s)." or, for a Dynamic Resource Allocation claim, "0/14 nodes are
+    available: 10 node(s) had untolerated taint(s), 4 cannot allocate all claims." (what the
+    post-filter plugins and preemption add after the reasons is dropped).
     """
     for cond in (pod.get("status") or {}).get("conditions") or ():
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":

@@ -15,7 +15,7 @@ import asyncio
 import copy
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -35,6 +35,8 @@ from .catalog import TRAITS as CATALOG_TRAITS
 from .catalog import CatalogConfig, build_catalog, gpu_offerings_in_play
 from .checks import config_problems
 from .choice import Choice, ChoiceError, parse_choice
+from .claims import KIND as CLAIM_TEMPLATE_KIND
+from .claims import ClaimTemplates
 from .form import render_form
 from .index import ClusterIndex, Health
 from .inventory import Inventory
@@ -43,24 +45,29 @@ from .notebook import NOTEBOOK_TRAITS, Notebook
 from .offerings import OfferingConfigError
 from .orphans import OrphanReconciler, hub_servers_from_db
 from .page import counts_notice, default_choice, option_views, unreachable_message
-from .podspec import merge_affinity_terms, merge_tolerations, pod_changes
+from .podspec import claim_template, container_claim, merge_affinity_terms, merge_tolerations, pod_changes, pod_claim
 from .policy import Requester, allowed, named
 from .reflector import VerdictPodReflector
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
 from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, split_known
 from .views import FormView, group_options, user_options_from_form
 from .vocabulary import (
+    CLAIM_NAME,
     COUNT_FIELD_PREFIX,
     COUNT_KEY,
+    LABEL_KIND,
     LABEL_OFFERING,
     OFFERING_KEY,
+    RECORD_CLAIM_TEMPLATE,
     RECORD_COUNT,
+    RECORD_DEVICES,
     RECORD_KEY,
     RECORD_KIND,
     RECORD_NAMESPACE,
     RECORD_OFFERING,
     RECORD_POD,
     RECORD_RESOURCES,
+    RECORD_SHARED_CLAIM,
     RECORD_URL,
     AdmissionPolicy,
     Kind,
@@ -100,12 +107,16 @@ class SpawnState:
     started_at: float | None = None  # monotonic time _start began, for the time-to-schedule metric
     record_url: str | None = None  # the server's URL as the record names it (None without a Server)
     saved_record: dict[str, Any] | None = None  # the record from the hub's saved state (after a restart)
+    claim_template: str | None = None  # the ResourceClaimTemplate this spawn made (DRA offerings), until deleted
+    shared_claim: str | None = None  # the ResourceClaim this spawn's pod shares (shared DRA offerings)
+    devices: list[dict[str, str]] | None = None  # the devices allocated to the pod's claim (DRA offerings)
     decided: asyncio.Event = field(default_factory=asyncio.Event)  # set once load_user_options admitted or refused
 
     def restart(self) -> None:
         """Forget an earlier load's decisions, in place (the start that is timing it may hold this object)."""
         self.choice, self.refused, self.messages, self.expect_wait = None, False, [], False
         self.queue_position, self.record_url, self.saved_record = None, None, None
+        self.devices = None
         self.decided.clear()
 
 
@@ -331,33 +342,50 @@ class GPUSpawner(KubeSpawner):
             asyncio.get_running_loop()
         except RuntimeError:
             return
-        namespace, api = self.namespace, self.api
-        every_namespace = self.enable_user_namespaces
-
-        async def list_pods() -> list[dict[str, Any]]:
-            if every_namespace:
-                response = await api.list_pod_for_all_namespaces(label_selector=LABEL_OFFERING, _preload_content=False)
-            else:
-                response = await api.list_namespaced_pod(namespace, label_selector=LABEL_OFFERING, _preload_content=False)
-            return json.loads(await response.read()).get("items") or []
-
-        async def delete_pod(pod_namespace: str, name: str) -> None:
-            try:
-                await api.delete_namespaced_pod(name, pod_namespace, grace_period_seconds=self.delete_grace_period)
-            except ApiException as exc:
-                if exc.status != 404:  # already gone is what we wanted
-                    raise
-
+        list_objects, delete_object = self.orphan_io()
         GPUSpawner._orphans = OrphanReconciler(
-            list_pods,
+            list_objects,
             lambda: hub_servers_from_db(db),
-            delete_pod,
+            delete_object,
             grace=self.orphan_pod_grace_seconds,
             interval=self.orphan_pod_check_seconds,
             dry_run=self.orphan_pod_dry_run,
             log=self.log,
         )
         GPUSpawner._orphans.start()
+
+    def orphan_io(self) -> tuple[Callable[[], Awaitable[list[dict[str, Any]]]], Callable[[str, str, str], Awaitable[None]]]:
+        """The orphan reconciler's two calls to the cluster: list GPUSpawner's pods and the
+        claim templates of its DRA pods (each with its ``kind``), and delete one of them."""
+        namespace, api = self.namespace, self.api
+        every_namespace, grace = self.enable_user_namespaces, self.delete_grace_period
+        claims = ClaimTemplates(api.api_client, namespace, self.log)
+
+        async def list_objects() -> list[dict[str, Any]]:
+            if every_namespace:
+                response = await api.list_pod_for_all_namespaces(label_selector=LABEL_OFFERING, _preload_content=False)
+            else:
+                response = await api.list_namespaced_pod(namespace, label_selector=LABEL_OFFERING, _preload_content=False)
+            pods = json.loads(await response.read()).get("items") or []
+            try:
+                templates = await claims.list(LABEL_OFFERING, all_namespaces=every_namespace)
+            except ApiException as exc:
+                if exc.status not in (403, 404):  # 404: no DRA in this cluster; 403: the hub may not read templates
+                    raise
+                templates = []
+            return pods + [{**template, "kind": CLAIM_TEMPLATE_KIND} for template in templates]
+
+        async def delete_object(kind: str, object_namespace: str, name: str) -> None:
+            try:
+                if kind == CLAIM_TEMPLATE_KIND:
+                    await claims.delete(name, object_namespace)
+                else:
+                    await api.delete_namespaced_pod(name, object_namespace, grace_period_seconds=grace)
+            except ApiException as exc:
+                if exc.status != 404:  # already gone is what we wanted
+                    raise
+
+        return list_objects, delete_object
 
     def _restore_baseline(self) -> None:
         for name, value in self._baseline.items():
@@ -588,6 +616,9 @@ class GPUSpawner(KubeSpawner):
             RECORD_POD: self.pod_name,
             RECORD_NAMESPACE: self.namespace,
             RECORD_URL: url or self.spawn_state.record_url,
+            **({RECORD_CLAIM_TEMPLATE: self.pod_name} if offering.claim is not None and offering.claim.shares == 1 else {}),
+            **({RECORD_SHARED_CLAIM: self.spawn_state.shared_claim} if self.spawn_state.shared_claim else {}),
+            **({RECORD_DEVICES: self.spawn_state.devices} if self.spawn_state.devices is not None else {}),
         }
 
     # ------------------------------------------------------------------ the spawn page
@@ -770,7 +801,7 @@ class GPUSpawner(KubeSpawner):
         closed = window_state(offering.windows, self.now())
         if closed:
             return "window", Decision(REFUSE, f"{offering.display_name} is {closed}.")
-        if not offering.resources:
+        if not offering.takes_units:
             return "", Decision(ADMIT)
         catalog = {o.slug: o for o in offerings}
         quota = self._check_quota(offering, count, self._bound_holdings(catalog), self._group_members(), grant=grant)
@@ -788,7 +819,7 @@ class GPUSpawner(KubeSpawner):
             self.quota_ledger.release(self._reservation_key)
             metrics.refused(offering, reason)
             raise _refusal(reason, decision)
-        if not offering.resources:
+        if not offering.takes_units:
             return
         try:
             await self._take(offering, count, decision)
@@ -808,7 +839,14 @@ class GPUSpawner(KubeSpawner):
         elif decision.action == WARN:
             self.spawn_state.expect_wait = True
             self.spawn_state.messages.append(decision.message)
-        if decision.action != WARN and index.reserve(self._reservation_key, offering, count) is None and decision.action == ADMIT:
+        # (nothing to reserve where the counts do not know, e.g. a DRA pool being republished: the scheduler decides)
+        counted = self.availability(offering).counted
+        if (
+            decision.action != WARN
+            and counted
+            and index.reserve(self._reservation_key, offering, count) is None
+            and decision.action == ADMIT
+        ):
             # Counted free but no single node fits now (a race with another spawn): say so now.
             metrics.refused(offering, "no_capacity")
             raise SpawnRefused(f"The last {offering.display_name} was just taken by another spawn. Please pick again.")
@@ -843,6 +881,7 @@ class GPUSpawner(KubeSpawner):
             done, _ = await asyncio.wait({start, watch}, return_when=asyncio.FIRST_COMPLETED)
             if start in done:
                 url = start.result()
+                await self._record_devices()
                 state = self.spawn_state
                 if state.choice is not None and state.started_at is not None:
                     metrics.TIME_TO_SCHEDULE.labels(state.choice.offering.kind.value).observe(time.monotonic() - state.started_at)
@@ -870,6 +909,125 @@ class GPUSpawner(KubeSpawner):
                 # The hub's REST API serves orm_spawner.user_options; the hub commits after start returns.
                 self.orm_spawner.user_options = dict(self.user_options)
         return url
+
+    # ------------------------------------------------------------------ Dynamic Resource Allocation
+
+    def _claimed(self) -> Offering | None:
+        """The current spawn's offering when it is served through Dynamic Resource Allocation."""
+        choice = self.choice
+        return choice.offering if choice is not None and choice.offering.claim is not None else None
+
+    @property
+    def _claim_templates(self) -> ClaimTemplates:
+        return ClaimTemplates(self.api.api_client, self.namespace, self.log)
+
+    async def get_pod_manifest(self):
+        """KubeSpawner's pod; for a DRA offering, with the GPU claim added to the pod's
+        ``resourceClaims`` and the notebook container's ``resources.claims`` (after whatever
+        the admin's ``extra_pod_config``/``extra_container_config`` put there; a
+        ``modify_pod_hook`` still sees and may change the result)."""
+        pod = await super().get_pod_manifest()
+        if self._claimed() is None:
+            return pod
+        pod.spec.resource_claims = [*(pod.spec.resource_claims or []), pod_claim(self.pod_name)]
+        notebook = next(c for c in pod.spec.containers if c.name == "notebook")  # KubeSpawner's name for it
+        resources = notebook.resources  # a model, or a plain dict where extra_container_config set it
+        if isinstance(resources, dict):
+            resources["claims"] = [*(resources.get("claims") or []), container_claim()]
+        elif resources is not None:
+            resources.claims = [*(resources.claims or []), container_claim()]
+        else:
+            notebook.resources = {"claims": [container_claim()]}
+        return pod
+
+    async def _make_create_pod_request(self, pod, request_timeout):
+        """KubeSpawner's pod creation; for a DRA offering, the claim template is made first
+        (the pod cannot be scheduled without it) and given the pod as its owner after."""
+        offering = self._claimed()
+        if offering is None or offering.claim is None or self.choice is None:
+            return await super()._make_create_pod_request(pod, request_timeout)
+        if offering.claim.shares > 1:
+            return await self._create_pod_sharing_a_claim(offering, pod, request_timeout)
+        meta = pod.metadata
+        template = claim_template(offering.claim, self.choice.count, self.pod_name, meta.labels or {}, meta.annotations or {})
+        try:
+            await self._claim_templates.create(template)
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                raise
+            fix = (
+                "grant it with charts/gpuspawner's dra.enabled=true (docs/dra.md)"
+                if exc.status == 403
+                else "this cluster serves no resource.k8s.io/v1 (Kubernetes 1.34 or newer, with DRA)"
+            )
+            self.log.error(
+                "%s: cannot create ResourceClaimTemplate %s/%s for offering %s (%s): %s",
+                self._log_name,
+                self.namespace,
+                self.pod_name,
+                offering.slug,
+                _brief(exc),
+                fix,
+            )
+            raise SpawnRefused("This hub's GPU options are misconfigured; please tell your administrator.", "misconfigured") from None
+        self.spawn_state.claim_template = self.pod_name
+        created = await super()._make_create_pod_request(pod, request_timeout)
+        if created:
+            try:
+                response = await self.api.read_namespaced_pod(self.pod_name, self.namespace, _preload_content=False)
+                await self._claim_templates.own(self.pod_name, json.loads(await response.read()))
+            except Exception as exc:  # the stop (or the orphan reconciler) still deletes it
+                self.log.warning(
+                    "%s: could not make pod %s the owner of its claim template (%s)", self._log_name, self.pod_name, _brief(exc)
+                )
+        return created
+
+    #: One lock per shared offering (and namespace) in this hub process: choosing a claim with room
+    #: and becoming its owner happen together, so two spawns never overfill one claim.
+    _shared_locks: ClassVar[dict[str, asyncio.Lock]] = {}
+
+    async def _create_pod_sharing_a_claim(self, offering: Offering, pod: Any, request_timeout: int) -> bool:
+        """A shared DRA offering's pod joins a claim of that offering with room (or a new one;
+        see :meth:`gpuspawner.claims.ClaimTemplates.shared_with_room`)."""
+        assert offering.claim is not None
+        claims = self._claim_templates
+        async with GPUSpawner._shared_locks.setdefault(f"{self.namespace}/{offering.slug}", asyncio.Lock()):
+            labels = {k: v for k, v in (pod.metadata.labels or {}).items() if k in (LABEL_OFFERING, LABEL_KIND)}
+            name = await claims.shared_with_room(offering.slug, offering.claim, labels)
+            self.spawn_state.shared_claim = name
+            pod.spec.resource_claims = [
+                {"name": CLAIM_NAME, "resourceClaimName": name} if _claim_name_of(ref) == CLAIM_NAME else ref
+                for ref in pod.spec.resource_claims or ()
+            ]
+            return await super()._make_create_pod_request(pod, request_timeout)
+
+    def _claim_template_name(self) -> str | None:
+        """The template to delete at stop: this spawn's, or the saved record's after a hub restart."""
+        return self.spawn_state.claim_template or (self.spawn_state.saved_record or {}).get(RECORD_CLAIM_TEMPLATE)
+
+    async def _delete_claim_template(self) -> None:
+        """Delete this server's claim template; a shared claim once no pod uses it."""
+        name = self._claim_template_name()
+        if name:
+            await self._claim_templates.delete(name)
+            self.spawn_state.claim_template = None
+        record = self.record() if self.choice is not None else (self.spawn_state.saved_record or {})
+        shared, slug = self.spawn_state.shared_claim or record.get(RECORD_SHARED_CLAIM), record.get(RECORD_OFFERING)
+        if shared and slug:
+            async with GPUSpawner._shared_locks.setdefault(f"{self.namespace}/{slug}", asyncio.Lock()):
+                await self._claim_templates.delete_if_unused(slug, shared)
+            self.spawn_state.shared_claim = None
+
+    async def _record_devices(self) -> None:
+        """Note which devices the scheduler allocated to the pod's claim (for the record the
+        culler reads). Best effort: without them the culler never calls the GPU idle."""
+        if self._claimed() is None or self.pod_reflector is None:
+            return
+        pod = self.pod_reflector.pods.get(f"{self.namespace}/{self.pod_name}")
+        try:
+            self.spawn_state.devices = await self._claim_templates.devices(pod) if pod else None
+        except Exception as exc:
+            self.log.warning("%s: could not read the devices allocated to pod %s (%s)", self._log_name, self.pod_name, _brief(exc))
 
     async def _watch_scheduling(self) -> str:
         """Return the user's reason as soon as the real scheduler says the pod cannot run.
@@ -899,6 +1057,7 @@ class GPUSpawner(KubeSpawner):
             finally:
                 verdict.cancel()
         offering = choice.offering
+        self._release_reservation()  # this pod will not run: its own units are not what stands in the way
         catalog = allowed(await self.catalog(), self.requester()).values()
         decision = admit(
             offering, choice.count, self.availability(offering), AdmissionPolicy.BLOCK, [(o, self.availability(o)) for o in catalog]
@@ -929,7 +1088,8 @@ class GPUSpawner(KubeSpawner):
         try:
             while True:
                 try:
-                    return await super().stop(now=now)
+                    await super().stop(now=now)
+                    return await self._delete_claim_template()
                 except Exception as exc:  # the API server down, refusing, or the pod not going away
                     attempt += 1
                     what = f"{self._log_name}: could not delete pod {self._reservation_key} ({_brief(exc)})"
@@ -1030,6 +1190,11 @@ def _refusal(reason: str, decision: Decision) -> SpawnRefused:
     """A refused window, quota or capacity decision, with what the user can do about it."""
     advice = {"window": " Please pick another option.", "no_capacity": " Your choice was taken just now; please pick again."}
     return SpawnRefused(decision.message + advice.get(reason, ""), reason)
+
+
+def _claim_name_of(ref: Any) -> str | None:
+    """The ``name`` of a pod's ``resourceClaims`` entry, a dict or a Kubernetes model."""
+    return ref.get("name") if isinstance(ref, dict) else getattr(ref, "name", None)
 
 
 def _brief(exc: BaseException) -> str:

@@ -76,11 +76,28 @@ RECORD_RESOURCES = "resources"  #: extended-resource limits, name -> quantity st
 RECORD_POD = "pod"  #: the pod's name
 RECORD_NAMESPACE = "namespace"  #: the pod's namespace
 RECORD_URL = "url"  #: the server's direct address (for the culler's kernel view), or None
+#: Dynamic Resource Allocation only: the ResourceClaimTemplate the spawner made for the pod
+#: (deleted when the server stops, also after a hub restart).
+RECORD_CLAIM_TEMPLATE = "claim_template"
+#: Dynamic Resource Allocation, a shared offering only: the ResourceClaim the pod shares with
+#: the other servers of that offering on the same device (owned by all their pods).
+RECORD_SHARED_CLAIM = "shared_claim"
+#: Dynamic Resource Allocation only: the devices the scheduler allocated to the pod's claim, as
+#: read from the claim's status and the driver's ResourceSlice at start (the culler matches
+#: them to dcgm-exporter's series). A list of dicts with the ``DEVICE_*`` keys below.
+RECORD_DEVICES = "devices"
+DEVICE_DRIVER = "driver"  #: the DRA driver, e.g. gpu.nvidia.com
+DEVICE_POOL = "pool"  #: the pool (NVIDIA's driver: the node's name)
+DEVICE_NAME = "device"  #: the device's name in its pool, e.g. gpu-0
+DEVICE_UUID = "uuid"  #: the GPU's UUID (a MIG device: its parent GPU's), as dcgm-exporter's UUID label
+DEVICE_MIG_PROFILE = "mig_profile"  #: a MIG device's profile (dcgm-exporter's GPU_I_PROFILE), else absent
 
 # ------------------------------------------------------------------------ the pod
 
 #: Pod label: the offering's slug (the inventory and the orphan reconciler select on it).
 LABEL_OFFERING = "gpuspawner.io/offering"
+#: The name of the pod's device claim (``spec.resourceClaims[].name``) and of its one request.
+CLAIM_NAME = "gpuspawner-gpu"
 #: Pod label: the offering's :class:`Kind`.
 LABEL_KIND = "gpuspawner.io/kind"
 #: Environment of the notebook container: what it was given (docs/kubespawner-compat.md).

@@ -37,6 +37,21 @@ def kube(devcluster) -> KubeHTTP:
     return devcluster.client()
 
 
+@pytest.fixture(scope="module")
+def dra_driver(kube: KubeHTTP):
+    """The simulated NVIDIA DRA driver on the devcluster for one test module: its DeviceClasses,
+    three kwok nodes and their ResourceSlices (gpuspawner.devcluster.dradriver). Removed after the
+    module, so other modules see the nodes of nodes.yaml only."""
+    from gpuspawner.devcluster.dradriver import SimulatedDriver
+
+    driver = SimulatedDriver(kube)
+    driver.install()
+    try:
+        yield driver
+    finally:
+        driver.uninstall()
+
+
 @pytest.fixture
 def namespace(kube: KubeHTTP):
     """A fresh namespace; its pods are deleted (and the namespace removed) afterwards."""

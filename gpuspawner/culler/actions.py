@@ -4,6 +4,7 @@ decision with its reasons, count what was done, and follow GPU memory reclaimed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from jupyterhub_idle_culler import format_td
@@ -31,6 +32,8 @@ class _Expected:
     kind: str
     label: str
     cycles: int = 0
+    #: a DRA pod's devices (contract.ServerOffering.devices): its memory is read by device
+    devices: tuple[Mapping[str, str], ...] = ()
 
 
 class ReclaimTracker:
@@ -45,8 +48,8 @@ class ReclaimTracker:
         self.log = log
         self._pending: dict[tuple[str, str], _Expected] = {}
 
-    def expect(self, key: tuple[str, str], before_mib: float, kind: str, label: str) -> None:
-        self._pending[key] = _Expected(before_mib, kind, label)
+    def expect(self, key: tuple[str, str], before_mib: float, kind: str, label: str, devices: tuple[Mapping[str, str], ...] = ()) -> None:
+        self._pending[key] = _Expected(before_mib, kind, label, devices=devices)
 
     def observe(self, view: GpuView) -> dict[str, float]:
         """Settle what this view shows; returns {server label: MiB reclaimed}."""
@@ -55,6 +58,8 @@ class ReclaimTracker:
             exp.cycles += 1
             if not view.available:
                 now_mib = None
+            elif exp.devices:  # a DRA pod's devices keep their series: only what they report counts
+                now_mib = view.for_devices(exp.devices).memory_mib
             else:
                 pod_view = view.for_pod(key[0] or None, key[1])
                 # no series at all for the pod: its GPU processes are gone
@@ -176,5 +181,5 @@ class Actions:
                 )
         if result.kernels_shut_down and d.memory_mib is not None and server.offering.pod:
             key = (server.offering.namespace or "", server.offering.pod)
-            self.tracker.expect(key, d.memory_mib, kind, server.label)
+            self.tracker.expect(key, d.memory_mib, kind, server.label, server.offering.devices)
         return result

@@ -10,6 +10,10 @@ by the hub's REST API in every server model, scope ``read:servers``)::
          "resources": {"nvidia.com/mig-3g.20gb": "1"},
          "pod": "<pod name>", "namespace": "<ns>",
          "url": "http://<pod ip>:<port>/user/<name>/",  # direct address, for the kernel API
+         # Dynamic Resource Allocation only: the claim's allocated devices, read by the
+         # spawner from the claim's status and the driver's ResourceSlice
+         "devices": [{"driver": "gpu.nvidia.com", "pool": "<node>", "device": "gpu-0",
+                      "uuid": "GPU-...", "mig_profile": "1g.5gb"}],
       }
     }
 
@@ -30,6 +34,7 @@ from typing import Any
 from ..vocabulary import (
     GPU_KINDS,
     OFFERING_KEY,
+    RECORD_DEVICES,
     RECORD_KEY,
     RECORD_KIND,
     RECORD_NAMESPACE,
@@ -56,6 +61,9 @@ class ServerOffering:
     declared: bool = False
     #: a problem found while parsing (logged by the caller), or None
     problem: str | None = None
+    #: Dynamic Resource Allocation: the pod's allocated devices (``vocabulary.DEVICE_*`` keys);
+    #: the GPU view then finds the pod's series by device, not by pod name
+    devices: tuple[Mapping[str, str], ...] = ()
 
     @property
     def is_gpu(self) -> bool:
@@ -64,8 +72,10 @@ class ServerOffering:
     @property
     def expected_devices(self) -> int | None:
         """How many GPU devices (GPUs or MIG instances) dcgm-exporter should show
-        for the pod, from its resources; None when that cannot be told (no
-        resources, or a site's fractional resource)."""
+        for the pod, from its resources (or its DRA devices); None when that cannot
+        be told (no resources, or a site's fractional resource)."""
+        if self.devices:
+            return len(self.devices)
         n = 0
         for key, value in self.resources.items():
             if key in ("nvidia.com/gpu", "nvidia.com/gpu.shared") or key.startswith("nvidia.com/mig-"):
@@ -117,6 +127,10 @@ def parse_offering(user_options: Mapping[str, Any] | None) -> ServerOffering:
     resources = contract.get(RECORD_RESOURCES)
     if not isinstance(resources, Mapping):
         resources = {}
+    devices = contract.get(RECORD_DEVICES) or []
+    if not isinstance(devices, list) or not all(isinstance(d, Mapping) for d in devices):
+        problem = f"user_options[{RECORD_KEY!r}][{RECORD_DEVICES!r}] is not a list of devices; its GPU is looked up by pod name"
+        devices = []
     return ServerOffering(
         kind=kind,
         slug=_str_or_none(contract.get(RECORD_OFFERING)) or slug,
@@ -126,4 +140,5 @@ def parse_offering(user_options: Mapping[str, Any] | None) -> ServerOffering:
         resources={str(k): str(v) for k, v in resources.items()},
         declared=True,
         problem=problem,
+        devices=tuple({str(k): str(v) for k, v in d.items()} for d in devices),
     )

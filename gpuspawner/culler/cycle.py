@@ -161,7 +161,10 @@ class Culler:
         idle_since = None
         if o.is_gpu:
             view = await gpu_task
-            gpu = expect_devices(view.for_pod(o.namespace, o.pod), o.expected_devices)
+            if o.devices:  # Dynamic Resource Allocation: found by its devices (gpu_metrics.GpuView.for_devices)
+                gpu = view.for_devices(o.devices)
+            else:
+                gpu = expect_devices(view.for_pod(o.namespace, o.pod), o.expected_devices)
             pod = (o.namespace or "", o.pod or "")
             self._gpu_pods_seen.add(pod)
             if gpu.active:

@@ -21,6 +21,12 @@ Rules (see docs/culler.md):
 * idleness needs at least ``min_samples`` samples in the window; otherwise the
   device is *unknown*, and unknown never justifies a cull;
 * a pod is idle only when every one of its devices is known idle.
+
+A pod whose GPUs came through Dynamic Resource Allocation is found by its devices instead
+of its name (:meth:`GpuView.for_devices`): the spawner records, from the claim's allocation
+and the driver's ResourceSlice, each GPU's UUID (a MIG device: its parent's, and its
+profile), and these are dcgm-exporter's ``UUID`` and ``GPU_I_PROFILE`` labels, present
+whether or not the exporter could tell which pod holds the device.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..vocabulary import DEVICE_MIG_PROFILE, DEVICE_NAME, DEVICE_POOL, DEVICE_UUID
 
 ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -160,6 +168,46 @@ class GpuView:
     error: str | None = None
     pods: Mapping[tuple[str, str], PodGpuView] = field(default_factory=dict)
     window_s: int = 600
+    #: Every device's readings, whoever holds it: (UUID, GPU_I_ID or "", GPU_I_PROFILE or "") -> reading.
+    by_device: Mapping[tuple[str, str, str], DeviceReading] = field(default_factory=dict)
+    #: The settings the view was read with (for judging readings found by device).
+    settings: GpuQuerySettings = field(default_factory=GpuQuerySettings)
+
+    def for_devices(self, devices: Iterable[Mapping[str, str]]) -> PodGpuView:
+        """The view of a pod's DRA devices (``vocabulary.RECORD_DEVICES`` entries), decided
+        exactly as :meth:`for_pod` decides for a pod's series.
+
+        A whole GPU is the series of its UUID without a MIG instance; a MIG device is the
+        instance of its profile on its parent's UUID. Where the GPU holds several instances of
+        that profile (the claim names a placement, dcgm-exporter a GPU instance id), the device
+        is one of them: it is active if any of them is, idle only if all are, and known only
+        as far as the least-sampled one is (:func:`merge_candidates`).
+        """
+        devices = list(devices)
+        if not self.available:
+            return PodGpuView(UNKNOWN, f"GPU view unavailable ({self.error})")
+        readings, missing = [], []
+        for device in devices:
+            where = f"{device.get(DEVICE_POOL, '?')}/{device.get(DEVICE_NAME, '?')}"
+            uuid, profile = device.get(DEVICE_UUID), device.get(DEVICE_MIG_PROFILE, "")
+            if not uuid:
+                missing.append(f"{where}: its GPU's UUID is not known")
+                continue
+            candidates = [
+                reading
+                for (series_uuid, gi, series_profile), reading in sorted(self.by_device.items())
+                if series_uuid == uuid and (gi and series_profile == profile if profile else not gi)
+            ]
+            if not candidates:
+                missing.append(f"{where}: no dcgm-exporter series for {uuid}{' MIG ' + profile if profile else ''}")
+            else:
+                readings.append(candidates[0] if len(candidates) == 1 else merge_candidates(candidates))
+        if not readings:
+            return PodGpuView(UNKNOWN, "; ".join(missing) or "the server's record names no device")
+        view = summarize_pod(readings, self.settings)
+        if missing and not view.active:
+            return PodGpuView(UNKNOWN, "; ".join([*missing, view.reason]), view.memory_mib, view.devices)
+        return view
 
     def for_pod(self, namespace: str | None, pod: str | None) -> PodGpuView:
         if not self.available:
@@ -218,6 +266,25 @@ def device_name(labels: Mapping[str, str]) -> tuple[str, bool]:
     return "/".join(parts), bool(gi)
 
 
+def merge_candidates(candidates: list[DeviceReading]) -> DeviceReading:
+    """One device that is one of ``candidates``: the highest activity any of them shows
+    (never hide activity), the fewest samples any has (never call it known on another's)."""
+
+    def most(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    names = ", ".join(c.device for c in candidates)
+    merged = DeviceReading(device=f"one of {names}", mig=any(c.mig for c in candidates))
+    merged.engine_max = most([c.engine_max for c in candidates])
+    merged.util_max = most([c.util_max for c in candidates])
+    merged.memory_mib = most([c.memory_mib for c in candidates])
+    merged.engine_samples = min(c.engine_samples for c in candidates)
+    merged.util_samples = min(c.util_samples for c in candidates)
+    merged.memory_samples = min(c.memory_samples for c in candidates)
+    return merged
+
+
 def summarize_pod(devices: list[DeviceReading], s: GpuQuerySettings) -> PodGpuView:
     states = [d.classify(s) for d in devices]
     known_mem = [d.memory_mib for d in devices if d.memory_known]
@@ -244,25 +311,31 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
     if data.get("resultType") != "vector":
         return unavailable(f"expected a vector result, got {data.get('resultType')!r}", settings.window_s)
     per_pod: dict[tuple[str, str], dict[str, DeviceReading]] = {}
+    by_device: dict[tuple[str, str, str], DeviceReading] = {}
     for item in data.get("result") or []:
         labels = item.get("metric") or {}
         tag = labels.get(SERIES_LABEL, "")
         metric, _, stat = tag.partition(":")
-        pod = _first(labels, settings.pod_labels)
-        if not pod or not stat:
-            continue  # an unallocated device, or a series that is not ours
+        if not stat:
+            continue  # a series that is not ours
         try:
             value = float(item["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
             continue
         if math.isnan(value):
             continue
-        key = (_first(labels, settings.namespace_labels), pod)
         name, mig = device_name(labels)
+        if labels.get("UUID"):  # found by device (DRA pods), whichever pod dcgm-exporter names, if any
+            device_key = (labels["UUID"], labels.get("GPU_I_ID", ""), labels.get("GPU_I_PROFILE", ""))
+            by_device.setdefault(device_key, DeviceReading(device=name, mig=mig)).update(metric, stat, value)
+        pod = _first(labels, settings.pod_labels)
+        if not pod:
+            continue  # an unallocated device (or one whose pod the exporter cannot tell)
+        key = (_first(labels, settings.namespace_labels), pod)
         devices = per_pod.setdefault(key, {})
         reading = devices.get(name)
         if reading is None:
             reading = devices[name] = DeviceReading(device=name, mig=mig)
         reading.update(metric, stat, value)
     pods = {key: summarize_pod(list(devs.values()), settings) for key, devs in per_pod.items()}
-    return GpuView(available=True, pods=pods, window_s=settings.window_s)
+    return GpuView(available=True, pods=pods, window_s=settings.window_s, by_device=by_device, settings=settings)

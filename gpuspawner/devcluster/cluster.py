@@ -33,7 +33,9 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 #: Controllers the devcluster needs: default service accounts (pod admission needs
 #: them), their tokens, garbage collection and namespace deletion. Never the node
 #: lifecycle controller: kwok's nodes send no heartbeats and would be tainted NotReady.
-KCM_CONTROLLERS = "serviceaccount,serviceaccount-token,garbagecollector,namespace"
+#: The resourceclaim controller makes a pod's ResourceClaims from its ResourceClaimTemplates
+#: and removes them with the pod (Dynamic Resource Allocation).
+KCM_CONTROLLERS = "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller"
 
 
 class DevClusterError(RuntimeError):

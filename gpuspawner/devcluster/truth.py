@@ -25,14 +25,15 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .cluster import DevCluster
 from .generate import random_cluster, random_pods
 
+T = TypeVar("T")
 NAMESPACES = ("team-a", "team-b", "probe")
 #: The notebook pod settings a state draws from: none, zero-to-jupyterhub's 1G default, more.
 NOTEBOOKS: list[dict[str, Any]] = [
@@ -265,6 +266,21 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
+def on_devcluster(prefix: str, work: Callable[[DevCluster], Awaitable[T]]) -> T:
+    """Run ``work`` on a fresh devcluster of no nodes, with KubeSpawner's clients pointed at it; then stop it."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        cluster = DevCluster(Path(scratch) / "cluster")
+        cluster.up(nodes=[], log=lambda msg: print(msg, file=sys.stderr))
+        try:
+            os.environ.update(cluster.env())
+            from kubernetes_asyncio.config import kube_config
+
+            kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(cluster.kubeconfig)
+            return asyncio.run(work(cluster))
+        finally:
+            cluster.down(quiet=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpuspawner.devcluster.truth", description=__doc__.split("\n\n")[0])
     parser.add_argument("--states", type=int, default=200, help="states to check, seeds 0..N-1 (default 200)")
@@ -279,17 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet or "DISAGREE" in line or line.startswith("    "):
             print(line, flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="gpuspawner-truth-") as scratch:
-        cluster = DevCluster(Path(scratch) / "cluster")
-        cluster.up(nodes=[], log=lambda msg: print(msg, file=sys.stderr))
-        try:
-            os.environ.update(cluster.env())
-            from kubernetes_asyncio.config import kube_config
-
-            kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(cluster.kubeconfig)
-            results = asyncio.run(run_states(seeds, log))
-        finally:
-            cluster.down(quiet=True)
+    results = on_devcluster("gpuspawner-truth-", lambda cluster: run_states(seeds, log))
     agree = sum(r.agrees for r in results)
     retried = sum(r.retried for r in results)
     if args.json:

@@ -350,3 +350,91 @@ def test_a_pod_missing_some_of_its_devices_is_unknown():
     assert expect_devices(pod, two.expected_devices).idle
     hami = parse_offering({"gpuspawner": {"kind": "custom", "resources": {"nvidia.com/gpumem": "4000"}}})
     assert hami.expected_devices is None and expect_devices(pod, None).idle
+
+
+# -- Dynamic Resource Allocation: a pod's GPUs found by device ------------------------
+def dra(uuid: str, profile: str = "", device: str = "gpu-0") -> dict[str, str]:
+    """One entry of the spawner's record for a DRA pod (vocabulary.RECORD_DEVICES)."""
+    entry = {"driver": "gpu.nvidia.com", "pool": "node-1", "device": device, "uuid": uuid}
+    return {**entry, "mig_profile": profile} if profile else entry
+
+
+A100_DOCS_UUID = "GPU-34319582-d595-d1c7-d1d2-179bcfa61660"  # whole GPU and a 1g.5gb instance, no pod labels
+H100_MIG_UUID = "GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc77"  # three 1g.10gb instances, one busy
+
+
+def test_a_dra_gpu_is_found_by_its_uuid_even_where_the_exporter_names_no_pod(view):
+    gpu = view.for_devices([dra(A100_DOCS_UUID)])
+    assert gpu.active and "GR_ENGINE_ACTIVE max 1.00" in gpu.reason and len(gpu.devices) == 1
+    assert "mig" not in gpu.devices[0].device  # the whole GPU's series, not its MIG instance's
+
+
+def test_a_dra_mig_device_is_its_profiles_instance_on_its_parent(view):
+    mig = view.for_devices([dra(A100_DOCS_UUID, "1g.5gb", "gpu-0-mig-1g5gb-19-0")])
+    assert mig.active and "mig13(1g.5gb)" in mig.reason
+
+
+def test_several_instances_of_the_profile_count_as_active_if_any_is(view):
+    """The claim names a placement, dcgm-exporter a GPU instance id: one of three 1g.10gb
+    instances is the pod's, and one of them is busy, so the pod is never called idle."""
+    mig = view.for_devices([dra(H100_MIG_UUID, "1g.10gb", "gpu-0-mig-1g10gb-19-0")])
+    assert mig.active and mig.reason.startswith("one of ") and "mig9(1g.10gb)" in mig.reason
+
+
+def test_a_time_sliced_dra_gpu_is_idle_when_its_series_are(view):
+    shared = template(SHARED_A100, FB_USED, 0)["UUID"]
+    gpu = view.for_devices([dra(shared)])
+    assert gpu.idle and gpu.memory_mib == 15866.0
+
+
+def test_a_dra_device_without_series_or_uuid_is_unknown_and_never_idle(view):
+    assert "no dcgm-exporter series for GPU-nowhere" in view.for_devices([dra("GPU-nowhere")]).reason
+    assert view.for_devices([{"pool": "node-1", "device": "gpu-3"}]).state == "unknown"
+    partly = view.for_devices([dra(template(SHARED_A100, FB_USED, 0)["UUID"]), dra("GPU-nowhere", device="gpu-1")])
+    assert partly.state == "unknown" and "node-1/gpu-1: no dcgm-exporter series" in partly.reason
+    assert unavailable("connection refused").for_devices([dra(A100_DOCS_UUID)]).state == "unknown"
+
+
+def test_of_several_candidate_instances_the_least_sampled_decides_whether_idleness_is_known():
+    base = template(H100_MIG, ENGINE, 0)
+    body = answer([(True, [0.0] * 10, []), (True, [0.0] * 2, [])], base)
+    for item in body["data"]["result"]:  # the same GPU, two instances of one profile
+        item["metric"].update(UUID=H100_MIG_UUID, GPU_I_ID=item["metric"]["gpu"], gpu="0")
+    parsed = parse_query_response(body, S)
+    assert parsed.for_devices([dra(H100_MIG_UUID, "1g.10gb")]).state == "unknown"
+    body = answer([(True, [0.0] * 10, []), (True, [0.0] * 4, [])], base)
+    for item in body["data"]["result"]:
+        item["metric"].update(UUID=H100_MIG_UUID, GPU_I_ID=item["metric"]["gpu"], gpu="0")
+    assert parse_query_response(body, S).for_devices([dra(H100_MIG_UUID, "1g.10gb")]).idle
+
+
+def test_the_contract_carries_a_dra_servers_devices():
+    from gpuspawner.culler.contract import parse_offering
+
+    devices = [dra(A100_DOCS_UUID), dra(A100_DOCS_UUID, "1g.5gb")]
+    offering = parse_offering({"gpuspawner": {"kind": "full", "resources": {}, "devices": devices}})
+    assert offering.devices == tuple(devices) and offering.expected_devices == 2 and offering.problem is None
+    broken = parse_offering({"gpuspawner": {"kind": "full", "devices": "gpu-0"}})
+    assert broken.devices == () and "is not a list of devices" in broken.problem
+
+
+def test_memory_reclaimed_from_a_dra_pod_is_read_from_its_devices_series():
+    """After a kernel shutdown the DRA pod's GPU keeps its series (the exporter may name no
+    pod): what it still holds is its FB_USED, never "gone, so all of it was freed"."""
+    import logging
+
+    from gpuspawner.culler.actions import ReclaimTracker
+    from gpuspawner.culler.metrics import CullerMetrics
+
+    base = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k not in ("pod", "namespace", "container", "vgpu")}
+
+    def holding(mib: float) -> dict:
+        rows = [({**base, SERIES_LABEL: f"{FB_USED}:{stat}"}, value) for stat, value in (("last", mib), ("count", 10))]
+        return {"status": "success", "data": {"resultType": "vector", "result": [{"metric": m, "value": [0, str(v)]} for m, v in rows]}}
+
+    metrics = CullerMetrics()
+    tracker = ReclaimTracker(metrics, logging.getLogger("t"))
+    tracker.expect(("jhub", "jupyter-ann"), 15866.0, "full", "ann", (dra(base["UUID"]),))
+    assert tracker.observe(parse_query_response(holding(3000.0), S)) == {"ann": 12866.0}
+    tracker.expect(("jhub", "jupyter-ann"), 15866.0, "full", "ann", (dra("GPU-nowhere"),))
+    assert tracker.observe(parse_query_response(holding(3000.0), S)) == {}  # not readable: nothing claimed as freed

@@ -495,7 +495,14 @@ def test_chart_grants_the_hub_exactly_node_and_pod_reads(kube, namespace, tmp_pa
     assert sorted(by_kind) == ["ClusterRole", "ClusterRoleBinding"] and len(docs) == 2, [d["kind"] for d in docs]
     role, binding = by_kind["ClusterRole"], by_kind["ClusterRoleBinding"]
     grants = {(g, r): sorted(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert grants == {("", "nodes"): ["get", "list", "watch"], ("", "pods"): ["list", "watch"]}
+    assert grants == {
+        ("", "nodes"): ["get", "list", "watch"],
+        ("", "pods"): ["list", "watch"],
+        # Dynamic Resource Allocation's free counts (docs/dra.md): read-only, cluster-wide
+        ("resource.k8s.io", "resourceslices"): ["list", "watch"],
+        ("resource.k8s.io", "deviceclasses"): ["list", "watch"],
+        ("resource.k8s.io", "resourceclaims"): ["list", "watch"],
+    }
     assert not any(set(rule) - {"apiGroups", "resources", "verbs"} for rule in role["rules"])
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": namespace}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}
@@ -566,3 +573,43 @@ def test_chart_values_name_the_service_account_and_reject_typos(tmp_path):
 
     typo = helm("template", "rbac", str(CHART), "--set", "hub.serviceaccount.name=x", home=tmp_path)
     assert typo.returncode != 0 and "serviceaccount" in typo.stderr, typo.stdout + typo.stderr
+
+
+@cluster
+def test_chart_dra_role_lets_the_hub_manage_claim_templates_in_its_namespace_only(kube, namespace, tmp_path):
+    """With dra.enabled the hub may make, own, list and delete ResourceClaimTemplates and read
+    ResourceClaims in its own namespace (docs/dra.md), and nothing more."""
+    assert [d["kind"] for d in yaml.safe_load_all(helm("template", "r", str(CHART), home=tmp_path).stdout) if d] == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+    ]  # off by default
+    lint = helm("lint", "--strict", str(CHART), "--set", "dra.enabled=true", home=tmp_path)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    rendered = helm("template", "r", str(CHART), "--namespace", namespace, "--set", "dra.enabled=true", home=tmp_path)
+    docs = {d["kind"]: d for d in yaml.safe_load_all(rendered.stdout) if d}
+    role, binding = docs["Role"], docs["RoleBinding"]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
+    hub = f"system:serviceaccount:{namespace}:hub"
+
+    def may(verb: str, resource: str, ns: str) -> bool:
+        return sar(kube, hub, namespace, verb=verb, resource=resource, group="resource.k8s.io", namespace=ns)
+
+    created = []
+    try:
+        for doc, plural in ((role, "roles"), (binding, "rolebindings")):
+            kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}", doc)
+            created.append(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}/{doc['metadata']['name']}")
+        wait_for(lambda: may("create", "resourceclaimtemplates", namespace), "the RoleBinding to take effect")
+        allowed = [(v, "resourceclaimtemplates") for v in ("create", "delete", "patch", "list")] + [("get", "resourceclaims")]
+        denied = [
+            ("update", "resourceclaims"),
+            ("delete", "resourceclaims"),
+            ("create", "resourceclaims"),
+            ("get", "resourceclaimtemplates"),
+        ]
+        assert [a for a in allowed if not may(*a, namespace)] == []
+        assert [d for d in denied if may(*d, namespace)] == []
+        assert not may("create", "resourceclaimtemplates", "kube-system")  # its namespace only
+    finally:
+        for path in reversed(created):
+            kube.request("DELETE", path)

@@ -7,12 +7,12 @@ import logging
 from gpuspawner.orphans import ORPHANS, OrphanReconciler, PodRef, find_orphans
 
 
-def pod(name: str, user: str, server: str = "", deleting: bool = False, annotated: bool = True) -> dict:
+def pod(name: str, user: str, server: str = "", deleting: bool = False, annotated: bool = True, kind: str = "") -> dict:
     notes = {"hub.jupyter.org/username": user, "hub.jupyter.org/servername": server} if annotated else {}
     meta = {"name": name, "namespace": "jhub", "annotations": notes, "labels": {"gpuspawner.io/offering": "t4"}}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-23T10:00:00Z"
-    return {"metadata": meta}
+    return {"metadata": meta, **({"kind": kind} if kind else {})}
 
 
 def refs(*pods: dict) -> list[PodRef]:
@@ -47,7 +47,7 @@ def test_pods_being_deleted_or_without_hub_annotations_are_not_ours_to_judge():
 
 class FakeCluster:
     def __init__(self, pods: list[dict]) -> None:
-        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.pods = {(p.get("kind", "Pod"), p["metadata"]["name"]): p for p in pods}
         self.deleted: list[str] = []
         self.down = False
 
@@ -56,11 +56,11 @@ class FakeCluster:
             raise ConnectionRefusedError("connection refused")
         return list(self.pods.values())
 
-    async def delete(self, namespace: str, name: str) -> None:
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
         if self.down:
             raise ConnectionRefusedError("connection refused")
-        self.deleted.append(f"{namespace}/{name}")
-        self.pods.pop(name)
+        self.deleted.append(f"{namespace}/{name}" if kind == "Pod" else f"{kind}:{namespace}/{name}")
+        self.pods.pop((kind, name))
 
 
 def counted(action: str) -> float:
@@ -87,7 +87,26 @@ async def test_reconciler_deletes_orphans_logs_each_and_counts_them(caplog):
     assert [o.key for o in orphans] == ["jhub/jupyter-ann"] and cluster.deleted == ["jhub/jupyter-ann"]
     assert "deleted orphaned GPU pod jhub/jupyter-ann: no server ann in the hub for 30s" in caplog.text
     assert counted("deleted") == before + 1
-    assert list(cluster.pods) == ["jupyter-bob"]
+    assert list(cluster.pods) == [("Pod", "jupyter-bob")]
+
+
+async def test_a_claim_template_is_judged_like_the_pod_it_is_named_after(caplog):
+    """A DRA offering's template whose pod was never made (the hub stopped in between) is an
+    orphan once its server is gone; the running server's template is kept."""
+    cluster = FakeCluster(
+        [
+            pod("jupyter-ann", "ann", kind="ResourceClaimTemplate"),
+            pod("jupyter-bob", "bob", kind="ResourceClaimTemplate"),
+            pod("jupyter-bob", "bob"),
+        ]
+    )
+    reconciler = OrphanReconciler(cluster.list_pods, lambda: {("bob", ""): "jupyter-bob"}, cluster.delete, grace=0, interval=1)
+    with caplog.at_level(logging.WARNING):
+        orphans = await reconciler.check()
+    assert [o.key for o in orphans] == ["ResourceClaimTemplate:jhub/jupyter-ann"]
+    assert cluster.deleted == ["ResourceClaimTemplate:jhub/jupyter-ann"]
+    assert sorted(cluster.pods) == [("Pod", "jupyter-bob"), ("ResourceClaimTemplate", "jupyter-bob")]
+    assert "deleted orphaned ResourceClaimTemplate jhub/jupyter-ann: no server ann in the hub" in caplog.text
 
 
 async def test_dry_run_only_logs_and_a_failed_delete_is_tried_again(caplog):

@@ -1,0 +1,255 @@
+"""A simulated NVIDIA DRA driver: the DeviceClasses and ResourceSlices ``k8s-dra-driver-gpu`` publishes.
+
+The real driver is a kubelet plugin on every GPU node. It publishes one ResourceSlice per
+node (pool named after the node, driver ``gpu.nvidia.com``) listing the node's GPUs
+(``gpu-<minor>``) or, on a GPU in static MIG mode, its MIG devices
+(``gpu-<minor>-mig-<profile>-<GI profile id>-<placement start>``; the parent is then not
+listed), with the attribute and capacity names of its ``deviceinfo.go`` and ``mig.go``, and
+its Helm chart installs the DeviceClasses ``gpu.nvidia.com`` (with
+``extendedResourceName: nvidia.com/gpu`` on resource.k8s.io/v1), ``mig.nvidia.com`` and
+``vfio.gpu.nvidia.com``. Here the same objects are written straight to the API server for
+kwok nodes, so the real kube-scheduler allocates claims against them and kwok runs the pods.
+What is not simulated: the kubelet's prepare step (CDI devices, MPS daemons, time-slice
+settings); a pod's claim config is never applied to a GPU.
+
+Names come from :mod:`gpuspawner.dranames`; the products' numbers are NVML's.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import dranames as dn
+from .nodes import node_manifest
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Product:
+    """One GPU model as NVML names it (productName, brand, architecture, compute capability, memory MiB)."""
+
+    name: str
+    architecture: str
+    compute_capability: str
+    memory_mib: int
+    brand: str = "Nvidia"
+
+
+A100_40GB = Product("NVIDIA A100-SXM4-40GB", "Ampere", "8.0", 40960)
+H100_80GB = Product("NVIDIA H100 80GB HBM3", "Hopper", "9.0", 81559)
+L4 = Product("NVIDIA L4", "Ada Lovelace", "8.9", 23034)
+
+#: A100-40GB GPU instance profiles (NVML's GpuInstanceProfileInfo): profile -> (GI profile id,
+#: memory MiB, multiprocessors, memory slices, (copy engines, decoders, encoders, JPEG, OFA)).
+A100_40GB_MIG: dict[str, tuple[int, int, int, int, tuple[int, ...]]] = {
+    "1g.5gb": (19, 4864, 14, 1, (1, 0, 0, 0, 0)),
+    "2g.10gb": (14, 9856, 28, 2, (2, 1, 0, 0, 0)),
+    "3g.20gb": (9, 19968, 42, 4, (3, 2, 0, 0, 0)),
+    "7g.40gb": (0, 40192, 98, 8, (7, 5, 0, 1, 1)),
+}
+
+DRIVER_VERSION = "550.54.15"
+CUDA_DRIVER_VERSION = "12.4.0"
+
+
+@dataclass(frozen=True)
+class DraNode:
+    """One simulated node the DRA driver serves: ``gpus`` of ``product``; ``mig`` lays out each GPU
+    as (profile, placement start) pairs (static MIG), else the GPUs are whole."""
+
+    name: str
+    product: Product
+    gpus: int
+    mig: tuple[tuple[str, int], ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+#: The devcluster's DRA nodes: whole H100s, whole L4s, an A100 in the balanced MIG layout.
+DRA_NODES = (
+    DraNode("dra-h100", H100_80GB, 2),
+    DraNode("dra-l4", L4, 4),
+    DraNode("dra-a100-mig", A100_40GB, 1, mig=(("2g.10gb", 0), ("1g.5gb", 2), ("1g.5gb", 3), ("3g.20gb", 4))),
+)
+
+
+def _str(value: str) -> dict[str, str]:
+    return {"string": value}
+
+
+def _version(value: str) -> dict[str, str]:
+    parts = (value.split(".") + ["0", "0"])[:3]
+    return {"version": ".".join(parts)}
+
+
+def _uuid(prefix: str, *parts: object) -> str:
+    return f"{prefix}-{uuid.uuid5(uuid.NAMESPACE_DNS, '/'.join(map(str, parts)))}"
+
+
+def _product_attributes(product: Product, pci_bus_id: str) -> dict[str, Any]:
+    return {
+        dn.ATTR_PRODUCT: _str(product.name),
+        dn.ATTR_BRAND: _str(product.brand),
+        dn.ATTR_ARCHITECTURE: _str(product.architecture),
+        dn.ATTR_COMPUTE_CAPABILITY: _version(product.compute_capability),
+        dn.ATTR_DRIVER_VERSION: _version(DRIVER_VERSION),
+        dn.ATTR_CUDA_DRIVER_VERSION: _version(CUDA_DRIVER_VERSION),
+        dn.ATTR_PCI_BUS_ID: _str(pci_bus_id),
+    }
+
+
+def _quantity_mib(mib: int) -> dict[str, str]:
+    """A byte count as resource.NewQuantity(bytes, BinarySI) serialises it."""
+    return {"value": f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"}
+
+
+def gpu_device(node: str, minor: int, product: Product) -> dict[str, Any]:
+    """A whole GPU as the driver's ``GpuInfo.GetDevice`` publishes it."""
+    attributes = {dn.ATTR_TYPE: _str(dn.TYPE_GPU), dn.ATTR_UUID: _str(_uuid("GPU", node, minor))}
+    attributes.update(_product_attributes(product, f"0000:{0x0F + minor:02x}:00.0"))
+    return {"name": dn.gpu_device_name(minor), "attributes": attributes, "capacity": {dn.CAP_MEMORY: _quantity_mib(product.memory_mib)}}
+
+
+def mig_device(node: str, minor: int, product: Product, profile: str, start: int) -> dict[str, Any]:
+    """A static MIG device as the driver's ``MigDeviceInfo.GetDevice`` publishes it (A100-40GB profiles)."""
+    profile_id, memory_mib, sms, slices, engines = A100_40GB_MIG[profile]
+    attributes = {
+        dn.ATTR_TYPE: _str(dn.TYPE_MIG),
+        dn.ATTR_PARENT_UUID: _str(_uuid("GPU", node, minor)),
+        dn.ATTR_PROFILE: _str(profile),
+        dn.ATTR_UUID: _str(_uuid("MIG", node, minor, profile, start)),
+    }
+    attributes.update(_product_attributes(product, f"0000:{0x0F + minor:02x}:00.0"))
+    capacity: dict[str, Any] = {dn.CAP_MEMORY: _quantity_mib(memory_mib), dn.CAP_MULTIPROCESSORS: {"value": str(sms)}}
+    for engine, amount in zip(dn.MIG_ENGINE_CAPACITIES, engines, strict=True):
+        capacity[engine] = {"value": str(amount)}
+    for i in range(start, start + slices):
+        capacity[f"memorySlice{i}"] = {"value": "1"}
+    return {"name": dn.mig_device_name(minor, profile, profile_id, start), "attributes": attributes, "capacity": capacity}
+
+
+def node_devices(spec: DraNode) -> list[dict[str, Any]]:
+    """Every device the driver publishes for ``spec``'s node."""
+    devices = []
+    for minor in range(spec.gpus):
+        if spec.mig:
+            devices.extend(mig_device(spec.name, minor, spec.product, profile, start) for profile, start in spec.mig)
+        else:
+            devices.append(gpu_device(spec.name, minor, spec.product))
+    return devices
+
+
+def resource_slices(node: str, devices: list[dict[str, Any]], generation: int = 1, slice_count: int = 1) -> list[dict[str, Any]]:
+    """The node's pool as ``slice_count`` ResourceSlices of one ``generation`` (devices split evenly)."""
+    out = []
+    for i in range(slice_count):
+        out.append(
+            {
+                "apiVersion": dn.RESOURCE_API,
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-{dn.DRIVER}-{generation}-{i}"},
+                "spec": {
+                    "driver": dn.DRIVER,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": generation, "resourceSliceCount": slice_count},
+                    "devices": devices[i::slice_count],
+                },
+            }
+        )
+    return out
+
+
+def device_classes() -> list[dict[str, Any]]:
+    """The DeviceClasses of the driver's Helm chart (``templates/deviceclass-*.yaml``), v1 API."""
+
+    def cls(name: str, device_type: str, **extra: Any) -> dict[str, Any]:
+        expression = f"device.driver == '{dn.DRIVER}' && device.attributes['{dn.DRIVER}'].type == '{device_type}'"
+        return {
+            "apiVersion": dn.RESOURCE_API,
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": expression}}], **extra},
+        }
+
+    return [
+        cls(dn.CLASS_GPU, dn.TYPE_GPU, extendedResourceName=dn.EXTENDED_RESOURCE),
+        cls(dn.CLASS_MIG, dn.TYPE_MIG),
+        cls(dn.CLASS_VFIO, dn.TYPE_VFIO),
+    ]
+
+
+DRA_NODE_LABEL = "gpuspawner.io/dra"
+#: Host resources of a simulated DRA node (no extended GPU resource: the driver, not the device plugin, serves it).
+HOST = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "500Gi"}
+
+
+def dra_node_manifest(spec: DraNode, index: int) -> dict[str, Any]:
+    """A kwok Node for ``spec`` (its pod CIDR from the high end, clear of nodes.yaml's)."""
+    entry = {"name": spec.name, "x-gpuspawner-class": spec.name, "allocatable": HOST, "labels": {DRA_NODE_LABEL: "true", **spec.labels}}
+    return node_manifest(entry, 250 * 256 + index)
+
+
+class SimulatedDriver:
+    """Installs and removes the simulated driver's objects on a devcluster (``KubeHTTP``)."""
+
+    def __init__(self, client: Any, nodes: Iterable[DraNode] = DRA_NODES):
+        self.client = client
+        self.nodes = tuple(nodes)
+
+    def install(self, timeout: float = 60.0) -> None:
+        """Create the device classes, the nodes (kwok makes them Ready) and one slice per node."""
+        for obj in device_classes():
+            self._create("/apis/resource.k8s.io/v1/deviceclasses", obj)
+        for i, spec in enumerate(self.nodes):
+            self._create("/api/v1/nodes", dra_node_manifest(spec, i))
+            self.publish(spec.name, node_devices(spec))
+        deadline = time.monotonic() + timeout
+        while not all(self._ready(spec.name) for spec in self.nodes):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"simulated DRA nodes not Ready after {timeout:.0f}s (is kwok running?)")
+            time.sleep(0.2)
+
+    def publish(self, node: str, devices: list[dict[str, Any]], generation: int = 1, slice_count: int = 1, keep_old: bool = False) -> None:
+        """Replace ``node``'s pool with ``slice_count`` slices of ``generation`` (a driver restart or re-layout).
+
+        ``keep_old``: leave the older generation's slices in place, as between a real driver's
+        publishing the new generation and its deleting the old one (only the newest counts).
+        """
+        if not keep_old:
+            self._delete_slices(node)
+        for obj in resource_slices(node, devices, generation, slice_count):
+            self._create("/apis/resource.k8s.io/v1/resourceslices", obj)
+
+    def uninstall(self) -> None:
+        """Remove the slices, nodes and classes this driver made (pods on them first)."""
+        for spec in self.nodes:
+            self._delete_slices(spec.name)
+            self._ignore_missing("DELETE", f"/api/v1/nodes/{spec.name}")
+        for obj in device_classes():
+            self._ignore_missing("DELETE", f"/apis/resource.k8s.io/v1/deviceclasses/{obj['metadata']['name']}")
+
+    def _delete_slices(self, node: str) -> None:
+        self._ignore_missing("DELETE", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={node}")
+
+    def _ready(self, node: str) -> bool:
+        conditions = (self.client.request("GET", f"/api/v1/nodes/{node}").get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    def _create(self, path: str, obj: dict[str, Any]) -> None:
+        try:
+            self.client.request("POST", path, obj)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:
+                raise
+
+    def _ignore_missing(self, method: str, path: str) -> None:
+        try:
+            self.client.request(method, path)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise

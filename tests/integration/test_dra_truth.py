@@ -1,0 +1,48 @@
+"""DRA capacity truth: each DRA offering's free count equals the pods the real kube-scheduler
+binds with claims of that offering, over random states of the simulated NVIDIA driver (pools
+split over slices, a newer generation published beside the old one, devices other users hold).
+
+Runs gpuspawner.devcluster.dratruth (``make dra-truth`` checks 100 states) in its own process
+with its own devcluster, on a few fixed seeds; GPUSPAWNER_DRA_TRUTH_SEEDS replaces them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpuspawner.devcluster.dratruth import draw_state
+from gpuspawner.devcluster.truth import _seeds
+from tests.conftest import ARTIFACTS
+
+pytestmark = pytest.mark.cluster
+
+SEEDS = os.environ.get("GPUSPAWNER_DRA_TRUTH_SEEDS", "0-3")
+
+
+def test_the_ci_states_cover_split_pools_newer_generations_and_held_devices():
+    states = [draw_state(s) for s in _seeds(SEEDS)]
+    layouts = [layout for s in states for layout in s.layout.values()]
+    assert any(gen > 1 for gen, _ in layouts) and any(count > 1 for _, count in layouts)
+    assert any(s.held for s in states) and any(n.mig for s in states for n in s.nodes)
+
+
+def test_dra_free_counts_equal_what_the_real_scheduler_allocates(tmp_path):
+    report = tmp_path / "dratruth.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuspawner.devcluster.dratruth", "--seeds", SEEDS, "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "dra_truth.txt").write_text(done.stdout + done.stderr[-4000:])
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
+    assert done.returncode == 0, f"{summary}\n{done.stdout[-6000:]}"
+    results = json.loads(report.read_text())
+    assert all(r["agrees"] for r in results) and len(results) >= 8, summary
+    assert sum(r["predicted"] for r in results) > 0
