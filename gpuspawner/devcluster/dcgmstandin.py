@@ -82,7 +82,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", CONTENT_TYPE)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the scraper gave up (its scrape_timeout): not ours to report
+            return
         self.server.standin.scrapes += 1
 
     def log_message(self, format: str, *args: object) -> None:  # access log: a file, or nowhere
