@@ -1088,8 +1088,11 @@ class GPUSpawner(KubeSpawner):
 
 @functools.cache
 def _hook_source() -> str:
-    """The memory guard's start-up hook, as shipped in the package (read once)."""
-    return importlib.resources.files("gpuspawner").joinpath("memguard_hook.py").read_text(encoding="utf-8")
+    """The memory guard's start-up hook as shipped in the package (read once), its braces
+    doubled: KubeSpawner expands ``{username}``-style templates in every annotation, and
+    gives the source back exactly as shipped."""
+    source = importlib.resources.files("gpuspawner").joinpath("memguard_hook.py").read_text(encoding="utf-8")
+    return source.replace("{", "{{").replace("}", "}}")
 
 
 def _refusal(reason: str, decision: Decision) -> SpawnRefused:
