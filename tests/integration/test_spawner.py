@@ -15,6 +15,7 @@ from traitlets.config import Config
 
 from gpuspawner.capacity import availability
 from gpuspawner.catalog import build_catalog
+from gpuspawner.memguard import GUARD_ENV
 from gpuspawner.podspec import merge_affinity_terms
 from gpuspawner.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
@@ -175,17 +176,7 @@ async def test_cpu_spawn_after_gpu_spawn_on_the_same_spawner_has_no_gpu(devclust
         await spawner.stop(now=True)
 
 
-GUARD_VARIABLES = {
-    "GPUSPAWNER_MEMORY_FRACTION",
-    "GPUSPAWNER_MEMORY_MIB",
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
-    "PYTHONPATH",
-}
+GUARD_VARIABLES = set(GUARD_ENV)  # (the exact values are spelled out in assert_guarded)
 HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "memguard_hook.py"
 
 
