@@ -200,7 +200,8 @@ def guarded_environment(
     """``environment`` with the guard's variables set over it.
 
     Where the admin allows it (``user_env``), a variable the user's chosen profile set
-    (``user_keys``) keeps the user's value; otherwise the guard's wins.
+    (``user_keys``) keeps the user's value; otherwise the guard's wins. ``PYTHONPATH`` is
+    always the guard's: it already ends with the profile's (see :func:`guard_changes`).
     """
-    kept = set(user_keys) if user_env else set()
+    kept = set(user_keys) - {"PYTHONPATH"} if user_env else set()
     return {**environment, **{k: v for k, v in guard.items() if k not in kept}}

@@ -177,6 +177,9 @@ def test_the_user_profile_env_wins_only_where_the_admin_allows_it():
     assert guarded_environment(environment, guard, {"XLA_CLIENT_MEM_FRACTION"}, user_env=False)["XLA_CLIENT_MEM_FRACTION"] == "0.25"
     allowed = guarded_environment(environment, guard, {"XLA_CLIENT_MEM_FRACTION"}, user_env=True)
     assert allowed == {"XLA_CLIENT_MEM_FRACTION": "0.9", "LANG": "C.UTF-8", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    # the hook stays on the path: the guard's PYTHONPATH already ends with the profile's
+    with_path = guarded_environment({"PYTHONPATH": "/mine"}, {"PYTHONPATH": "/opt/gpuspawner/memguard:/mine"}, {"PYTHONPATH"}, True)
+    assert with_path == {"PYTHONPATH": "/opt/gpuspawner/memguard:/mine"}
     # the admin's own environment is not the user's: the guard wins over it
     assert guarded_environment(environment, guard, set(), user_env=True)["XLA_CLIENT_MEM_FRACTION"] == "0.25"
     setting = config(slug="t4", kind="shared", replicas=4, memory_guard={"user_env": True}).memory_guard
