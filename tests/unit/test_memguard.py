@@ -10,20 +10,25 @@ import os
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from gpuspawner.capacity import UNCOUNTED
 from gpuspawner.checks import config_problems
 from gpuspawner.discovery import discover
 from gpuspawner.memguard import DEFAULT_KINDS, GuardConfigError, GuardDefaults, guard_changes, guard_for, guarded_environment
 from gpuspawner.model import GuardSetting
 from gpuspawner.offerings import OfferingConfigError, offering_from_config
 from gpuspawner.overrides import apply_overrides
+from gpuspawner.page import option_views
 from gpuspawner.podspec import pod_changes
+from gpuspawner.policy import Requester
 from gpuspawner.vocabulary import Kind
 from gpuspawner.wording import memory_truth
 
+NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "memguard_hook.py"
 ON = GuardDefaults()
 EVERY_KIND = GuardDefaults(kinds=frozenset({Kind.SHARED, Kind.CUSTOM, Kind.MIG, Kind.FULL, Kind.VGPU}))
@@ -213,6 +218,16 @@ def test_the_page_says_what_a_share_really_gives():
     assert memory_truth(Kind.FULL, 81920) == "80 GB GPU memory"
     assert memory_truth(Kind.VGPU, 8192) == "8 GB GPU memory, enforced by the vGPU"
     assert memory_truth(Kind.SHARED, None, "time-slicing", 4) == ""
+
+
+def test_the_spawn_page_rows_name_the_gpu_and_what_enforces_the_memory():
+    mig = config(slug="mig", kind="mig", profile="2g.10gb", product="NVIDIA-A100-SXM4-40GB")
+    rows = {r.slug: r for r in option_views([shared("time-slicing"), shared("mps"), mig], Requester("ada"), lambda o: UNCOUNTED, NOW)}
+    assert [r.facts[0] for r in rows.values()] == [
+        "about 4 GB of this Tesla T4's 16 GB, not enforced; other users share this GPU",
+        "4 GB of this Tesla T4's 16 GB, enforced by MPS; other users share its compute",
+        "MIG: 10 GB, enforced by the hardware",
+    ]
 
 
 # ------------------------------------------------------------------ the start-up hook, run for real
