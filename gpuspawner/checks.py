@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .admission import validate_quota
 from .catalog import CatalogConfig
+from .memguard import DEFAULT_KINDS, GuardConfigError, GuardDefaults
 from .offerings import OfferingConfigError
 from .vocabulary import AdmissionPolicy
 
@@ -51,6 +52,13 @@ def config_problems(section: Mapping[str, Any]) -> list[str]:
         ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError, TypeError):
         problems.append(f"c.GPUSpawner.site_timezone: unknown time zone {zone!r}; use a name like 'Europe/Zurich'")
+    kinds = section.get("memory_guard_kinds", sorted(DEFAULT_KINDS))
+    try:
+        if isinstance(kinds, str) or not isinstance(kinds, (list, tuple)):
+            raise GuardConfigError(f"c.GPUSpawner.memory_guard_kinds must be a list of kinds such as ['shared', 'custom'], got {kinds!r}")
+        GuardDefaults.from_settings(kinds, section.get("memory_guard_user_env", False))
+    except GuardConfigError as exc:
+        problems.append(str(exc))
     policy = section.get("admission", AdmissionPolicy.BLOCK.value)
     if policy not in tuple(AdmissionPolicy):
         problems.append(f"c.GPUSpawner.admission must be one of {[p.value for p in AdmissionPolicy]}, got {policy!r}")

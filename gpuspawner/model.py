@@ -57,6 +57,23 @@ class DeviceClaim:
 
 
 @dataclass(frozen=True)
+class GuardSetting:
+    """The admin's word on an offering's memory guard (its ``memory_guard`` field; see
+    :mod:`gpuspawner.memguard`). ``None`` everywhere means "the spawner's default".
+
+    ``enabled``: guard this offering or not (default: whether its kind is in
+    ``c.GPUSpawner.memory_guard_kinds``); ``fraction``: the cap, as a fraction of each GPU's
+    memory (default: the offering's share, 1/replicas for a time-sliced or MPS share);
+    ``user_env``: whether a variable the user's chosen profile sets wins over the guard's
+    (default: ``c.GPUSpawner.memory_guard_user_env``).
+    """
+
+    enabled: bool | None = None
+    fraction: float | None = None
+    user_env: bool | None = None
+
+
+@dataclass(frozen=True)
 class Offering:
     """One choice on the spawn page and everything needed to turn it into a pod.
 
@@ -89,6 +106,13 @@ class Offering:
     memory_mib: int | None = None
     compute_share: str = ""
     isolation: Isolation = Isolation.EXCLUSIVE
+    #: A time-sliced or MPS share: how many users share one GPU (the node's replicas; None: unknown),
+    #: and how ("time-slicing" or "mps"; "" for other kinds). ``memory_mib`` is then the whole
+    #: GPU's memory for time-slicing (nothing splits it) and one client's limit for MPS.
+    share_count: int | None = None
+    sharing: str = ""
+    #: The admin's settings of the cooperative memory limits (docs/memory-guard.md).
+    memory_guard: GuardSetting = field(default_factory=GuardSetting)
     # Who may take it (empty: everyone).
     groups: tuple[str, ...] = ()
     users: tuple[str, ...] = ()

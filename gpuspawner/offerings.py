@@ -15,7 +15,7 @@ from typing import Any, Literal, overload
 
 from . import dranames as dn
 from .cel import SelectorError, compile_selector
-from .model import DEFAULT_GPU_TOLERATION, SLUG_RE, DeviceClaim, Offering
+from .model import DEFAULT_GPU_TOLERATION, SLUG_RE, DeviceClaim, GuardSetting, Offering
 from .nodeclass import (
     GKE_ACCELERATOR_LABEL,
     GKE_PARTITION_LABEL,
@@ -65,6 +65,7 @@ _COMMON_FIELDS = {
     "windows",
     "absent_labels",
     "dra",
+    "memory_guard",
 }
 _KIND_FIELDS = {
     Kind.CPU: set(),
@@ -141,6 +142,36 @@ class Entry:
             raise self.fail(name, f"must be a dict of strings to strings, got {value!r}")
         return dict(value)
 
+    def memory_guard(self) -> GuardSetting:
+        """The ``memory_guard`` field: false (off), true (on, sized from the offering's share) or a
+        dict of ``enabled``, ``fraction`` (0 < f <= 1, of each GPU's memory) and ``user_env``."""
+        value = self.raw.get("memory_guard")
+        if value is None:
+            return GuardSetting()
+        if isinstance(value, bool):
+            return GuardSetting(enabled=value)
+        example = "e.g. false, true or {'fraction': 0.25, 'user_env': false}"
+        if not isinstance(value, Mapping):
+            raise self.fail("memory_guard", f"must be true, false or a dict, {example}; got {value!r}")
+        unknown = sorted(str(k) for k in value if k not in ("enabled", "fraction", "user_env"))
+        if unknown:
+            raise self.fail("memory_guard", f"has unknown key(s) {unknown}; the keys are 'enabled', 'fraction' and 'user_env', {example}")
+        flags: dict[str, bool | None] = {}
+        for key in ("enabled", "user_env"):
+            flag = value.get(key)
+            if flag is not None and not isinstance(flag, bool):
+                raise self.fail("memory_guard", f"['{key}'] must be true or false, got {flag!r}")
+            flags[key] = flag
+        fraction = value.get("fraction")
+        if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1):
+            raise self.fail(
+                "memory_guard", f"['fraction'] must be a number above 0 and at most 1 (of each GPU's memory, e.g. 0.25), got {fraction!r}"
+            )
+        enabled = flags["enabled"]
+        if enabled is None and fraction is not None:
+            enabled = True  # a fraction is asked for: the guard is on
+        return GuardSetting(enabled=enabled, fraction=None if fraction is None else float(fraction), user_env=flags["user_env"])
+
     def resources(self) -> dict[str, int] | None:
         if "resources" not in self.raw:
             return None
@@ -199,6 +230,9 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
       extra_tolerations           added to it (AKS: sku=gpu, some sites: node-role.kubernetes.io/gpu)
       env, labels, annotations    added to the pod (never NVIDIA_VISIBLE_DEVICES: the device plugin's job)
       command_prefix              wraps the server command, e.g. ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"]
+      memory_guard                false | true | {"fraction": 0.25, "user_env": false}: the cooperative
+                                  memory limits frameworks honour (docs/memory-guard.md); default:
+                                  on for the kinds in c.GPUSpawner.memory_guard_kinds, sized from the share
 
     Kind shortcuts:
       full     product -> nvidia.com/gpu on nodes of that product; never on time-sliced, MPS, MIG
@@ -274,6 +308,8 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
         )
     if kind is Kind.CPU and resources:
         raise entry.fail("resources", "must be empty for a cpu offering")
+    if kind is Kind.CPU and "memory_guard" in raw:
+        raise entry.fail("memory_guard", "applies to GPU offerings only: a cpu offering has no GPU memory to guard")
 
     if "tolerations" in raw:
         tolerations = entry.tolerations("tolerations")
@@ -323,6 +359,9 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
         groups=entry.str_list("groups"),
         users=entry.str_list("users"),
         hidden=entry.flag("hidden", False),
+        share_count=fields.get("share_count"),
+        sharing=fields.get("sharing", ""),
+        memory_guard=entry.memory_guard(),
         source="config",
         **scaling,
     )
@@ -463,6 +502,7 @@ def _derive(kind: Kind, entry: Entry, product: str | None, fields: dict[str, Any
     replicas = entry.positive_int("replicas") if "replicas" in entry.raw else None
     rename = entry.flag("rename_by_default", True)
     fields["isolation"] = Isolation.PARTIAL if sharing == "mps" else Isolation.NONE
+    fields["sharing"], fields["share_count"] = sharing, replicas
     if replicas:
         fields["compute_share"] = share_phrase(replicas, sharing)
     if rename:

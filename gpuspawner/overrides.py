@@ -30,6 +30,7 @@ _OVERRIDABLE = {
     "scalable_nodes",
     "scale_up_minutes",
     "windows",
+    "memory_guard",
 }
 
 
@@ -79,6 +80,8 @@ def _override_values(entry: Entry, change: Mapping[str, Any]) -> dict[str, Any]:
             updates[name] = entry.str_map(name)
     if "extra_tolerations" in change:
         updates["tolerations"] = entry.tolerations("extra_tolerations")
+    if "memory_guard" in change:
+        updates["memory_guard"] = entry.memory_guard()
     updates.update(admission_fields(entry))
     if "counts" in change:
         updates["counts"] = tuple(sorted({entry.positive_int("counts", c) for c in as_list(entry, "counts", [1])}))

@@ -12,13 +12,14 @@ from datetime import datetime
 from typing import Any
 
 from .capacity import Availability
+from .discovery import product_name
 from .index import Health
 from .model import Offering
 from .policy import Requester, may_use
 from .views import OptionView
 from .vocabulary import COUNT_KEY, OFFERING_KEY, AdmissionPolicy, Kind
 from .windows import window_state
-from .wording import isolation_phrase, memory_phrase
+from .wording import isolation_phrase, memory_truth
 
 
 def availability_text(offering: Offering, avail: Availability, policy: str, queued: int) -> tuple[str, str]:
@@ -71,7 +72,13 @@ def option_views(
                 kind=offering.kind.value,
                 display_name=offering.display_name,
                 description=offering.description,
-                memory=memory_phrase(offering.memory_mib),
+                memory=memory_truth(
+                    offering.kind,
+                    offering.memory_mib,
+                    offering.sharing,
+                    offering.share_count,
+                    product_name(offering.product) if offering.product else "",
+                ),
                 compute_share=offering.compute_share,
                 isolation=isolation_phrase(offering.isolation),
                 availability=text,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dranames import RESOURCE_API
+from .memguard import GuardChanges
 from .model import DeviceClaim, Offering
 from .selectors import Terms, terms_to_k8s
 from .vocabulary import CLAIM_NAME, ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS, LABEL_KIND, LABEL_OFFERING
@@ -45,10 +46,15 @@ class PodChanges:
     claim: DeviceClaim | None = None
     #: How many devices the claim asks for (the user's count).
     claim_count: int = 0
+    #: The memory guard's variables (set over the environment: see memguard.guarded_environment),
+    #: without those the offering's own ``env`` sets (the admin's explicit word wins).
+    guard_env: Mapping[str, str] = field(default_factory=dict)
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
 
 
-def pod_changes(offering: Offering, count: int = 1) -> PodChanges:
-    """The pod settings for ``count`` units of ``offering``.
+def pod_changes(offering: Offering, count: int = 1, guard: GuardChanges | None = None) -> PodChanges:
+    """The pod settings for ``count`` units of ``offering``, with its memory ``guard`` if any.
 
     Extended resources are set as limits; Kubernetes copies limits into requests
     and refuses a request that differs, so requests are never set apart.
@@ -73,10 +79,13 @@ def pod_changes(offering: Offering, count: int = 1) -> PodChanges:
         tolerations=tuple(dict(t) for t in offering.tolerations),
         env=env,
         labels=labels,
-        annotations=dict(offering.annotations),
+        annotations={**(guard.annotations if guard else {}), **offering.annotations},
         command_prefix=tuple(offering.command_prefix),
         claim=offering.claim,
         claim_count=count if offering.claim is not None else 0,
+        guard_env={k: v for k, v in (guard.env if guard else {}).items() if k not in env},
+        volumes=tuple(dict(v) for v in guard.volumes) if guard else (),
+        volume_mounts=tuple(dict(m) for m in guard.volume_mounts) if guard else (),
     )
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
+import importlib.resources
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -40,6 +42,7 @@ from .claims import ClaimTemplates
 from .form import render_form
 from .index import ClusterIndex, Health
 from .inventory import Inventory
+from .memguard import GuardChanges, GuardConfigError, GuardDefaults, guard_changes, guard_for, guarded_environment
 from .model import Offering
 from .notebook import NOTEBOOK_TRAITS, Notebook
 from .offerings import OfferingConfigError
@@ -85,6 +88,8 @@ POD_TRAITS = (
     "extra_labels",
     "extra_annotations",
     "cmd",
+    "volumes",
+    "volume_mounts",
 )
 
 
@@ -303,9 +308,42 @@ class GPUSpawner(KubeSpawner):
         help="Only log the orphaned GPU pods that would be deleted (and count them as `would_delete`).",
     ).tag(config=True)
 
+    memory_guard_kinds = List(
+        Unicode(),
+        default_value=["shared", "custom"],
+        help="""
+        The offering kinds whose pods get the memory guard unless an offering's `memory_guard`
+        field says otherwise: cooperative limits that PyTorch, TensorFlow and JAX honour, sized
+        from the offering's share of the GPU's memory (docs/memory-guard.md). Default: the
+        time-sliced/MPS shares and site-specific fractional GPUs, whose memory nothing else
+        isolates. Add `mig` and `full` (and `vgpu`) to stop the frameworks' up-front grab there
+        too; `[]` turns the guard off except where an offering turns it on.
+        """,
+    ).tag(config=True)
+
+    memory_guard_user_env = Bool(
+        False,
+        help="""
+        Let an environment variable that the user's chosen KubeSpawner profile (or profile
+        option) sets through `kubespawner_override: {"environment": ...}` win over the memory
+        guard's value for it (per offering: `memory_guard: {"user_env": true}`). Off: the
+        guard's values win; the admin's own `c.KubeSpawner.environment` never counts as the
+        user's, and an offering's `env` always wins.
+        """,
+    ).tag(config=True)
+
     def config_problems(self) -> list[str]:
         """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.checks`)."""
-        names = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
+        names = (
+            "offerings",
+            "offering_overrides",
+            "user_quota",
+            "group_quotas",
+            "site_timezone",
+            "admission",
+            "memory_guard_kinds",
+            "memory_guard_user_env",
+        )
         return config_problems({name: getattr(self, name) for name in names})
 
     # ------------------------------------------------------------------ lifecycle
@@ -574,18 +612,40 @@ class GPUSpawner(KubeSpawner):
         except ValueError as exc:  # KubeSpawner's unlisted-choice checks (its own words name no user input)
             raise SpawnRefused(f"The profile options were not accepted: {exc}", "malformed") from None
 
+    def _guard_changes(self, choice: Choice) -> tuple[GuardChanges | None, bool]:
+        """The memory guard of ``choice``'s pod (None: none), and whether the user's profile env wins."""
+        try:
+            defaults = GuardDefaults.from_settings(self.memory_guard_kinds, self.memory_guard_user_env)
+        except GuardConfigError as exc:  # config_problems has refused the spawn before this
+            raise OfferingConfigError(str(exc)) from None
+        guard = guard_for(choice.offering, defaults)
+        if guard is None:
+            return None, False
+        python_path = self.environment.get("PYTHONPATH")
+        changes = guard_changes(guard, choice.count, _hook_source(), python_path if isinstance(python_path, str) else None)
+        return changes, guard.user_env
+
+    def _profile_env_keys(self) -> set[str]:
+        """The variables the user's chosen profile set: those that differ from the admin's baseline."""
+        baseline = self._baseline["environment"]
+        return {k for k, v in self.environment.items() if k not in baseline or baseline[k] != v}
+
     def apply_choice(self, choice: Choice) -> None:
         """Set KubeSpawner's pod settings for ``choice`` (on top of what is already set)."""
-        changes = pod_changes(choice.offering, choice.count)
+        guard, user_env = self._guard_changes(choice)
+        changes = pod_changes(choice.offering, choice.count, guard)
+        profile_keys = self._profile_env_keys()
         self.extra_resource_limits = {**self.extra_resource_limits, **changes.limits}
         # Kubernetes requires requests == limits for extended resources; set both explicitly.
         self.extra_resource_guarantees = {**self.extra_resource_guarantees, **changes.limits}
         self.node_selector = {**self.node_selector, **changes.node_selector}
         self.node_affinity_required = merge_affinity_terms(self.node_affinity_required, changes.node_affinity)
         self.tolerations = merge_tolerations(self._sorted_dict_values(self.tolerations), changes.tolerations)
-        self.environment = {**self.environment, **changes.env}
+        self.environment = guarded_environment({**self.environment, **changes.env}, changes.guard_env, profile_keys, user_env)
         self.extra_labels = {**self.extra_labels, **changes.labels}
         self.extra_annotations = {**self.extra_annotations, **changes.annotations}
+        self.volumes = [*self._sorted_dict_values(self.volumes), *(dict(v) for v in changes.volumes)]
+        self.volume_mounts = [*self._sorted_dict_values(self.volume_mounts), *(dict(m) for m in changes.volume_mounts)]
         if changes.command_prefix:
             self.cmd = [*changes.command_prefix, *(self.cmd or ["jupyterhub-singleuser"])]
         self.spawn_state.choice = choice
@@ -1184,6 +1244,15 @@ class GPUSpawner(KubeSpawner):
     def clear_state(self) -> None:
         super().clear_state()
         self.spawn_state = SpawnState()
+
+
+@functools.cache
+def _hook_source() -> str:
+    """The memory guard's start-up hook as shipped in the package (read once), its braces
+    doubled: KubeSpawner expands ``{username}``-style templates in every annotation, and
+    gives the source back exactly as shipped."""
+    source = importlib.resources.files("gpuspawner").joinpath("memguard_hook.py").read_text(encoding="utf-8")
+    return source.replace("{", "{{").replace("}", "}}")
 
 
 def _refusal(reason: str, decision: Decision) -> SpawnRefused:

@@ -32,7 +32,7 @@ class OptionView:
     kind: str
     display_name: str
     description: str
-    memory: str  # "20 GB GPU memory" or ""
+    memory: str  # wording.memory_truth: "MIG: 10 GB, enforced by the hardware", or ""
     compute_share: str  # "3/7 of the GPU's compute"
     isolation: str  # wording.isolation_phrase
     availability: str  # "3 of 8 free", "none free", "free after scale-up, about 5 min", "" for CPU

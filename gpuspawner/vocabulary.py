@@ -114,3 +114,12 @@ ENV_WORDS = "GPUSPAWNER_OFFERING_WORDS"
 KUBESPAWNER_USER_LABEL = "hub.jupyter.org/username"
 KUBESPAWNER_USER_ANNOTATION = "hub.jupyter.org/username"
 KUBESPAWNER_SERVER_ANNOTATION = "hub.jupyter.org/servername"
+
+# ------------------------------------------------------------------ the memory guard (docs/memory-guard.md)
+
+#: Environment of a guarded pod: the cap as a fraction of each GPU's memory, and in MiB where
+#: the GPU's memory is known. The start-up hook (gpuspawner/memguard_hook.py) reads them.
+ENV_MEMORY_FRACTION = "GPUSPAWNER_MEMORY_FRACTION"
+ENV_MEMORY_MIB = "GPUSPAWNER_MEMORY_MIB"
+#: Pod annotation holding the start-up hook's source, projected into the pod as a file.
+ANNOTATION_MEMGUARD_HOOK = "gpuspawner.io/memguard-hook"

@@ -50,6 +50,41 @@ def memory_phrase(memory_mib: int | None) -> str:
     return f"{gib:.0f} GB GPU memory" if gib >= 1 else f"{memory_mib} MiB GPU memory"
 
 
+def gb(mib: int) -> str:
+    """``16384`` -> "16 GB", ``3840`` -> "3.8 GB", ``512`` -> "512 MiB" (GPU memory, in GiB as NVIDIA counts)."""
+    gib = mib / 1024
+    if gib < 1:
+        return f"{mib} MiB"
+    if gib >= 10 or gib == int(gib):
+        return f"{gib:.0f} GB"
+    return f"{gib:.1f} GB"
+
+
+def memory_truth(kind: Kind, memory_mib: int | None, sharing: str = "", share_count: int | None = None, gpu: str = "") -> str:
+    """What the GPU memory of an offering really is, and what enforces it ("" when not known).
+
+    A time-sliced share: "about 4 GB of this Tesla T4's 16 GB, not enforced; other users share
+    this GPU" (nothing splits the memory; the memory guard only asks the frameworks to keep
+    to the share). An MPS share: its client limit, which the MPS server enforces. A MIG slice:
+    "MIG: 10 GB, enforced by the hardware". Other kinds: their memory as it is.
+    """
+    if memory_mib is None:
+        return ""
+    this = f"this {gpu}'s" if gpu else "this GPU's"
+    if kind is Kind.SHARED and sharing == "mps":
+        whole = f" of {this} {gb(memory_mib * share_count)}" if share_count else ""
+        return f"{gb(memory_mib)}{whole}, enforced by MPS; other users share its compute"
+    if kind is Kind.SHARED:
+        if share_count:
+            return f"about {gb(memory_mib // share_count)} of {this} {gb(memory_mib)}, not enforced; other users share this GPU"
+        return f"{gb(memory_mib)} GPU memory shared with other users, not enforced"
+    if kind is Kind.MIG:
+        return f"MIG: {gb(memory_mib)}, enforced by the hardware"
+    if kind is Kind.VGPU:
+        return f"{gb(memory_mib)} GPU memory, enforced by the vGPU"
+    return memory_phrase(memory_mib)
+
+
 def share_phrase(replicas: int, sharing: str) -> str:
     """A time-sliced or MPS share's part of the GPU: "1/4 of the GPU (time-sliced)"."""
     how = "MPS share" if sharing == "mps" else "time-sliced"

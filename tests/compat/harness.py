@@ -18,6 +18,8 @@ from jupyterhub import orm
 from jupyterhub.objects import Hub, Server
 from traitlets.config import Config
 
+from gpuspawner.memguard import GUARD_ENV
+
 #: KubeSpawner settings of a plausible zero-to-jupyterhub site (no GPU anywhere).
 SITE: dict[str, Any] = {
     "image": "quay.io/jupyter/base-notebook:2025-11-17",
@@ -133,6 +135,10 @@ DOCUMENTED_DIFFERENCES: dict[str, str] = {
     "pod.metadata.labels[<labels>]": "the offering's own labels, as the admin configured them",
     "pod.metadata.annotations[<annotations>]": "the offering's own annotations, as the admin configured them",
     "pod.spec.containers[notebook].env[<env>]": "the offering's own env, as the admin configured it",
+    "pod.spec.containers[notebook].env[<memory guard>]": "the memory guard's limits for the frameworks (docs/memory-guard.md)",
+    "pod.metadata.annotations[gpuspawner.io/memguard-hook]": "the memory guard's start-up hook, which the volume below projects as a file",
+    "pod.spec.volumes[gpuspawner-memguard]": "a downwardAPI volume: the hook as sitecustomize.py",
+    "pod.spec.containers[notebook].volumeMounts[gpuspawner-memguard]": "the hook's directory, read-only, first on PYTHONPATH",
 }
 
 
@@ -255,6 +261,7 @@ def allowed_patterns(offering: Mapping[str, Any]) -> list[re.Pattern]:
         "<labels>": list(offering.get("labels") or {}),
         "<annotations>": list(offering.get("annotations") or {}),
         "<env>": list(offering.get("env") or {}),
+        "<memory guard>": list(GUARD_ENV),
     }
     out = []
     for item in DOCUMENTED_DIFFERENCES:

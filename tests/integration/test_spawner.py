@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import secrets
 from datetime import UTC
+from pathlib import Path
 
 import pytest
 from jupyterhub.objects import Hub, Server
@@ -14,6 +15,7 @@ from traitlets.config import Config
 
 from gpuspawner.capacity import availability
 from gpuspawner.catalog import build_catalog
+from gpuspawner.memguard import GUARD_ENV
 from gpuspawner.podspec import merge_affinity_terms
 from gpuspawner.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
@@ -144,6 +146,7 @@ async def test_cpu_spawn_after_gpu_spawn_on_the_same_spawner_has_no_gpu(devclust
     await spawner.start()
     gpu_pod = await pod_of(spawner)
     assert gpu_pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] == "1"
+    assert_guarded(gpu_pod, fraction="0.25", mib="3840")  # a quarter of the T4's 15360 MiB
     await spawner.stop(now=True)
     spawner.clear_state()
 
@@ -163,8 +166,77 @@ async def test_cpu_spawn_after_gpu_spawn_on_the_same_spawner_has_no_gpu(devclust
         env = {e["name"]: e.get("value") for e in container.get("env", [])}
         assert env["GPUSPAWNER_OFFERING"] == "cpu" and "GPUSPAWNER_GPU_COUNT" not in env
         assert spawner.extra_resource_limits == {} and spawner.node_selector == {}
+        # nothing of the memory guard either
+        assert not [k for k in env if k in GUARD_VARIABLES], env
+        assert not [v for v in pod["spec"].get("volumes") or [] if v["name"] == "gpuspawner-memguard"]
+        assert not [m for m in container.get("volumeMounts") or [] if m["name"] == "gpuspawner-memguard"]
+        assert "gpuspawner.io/memguard-hook" not in (pod["metadata"].get("annotations") or {})
+        assert spawner.volumes == [] and spawner.volume_mounts == [] and spawner.extra_annotations == {}
     finally:
         await spawner.stop(now=True)
+
+
+GUARD_VARIABLES = set(GUARD_ENV)  # (the exact values are spelled out in assert_guarded)
+HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "memguard_hook.py"
+
+
+def assert_guarded(pod: dict, fraction: str, mib: str, **more: str) -> None:
+    """The pod as the API server stored it carries the memory guard: its exact variables, the
+    hook's source as an annotation and the downwardAPI volume that projects it."""
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert {k: v for k, v in env.items() if k in GUARD_VARIABLES} == {
+        "GPUSPAWNER_MEMORY_FRACTION": fraction,
+        "GPUSPAWNER_MEMORY_MIB": mib,
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "XLA_CLIENT_MEM_FRACTION": fraction,
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
+        "PYTHONPATH": "/opt/gpuspawner/memguard",
+        **more,
+    }
+    assert pod["metadata"]["annotations"]["gpuspawner.io/memguard-hook"] == HOOK.read_text()
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "gpuspawner-memguard"]
+    (item,) = volume["downwardAPI"]["items"]
+    assert item["path"] == "sitecustomize.py"
+    assert item["fieldRef"]["fieldPath"] == "metadata.annotations['gpuspawner.io/memguard-hook']"
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "gpuspawner-memguard"]
+    assert mount["mountPath"] == "/opt/gpuspawner/memguard" and mount["readOnly"] is True
+
+
+async def test_an_mps_share_is_guarded_and_a_profile_env_wins_only_where_allowed(devcluster, namespace):
+    slug = "shared-nvidia-l4-shared-mps-4x"
+    profiles = [
+        {
+            "display_name": "Big JAX",
+            "slug": "bigjax",
+            "default": True,
+            "kubespawner_override": {"environment": {"XLA_CLIENT_MEM_FRACTION": "0.9"}},
+        }
+    ]
+    for user_env, jax_fraction in ((False, "0.25"), (True, "0.9")):
+        spawner = make_spawner(devcluster, namespace, offering_overrides={slug: {"memory_guard": {"user_env": user_env}}})
+        spawner.profile_list = profiles
+        spawner.user_options = {"offering": slug, "profile": "bigjax"}
+        await spawner.start()
+        try:
+            pod = await pod_of(spawner)
+            env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+            assert env["XLA_CLIENT_MEM_FRACTION"] == jax_fraction, user_env
+            env.pop("XLA_CLIENT_MEM_FRACTION")
+            # the L4's 23034 MiB in 4 MPS clients: 5758 MiB each (GFD's label, floored)
+            assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=5758M" and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+            assert env["GPUSPAWNER_MEMORY_MIB"] == "5758" and env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.25"
+        finally:
+            await spawner.stop(now=True)
+    assert_guarded(
+        pod,
+        fraction="0.25",
+        mib="5758",
+        XLA_CLIENT_MEM_FRACTION="0.9",
+        CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25",
+        CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=5758M",
+    )
 
 
 @pytest.mark.parametrize(

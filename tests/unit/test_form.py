@@ -12,8 +12,8 @@ from markupsafe import Markup
 from gpuspawner import form as form_module
 from gpuspawner.form import render_form, ui_dir
 from gpuspawner.views import FormView, GroupView, OptionView, group_options, user_options_from_form
-from gpuspawner.vocabulary import Isolation
-from gpuspawner.wording import group_title, isolation_phrase
+from gpuspawner.vocabulary import Isolation, Kind
+from gpuspawner.wording import group_title, isolation_phrase, memory_truth
 
 KIND_ORDER = ("cpu", "shared", "mig", "full", "vgpu", "custom")
 XSS_NAME = "<script>alert(1)</script>"
@@ -53,7 +53,7 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
             "shared",
             "T4 · time-sliced, 1/4 GPU",
             description="Good for trying out CUDA code and small models.",
-            memory="16 GB GPU memory, shared",
+            memory=memory_truth(Kind.SHARED, 16384, "time-slicing", 4, "T4"),
             compute_share="1/4 of the GPU (time-sliced)",
             isolation=isolation_phrase(Isolation.NONE),
             availability="1 of 4 free" if refreshed else "3 of 4 free",
@@ -64,7 +64,7 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
             "l4-mps",
             "shared",
             "L4 · MPS, 1/4 GPU",
-            memory="6 GB GPU memory",
+            memory=memory_truth(Kind.SHARED, 6144, "mps", 4, "L4"),
             compute_share="1/4 of the GPU (MPS share)",
             isolation=isolation_phrase(Isolation.PARTIAL),
             availability="free after scale-up, about 5 min",
@@ -75,7 +75,7 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
             "a100-mig-1g-5gb",
             "mig",
             "A100 40GB · MIG 1g.5gb",
-            memory="5 GB GPU memory",
+            memory=memory_truth(Kind.MIG, 5120),
             compute_share="1/7 of the GPU's compute",
             isolation=isolation_phrase(Isolation.HARDWARE),
             availability="2 of 2 free",
@@ -86,7 +86,7 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
             "a100-mig-2g-10gb",
             "mig",
             "A100 40GB · MIG 2g.10gb",
-            memory="10 GB GPU memory",
+            memory=memory_truth(Kind.MIG, 10240),
             compute_share="2/7 of the GPU's compute",
             isolation=isolation_phrase(Isolation.HARDWARE),
             availability="1 of 1 free",
@@ -97,7 +97,7 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
             "a100-mig-3g-20gb",
             "mig",
             "A100 40GB · MIG 3g.20gb",
-            memory="20 GB GPU memory",
+            memory=memory_truth(Kind.MIG, 20480),
             compute_share="3/7 of the GPU's compute",
             isolation=isolation_phrase(Isolation.HARDWARE),
             availability=f"{mig3_free} of 1 free" if mig3_free else "none free",
@@ -110,7 +110,7 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
             "full",
             "H100 80GB",
             description="For training: one or more whole GPUs, nobody else on them.",
-            memory="80 GB GPU memory",
+            memory=memory_truth(Kind.FULL, 81920),
             isolation=isolation_phrase(Isolation.EXCLUSIVE),
             availability="none free" if refreshed else "5 of 8 free",
             free=0 if refreshed else 5,
@@ -122,7 +122,7 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
             "a10-vgpu-24q",
             "vgpu",
             "A10 · vGPU 24Q",
-            memory="24 GB GPU memory",
+            memory=memory_truth(Kind.VGPU, 24576),
             isolation=isolation_phrase(Isolation.VM),
             availability="2 of 4 free",
             free=2,
@@ -134,7 +134,7 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
             "custom",
             "Half a V100",
             description="Our site's fractional V100 (16 GB).",
-            memory="16 GB GPU memory",
+            memory=memory_truth(Kind.CUSTOM, 16384),
             compute_share="1/2 of the GPU",
             isolation=isolation_phrase(Isolation.SITE),
             availability="queue: 2 waiting",
@@ -309,7 +309,7 @@ def test_facts_share_a_line_and_isolation_has_its_own():
     doc = parse(render_form(example_view()))
     details = option_node(doc, "a100-mig-3g-20gb").find(id="gs-opt-a100-mig-3g-20gb-details")
     lines = [n.words for n in details.children if isinstance(n, Node)]
-    assert lines == ["20 GB GPU memory · 3/7 of the GPU's compute", "hardware isolated (own memory and compute)"]
+    assert lines == ["MIG: 20 GB, enforced by the hardware · 3/7 of the GPU's compute", "hardware isolated (own memory and compute)"]
 
 
 def test_cpu_details_do_not_repeat_the_same_phrase():

@@ -88,7 +88,7 @@ def test_quota_reason_and_counts_that_fit():
 
 def test_rows_carry_plain_words():
     mig = rows()["mig-1g"]
-    assert (mig.memory, mig.compute_share) == ("5 GB GPU memory", "1/7 of the GPU's compute")
+    assert (mig.memory, mig.compute_share) == ("MIG: 5 GB, enforced by the hardware", "1/7 of the GPU's compute")
     assert mig.isolation == "hardware isolated (own memory and compute)"
     assert rows()["t4"].isolation == "no isolation: shares memory and compute with other users"
 

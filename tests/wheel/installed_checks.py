@@ -76,6 +76,16 @@ def spawn_page() -> None:
     ok("spawn page rendered from the wheel's templates")
 
 
+def memory_guard_hook() -> None:
+    from gpuspawner import spawner
+
+    source = spawner._hook_source()  # what a guarded pod's annotation carries (braces doubled for KubeSpawner)
+    assert "class AfterImport" in source and source.replace("{{", "{").replace("}}", "}") == (
+        Path(spawner.__file__).with_name("memguard_hook.py").read_text()
+    ), source[:200]
+    ok("memory guard hook read from the wheel")
+
+
 def cli(nodes_file: str) -> None:
     done = subprocess.run(
         [Path(sys.executable).with_name("gpuspawner"), "offerings", "--nodes", nodes_file, "--json"],
@@ -103,5 +113,6 @@ if __name__ == "__main__":
     from_the_venv()
     hub_entry_point()
     spawn_page()
+    memory_guard_hook()
     cli(sys.argv[1])
     culler_help()

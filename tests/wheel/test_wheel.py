@@ -54,6 +54,7 @@ def test_the_wheel_holds_the_package_and_its_files_only(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "gpuspawner/spawner.py" in names and "gpuspawner/culler/__main__.py" in names
     assert "gpuspawner/ui/templates/gpuspawner_form.html" in names
+    assert "gpuspawner/memguard_hook.py" in names  # the memory guard's start-up hook, mounted into pods
     assert any(n.startswith("gpuspawner/ui/static/") for n in names)
     assert "gpuspawner/devcluster/nodes.yaml" in names and "gpuspawner/devcluster/gomod/go.mod" in names
     # the notebook's GPU view: the server extension enabled on install, the prebuilt JupyterLab extension
@@ -92,6 +93,7 @@ def test_the_installed_wheel_works_outside_the_repository(venv, tmp_path):
         "ok imported from the installed wheel",
         "ok c.JupyterHub.spawner_class = 'gpu' loads GPUSpawner",
         "ok spawn page rendered from the wheel's templates",
+        "ok memory guard hook read from the wheel",
         "ok gpuspawner offerings --nodes",
         "ok gpuspawner-culler --help",
     ], done.stdout + done.stderr
