@@ -97,18 +97,15 @@ def make_service_app(
     hub_auth: HubAuth | None = None,
     read_all_scopes: tuple[str, ...] = DEFAULT_READ_ALL_SCOPES,
 ) -> web.Application:
-    """Serve ``<prefix>metrics`` (and ``/metrics``) and, with an action log and a
-    :class:`HubAuth`, ``<prefix>api/actions``."""
+    """Serve ``<prefix>metrics`` and, with an action log and a :class:`HubAuth`,
+    ``<prefix>api/actions`` (both at ``/`` too: the hub's proxy forwards the
+    service's prefix, a scraper or the hub's pages may ask the address itself)."""
     prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
     routes: list[Any] = [(r"/metrics", MetricsHandler, {"metrics": metrics})]
     if prefix != "/":
         routes.append((prefix + "metrics", MetricsHandler, {"metrics": metrics}))
     if actions is not None and hub_auth is not None:
-        routes.append(
-            (
-                prefix + "api/actions",
-                ActionsHandler,
-                {"actions": actions, "hub_auth": hub_auth, "read_all_scopes": tuple(read_all_scopes)},
-            )
-        )
+        kw = {"actions": actions, "hub_auth": hub_auth, "read_all_scopes": tuple(read_all_scopes)}
+        for base in sorted({"/", prefix}):
+            routes.append((base + "api/actions", ActionsHandler, kw))
     return web.Application(routes)

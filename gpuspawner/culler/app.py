@@ -267,7 +267,8 @@ class GpuCuller(CullerSettings, IdleCuller):
 
     def _serve_metrics(self, culler: Culler) -> HTTPServer | None:
         if self.metrics_port:
-            ip, port, prefix = self.metrics_ip, self.metrics_port, "/"
+            ip, port = self.metrics_ip, self.metrics_port
+            prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
         elif os.environ.get("JUPYTERHUB_SERVICE_URL"):
             u = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
             # The hub hands services without a url "http://127.0.0.1:0/": nowhere to serve.

@@ -257,10 +257,14 @@ class Culler:
         """Tell the server's notebook what will be reclaimed within the warning
         window, and when -- or that nothing is, once activity took it back.
         Only when that is news for the server: a decision is never changed."""
-        if self.notifier is None:
+        if self.notifier is None or not rec.offering.url or not self.notifier.supported(rec):
             return
-        coming = upcoming(rec, kv, gpu, self.policy, now, self.warn_before_s, gpu_seen, gpu_idle_since)
-        body = notices.notice(rec, coming, self.policy, seen, gpu)
+        # No kernel view: plan_kernel_view, asked with the same window, saw no action
+        # possible within it -- no need to ask decide() again.
+        coming = None
+        if kv is not None:
+            coming = upcoming(rec, kv, gpu, self.policy, now, self.warn_before_s, gpu_seen, gpu_idle_since)
+        body = notices.notice(rec, coming, self.policy, now, seen, gpu)
         if not self.notifier.pending(rec, body):
             return
         if await self.notifier.put(rec, body) and coming is not None:

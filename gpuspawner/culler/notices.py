@@ -8,7 +8,7 @@ extension's ``PUT {base_url}api/gpuspawner/culler`` (docs/culler.md, "Warnings")
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,26 +52,32 @@ def _idle_and_limit(idle_s: float, limit_s: float) -> str:
     return f"{duration_words(idle_s)} (limit {duration_words(limit_s)})"
 
 
-def why_words(server: ServerRecord, decision: Decision, policy: Policy) -> str:
-    """Why the culler acts (or will), e.g. "the whole GPU was idle for 30 minutes
-    (limit 30)"."""
+def why_words(server: ServerRecord, decision: Decision, policy: Policy, earlier: timedelta = timedelta(0)) -> str:
+    """Why the culler acts, e.g. "the whole GPU was idle for 30 minutes (limit
+    30)" -- or, for a warning ``earlier`` than the action, why it will: "the whole
+    GPU has been idle for 25 minutes (limit 30)"."""
     o = server.offering
     what = thing(o.kind)
+    now = earlier > timedelta(0)
+
+    def idle(td: timedelta | None, limit_s: float) -> str:
+        return _idle_and_limit(max(timedelta(0), (td or timedelta(0)) - earlier).total_seconds(), limit_s)
+
     if decision.action == RECLAIM and decision.shutdown:
         first = max(decision.shutdown, key=lambda k: k.idle_for or timedelta(0))
         n = len(decision.shutdown)
         kernels = "an idle kernel" if n == 1 else f"{n} idle kernels"
-        idle = _idle_and_limit((first.idle_for or timedelta(0)).total_seconds(), first.limit_s or 0)
         held = f"{decision.memory_mib:.0f} MiB of {what}'s memory" if decision.memory_mib is not None else f"{what}'s memory"
-        return f"{kernels} held {held} while idle for {idle}"
+        verb = ("holds" if n == 1 else "hold") if now else "held"
+        return f"{kernels} {verb} {held} while idle for {idle(first.idle_for, first.limit_s or 0)}"
+    was = "has been" if now else "was"
     if decision.stop_reason == GPU_IDLE_LIMIT:
-        idle_s = decision.gpu_idle_for.total_seconds() if decision.gpu_idle_for else 0
+        shown = "has shown" if now else "showed"
         limit = policy.gpu_idle_limit_for(o)
-        return f"GPU telemetry showed {what} idle for {_idle_and_limit(idle_s, limit)}, whatever the server reported"
+        return f"GPU telemetry {shown} {what} idle for {idle(decision.gpu_idle_for, limit)}, whatever the server reported"
     if decision.stop_reason == MAX_AGE:
         return f"the server reached the longest time a server may run ({duration_words(policy.max_age)})"
-    idle_s = decision.inactive.total_seconds() if decision.inactive is not None else 0
-    return f"{what} was idle for {_idle_and_limit(idle_s, policy.timeout_for(o))}"
+    return f"{what} {was} idle for {idle(decision.inactive, policy.timeout_for(o))}"
 
 
 def limit_seconds(server: ServerRecord, decision: Decision, policy: Policy) -> int:
@@ -106,6 +112,7 @@ def notice(
     server: ServerRecord,
     coming: Upcoming | None,
     policy: Policy,
+    now: datetime,
     idle_since: datetime | None,
     gpu: PodGpuView | None,
 ) -> dict[str, Any]:
@@ -118,7 +125,7 @@ def notice(
         "idle_since": _iso(idle_since),
         "action": NOTICE_ACTION[coming.action],
         "act_at": _iso(coming.at),
-        "reason": why_words(server, d, policy),
+        "reason": why_words(server, d, policy, earlier=coming.at - now),
         "warning": True,
         "limit_seconds": limit_seconds(server, d, policy),
         "observed": observed(d, gpu),
@@ -168,7 +175,7 @@ def action_record(
 ) -> dict[str, Any]:
     """One entry of the action log: user, server, what was reclaimed, why, the
     GPU figures seen, when. ``what`` + " at <time>: " + ``why`` is the sentence
-    the hub's pages show."""
+    the hub's pages show (:func:`gpuspawner.culleractions.sentence`)."""
     o = server.offering
     return {
         "time": when.isoformat(),
@@ -185,9 +192,3 @@ def action_record(
         "observed": observed(decision, gpu),
         "details": decision.summary(),
     }
-
-
-def sentence(record: Mapping[str, Any], at: str) -> str:
-    """ "Your server 'train' was stopped at 14:02: the whole GPU was idle for 30
-    minutes (limit 30).\""""
-    return f"{record.get('what', '')} at {at}: {record.get('why', '')}."

@@ -102,7 +102,7 @@ class Notifier:
             else:
                 if e.code in (401, 403):
                     await self.tokens.refused(server)
-                self.log.warning("notice to %s not delivered: %s", server.label, e)
+                self.log.info("notice to %s not delivered: %s", server.label, e)
             return False
         self._sent[key] = (self._instance(server), _signature(body))
         return True

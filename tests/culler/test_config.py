@@ -76,9 +76,15 @@ def test_example_service_registers_the_minimal_role():
     c.JupyterHub.services = []
     c.JupyterHub.load_roles = []
     exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"), {"get_config": lambda: c})
-    [svc] = c.JupyterHub.services
-    [role] = c.JupyterHub.load_roles
+    [svc, pages] = c.JupyterHub.services
+    [role, user_role, pages_role] = c.JupyterHub.load_roles
     assert svc["name"] == "gpu-culler" and svc["command"][1:3] == ["-m", "gpuspawner.culler"]
+    # telling users: every user may call the service (each reads only their own
+    # actions); the pages' token reads everyone's, and nothing else
+    assert user_role == {"name": "user", "scopes": ["self", "access:services!service=gpu-culler"]}
+    assert pages["name"] == pages_role["services"][0] == "gpu-culler-pages" and len(pages["api_token"]) >= 32
+    assert sorted(pages_role["scopes"]) == ["access:services!service=gpu-culler", "custom:gpu-culler:read-actions"]
+    assert "custom:gpu-culler:read-actions" in c.JupyterHub.custom_scopes
     assert role["services"] == ["gpu-culler"]
     assert sorted(role["scopes"]) == sorted(REQUIRED_SCOPES)
     assert "admin:users" not in role["scopes"] and "admin:servers" not in role["scopes"]

@@ -14,6 +14,7 @@ from test_decide import NOW, P, gpu, kernel, kv, server
 from gpuspawner.culler import notices
 from gpuspawner.culler.actionlog import ActionLog
 from gpuspawner.culler.decide import KEEP, RECLAIM, STOP, decide, plan_kernel_view, upcoming
+from gpuspawner.culleractions import page_items, sentence
 
 M = timedelta(minutes=1)
 
@@ -28,6 +29,9 @@ def test_a_stop_due_within_the_window_is_announced_at_the_second_it_falls_due():
     assert up.at == NOW + 5 * M
     assert decide(s, k, gpu(), P, up.at).action == STOP
     assert decide(s, k, gpu(), P, up.at - timedelta(seconds=1)).action == KEEP
+    body = notices.notice(s, up, P, NOW, NOW - 25 * M, gpu())
+    assert body["reason"] == "the whole GPU has been idle for 25 minutes (limit 30)"
+    assert body["action"] == "server" and body["limit_seconds"] == 1800
 
 
 def test_no_warning_beyond_the_window_nor_for_a_busy_gpu_or_kernel():
@@ -42,11 +46,11 @@ def test_kernels_of_a_shared_gpu_are_announced_before_their_shutdown():
     k = kv(kernel(idle=25 * M))
     up = upcoming(s, k, gpu(memory=6000), P, NOW, 600)
     assert up is not None and up.action == RECLAIM and up.at == NOW + 5 * M
-    body = notices.notice(s, up, P, NOW - 25 * M, gpu(memory=6000))
+    body = notices.notice(s, up, P, NOW, NOW - 25 * M, gpu(memory=6000))
     assert body["action"] == "kernels" and body["warning"] is True
     assert body["act_at"] == (NOW + 5 * M).isoformat()
     assert body["limit_seconds"] == 1800
-    assert body["reason"] == "an idle kernel held 6000 MiB of the shared GPU's memory while idle for 30 minutes (limit 30)"
+    assert body["reason"] == "an idle kernel holds 6000 MiB of the shared GPU's memory while idle for 25 minutes (limit 30)"
 
 
 def test_the_kernel_view_is_asked_early_enough_to_warn():
@@ -86,7 +90,7 @@ def test_the_hub_page_sentence_for_a_stopped_named_server():
     d = decide(s, kv(kernel(idle=30 * M)), gpu(), P, NOW)
     assert d.action == STOP
     rec = notices.action_record(s, d, P, NOW, gpu())
-    assert notices.sentence(rec, "14:02") == "Your server 'train' was stopped at 14:02: the whole GPU was idle for 30 minutes (limit 30)."
+    assert sentence(rec, "14:02") == "Your server 'train' was stopped at 14:02: the whole GPU was idle for 30 minutes (limit 30)."
     assert rec["user"] == "alice" and rec["server"] == "train" and rec["action"] == "server_stopped"
     assert rec["observed"]["gpu"] == "idle" and rec["observed"]["gpu_memory_mib"] == 4096.0
     json.dumps(rec)  # the log and the API carry it as JSON
@@ -152,3 +156,12 @@ def test_an_unwritable_action_log_keeps_the_action_in_memory_and_says_so(tmp_pat
 def test_a_bad_bound_is_refused_with_what_to_do():
     with pytest.raises(ValueError, match="at least 1"):
         ActionLog(None, max_entries=0)
+
+
+def test_the_page_shows_recent_actions_with_their_time():
+    s = server("full", idle=30 * M, name="train")
+    d = decide(s, kv(kernel(idle=30 * M)), gpu(), P, NOW)
+    old = notices.action_record(s, d, P, NOW - timedelta(days=9), gpu())
+    rec = notices.action_record(s, d, P, NOW.replace(hour=14, minute=2), gpu())
+    items = page_items([rec, old], NOW.replace(hour=15), days=7)
+    assert [i["text"] for i in items] == ["Your server 'train' was stopped at 14:02 UTC: the whole GPU was idle for 30 minutes (limit 30)."]

@@ -54,6 +54,8 @@ def test_the_wheel_holds_the_package_and_its_files_only(wheel):
     assert "gpuspawner/spawner.py" in names and "gpuspawner/culler/__main__.py" in names
     assert "gpuspawner/ui/templates/gpuspawner_form.html" in names
     assert any(n.startswith("gpuspawner/ui/static/") for n in names)
+    # the hub's home and spawn pages with the culler's actions (gpuspawner.culleractions)
+    assert {"gpuspawner/ui/hub_templates/home.html", "gpuspawner/ui/hub_templates/spawn.html"} <= names
     assert "gpuspawner/devcluster/nodes.yaml" in names and "gpuspawner/devcluster/gomod/go.mod" in names
     assert "gpuspawner/demo.py" not in names  # needs the repository: run it from a clone (README.md)
     assert not [n for n in names if n.startswith("tests/") or "/__pycache__/" in n or n.endswith(".pyc")]
