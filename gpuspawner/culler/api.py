@@ -43,7 +43,12 @@ class ActionsHandler(HubAuthenticated, web.RequestHandler):
     async def prepare(self) -> None:
         # HubAuthenticated.get_current_user asks the hub synchronously (in a
         # thread); here it is awaited, and the mixin's own check admits it.
-        model = await self.hub_auth.get_user(self, sync=False)
+        try:
+            model = await self.hub_auth.get_user(self, sync=False)
+        except web.HTTPError as e:  # the hub did not answer: not this service's fault, nor the caller's
+            if e.status_code < 500:
+                raise
+            self._refuse(503, "the hub could not be asked whose token this is; try again shortly")
         if model:
             try:
                 model = self.check_hub_user(model)
