@@ -304,6 +304,13 @@ class CullerSettings(HasTraits):
         help="Days an action is kept (older ones are dropped from the log and the API).",
     ).tag(config=True)
 
+    @validate("action_log_retention_days")
+    def _valid_retention(self, proposal: dict) -> float:
+        value = float(proposal["value"])
+        if value <= 0:
+            raise TraitError(f"action_log_retention_days={value:g}: must be more than 0 (days an action is kept)")
+        return value
+
     actions_read_all_scopes = List(
         Unicode(),
         ["custom:gpu-culler:read-actions", "admin:users"],

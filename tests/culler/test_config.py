@@ -114,6 +114,20 @@ def test_a_too_short_token_lifetime_is_refused_with_a_reason():
         GpuCuller(server_token_lifetime=30)
 
 
+def test_bad_notice_and_action_log_settings_are_refused_with_what_to_do():
+    from traitlets import TraitError
+
+    for kw, words in (
+        ({"warn_before_seconds": -1}, "must be 0 \\(no warnings\\)"),
+        ({"action_log_max_entries": 0}, "at least 1"),
+        ({"action_log_retention_days": 0}, "more than 0"),
+    ):
+        with pytest.raises(TraitError, match=words):
+            GpuCuller(**kw)
+    a = app(["--GpuCuller.warn_before_seconds=900", "--GpuCuller.action_log_path=/var/lib/culler/actions.jsonl"])
+    assert a.warn_before_seconds == 900 and a.make_action_log().path.name == "actions.jsonl"
+
+
 def test_gpu_idle_limit_and_token_lifetime_flags():
     a = app(
         [
