@@ -18,6 +18,8 @@ directly (z2jh's singleuser NetworkPolicy admits the hub pod, which carries
 
 import sys
 
+from gpuspawner.culleractions import configure_hub
+
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads the config)
 
 #: The least the culler needs -- nothing else by default:
@@ -80,3 +82,15 @@ c.JupyterHub.load_roles.append(
         "services": ["gpu-culler"],
     }
 )
+
+# ---------------------------------------------------------------- telling users (docs/culler.md, "Telling users")
+# The culler warns users through gpuspawner's notebook extension before it acts
+# (--GpuCuller.warn_before_seconds, default 600) and keeps every action; each user
+# reads their own at /services/gpu-culler/api/actions and on the hub's home and
+# spawn pages. This defines the custom scope custom:gpu-culler:read-actions (grant
+# it to auditors' roles; admin:users reads all too), gives every user access to the
+# service, and a "gpu-culler-pages" token that never leaves the hub, for the pages
+# (set $GPUSPAWNER_CULLER_PAGES_TOKEN to keep it across hub restarts).
+#: where the hub's process reaches the culler's api/actions (the service's "url" above)
+CULLER_ACTIONS_URL = "http://127.0.0.1:10101/services/gpu-culler/api/actions"
+configure_hub(c, CULLER_ACTIONS_URL)

@@ -108,6 +108,7 @@ CULLER_TIMING = os.environ.get("GPUSPAWNER_DEMO_CULLER_ARGS", "").split() or [
 ]
 c.JupyterHub.load_roles = []
 c.JupyterHub.services = []
+CULLER_PORT = int(os.environ.get("GPUSPAWNER_DEMO_CULLER_METRICS_PORT", "9101"))
 if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
     c.JupyterHub.load_roles.append(
         {
@@ -126,12 +127,22 @@ if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
                 # The demo's GPU telemetry (simulated dcgm-exporter samples, Prometheus' query API).
                 f"--prometheus-url={os.environ.get('GPUSPAWNER_DEMO_PROMETHEUS_URL', 'http://127.0.0.1:9090')}",
                 # Its own metrics, for the demo's Prometheus to scrape.
-                f"--metrics-port={os.environ.get('GPUSPAWNER_DEMO_CULLER_METRICS_PORT', '9101')}",
+                f"--metrics-port={CULLER_PORT}",
                 "--GpuCuller.metrics_ip=127.0.0.1",
+                # warn users (through the notebook extension) this long before acting
+                "--GpuCuller.warn_before_seconds=60",
                 *CULLER_TIMING,
             ],
+            # /services/gpu-culler/api/actions: each user reads why the culler acted
+            "url": f"http://127.0.0.1:{CULLER_PORT}",
+            "display": False,
         }
     )
+    # the culler's actions on the hub's home and spawn pages, each user's own
+    # (docs/culler.md, "Telling users")
+    from gpuspawner.culleractions import configure_hub
+
+    configure_hub(c, f"http://127.0.0.1:{CULLER_PORT}/api/actions")
 
 # ---------------------------------------------------------------- Prometheus reads the hub's /hub/metrics
 if os.environ.get("GPUSPAWNER_DEMO_PROMETHEUS_TOKEN"):  # a token that may read metrics, nothing else

@@ -6,14 +6,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from jupyterhub_idle_culler import format_td
+from jupyterhub_idle_culler import format_td, utcnow
 
-from .decide import GPU_IDLE_LIMIT, HELD_BACK, KEEP, RECLAIM, STOP, Decision
-from .gpu_metrics import GpuView
+from . import notices
+from .actionlog import ActionLog
+from .decide import GPU_IDLE_LIMIT, HELD_BACK, KEEP, RECLAIM, STOP, Decision, Policy
+from .gpu_metrics import GpuView, PodGpuView
 from .hub import HubClient, ServerRecord
 from .kernels import KernelClient
 from .metrics import CullerMetrics
+from .notify import Notifier
 from .transport import RequestFailed
 
 
@@ -93,6 +97,9 @@ class Actions:
         *,
         dry_run: bool = False,
         remove_named_servers: bool = False,
+        policy: Policy | None = None,
+        notifier: Notifier | None = None,
+        action_log: ActionLog | None = None,
     ) -> None:
         self.hub = hub
         self.kernels = kernels
@@ -100,6 +107,11 @@ class Actions:
         self.log = log
         self.dry_run = dry_run
         self.remove_named_servers = remove_named_servers
+        self.policy = policy or Policy()
+        #: tells the server's notebook what is reclaimed, just before (None: nothing sent)
+        self.notifier = notifier
+        #: keeps what was done, for the user it concerns (None: not kept)
+        self.action_log = action_log
         self.tracker = ReclaimTracker(metrics, log)
         self._held: dict[tuple[str, str], tuple[str, ...]] = {}
 
@@ -141,7 +153,28 @@ class Actions:
         else:
             self.log.debug("keeping %s: %s", what, d.summary())
 
-    async def apply(self, server: ServerRecord, d: Decision) -> ActionResult:
+    async def _tell(self, server: ServerRecord, d: Decision, now: datetime, idle_since: datetime | None, gpu: PodGpuView | None) -> None:
+        """Tell the notebook what is reclaimed now (before it goes), best effort."""
+        if self.notifier is not None:
+            await self.notifier.put(server, notices.acting(server, d, self.policy, now, idle_since, gpu), force=True)
+
+    def _keep(self, server: ServerRecord, d: Decision, now: datetime, gpu: PodGpuView | None, kernels: list[str]) -> None:
+        if self.action_log is not None:
+            self.action_log.add(notices.action_record(server, d, self.policy, now, gpu, kernels))
+
+    async def apply(
+        self,
+        server: ServerRecord,
+        d: Decision,
+        *,
+        gpu: PodGpuView | None = None,
+        idle_since: datetime | None = None,
+        now: datetime | None = None,
+    ) -> ActionResult:
+        """Carry out ``d`` (log it, count it; tell the notebook just before and keep
+        a record of what was done). ``gpu`` and ``idle_since`` are what it was
+        decided on, for the notice and the record."""
+        now = now or utcnow()
         self._log_decision(server, d)
         kind = server.offering.kind
         self.metrics.decisions.labels(d.action, kind, str(self.dry_run).lower()).inc()
@@ -149,6 +182,7 @@ class Actions:
         if self.dry_run or d.action in (KEEP, HELD_BACK):
             return result
         if d.action == STOP:
+            await self._tell(server, d, now, idle_since, gpu)
             try:
                 result.stopped = await self.hub.stop_server(
                     server.user, server.name, remove=self.remove_named_servers and bool(server.name)
@@ -163,8 +197,11 @@ class Actions:
             self.metrics.server_stops.labels(d.stop_reason or "idle", kind).inc()
             if d.memory_mib:
                 self.metrics.memory_reclaimed.labels("server_stop", kind).inc(d.memory_mib)
+            if result.stopped != "gone":
+                self._keep(server, d, now, gpu, [])
             return result
-        # RECLAIM
+        # RECLAIM: the notebook hears which kernels go before they go
+        await self._tell(server, d, now, idle_since, gpu)
         for action in d.shutdown:
             r = await self.kernels.shutdown(server, action.kernel_id)
             if r.ok:
@@ -179,6 +216,8 @@ class Actions:
                     server.label,
                     r.error,
                 )
+        if result.kernels_shut_down:
+            self._keep(server, d, now, gpu, result.kernels_shut_down)
         if result.kernels_shut_down and d.memory_mib is not None and server.offering.pod:
             key = (server.offering.namespace or "", server.offering.pod)
             self.tracker.expect(key, d.memory_mib, kind, server.label, server.offering.devices)

@@ -20,19 +20,24 @@ import os
 import signal
 import sys
 import time
+from datetime import timedelta
 from urllib.parse import urlparse
 
+from jupyterhub.services.auth import HubAuth
 from jupyterhub_idle_culler import IdleCuller, default_cull_arbiter, make_ssl_context
 from tornado.httpserver import HTTPServer
 
 from ..vocabulary import Kind
+from .actionlog import ActionLog
+from .api import make_service_app
 from .config import DEFAULT_GPU_KIND_TIMEOUTS, USER_CULLING_SCOPES, CullerSettings, help_text, scope_problems
 from .cycle import Culler
 from .decide import Policy
 from .gpu_metrics import GpuQuerySettings
 from .hub import HubClient
 from .kernels import KernelClient
-from .metrics import CullerMetrics, make_metrics_app
+from .metrics import CullerMetrics
+from .notify import Notifier
 from .prometheus import PrometheusClient
 from .tokens import ServerTokens
 from .transport import RequestFailed, RetryPolicy, Transport
@@ -189,6 +194,9 @@ class GpuCuller(CullerSettings, IdleCuller):
         return Culler(
             hub=hub,
             kernels=KernelClient(tokens, srv_t),
+            notifier=Notifier(tokens, srv_t, log) if self.notify_servers else None,
+            warn_before_s=self.warn_before_seconds,
+            action_log=self.make_action_log(),
             tokens=tokens,
             prometheus=prom,
             policy=self.policy(),
@@ -201,6 +209,24 @@ class GpuCuller(CullerSettings, IdleCuller):
             user_timeout=self.timeout,
             arbiter=arbiter,
         )
+
+    def make_action_log(self) -> ActionLog:
+        return ActionLog(
+            self.action_log_path or None,
+            max_entries=self.action_log_max_entries,
+            retention=timedelta(days=self.action_log_retention_days),
+            log=self.log,
+        )
+
+    def hub_auth(self) -> HubAuth:
+        """JupyterHub's own service auth, for ``api/actions``: it admits tokens
+        with ``access:services!service=<this service>`` (from the hub's
+        environment; ``gpu-culler`` when run outside the hub)."""
+        auth = HubAuth(api_url=self.url, api_token=self.api_token, cache_max_age=60)
+        if not auth.access_scopes:
+            name = os.environ.get("JUPYTERHUB_SERVICE_NAME") or "gpu-culler"
+            auth.access_scopes = {f"access:services!service={name}"}
+        return auth
 
     def _log_startup(self, culler: Culler) -> None:
         p = culler.policy
@@ -227,6 +253,13 @@ class GpuCuller(CullerSettings, IdleCuller):
                 self.cull_every,
                 self.gpu_window,
             )
+        if culler.notifier is not None and 0 < self.warn_before_seconds <= self.cull_every:
+            self.log.warning(
+                "warn_before_seconds (%ss) <= cull_every (%ss): an action may come in the cycle"
+                " after its warning or with none; make warn_before_seconds longer than cull_every",
+                self.warn_before_seconds,
+                self.cull_every,
+            )
         if self.cull_users:
             self.log.info("--cull-users: the service's role also needs %s", USER_CULLING_SCOPES)
         if any(k not in tuple(Kind) for k in p.stop_kinds):
@@ -234,7 +267,8 @@ class GpuCuller(CullerSettings, IdleCuller):
 
     def _serve_metrics(self, culler: Culler) -> HTTPServer | None:
         if self.metrics_port:
-            ip, port, prefix = self.metrics_ip, self.metrics_port, "/"
+            ip, port = self.metrics_ip, self.metrics_port
+            prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
         elif os.environ.get("JUPYTERHUB_SERVICE_URL"):
             u = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
             # The hub hands services without a url "http://127.0.0.1:0/": nowhere to serve.
@@ -244,13 +278,20 @@ class GpuCuller(CullerSettings, IdleCuller):
             prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
         else:
             return None
-        server = HTTPServer(make_metrics_app(culler.metrics, prefix))
+        app = make_service_app(
+            culler.metrics,
+            prefix,
+            actions=culler.action_log,
+            hub_auth=self.hub_auth(),
+            read_all_scopes=tuple(self.actions_read_all_scopes),
+        )
+        server = HTTPServer(app)
         try:
             server.listen(port, ip)
         except OSError as exc:  # metrics are not worth a crash: the culling goes on
             self.log.error("cannot serve metrics on %s:%s (%s); culling without them", ip, port, exc)
             return None
-        self.log.info("serving metrics at http://%s:%s%smetrics", ip or "*", port, prefix)
+        self.log.info("serving metrics and api/actions at http://%s:%s%s{metrics,api/actions}", ip or "*", port, prefix)
         return server
 
     async def check_hub(self, culler: Culler) -> None:

@@ -238,6 +238,92 @@ class CullerSettings(HasTraits):
         ),
     ).tag(config=True)
 
+    # ---- telling users: warnings, notices, the action log ---------------------
+    warn_before_seconds = Int(
+        600,
+        help=help_text(
+            """
+            Seconds before it stops a server or shuts down idle kernels that the
+            culler warns the server's user, through gpuspawner's notebook extension
+            (``PUT {server}/api/gpuspawner/culler`` with the server's own token):
+            the notebook shows what will be reclaimed and when, and any activity
+            resets the clock as usual. A warning never changes what is reclaimed
+            or when; it only tells first. Make it longer than ``cull_every`` so
+            that a warning comes at least one cycle ahead. Servers without the
+            extension (404) are left alone until they restart. 0: no warnings
+            (the notices that kernels were reclaimed are still sent).
+            """
+        ),
+    ).tag(config=True)
+
+    @validate("warn_before_seconds")
+    def _valid_warn_before(self, proposal: dict) -> int:
+        value = int(proposal["value"])
+        if value < 0:
+            raise TraitError(f"warn_before_seconds={value}: must be 0 (no warnings) or a number of seconds")
+        return value
+
+    notify_servers = Bool(
+        True,
+        help=help_text(
+            """
+            Put the culler's view (warnings, reclaimed kernels) to each server's
+            gpuspawner notebook extension. False: never call it (the culler
+            behaves as without the extension).
+            """
+        ),
+    ).tag(config=True)
+
+    action_log_path = Unicode(
+        "gpuspawner-culler-actions.jsonl",
+        help=help_text(
+            """
+            JSON-lines file that keeps every action the culler takes (user,
+            server, what was reclaimed, why, the GPU figures seen, when), read
+            back at start-up. Relative to the culler's working directory. Users
+            read their own through ``api/actions`` and the hub's pages. Empty:
+            kept in memory only (lost at restart).
+            """
+        ),
+    ).tag(config=True)
+
+    action_log_max_entries = Int(
+        10_000,
+        help="Most recent actions kept (in memory and in the file, which is rewritten at twice this).",
+    ).tag(config=True)
+
+    @validate("action_log_max_entries")
+    def _valid_action_log_max(self, proposal: dict) -> int:
+        value = int(proposal["value"])
+        if value < 1:
+            raise TraitError(f"action_log_max_entries={value}: must be at least 1")
+        return value
+
+    action_log_retention_days = Float(
+        90.0,
+        help="Days an action is kept (older ones are dropped from the log and the API).",
+    ).tag(config=True)
+
+    @validate("action_log_retention_days")
+    def _valid_retention(self, proposal: dict) -> float:
+        value = float(proposal["value"])
+        if value <= 0:
+            raise TraitError(f"action_log_retention_days={value:g}: must be more than 0 (days an action is kept)")
+        return value
+
+    actions_read_all_scopes = List(
+        Unicode(),
+        ["custom:gpu-culler:read-actions", "admin:users"],
+        help=help_text(
+            """
+            Hub scopes whose holders read every user's actions in ``api/actions``
+            (others read only their own). Define the custom scope in the hub:
+            ``c.JupyterHub.custom_scopes = {"custom:gpu-culler:read-actions":
+            {"description": "..."}}`` and grant it in a role.
+            """
+        ),
+    ).tag(config=True)
+
     # ---- GPU view ----------------------------------------------------------
     prometheus_url = Unicode(
         os.environ.get("GPUSPAWNER_CULLER_PROMETHEUS_URL", ""),

@@ -24,9 +24,12 @@ from jupyterhub_idle_culler import format_td, utcnow
 from jupyterhub_idle_culler.utils import maybe_future
 
 from ..vocabulary import Kind
+from . import notices
+from .actionlog import ActionLog
 from .actions import ActionResult, Actions
 from .dates import parse_time
 from .decide import (
+    RECLAIM,
     STOP,
     Decision,
     GpuIdleStreak,
@@ -37,11 +40,13 @@ from .decide import (
     last_seen,
     plan_kernel_view,
     track_gpu_idle,
+    upcoming,
 )
-from .gpu_metrics import GpuView, expect_devices, unavailable
+from .gpu_metrics import GpuView, PodGpuView, expect_devices, unavailable
 from .hub import HubClient, ServerRecord, server_record
 from .kernels import KernelClient, KernelView
 from .metrics import CullerMetrics
+from .notify import Notifier
 from .prometheus import PrometheusClient
 from .tokens import ServerTokens
 from .transport import RequestFailed
@@ -98,6 +103,9 @@ class Culler:
         user_timeout: int = 0,
         arbiter: Callable[..., Any] | None = None,
         clock: Callable[[], datetime] = utcnow,
+        notifier: Notifier | None = None,
+        warn_before_s: int = 0,
+        action_log: ActionLog | None = None,
     ) -> None:
         self.hub = hub
         self.kernels = kernels
@@ -112,7 +120,21 @@ class Culler:
         self.user_timeout = user_timeout
         self.arbiter = arbiter
         self.clock = clock
-        self.actions = Actions(hub, kernels, metrics, log, dry_run=dry_run, remove_named_servers=remove_named_servers)
+        #: None in a dry run: a user is never warned of what will not be done
+        self.notifier = None if dry_run else notifier
+        self.warn_before_s = max(0, warn_before_s) if self.notifier is not None else 0
+        self.action_log = action_log
+        self.actions = Actions(
+            hub,
+            kernels,
+            metrics,
+            log,
+            dry_run=dry_run,
+            remove_named_servers=remove_named_servers,
+            policy=policy,
+            notifier=self.notifier,
+            action_log=action_log,
+        )
         self._warned_contracts: set[tuple[str, str]] = set()
         #: the tokens the last cycle's deferred kernel views wanted, being minted
         self._minting: asyncio.Future[int] | None = None
@@ -190,6 +212,7 @@ class Culler:
             gpu_last_active=gpu_seen,
             memo=memo,
             gpu_idle_since=idle_since,
+            horizon_s=self.warn_before_s,
         )
         kv = None
         if ask.kernels:
@@ -218,10 +241,46 @@ class Culler:
                 )
             )
         decision = decide(rec, kv, gpu, self.policy, now, arbiter_idle, gpu_seen, idle_since)
-        result = await self.actions.apply(rec, decision)
+        seen = last_seen(rec, kv, gpu_seen)
+        if decision.action not in (STOP, RECLAIM) and not custom and (kv is None or kv.ok):
+            await self._warn(rec, kv, gpu, now, gpu_seen, idle_since, seen)
+        result = await self.actions.apply(rec, decision, gpu=gpu, idle_since=seen, now=now)
         if result.stopped:
             await self.tokens.revoke(rec)
         return ServerOutcome(rec, decision, result, kv)
+
+    async def _warn(
+        self,
+        rec: ServerRecord,
+        kv: KernelView | None,
+        gpu: PodGpuView | None,
+        now: datetime,
+        gpu_seen: datetime | None,
+        gpu_idle_since: datetime | None,
+        seen: datetime | None,
+    ) -> None:
+        """Tell the server's notebook what will be reclaimed within the warning
+        window, and when -- or that nothing is, once activity took it back.
+        Only when that is news for the server: a decision is never changed."""
+        if self.notifier is None or not rec.offering.url or not self.notifier.supported(rec):
+            return
+        # No kernel view: plan_kernel_view, asked with the same window, saw no action
+        # possible within it -- no need to ask decide() again.
+        coming = None
+        if kv is not None:
+            coming = upcoming(rec, kv, gpu, self.policy, now, self.warn_before_s, gpu_seen, gpu_idle_since)
+        body = notices.notice(rec, coming, self.policy, now, seen, gpu)
+        if not self.notifier.pending(rec, body):
+            return
+        if await self.notifier.put(rec, body) and coming is not None:
+            self.log.info(
+                "warned %s: %s in %s (at %s) unless there is activity: %s",
+                rec.label,
+                "kernel shutdown" if coming.action == RECLAIM else "server stop",
+                format_td(coming.at - now),
+                coming.at.isoformat(timespec="seconds"),
+                body["reason"],
+            )
 
     async def _user(
         self,
@@ -311,6 +370,8 @@ class Culler:
             for pod in set(self._gpu_idle) - self._gpu_pods_seen:
                 del self._gpu_idle[pod]
             await self.tokens.keep_only(self._seen)
+            if self.notifier is not None:
+                self.notifier.keep_only(self._seen)
         report.duration_s = time.monotonic() - t0
         self._finish(report)
         if self.tokens.wanted:  # after the cycle: its decisions never wait on the hub's database

@@ -113,6 +113,9 @@ class Policy:
 class KernelAction:
     kernel_id: str
     reason: str
+    #: how long the kernel had been idle, and its kernel timeout (for the user's words)
+    idle_for: timedelta | None = None
+    limit_s: int | None = None
 
 
 @dataclass(frozen=True)
@@ -266,6 +269,7 @@ def plan_kernel_view(
     gpu_last_active: datetime | None = None,
     memo: KernelMemo | None = None,
     gpu_idle_since: datetime | None = None,
+    horizon_s: int = 0,
 ) -> KernelAsk:
     """Whether asking the server's kernels could change this cycle's decision.
 
@@ -277,10 +281,16 @@ def plan_kernel_view(
     could be due. A GPU idle past its ``gpu_idle_limit`` stops the server
     whatever the kernels say; they are asked only so that the log can name
     what the pod claimed.
+
+    ``horizon_s`` asks as if it were that much later: the kernels of a server
+    whose action falls within the warning window (:func:`upcoming`) are read
+    early enough to warn its user. Asking earlier never changes a decision
+    (every sign of life only moves activity later).
     """
     o = server.offering
     if not o.url or not server.ready or server.pending:
         return KernelAsk()
+    now = now + timedelta(seconds=max(0, horizon_s))
     if custom_arbiter:
         return KernelAsk(True, True)
     if gpu_idle_past_limit(server, gpu, policy, now, gpu_idle_since) is not None and _stop_allowed(server, policy) is None:
@@ -452,6 +462,8 @@ def decide(
                     f"kernel {k.id[:8]} ({k.name}) idle for {format_td(idle_for)} "
                     f"(kernel timeout {format_td(timedelta(seconds=ktimeout))}, "
                     f"{k.connections} connections)",
+                    idle_for,
+                    ktimeout,
                 )
             )
         if idle_kernels:
@@ -481,3 +493,62 @@ def decide(
         memory_mib=memory,
         inactive=inactive,
     )
+
+
+@dataclass(frozen=True)
+class Upcoming:
+    """An action :func:`decide` will take at ``at`` if nothing changes (no activity,
+    the same GPU view): what the culler warns the user about."""
+
+    action: str
+    at: datetime
+    decision: Decision
+
+
+def upcoming(
+    server: ServerRecord,
+    kernels: KernelView | None,
+    gpu: PodGpuView | None,
+    policy: Policy,
+    now: datetime,
+    horizon_s: int,
+    gpu_last_active: datetime | None = None,
+    gpu_idle_since: datetime | None = None,
+) -> Upcoming | None:
+    """The stop or reclaim that :func:`decide` would reach within ``horizon_s``
+    seconds on the same views, and the first second at which it would.
+
+    It asks :func:`decide` itself (at ``now + horizon_s``, then by bisection to
+    the second), so a warning can never disagree with the decision it announces:
+    a warning changes nothing that is decided, it only tells the user first.
+    Everything ``decide`` weighs only grows with time on fixed views (idle time,
+    age, GPU idle streak), which is what makes the bisection sound.
+    """
+    if horizon_s <= 0:
+        return None
+
+    def at(seconds: int) -> Decision:
+        return decide(
+            server,
+            kernels,
+            gpu,
+            policy,
+            now + timedelta(seconds=seconds),
+            None,
+            gpu_last_active,
+            gpu_idle_since,
+        )
+
+    later = at(horizon_s)
+    if later.action not in (STOP, RECLAIM):
+        return None
+    lo, hi = 0, horizon_s
+    if at(lo).action == later.action:
+        hi = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if at(mid).action == later.action:
+            hi = mid
+        else:
+            lo = mid
+    return Upcoming(later.action, now + timedelta(seconds=hi), at(hi))

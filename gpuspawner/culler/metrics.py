@@ -120,12 +120,3 @@ class MetricsHandler(web.RequestHandler):
     def get(self) -> None:
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)
         self.write(self.metrics.exposition())
-
-
-def make_metrics_app(metrics: CullerMetrics, prefix: str = "/") -> web.Application:
-    """Serve ``<prefix>metrics`` (and ``/metrics``) from ``metrics``."""
-    prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
-    routes = [(r"/metrics", MetricsHandler, {"metrics": metrics})]
-    if prefix != "/":
-        routes.append((prefix + "metrics", MetricsHandler, {"metrics": metrics}))
-    return web.Application(routes)

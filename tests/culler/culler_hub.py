@@ -53,6 +53,7 @@ def in_process_culler(
             "--GpuCuller.retry_base_delay=0.05",
             "--GpuCuller.retry_max_delay=0.2",
             "--GpuCuller.server_request_timeout=5",
+            *(() if any("action_log_path" in a for a in argv) else ("--GpuCuller.action_log_path=",)),  # in memory
             *argv,
         ]
     )

@@ -111,3 +111,29 @@ def pod_labels(template: Mapping[str, str], pod: str, namespace: str, **extra: s
     labels.update(pod=pod, namespace=namespace, **extra)
     labels.setdefault("container", "notebook")
     return labels
+
+
+async def user_gpu(prom: Telemetry, user: str, shared: bool, engine: float, fb: float | None = None) -> None:
+    """dcgm-exporter's rows for ``jupyter-<user>`` in namespace jhub -- a time-sliced
+    share of an A100 (``shared``) or a whole A100 (no vgpu label), a GPU of its own
+    (``UUID`` GPU-<user>) -- and a wait until the real Prometheus has enough samples
+    of them for the culler's query."""
+    import asyncio
+
+    from culler_fakes import SHARED_A100, template
+
+    from gpuspawner.culler.gpu_metrics import FB_USED
+
+    if shared:
+        labels = template(SHARED_A100, FB_USED, 1)
+    else:
+        labels = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k != "vgpu"}
+    labels.update(pod=f"jupyter-{user}", namespace="jhub", container="notebook", UUID=f"GPU-{user}")
+    prom.put(f"jupyter-{user}", labels, engine=engine, fb_used=fb)
+    state = "active" if engine > 0 else "idle"
+
+    def ready(view: GpuView) -> bool:
+        pod = view.for_pod("jhub", f"jupyter-{user}")
+        return pod.state == state and pod.memory_mib == fb
+
+    await asyncio.to_thread(prom.wait_view, GpuQuerySettings(), ready, f"{user}'s GPU {state}, {fb} MiB")

@@ -63,7 +63,7 @@ def main() -> None:  # pragma: no cover  (runs as the user's server, in its own 
         return _iso(datetime.now(UTC) + timedelta(days=1))
 
     class Liar(web.RequestHandler):
-        SUPPORTED_METHODS = ("GET", "POST", "DELETE")
+        SUPPORTED_METHODS = ("GET", "POST", "PUT", "DELETE")
 
         def check_xsrf_cookie(self) -> None:
             pass
@@ -94,6 +94,10 @@ def main() -> None:  # pragma: no cover  (runs as the user's server, in its own 
 
         def post(self, path: str) -> None:
             self.finish({})
+
+        def put(self, path: str) -> None:  # the culler's notices: taken, and ignored
+            self.set_status(204)
+            self.finish()
 
         def delete(self, path: str) -> None:  # "shut down": nothing changes
             self.set_status(204)

@@ -76,9 +76,15 @@ def test_example_service_registers_the_minimal_role():
     c.JupyterHub.services = []
     c.JupyterHub.load_roles = []
     exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"), {"get_config": lambda: c})
-    [svc] = c.JupyterHub.services
-    [role] = c.JupyterHub.load_roles
+    [svc, pages] = c.JupyterHub.services
+    [role, user_role, pages_role] = c.JupyterHub.load_roles
     assert svc["name"] == "gpu-culler" and svc["command"][1:3] == ["-m", "gpuspawner.culler"]
+    # telling users: every user may call the service (each reads only their own
+    # actions); the pages' token reads everyone's, and nothing else
+    assert user_role == {"name": "user", "scopes": ["self", "access:services!service=gpu-culler"]}
+    assert pages["name"] == pages_role["services"][0] == "gpu-culler-pages" and len(pages["api_token"]) >= 32
+    assert sorted(pages_role["scopes"]) == ["access:services!service=gpu-culler", "custom:gpu-culler:read-actions"]
+    assert "custom:gpu-culler:read-actions" in c.JupyterHub.custom_scopes
     assert role["services"] == ["gpu-culler"]
     assert sorted(role["scopes"]) == sorted(REQUIRED_SCOPES)
     assert "admin:users" not in role["scopes"] and "admin:servers" not in role["scopes"]
@@ -106,6 +112,20 @@ def test_a_too_short_token_lifetime_is_refused_with_a_reason():
 
     with pytest.raises(TraitError, match="at least 60 seconds"):
         GpuCuller(server_token_lifetime=30)
+
+
+def test_bad_notice_and_action_log_settings_are_refused_with_what_to_do():
+    from traitlets import TraitError
+
+    for kw, words in (
+        ({"warn_before_seconds": -1}, "must be 0 \\(no warnings\\)"),
+        ({"action_log_max_entries": 0}, "at least 1"),
+        ({"action_log_retention_days": 0}, "more than 0"),
+    ):
+        with pytest.raises(TraitError, match=words):
+            GpuCuller(**kw)
+    a = app(["--GpuCuller.warn_before_seconds=900", "--GpuCuller.action_log_path=/var/lib/culler/actions.jsonl"])
+    assert a.warn_before_seconds == 900 and a.make_action_log().path.name == "actions.jsonl"
 
 
 def test_gpu_idle_limit_and_token_lifetime_flags():

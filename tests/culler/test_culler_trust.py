@@ -32,9 +32,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from culler_fakes import SHARED_A100, template
 from culler_hub import REPO, Hub, Jupyter, Records, in_process_culler
-from culler_prom import Telemetry
+from culler_prom import Telemetry, user_gpu
 from hostile_pod import SNOOP_CONFIG, captured
 from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
@@ -43,7 +42,6 @@ from gpuspawner.culler import GpuCuller
 from gpuspawner.culler.config import scope_problems
 from gpuspawner.culler.cycle import Culler
 from gpuspawner.culler.decide import GPU_IDLE_LIMIT, HELD_BACK, KEEP, RECLAIM, STOP
-from gpuspawner.culler.gpu_metrics import FB_USED, GpuQuerySettings
 from gpuspawner.culler.tokens import NOTE_PREFIX
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -159,23 +157,8 @@ async def own_token(e: Env, user: str) -> str:
 
 
 async def telemetry(e: Env, user: str, engine: float, fb: float | None = None) -> None:
-    """dcgm-exporter's rows for the user's pod (a time-sliced share of an A100 for the
-    shared offering, a whole A100 (no vgpu label) for the others), and a wait until the
-    real Prometheus has enough samples of them for the culler's query."""
-    if SERVERS[user][0] == "t4-shared":
-        labels = template(SHARED_A100, FB_USED, 1)
-    else:
-        labels = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k != "vgpu"}
-    labels.update(pod=f"jupyter-{user}", namespace="jhub", container="notebook")
-    labels["UUID"] = f"GPU-{user}"  # a GPU of its own (the shared one keeps the time-sliced label)
-    e.prom.put(f"jupyter-{user}", labels, engine=engine, fb_used=fb)
-    state = "active" if engine > 0 else "idle"
-
-    def ready(view) -> bool:
-        pod = view.for_pod("jhub", f"jupyter-{user}")
-        return pod.state == state and pod.memory_mib == fb
-
-    await asyncio.to_thread(e.prom.wait_view, GpuQuerySettings(), ready, f"{user}'s GPU {state}, {fb} MiB")
+    """The user's GPU (a time-sliced share for the shared offering), ready in Prometheus."""
+    await user_gpu(e.prom, user, SERVERS[user][0] == "t4-shared", engine, fb)
 
 
 def culler(e: Env, *argv: str, token: str | None = None) -> tuple[Culler, Records, GpuCuller]:
@@ -267,6 +250,7 @@ async def test_what_a_pod_captures_from_the_culler_opens_nothing_but_its_own_ser
     assert {(r["method"], r["uri"].split("?")[0]) for r in got} >= {
         ("GET", "/user/eve/api/kernels"),
         ("DELETE", f"/user/eve/api/kernels/{kid}"),
+        ("PUT", "/user/eve/api/gpuspawner/culler"),  # the notice of what is reclaimed (404 here: no extension)
     }
     assert all(dict(r["headers"]).get("User-Agent") == "gpuspawner-culler" for r in got)
     creds = credentials(got)
@@ -378,6 +362,12 @@ async def test_busy_claims_on_an_idle_gpu_are_overruled_after_the_bound(env):
     # the liar only ever got its own server's token
     raw = json.dumps(captured(home(env, "liam")))
     assert "Authorization" in raw and env.hub.culler_token not in raw
+    # ... with its notice too: told just before, with that same token, never the culler's
+    # (warned 5 minutes before its gpu_idle_limit, then told as it was stopped)
+    notices = [r for r in captured(home(env, "liam")) if r["method"] == "PUT"]
+    assert [r["uri"].split("?")[0] for r in notices] == ["/user/liam/api/gpuspawner/culler"] * 2
+    assert all("no_track_activity=1" in r["uri"] for r in notices)
+    assert "warned liam: server stop in 00:05:00" in rec.text()
     await c.close()
 
 

@@ -56,6 +56,8 @@ def test_the_wheel_holds_the_package_and_its_files_only(wheel):
     assert "gpuspawner/ui/templates/gpuspawner_form.html" in names
     assert "gpuspawner/memguard_hook.py" in names  # the memory guard's start-up hook, mounted into pods
     assert any(n.startswith("gpuspawner/ui/static/") for n in names)
+    # the hub's home and spawn pages with the culler's actions (gpuspawner.culleractions)
+    assert {"gpuspawner/ui/hub_templates/home.html", "gpuspawner/ui/hub_templates/spawn.html"} <= names
     assert "gpuspawner/devcluster/nodes.yaml" in names and "gpuspawner/devcluster/gomod/go.mod" in names
     # the notebook's GPU view: the server extension enabled on install, the prebuilt JupyterLab extension
     data = f"gpuspawner-{gpuspawner.__version__}.data/data/"

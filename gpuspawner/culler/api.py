@@ -1,0 +1,116 @@
+"""The culler service's HTTP face: ``/metrics`` and the action log's JSON API.
+
+``GET <prefix>api/actions`` lists the culler's recent actions, newest first, as
+:func:`.notices.action_record` writes them. Authenticated by JupyterHub's own
+service auth (:class:`jupyterhub.services.auth.HubAuth`: ``Authorization: token
+<hub token>``, checked against the hub, cached briefly), which admits tokens with
+``access:services!service=<this service>``. What a caller sees then depends on
+its scopes:
+
+* anyone admitted: their own actions only (``?user=`` may name only themselves);
+* with ``custom:gpu-culler:read-actions`` (a JupyterHub custom scope) or
+  ``admin:users``: everyone's, filtered by ``?user=`` when given.
+
+``?limit=`` (1..1000, default 100). Errors are JSON ``{"status", "message"}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jupyterhub.services.auth import HubAuth, HubAuthenticated, UserNotAllowed
+from tornado import web
+
+from .actionlog import ActionLog
+from .metrics import CullerMetrics, MetricsHandler
+
+#: the custom scope that lets its holder read every user's actions
+READ_ALL_SCOPE = "custom:gpu-culler:read-actions"
+#: scopes that read every user's actions (an admin's ``admin:users`` too)
+DEFAULT_READ_ALL_SCOPES: tuple[str, ...] = (READ_ALL_SCOPE, "admin:users")
+MAX_LIMIT = 1000
+
+
+class ActionsHandler(HubAuthenticated, web.RequestHandler):
+    """``GET api/actions``: a user's own actions, or everyone's for readers of all."""
+
+    def initialize(self, actions: ActionLog, hub_auth: HubAuth, read_all_scopes: tuple[str, ...]) -> None:
+        self.actions = actions
+        self.hub_auth = hub_auth
+        self.read_all_scopes = read_all_scopes
+
+    async def prepare(self) -> None:
+        # HubAuthenticated.get_current_user asks the hub synchronously (in a
+        # thread); here it is awaited, and the mixin's own check admits it.
+        try:
+            model = await self.hub_auth.get_user(self, sync=False)
+        except web.HTTPError as e:  # the hub did not answer: not this service's fault, nor the caller's
+            if e.status_code < 500:
+                raise
+            self._refuse(503, "the hub could not be asked whose token this is; try again shortly")
+        if model:
+            try:
+                model = self.check_hub_user(model)
+            except UserNotAllowed:
+                model = None
+                self._refuse(403, "this token may not use the gpu-culler service: it needs access:services!service=<the culler's name>")
+        self._hub_auth_user_cache = model
+
+    def _refuse(self, status: int, message: str) -> None:
+        raise web.HTTPError(status, reason=None, log_message=message)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = getattr(exc, "log_message", None) or self._reason
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    def _reads_all(self, model: dict[str, Any]) -> bool:
+        return any(self.hub_auth.check_scopes({s}, model) for s in self.read_all_scopes)
+
+    def get(self) -> None:
+        model = self.current_user
+        if not model:
+            self._refuse(403, "no valid hub token: send 'Authorization: token <your JupyterHub API token>'")
+        raw_limit = self.get_argument("limit", "100")
+        try:
+            limit = int(raw_limit)
+            if not 1 <= limit <= MAX_LIMIT:
+                raise ValueError
+        except ValueError:
+            self._refuse(400, f"limit={raw_limit!r}: give a whole number from 1 to {MAX_LIMIT}")
+        wanted = self.get_argument("user", None)
+        is_user = model.get("kind", "user") == "user"
+        if self._reads_all(model):
+            user = wanted
+        elif is_user and wanted in (None, model["name"]):
+            user = model["name"]
+        elif is_user:
+            self._refuse(403, f"you may read only your own actions (user={model['name']!r}); reading {wanted!r}'s needs {READ_ALL_SCOPE}")
+        else:
+            self._refuse(403, f"this service has no user's actions of its own; reading all needs {READ_ALL_SCOPE}")
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps({"actions": self.actions.entries(user, limit), "user": user}))
+
+
+def make_service_app(
+    metrics: CullerMetrics,
+    prefix: str = "/",
+    actions: ActionLog | None = None,
+    hub_auth: HubAuth | None = None,
+    read_all_scopes: tuple[str, ...] = DEFAULT_READ_ALL_SCOPES,
+) -> web.Application:
+    """Serve ``<prefix>metrics`` and, with an action log and a :class:`HubAuth`,
+    ``<prefix>api/actions`` (both at ``/`` too: the hub's proxy forwards the
+    service's prefix, a scraper or the hub's pages may ask the address itself)."""
+    prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+    routes: list[Any] = [(r"/metrics", MetricsHandler, {"metrics": metrics})]
+    if prefix != "/":
+        routes.append((prefix + "metrics", MetricsHandler, {"metrics": metrics}))
+    if actions is not None and hub_auth is not None:
+        kw = {"actions": actions, "hub_auth": hub_auth, "read_all_scopes": tuple(read_all_scopes)}
+        for base in sorted({"/", prefix}):
+            routes.append((base + "api/actions", ActionsHandler, kw))
+    return web.Application(routes)

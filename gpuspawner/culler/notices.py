@@ -1,0 +1,194 @@
+"""What the culler tells users, in their words: the notice it puts to a server's
+notebook extension before (and as) it acts, and the record of each action it keeps.
+
+Pure: plain data in, plain data out. :mod:`.notify` sends the notices,
+:mod:`.actionlog` keeps the records. The wire format of the notice is the
+extension's ``PUT {base_url}api/gpuspawner/culler`` (docs/culler.md, "Warnings").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..vocabulary import Kind
+from .decide import GPU_IDLE_LIMIT, MAX_AGE, RECLAIM, STOP, Decision, Policy, Upcoming
+from .gpu_metrics import PodGpuView
+from .hub import ServerRecord
+
+#: what is held, as the user picked it on the spawn page
+_THING = {
+    Kind.FULL.value: "the whole GPU",
+    Kind.MIG.value: "the MIG slice",
+    Kind.SHARED.value: "the shared GPU",
+    Kind.VGPU.value: "the vGPU",
+    Kind.CUSTOM.value: "the GPU share",
+    Kind.CPU.value: "the server",
+}
+#: the notice's "action" for each decision
+NOTICE_ACTION = {STOP: "server", RECLAIM: "kernels"}
+#: the action log's "action" for each decision
+LOG_ACTION = {STOP: "server_stopped", RECLAIM: "kernels_shut_down"}
+
+
+def thing(kind: str) -> str:
+    return _THING.get(kind, "the GPU share")
+
+
+def duration_words(seconds: float) -> str:
+    """ "30 minutes", "1 minute", "2 hours 5 minutes": how long, to a person."""
+    minutes = max(0, int(seconds // 60))
+    if minutes < 120:
+        return "1 minute" if minutes == 1 else f"{minutes} minutes"
+    hours, rest = divmod(minutes, 60)
+    return f"{hours} hours" + (f" {rest} minutes" if rest else "")
+
+
+def _idle_and_limit(idle_s: float, limit_s: float) -> str:
+    """ "30 minutes (limit 30)" when both are in minutes; else both in full."""
+    if idle_s < 120 * 60 and limit_s < 120 * 60:
+        return f"{duration_words(idle_s)} (limit {int(limit_s // 60)})"
+    return f"{duration_words(idle_s)} (limit {duration_words(limit_s)})"
+
+
+def why_words(server: ServerRecord, decision: Decision, policy: Policy, earlier: timedelta = timedelta(0)) -> str:
+    """Why the culler acts, e.g. "the whole GPU was idle for 30 minutes (limit
+    30)" -- or, for a warning ``earlier`` than the action, why it will: "the whole
+    GPU has been idle for 25 minutes (limit 30)"."""
+    o = server.offering
+    what = thing(o.kind)
+    now = earlier > timedelta(0)
+
+    def idle(td: timedelta | None, limit_s: float) -> str:
+        return _idle_and_limit(max(timedelta(0), (td or timedelta(0)) - earlier).total_seconds(), limit_s)
+
+    if decision.action == RECLAIM and decision.shutdown:
+        first = max(decision.shutdown, key=lambda k: k.idle_for or timedelta(0))
+        n = len(decision.shutdown)
+        kernels = "an idle kernel" if n == 1 else f"{n} idle kernels"
+        held = f"{decision.memory_mib:.0f} MiB of {what}'s memory" if decision.memory_mib is not None else f"{what}'s memory"
+        verb = ("holds" if n == 1 else "hold") if now else "held"
+        return f"{kernels} {verb} {held} while idle for {idle(first.idle_for, first.limit_s or 0)}"
+    was = "has been" if now else "was"
+    if decision.stop_reason == GPU_IDLE_LIMIT:
+        shown = "has shown" if now else "showed"
+        limit = policy.gpu_idle_limit_for(o)
+        return f"GPU telemetry {shown} {what} idle for {idle(decision.gpu_idle_for, limit)}, whatever the server reported"
+    if decision.stop_reason == MAX_AGE:
+        return f"the server reached the longest time a server may run ({duration_words(policy.max_age)})"
+    return f"{what} {was} idle for {idle(decision.inactive, policy.timeout_for(o))}"
+
+
+def limit_seconds(server: ServerRecord, decision: Decision, policy: Policy) -> int:
+    """The limit that applies to this decision."""
+    if decision.action == RECLAIM and decision.shutdown:
+        return int(decision.shutdown[0].limit_s or policy.kernel_timeout_for(server.offering))
+    if decision.stop_reason == GPU_IDLE_LIMIT:
+        return policy.gpu_idle_limit_for(server.offering)
+    if decision.stop_reason == MAX_AGE:
+        return int(policy.max_age)
+    return policy.timeout_for(server.offering)
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat() if when is not None else None
+
+
+def observed(decision: Decision, gpu: PodGpuView | None) -> dict[str, Any]:
+    """The GPU figures the culler saw (the same in the notice, the log and the record)."""
+    out: dict[str, Any] = {}
+    if gpu is not None:
+        out["gpu"] = gpu.state
+        out["gpu_detail"] = gpu.reason
+    if decision.memory_mib is not None:
+        out["gpu_memory_mib"] = round(decision.memory_mib, 1)
+    if decision.inactive is not None:
+        out["inactive_seconds"] = int(decision.inactive.total_seconds())
+    return out
+
+
+def notice(
+    server: ServerRecord,
+    coming: Upcoming | None,
+    policy: Policy,
+    now: datetime,
+    idle_since: datetime | None,
+    gpu: PodGpuView | None,
+) -> dict[str, Any]:
+    """The culler's view of a server for its notebook extension: the action due
+    within the warning window (``warning`` true), or none planned."""
+    if coming is None:
+        return {"idle_since": _iso(idle_since), "action": None, "act_at": None, "warning": False}
+    d = coming.decision
+    return {
+        "idle_since": _iso(idle_since),
+        "action": NOTICE_ACTION[coming.action],
+        "act_at": _iso(coming.at),
+        "reason": why_words(server, d, policy, earlier=coming.at - now),
+        "warning": True,
+        "limit_seconds": limit_seconds(server, d, policy),
+        "observed": observed(d, gpu),
+    }
+
+
+def acting(
+    server: ServerRecord,
+    decision: Decision,
+    policy: Policy,
+    now: datetime,
+    idle_since: datetime | None,
+    gpu: PodGpuView | None,
+) -> dict[str, Any]:
+    """The notice put just before the culler acts: what it does now, and (for
+    kernels) which ones, so that the notebook can say "reclaimed for idleness"."""
+    body = {
+        "idle_since": _iso(idle_since),
+        "action": NOTICE_ACTION[decision.action],
+        "act_at": _iso(now),
+        "reason": why_words(server, decision, policy),
+        "warning": False,
+        "limit_seconds": limit_seconds(server, decision, policy),
+        "observed": observed(decision, gpu),
+    }
+    if decision.action == RECLAIM:
+        body["reclaimed"] = [k.kernel_id for k in decision.shutdown]
+    return body
+
+
+def what_words(server: ServerRecord, action: str, kernels: Sequence[str]) -> str:
+    """The subject of the sentence the hub's pages show: "Your server 'train' was stopped"."""
+    srv = f"your server '{server.name}'" if server.name else "your server"
+    if action == RECLAIM:
+        n = len(kernels)
+        return f"{'An idle kernel' if n == 1 else f'{n} idle kernels'} of {srv} {'was' if n == 1 else 'were'} shut down"
+    return f"{srv[0].upper()}{srv[1:]} was stopped"
+
+
+def action_record(
+    server: ServerRecord,
+    decision: Decision,
+    policy: Policy,
+    when: datetime,
+    gpu: PodGpuView | None,
+    kernels: Sequence[str] = (),
+) -> dict[str, Any]:
+    """One entry of the action log: user, server, what was reclaimed, why, the
+    GPU figures seen, when. ``what`` + " at <time>: " + ``why`` is the sentence
+    the hub's pages show (:func:`gpuspawner.culleractions.sentence`)."""
+    o = server.offering
+    return {
+        "time": when.isoformat(),
+        "user": server.user,
+        "server": server.name,
+        "action": LOG_ACTION[decision.action],
+        "reason": decision.stop_reason if decision.action == STOP else "idle",
+        "kind": o.kind,
+        "offering": o.slug,
+        "kernels": list(kernels),
+        "what": what_words(server, decision.action, kernels),
+        "why": why_words(server, decision, policy),
+        "limit_seconds": limit_seconds(server, decision, policy),
+        "observed": observed(decision, gpu),
+        "details": decision.summary(),
+    }
