@@ -307,3 +307,12 @@ def test_the_documented_dra_examples_are_valid_and_count_on_the_simulated_driver
     assert dra.availability(offerings["big-gpu"]).capacity == 2
     assert dra.availability(offerings["l4-quarter"]).capacity == 16
     assert dra.availability(offerings["h100-mps"]).capacity == 4
+
+
+def test_partitionable_devices_are_offered_but_not_counted_one_by_one():
+    slices = slices_of(L4)
+    for dev in slices[0]["spec"]["devices"]:
+        dev["consumesCounters"] = [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "1Gi"}}}]
+    dra = state(slices=slices)
+    l4 = by_slug(dra)["dra-gpu-l4"]
+    assert not dra.availability(l4).counted
