@@ -35,15 +35,35 @@ admin adds their own with a `dra` field instead of `resources` and `node_selecto
 ```python
 c.GPUSpawner.offerings = [
     # "any GPU with at least 40 GiB", whatever the product
-    {"slug": "big-gpu", "kind": "full", "display_name": "Any GPU with 40 GiB or more", "counts": [1, 2],
-     "dra": {"selector": "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0",
-             "match_attributes": ["gpu.nvidia.com/productName"]}},
+    {
+        "slug": "big-gpu",
+        "kind": "full",
+        "display_name": "Any GPU with 40 GiB or more",
+        "counts": [1, 2],
+        "dra": {
+            "selector": "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0",
+            "match_attributes": ["gpu.nvidia.com/productName"],
+        },
+    },
     # a quarter of an L4 by time-slicing: four notebooks share one claim's GPU
-    {"slug": "l4-quarter", "kind": "shared", "display_name": "L4 · 1/4 time-sliced", "product": "NVIDIA L4",
-     "sharing": "time-slicing", "replicas": 4, "dra": {"interval": "Long"}},
+    {
+        "slug": "l4-quarter",
+        "kind": "shared",
+        "display_name": "L4 · 1/4 time-sliced",
+        "product": "NVIDIA L4",
+        "sharing": "time-slicing",
+        "replicas": 4,
+        "dra": {"interval": "Long"},
+    },
     # MPS with NVIDIA's mpsConfig passed through
-    {"slug": "h100-mps", "kind": "shared", "product": "NVIDIA H100 80GB HBM3", "sharing": "mps", "replicas": 2,
-     "dra": {"mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "40Gi"}}},
+    {
+        "slug": "h100-mps",
+        "kind": "shared",
+        "product": "NVIDIA H100 80GB HBM3",
+        "sharing": "mps",
+        "replicas": 2,
+        "dra": {"mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "40Gi"}},
+    },
 ]
 ```
 
