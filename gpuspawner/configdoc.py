@@ -25,6 +25,62 @@ Offerings served through Dynamic Resource Allocation (NVIDIA's DRA driver): see
 """
 
 
+DRA_SECTION = """
+## DRA offerings (`dra` field)
+
+Offerings served through Dynamic Resource Allocation (`resource.k8s.io/v1`, NVIDIA's DRA
+driver `gpu.nvidia.com`) are discovered from the cluster's ResourceSlices (whole GPUs by
+product and memory, slugs `dra-gpu-<product>`; MIG devices by product and profile, slugs
+`dra-mig-<product>-<profile>`; see docs/architecture.md, "Dynamic Resource Allocation"). An
+admin adds their own with a `dra` field instead of `resources` and `node_selector`:
+
+```python
+c.GPUSpawner.offerings = [
+    # "any GPU with at least 40 GiB", whatever the product
+    {
+        "slug": "big-gpu",
+        "kind": "full",
+        "display_name": "Any GPU with 40 GiB or more",
+        "counts": [1, 2],
+        "dra": {
+            "selector": "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0",
+            "match_attributes": ["gpu.nvidia.com/productName"],
+        },
+    },
+    # a quarter of an L4 by time-slicing: four notebooks share one claim's GPU
+    {
+        "slug": "l4-quarter",
+        "kind": "shared",
+        "display_name": "L4 · 1/4 time-sliced",
+        "product": "NVIDIA L4",
+        "sharing": "time-slicing",
+        "replicas": 4,
+        "dra": {"interval": "Long"},
+    },
+    # MPS with NVIDIA's mpsConfig passed through
+    {
+        "slug": "h100-mps",
+        "kind": "shared",
+        "product": "NVIDIA H100 80GB HBM3",
+        "sharing": "mps",
+        "replicas": 2,
+        "dra": {"mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "40Gi"}},
+    },
+]
+```
+
+`product` (NVIDIA's `productName`, e.g. `NVIDIA H100 80GB HBM3`) and a mig offering's
+`profile` add selectors on those attributes. Every selector is compiled when the config is
+read (`check_config(c)`, `gpuspawner offerings --config`): one that does not compile stops
+the hub naming the entry. One that selects none of the devices published now is a warning
+(`gpuspawner offerings`); it may match later. A shared offering's sharing becomes NVIDIA's
+opaque `GpuConfig` (`MigDeviceConfig` on `mig.nvidia.com`) with `sharing.strategy`
+`TimeSlicing` or `MPS`; its free count is `replicas` per selected device, less the pods
+already sharing a claim with that config (`status.reservedFor`) and `replicas` for every
+device another claim holds.
+"""
+
+
 def render() -> str:
     out = [HEADER]
     own = GPUSpawner.class_own_traits(config=True)
@@ -38,6 +94,10 @@ def render() -> str:
 
     out.append("\n## Offering fields (`offerings` entries)\n")
     out.append("```\n" + inspect.cleandoc(offering_from_config.__doc__ or "") + "\n```\n")
+    out.append(DRA_SECTION)
+    from . import cel
+
+    out.append("\n### The CEL that selectors may use\n\n" + inspect.cleandoc((cel.__doc__ or "").split("\n\n", 1)[1]) + "\n")
     return "".join(out)
 
 

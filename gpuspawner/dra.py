@@ -24,6 +24,10 @@ as extended resources on nodes. :class:`DraState` keeps the slim facts of the th
   :mod:`gpuspawner.capacity` from allocatable, and any DRA devices published for it are left
   out here (NVIDIA's driver and its device plugin must not manage the same GPUs). So no GPU
   is counted twice.
+* **Not counted.** Partitionable devices (``consumesCounters``: NVIDIA's dynamic MIG
+  publishes every placement, and placements overlap) and devices that allow several
+  allocations (``allowMultipleAllocations``) are discovered but left uncounted: one device
+  taken does not mean one unit gone.
 * **The extended-resource mapping.** With ``extendedResourceName: nvidia.com/gpu`` on the
   gpu class, the scheduler may serve a plain ``nvidia.com/gpu`` pod with a DRA GPU on a node
   without that allocatable. It then writes a claim for the pod, so the device shows as taken
@@ -64,6 +68,9 @@ class Device:
     attributes: Mapping[str, Mapping[str, Any]]
     capacity: Mapping[str, Mapping[str, Any]]
     activation: Any = field(default=None, compare=False, repr=False)
+    #: Partitionable (``consumesCounters``, e.g. dynamic MIG) or multi-allocatable
+    #: (``allowMultipleAllocations``): one claim does not simply take one device; not counted.
+    shared_counters: bool = False
 
     @property
     def key(self) -> DeviceKey:
@@ -139,7 +146,9 @@ def slice_devices(raw: Mapping[str, Any]) -> tuple[Device, ...]:
     for dev in spec.get("devices") or []:
         attributes = dev.get("attributes") or {}
         capacity = dev.get("capacity") or {}
-        out.append(Device(driver, pool, dev.get("name", ""), node, attributes, capacity, device_activation(driver, attributes, capacity)))
+        partitioned = bool(dev.get("consumesCounters") or dev.get("allowMultipleAllocations"))
+        activation = device_activation(driver, attributes, capacity)
+        out.append(Device(driver, pool, dev.get("name", ""), node, attributes, capacity, activation, partitioned))
     return tuple(out)
 
 
@@ -418,6 +427,8 @@ class DraState:
         if any(d.key not in complete for d in self.matching(offering, complete_only=False)):
             return UNCOUNTED  # a pool of its devices is incomplete: unknown, never zero or full
         devices = self.matching(offering)
+        if any(d.shared_counters for d in devices):
+            return UNCOUNTED  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
         taken = self.taken()
         if claim.shares > 1:
             return self._shared_availability(offering, devices, taken)

@@ -270,7 +270,7 @@ class Inventory:
                 self._dra_unavailable = f"the hub's service account may not {NEEDED_DRA_PERMISSIONS}"
                 log.warning(
                     "GPUSpawner cannot count DRA devices: %s (the API server answered %d to %s). "
-                    "Install charts/gpuspawner's ClusterRole or grant those permissions; until then DRA offerings show no free count.",
+                    "Grant those permissions (the gpuspawner Helm chart's ClusterRole has them); until then DRA offerings show no free count.",
                     self._dra_unavailable,
                     refused.status,
                     refused.what,

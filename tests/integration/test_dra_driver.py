@@ -72,3 +72,55 @@ def test_template_claims_are_made_by_the_resourceclaim_controller(kube, dra_driv
     (made,) = kube.request("GET", CLAIMS.format(ns=namespace))["items"]
     devices = sorted(r["device"] for r in made["status"]["allocation"]["devices"]["results"])
     assert devices == ["gpu-0", "gpu-1"]
+
+
+async def _inventory(devcluster):
+    from kubespawner.clients import load_config, shared_client
+
+    from gpuspawner.inventory import Inventory
+
+    load_config()
+    inventory = Inventory(shared_client("CoreV1Api"))
+    inventory.start()
+    assert await inventory.wait_ready(60), inventory.last_error
+    return inventory
+
+
+async def _until(check, what: str, timeout: float = 60.0):
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_the_live_inventory_counts_the_extended_resource_mapping_as_a_taken_dra_gpu(devcluster, kube, dra_driver, namespace):
+    """A plain nvidia.com/gpu pod that the scheduler serves with a DRA GPU (the gpu class's
+    extendedResourceName) gets a claim the scheduler writes: the inventory counts that L4 taken
+    in the DRA offering, and no device-plugin offering ever counts DRA devices."""
+    inventory = await _inventory(devcluster)
+    try:
+        index = inventory.index
+        await _until(lambda: index.dra.synced and any(o.slug == "dra-gpu-l4" for o in index.discovered()), "DRA offerings")
+        l4 = next(o for o in index.discovered() if o.slug == "dra-gpu-l4")
+        assert index.availability(l4).free == 4
+        plugin_before = {o.slug: index.availability(o) for o in index.discovered() if o.resources}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "plain"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": "dra-l4"},
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+        }
+        kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+        wait_for(lambda: running(kube, namespace, "plain"), "the plain nvidia.com/gpu pod Running on the DRA node", timeout=60)
+        (made,) = kube.request("GET", CLAIMS.format(ns=namespace))["items"]
+        assert made["status"]["allocation"]["devices"]["results"][0]["pool"] == "dra-l4"
+        await _until(lambda: index.availability(l4).free == 3, "the inventory to count the mapped L4 taken")
+        assert {o.slug: index.availability(o) for o in index.discovered() if o.resources} == plugin_before
+    finally:
+        await inventory.stop()

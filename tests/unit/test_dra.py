@@ -291,3 +291,28 @@ def test_selectors_that_match_nothing_and_missing_classes_are_warned_about_once_
     assert "offering 'tpu': device class 'tpu.example.com': no such DeviceClass" in warnings[1]
     dra.synced = False
     assert unmatched([huge], dra) == []  # not known yet: no warning
+
+
+def test_the_documented_dra_examples_are_valid_and_count_on_the_simulated_driver():
+    from types import SimpleNamespace
+
+    from gpuspawner.configdoc import DRA_SECTION
+    from gpuspawner.offerings import offerings_from_config
+
+    code = DRA_SECTION.split("```python\n", 1)[1].split("```", 1)[0]
+    c = SimpleNamespace(GPUSpawner=SimpleNamespace())
+    exec(code, {"c": c})
+    offerings = {o.slug: o for o in offerings_from_config(c.GPUSpawner.offerings)}
+    dra = state()
+    assert dra.availability(offerings["big-gpu"]).capacity == 2
+    assert dra.availability(offerings["l4-quarter"]).capacity == 16
+    assert dra.availability(offerings["h100-mps"]).capacity == 4
+
+
+def test_partitionable_devices_are_offered_but_not_counted_one_by_one():
+    slices = slices_of(L4)
+    for dev in slices[0]["spec"]["devices"]:
+        dev["consumesCounters"] = [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "1Gi"}}}]
+    dra = state(slices=slices)
+    l4 = by_slug(dra)["dra-gpu-l4"]
+    assert not dra.availability(l4).counted
