@@ -20,6 +20,7 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..vocabulary import PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL
 from .cgroup import PodRef, pod_of
 from .nvml import Device, NvmlReader, Pass, Problem
 from .pods import PodDirectory
@@ -27,10 +28,10 @@ from .pods import PodDirectory
 log = logging.getLogger("gpuspawner.probe")
 
 PREFIX = "gpuspawner_probe_"
-POD_MEMORY = PREFIX + "pod_gpu_memory_bytes"
+POD_MEMORY = PROBE_POD_MEMORY
 POD_PROCESSES = PREFIX + "pod_gpu_processes"
-POD_SM_UTIL = PREFIX + "pod_sm_utilization_ratio"
-DEVICE_TOTAL = PREFIX + "device_memory_total_bytes"
+POD_SM_UTIL = PROBE_POD_SM_UTIL
+DEVICE_TOTAL = PROBE_DEVICE_TOTAL
 DEVICE_USED = PREFIX + "device_memory_used_bytes"
 DEVICE_UNATTRIBUTED = PREFIX + "device_unattributed_memory_bytes"
 NVML_UP = PREFIX + "nvml_up"
