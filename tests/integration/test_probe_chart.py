@@ -10,8 +10,9 @@ import urllib.error
 import pytest
 import yaml
 
+from gpuspawner.probe.pods import ApiPods
 from tests.conftest import wait_for
-from tests.integration.test_examples import CHART, helm
+from tests.integration.test_examples import CHART, helm, sar
 
 ON = ["--set", "probe.enabled=true", "--set", "probe.image.repository=ghcr.io/example/gpuspawner", "--set", "probe.image.tag=0.1.0"]
 
@@ -95,3 +96,82 @@ def test_the_api_server_accepts_the_probe(kube, namespace, tmp_path):
                 raise AssertionError(f"{kind} {name} refused: {exc.read().decode()}") from None
 
         wait_for(accepted, f"the API server to accept {kind} {name}")
+
+
+# -- the probe's one question to Kubernetes, against the real API server -------------------
+def _pod(name: str, node: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "containers": [{"name": "notebook", "image": "jupyter/base-notebook"}]},
+    }
+
+
+@pytest.mark.cluster
+def test_probe_names_the_pods_on_its_node_from_the_api_server(kube, devcluster, namespace):
+    mine = kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", _pod("jupyter-ann", "gpu-t4-ts-shared"))
+    other = kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", _pod("jupyter-bob", "gpu-l4-mps"))
+    pods = ApiPods("gpu-t4-ts-shared", [namespace], refresh_s=0, kubeconfig=str(devcluster.kubeconfig))
+    found = pods.lookup(mine["metadata"]["uid"])
+    assert found is not None and (found.namespace, found.name) == (namespace, "jupyter-ann")
+    assert pods.lookup(other["metadata"]["uid"]) is None  # another node's pod: not listed
+    assert pods.errors == 0
+
+
+def test_probe_without_the_api_server_keeps_uids_and_does_not_ask_every_scrape(tmp_path, caplog):
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "gone", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "probe", "user": {"token": "x"}}],
+                "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "probe"}}],
+                "current-context": "gone",
+            }
+        )
+    )
+    now = [0.0]
+    pods = ApiPods("gpu-node-1", ["jhub"], refresh_s=30, kubeconfig=str(config), clock=lambda: now[0])
+    assert pods.lookup("11111111-1111-4111-8111-111111111111") is None
+    assert pods.lookup("11111111-1111-4111-8111-111111111111") is None
+    assert pods.errors == 1, "listed again within refresh_s"
+    assert "could not list pods on node gpu-node-1 in jhub" in caplog.text
+    now[0] = 31.0
+    pods.lookup("11111111-1111-4111-8111-111111111111")
+    assert pods.errors == 2
+
+
+@pytest.mark.cluster
+def test_the_probe_role_lets_it_list_pods_in_its_namespace_and_nothing_else(kube, namespace, tmp_path):
+    docs = render(tmp_path, namespace, *ON)
+    probe = f"system:serviceaccount:{namespace}:gpu-gpuspawner-probe"
+    created = []
+    try:
+        for (kind, ns, _), doc in docs.items():
+            if kind in ("ServiceAccount", "Role", "RoleBinding"):
+                kube.request("POST", PATHS[kind].format(ns=ns), doc)
+                created.append(PATHS[kind].format(ns=ns) + "/" + doc["metadata"]["name"])
+        wait_for(lambda: sar(kube, probe, namespace, verb="list", resource="pods", namespace=namespace), "the RoleBinding in force")
+
+        def may(verb: str, resource: str, ns: str = "", subresource: str = "") -> bool:
+            attributes = {"verb": verb, "resource": resource, "namespace": ns, "subresource": subresource}
+            return sar(kube, probe, namespace, **{k: v for k, v in attributes.items() if v})
+
+        denied = [
+            ("list", "pods"),  # cluster-wide
+            ("list", "pods", "kube-system"),
+            ("get", "pods", namespace),
+            ("watch", "pods", namespace),
+            ("create", "pods", namespace, "exec"),
+            ("get", "nodes", "", "proxy"),
+            ("get", "secrets", namespace),
+            ("list", "nodes"),
+            ("delete", "pods", namespace),
+        ]
+        assert [d for d in denied if may(*d)] == []
+    finally:
+        for path in reversed(created):
+            kube.request("DELETE", path)
