@@ -83,6 +83,7 @@ def test_the_installed_wheel_works_outside_the_repository(venv, tmp_path):
         "ok spawn page rendered from the wheel's templates",
         "ok gpuspawner offerings --nodes",
         "ok gpuspawner-culler --help",
+        "ok gpuspawner probe --once without a GPU",
     ], done.stdout + done.stderr
 
 
