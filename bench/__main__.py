@@ -12,6 +12,7 @@ RUNS = [
     ["-m", "bench.start_bench", "--spawns", "20", "--refusals", "5"],
     ["-m", "bench.page_bench", "--nodes", "300", "--offerings", "100", "--renders", "20"],
     ["-m", "bench.culler_bench", "--servers", "200"],
+    ["-m", "bench.probe_bench", "--scrapes", "30"],
 ]
 
 

@@ -4,6 +4,7 @@ gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
 gpuspawner offerings [--nodes F] [--pods F] [--slices F --device-classes F [--claims F]] [--config F]
                      [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
 gpuspawner report [--since 7d] [--by user|group|offering] [--format table|csv|json] --prometheus-url URL
+gpuspawner probe [--once] [--port N] [--node NAME] [--namespace NS] [--proc DIR]   the per-pod GPU probe (docs/probe.md)
 """
 
 from __future__ import annotations
@@ -313,6 +314,12 @@ def parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="GPU-hours held, active and idle per user, group or offering, from Prometheus")
     report.add_arguments(rep)
     rep.set_defaults(func=report.run)
+
+    from .probe import main as probe
+
+    pro = sub.add_parser("probe", help="per-pod GPU memory from NVML as Prometheus metrics (a node agent; docs/probe.md)")
+    probe.add_arguments(pro)
+    pro.set_defaults(func=probe.run)
     return top
 
 

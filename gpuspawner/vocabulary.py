@@ -123,3 +123,12 @@ ENV_MEMORY_FRACTION = "GPUSPAWNER_MEMORY_FRACTION"
 ENV_MEMORY_MIB = "GPUSPAWNER_MEMORY_MIB"
 #: Pod annotation holding the start-up hook's source, projected into the pod as a file.
 ANNOTATION_MEMGUARD_HOOK = "gpuspawner.io/memguard-hook"
+
+#: Kinds whose pods share one GPU's memory and engines with other pods, unisolated
+#: (time-slicing, MPS, a site's fractional resource): the GPU's own numbers are not the pod's.
+SHARING_KINDS: frozenset[Kind] = frozenset({Kind.SHARED, Kind.CUSTOM})
+
+#: The per-pod GPU probe's metrics (gpuspawner.probe writes them; the culler reads them).
+PROBE_POD_MEMORY = "gpuspawner_probe_pod_gpu_memory_bytes"
+PROBE_POD_SM_UTIL = "gpuspawner_probe_pod_sm_utilization_ratio"
+PROBE_DEVICE_TOTAL = "gpuspawner_probe_device_memory_total_bytes"

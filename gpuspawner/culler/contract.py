@@ -42,6 +42,7 @@ from ..vocabulary import (
     RECORD_POD,
     RECORD_RESOURCES,
     RECORD_URL,
+    SHARING_KINDS,
     Kind,
 )
 
@@ -68,6 +69,11 @@ class ServerOffering:
     @property
     def is_gpu(self) -> bool:
         return self.kind in GPU_KINDS
+
+    @property
+    def shares_gpu(self) -> bool:
+        """Other pods use the same GPU unisolated (time-slicing, MPS, a fractional resource)."""
+        return self.kind in SHARING_KINDS
 
     @property
     def expected_devices(self) -> int | None:

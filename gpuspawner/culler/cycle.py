@@ -146,6 +146,8 @@ class Culler:
         #: (user, server) -> ((started, url), memo of its last kernel view)
         self._memos: dict[tuple[str, str], tuple[tuple[Any, Any], KernelMemo]] = {}
         self._seen: set[tuple[str, str]] = set()
+        #: whether the last available GPU view had the per-pod probe's series (None: none yet)
+        self._probe_seen: bool | None = None
 
     # -- views -------------------------------------------------------------
     async def _gpu_view(self, report: CycleReport) -> GpuView:
@@ -160,9 +162,25 @@ class Culler:
                     view.error,
                 )
         self.metrics.gpu_view_up.set(1 if view.available else 0)
+        if view.available and view.probe != self._probe_seen:
+            self._log_probe(view.probe)
         report.gpu_view = view
         report.reclaimed_mib.update(self.actions.tracker.observe(view))
         return view
+
+    def _log_probe(self, present: bool) -> None:
+        """Say once (and again only when it changes) whose numbers shared GPUs are judged on."""
+        self._probe_seen = present
+        if present:
+            self.log.info(
+                "per-pod GPU probe series found (gpuspawner probe): pods sharing a GPU are judged on their own processes' "
+                "memory and activity where the probe covers the device"
+            )
+        else:
+            self.log.info(
+                "no per-pod GPU probe series (gpuspawner probe, docs/probe.md): pods sharing a time-sliced or MPS GPU are "
+                "judged on dcgm-exporter's whole-GPU numbers, so a busy neighbour keeps an idle pod's memory held"
+            )
 
     # -- per server / user -------------------------------------------------
     async def _server(
@@ -186,7 +204,7 @@ class Culler:
             if o.devices:  # Dynamic Resource Allocation: found by its devices (gpu_metrics.GpuView.for_devices)
                 gpu = view.for_devices(o.devices)
             else:
-                gpu = expect_devices(view.for_pod(o.namespace, o.pod), o.expected_devices)
+                gpu = expect_devices(view.for_pod(o.namespace, o.pod, shared=o.shares_gpu), o.expected_devices)
             pod = (o.namespace or "", o.pod or "")
             self._gpu_pods_seen.add(pod)
             if gpu.active:

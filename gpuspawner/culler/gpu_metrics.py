@@ -15,6 +15,23 @@ Each part is tagged with a ``gpuspawner_series="<metric>:<stat>"`` label through
 after the ``*_over_time`` functions drop the metric name, and they are joined with
 ``or``.
 
+and, when the per-pod GPU probe (``gpuspawner probe``, docs/probe.md) is scraped too:
+
+* ``gpuspawner_probe_pod_gpu_memory_bytes`` now, summed over the pod's containers:
+  the memory the pod's own processes hold on each device;
+* ``max_over_time`` and ``count_over_time`` of ``gpuspawner_probe_pod_sm_utilization_ratio``:
+  the pod's own processes' SM activity (time-sliced and whole GPUs; NVML samples no
+  processes on MIG instances);
+* ``gpuspawner_probe_device_memory_total_bytes``: which devices the probe covers (a pod
+  with no probe row on a covered device holds no memory there).
+
+Probe and exporter series of one device share dcgm-exporter's device labels, so they
+meet in one :class:`DeviceReading`. A pod's memory is the probe's where the probe covers
+the device, else dcgm-exporter's ``FB_USED`` (on a shared GPU: the whole GPU's). Its
+activity on a *shared* device (time-slicing, MPS, a fractional resource: every pod there
+sees the same device numbers) is its own processes' activity where the probe samples it:
+a busy neighbour no longer keeps an idle pod's memory; elsewhere the device's.
+
 Rules (see docs/culler.md):
 
 * any sample above the activity threshold is activity, however few samples;
@@ -36,7 +53,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..vocabulary import DEVICE_MIG_PROFILE, DEVICE_NAME, DEVICE_POOL, DEVICE_UUID
+from ..vocabulary import DEVICE_MIG_PROFILE, DEVICE_NAME, DEVICE_POOL, DEVICE_UUID, PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL
 
 ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -83,6 +100,13 @@ def build_query(settings: GpuQuerySettings) -> str:
     sel = _selector(FB_USED, settings.selector)
     parts.append(_tag(sel, FB_USED, "last"))
     parts.append(_tag(f"count_over_time({sel}[{w}])", FB_USED, "count"))
+    # the probe: one series per container; the pod's memory on a device is their sum
+    sel = _selector(PROBE_POD_MEMORY, settings.selector)
+    parts.append(_tag(f"sum without (container, exported_container) ({sel})", PROBE_POD_MEMORY, "last"))
+    sel = _selector(PROBE_POD_SM_UTIL, settings.selector)
+    parts.append(_tag(f"max_over_time({sel}[{w}])", PROBE_POD_SM_UTIL, "max"))
+    parts.append(_tag(f"count_over_time({sel}[{w}])", PROBE_POD_SM_UTIL, "count"))
+    parts.append(_tag(PROBE_DEVICE_TOTAL, PROBE_DEVICE_TOTAL, "last"))
     return " or ".join(parts)
 
 
@@ -98,6 +122,12 @@ class DeviceReading:
     util_samples: int = 0
     memory_mib: float | None = None
     memory_samples: int = 0
+    #: the probe's: the pod's own processes' memory (MiB) and SM activity (ratio)
+    probe_memory_mib: float | None = None
+    probe_util_max: float | None = None
+    probe_util_samples: int = 0
+    #: the probe covers this device (a pod without a probe row there holds no memory)
+    probed: bool = False
 
     def update(self, metric: str, stat: str, value: float) -> None:
         # duplicates (HA Prometheus pairs, several containers of one pod on one
@@ -117,9 +147,27 @@ class DeviceReading:
             self.memory_mib = mx(self.memory_mib)
         elif metric == FB_USED and stat == "count":
             self.memory_samples = max(self.memory_samples, int(value))
+        elif metric == PROBE_POD_MEMORY:
+            mib = value / 2**20  # the probe counts bytes, dcgm-exporter MiB
+            self.probe_memory_mib = mib if self.probe_memory_mib is None else max(self.probe_memory_mib, mib)
+            self.probed = True
+        elif metric == PROBE_POD_SM_UTIL and stat == "max":
+            self.probe_util_max = mx(self.probe_util_max)
+        elif metric == PROBE_POD_SM_UTIL and stat == "count":
+            self.probe_util_samples = max(self.probe_util_samples, int(value))
 
-    def classify(self, s: GpuQuerySettings) -> tuple[str, str]:
-        """(state, reason) for this device."""
+    def classify(self, s: GpuQuerySettings, shared: bool = False) -> tuple[str, str]:
+        """(state, reason) for this device. ``shared``: other pods use the device too, so
+        where the probe samples the pod's own processes, their activity is the pod's."""
+        if self.probe_util_max is not None and self.probe_util_max > s.engine_threshold:
+            return ACTIVE, f"{self.device}: the pod's processes' SM utilisation max {self.probe_util_max:.2f} (probe)"
+        if shared and self.probe_util_samples > 0:
+            if self.probe_util_samples >= s.min_samples:
+                return IDLE, (
+                    f"{self.device}: the pod's processes idle (probe, {self.probe_util_samples} samples; "
+                    "the shared GPU's own activity is its other users' too)"
+                )
+            return UNKNOWN, f"{self.device}: too few probe samples ({self.probe_util_samples}/{s.min_samples})"
         use_util = not self.mig
         if self.engine_max is not None and self.engine_max > s.engine_threshold:
             return ACTIVE, f"{self.device}: GR_ENGINE_ACTIVE max {self.engine_max:.2f}"
@@ -138,7 +186,15 @@ class DeviceReading:
 
     @property
     def memory_known(self) -> bool:
-        return self.memory_mib is not None and self.memory_samples > 0
+        return self.probed or (self.memory_mib is not None and self.memory_samples > 0)
+
+    @property
+    def pod_memory_mib(self) -> float | None:
+        """The pod's memory on this device: the probe's where it covers the device (0 with
+        no process of the pod there), else dcgm-exporter's FB_USED."""
+        if self.probed:
+            return self.probe_memory_mib or 0.0
+        return self.memory_mib if self.memory_known else None
 
 
 @dataclass(frozen=True)
@@ -172,6 +228,11 @@ class GpuView:
     by_device: Mapping[tuple[str, str, str], DeviceReading] = field(default_factory=dict)
     #: The settings the view was read with (for judging readings found by device).
     settings: GpuQuerySettings = field(default_factory=GpuQuerySettings)
+
+    #: the same pods read as sharing their devices (see :meth:`DeviceReading.classify`)
+    shared_pods: Mapping[tuple[str, str], PodGpuView] = field(default_factory=dict)
+    #: the per-pod probe's series were in the answer
+    probe: bool = False
 
     def for_devices(self, devices: Iterable[Mapping[str, str]]) -> PodGpuView:
         """The view of a pod's DRA devices (``vocabulary.RECORD_DEVICES`` entries), decided
@@ -209,15 +270,16 @@ class GpuView:
             return PodGpuView(UNKNOWN, "; ".join([*missing, view.reason]), view.memory_mib, view.devices)
         return view
 
-    def for_pod(self, namespace: str | None, pod: str | None) -> PodGpuView:
+    def for_pod(self, namespace: str | None, pod: str | None, shared: bool = False) -> PodGpuView:
         if not self.available:
             return PodGpuView(UNKNOWN, f"GPU view unavailable ({self.error})")
         if not pod:
             return PodGpuView(UNKNOWN, "the server's contract names no pod")
+        pods = self.shared_pods if shared else self.pods
         if namespace:
-            view = self.pods.get((namespace, pod)) or self.pods.get(("", pod))
+            view = pods.get((namespace, pod)) or pods.get(("", pod))
         else:
-            matches = [v for (ns, p), v in self.pods.items() if p == pod]
+            matches = [v for (ns, p), v in pods.items() if p == pod]
             view = matches[0] if len(matches) == 1 else None
         if view is None:
             where = f"{namespace}/{pod}" if namespace else pod
@@ -285,9 +347,9 @@ def merge_candidates(candidates: list[DeviceReading]) -> DeviceReading:
     return merged
 
 
-def summarize_pod(devices: list[DeviceReading], s: GpuQuerySettings) -> PodGpuView:
-    states = [d.classify(s) for d in devices]
-    known_mem = [d.memory_mib for d in devices if d.memory_known]
+def summarize_pod(devices: list[DeviceReading], s: GpuQuerySettings, shared: bool = False) -> PodGpuView:
+    states = [d.classify(s, shared) for d in devices]
+    known_mem = [d.pod_memory_mib for d in devices if d.memory_known]
     memory = sum(known_mem) if known_mem else None  # type: ignore[arg-type]
     active = [r for st, r in states if st == ACTIVE]
     unknown = [r for st, r in states if st == UNKNOWN]
@@ -312,10 +374,14 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
         return unavailable(f"expected a vector result, got {data.get('resultType')!r}", settings.window_s)
     per_pod: dict[tuple[str, str], dict[str, DeviceReading]] = {}
     by_device: dict[tuple[str, str, str], DeviceReading] = {}
+    probed: set[str] = set()
     for item in data.get("result") or []:
         labels = item.get("metric") or {}
         tag = labels.get(SERIES_LABEL, "")
         metric, _, stat = tag.partition(":")
+        if metric == PROBE_DEVICE_TOTAL:
+            probed.add(device_name(labels)[0])
+            continue
         if not stat:
             continue  # a series that is not ours
         try:
@@ -325,7 +391,10 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
         if math.isnan(value):
             continue
         name, mig = device_name(labels)
-        if labels.get("UUID"):  # found by device (DRA pods), whichever pod dcgm-exporter names, if any
+        if labels.get("UUID") and metric not in (
+            PROBE_POD_MEMORY,
+            PROBE_POD_SM_UTIL,
+        ):  # found by device (DRA pods), whichever pod dcgm-exporter names, if any
             device_key = (labels["UUID"], labels.get("GPU_I_ID", ""), labels.get("GPU_I_PROFILE", ""))
             by_device.setdefault(device_key, DeviceReading(device=name, mig=mig)).update(metric, stat, value)
         pod = _first(labels, settings.pod_labels)
@@ -337,5 +406,17 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
         if reading is None:
             reading = devices[name] = DeviceReading(device=name, mig=mig)
         reading.update(metric, stat, value)
+    for devs in per_pod.values():
+        for name, reading in devs.items():
+            reading.probed = reading.probed or name in probed
     pods = {key: summarize_pod(list(devs.values()), settings) for key, devs in per_pod.items()}
-    return GpuView(available=True, pods=pods, window_s=settings.window_s, by_device=by_device, settings=settings)
+    shared = {key: summarize_pod(list(devs.values()), settings, shared=True) for key, devs in per_pod.items()}
+    return GpuView(
+        available=True,
+        pods=pods,
+        window_s=settings.window_s,
+        shared_pods=shared,
+        probe=bool(probed),
+        by_device=by_device,
+        settings=settings,
+    )

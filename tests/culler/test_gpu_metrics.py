@@ -27,6 +27,7 @@ from gpuspawner.culler.gpu_metrics import (
     parse_query_response,
     unavailable,
 )
+from gpuspawner.vocabulary import PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL
 
 S = GpuQuerySettings()
 MPS = "model-playground-stg"
@@ -115,14 +116,16 @@ def test_prometheus_stores_the_standins_rows_with_their_labels(world):
 
 
 # -- the query ---------------------------------------------------------------------
-def test_query_is_one_expression_over_the_three_metrics():
+def test_query_is_one_expression_over_the_exporter_and_probe_metrics():
     q = build_query(GpuQuerySettings(window_s=300, selector='exported_namespace="jhub"'))
     parts = q.split(" or ")
-    assert len(parts) == 6
-    for metric in (ENGINE, UTIL, FB_USED):
-        assert sum(metric in p for p in parts) == 2
-    assert q.count('{exported_namespace="jhub"}') == 6
-    assert q.count("[300s]") == 5  # FB_USED "now" is an instant selector
+    assert len(parts) == 10
+    for metric in (ENGINE, UTIL, FB_USED, PROBE_POD_MEMORY + "{", PROBE_POD_SM_UTIL):
+        assert sum(metric in p for p in parts) == (1 if metric.endswith("{") else 2)
+    # the probe's device rows carry no pod labels: which devices it covers, unfiltered
+    assert sum(PROBE_DEVICE_TOTAL in p for p in parts) == 1
+    assert q.count('{exported_namespace="jhub"}') == 9
+    assert q.count("[300s]") == 7  # FB_USED and the probe's memory "now" are instant selectors
     assert all(f'"{SERIES_LABEL}"' in p for p in parts)
 
 
@@ -438,3 +441,66 @@ def test_memory_reclaimed_from_a_dra_pod_is_read_from_its_devices_series():
     assert tracker.observe(parse_query_response(holding(3000.0), S)) == {"ann": 12866.0}
     tracker.expect(("jhub", "jupyter-ann"), 15866.0, "full", "ann", (dra("GPU-nowhere"),))
     assert tracker.observe(parse_query_response(holding(3000.0), S)) == {}  # not readable: nothing claimed as freed
+
+
+# -- the per-pod probe's series beside dcgm-exporter's (hand-built answers) ------------
+SHARED_GPU = {k: v for k, v in template(SHARED_A100, FB_USED, 1).items() if k not in ("pod", "namespace", "container", "vgpu")}
+
+
+def probe_answer(pods: dict[str, tuple[float | None, list[float] | None]], *, dcgm_engine: float = 0.9, covered: bool = True) -> dict:
+    """One shared GPU, busy by dcgm-exporter's count, seen by every pod; per pod the probe's
+    memory (bytes, None: no probe row) and SM samples (None: not sampled)."""
+    result = []
+
+    def row(labels, metric, stat, value):
+        result.append({"metric": {**labels, SERIES_LABEL: f"{metric}:{stat}"}, "value": [0, str(value)]})
+
+    for name, (memory, util) in pods.items():
+        labels = dict(SHARED_GPU, pod=name, namespace="jhub")
+        row(labels, ENGINE, "max", dcgm_engine)
+        row(labels, ENGINE, "count", 10)
+        row(labels, FB_USED, "last", 9000)
+        row(labels, FB_USED, "count", 10)
+        if memory is not None:
+            row(labels, PROBE_POD_MEMORY, "last", memory)
+        if util is not None:
+            row(labels, PROBE_POD_SM_UTIL, "max", max(util))
+            row(labels, PROBE_POD_SM_UTIL, "count", len(util))
+    if covered:
+        row(SHARED_GPU, PROBE_DEVICE_TOTAL, "last", 80 << 30)
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+def test_without_probe_series_a_shared_gpu_is_judged_on_the_whole_gpu():
+    view = parse_query_response(probe_answer({"jupyter-bob": (None, None)}, covered=False), S)
+    assert not view.probe
+    bob = view.for_pod("jhub", "jupyter-bob", shared=True)
+    assert bob.active and bob.memory_mib == 9000
+
+
+def test_probe_tells_apart_pods_sharing_a_gpu():
+    body = probe_answer({"jupyter-ann": (3 << 30, [0.0, 0.9, 0.8, 0.0]), "jupyter-bob": (5 << 30, [0.0] * 6)})
+    view = parse_query_response(body, S)
+    assert view.probe
+    ann, bob = (view.for_pod("jhub", p, shared=True) for p in ("jupyter-ann", "jupyter-bob"))
+    assert ann.active and "SM utilisation max 0.90 (probe)" in ann.reason and ann.memory_mib == 3 * 1024
+    assert bob.idle and "the pod's processes idle (probe, 6 samples" in bob.reason and bob.memory_mib == 5 * 1024
+
+
+def test_probe_idleness_does_not_outweigh_the_device_on_an_unshared_gpu():
+    view = parse_query_response(probe_answer({"jupyter-bob": (5 << 30, [0.0] * 6)}), S)
+    bob = view.for_pod("jhub", "jupyter-bob", shared=False)
+    assert bob.active and "GR_ENGINE_ACTIVE max 0.90" in bob.reason
+    assert bob.memory_mib == 5 * 1024  # the pod's own memory, whatever the kind
+
+
+def test_too_few_probe_samples_on_a_shared_gpu_is_unknown():
+    bob = parse_query_response(probe_answer({"jupyter-bob": (5 << 30, [0.0, 0.0])}), S).for_pod("jhub", "jupyter-bob", shared=True)
+    assert bob.state == "unknown" and "too few probe samples (2/4)" in bob.reason
+
+
+def test_a_pod_without_processes_on_a_device_the_probe_covers_holds_nothing():
+    bob = parse_query_response(probe_answer({"jupyter-bob": (None, None)}), S).for_pod("jhub", "jupyter-bob", shared=True)
+    assert bob.memory_mib == 0.0
+    # no probe samples: the shared device's own (busy) activity still counts, never idleness
+    assert bob.active

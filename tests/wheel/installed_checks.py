@@ -109,6 +109,17 @@ def culler_help() -> None:
     ok("gpuspawner-culler --help")
 
 
+def probe_without_a_gpu() -> None:
+    """The probe and its binding are in the wheel: here, with no NVIDIA driver, NVML is
+    reported down as a metric and the exit status, never a traceback."""
+    done = subprocess.run(
+        [Path(sys.executable).with_name("gpuspawner"), "probe", "--once", "--node", "n1"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, (done.returncode, done.stderr[-1500:])
+    assert "gpuspawner_probe_nvml_up 0.0" in done.stdout and 'error="LibraryNotFound"' in done.stdout, done.stdout[-1500:]
+    ok("gpuspawner probe --once without a GPU")
+
+
 if __name__ == "__main__":
     from_the_venv()
     hub_entry_point()
@@ -116,3 +127,4 @@ if __name__ == "__main__":
     memory_guard_hook()
     cli(sys.argv[1])
     culler_help()
+    probe_without_a_gpu()

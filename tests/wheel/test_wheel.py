@@ -98,6 +98,7 @@ def test_the_installed_wheel_works_outside_the_repository(venv, tmp_path):
         "ok memory guard hook read from the wheel",
         "ok gpuspawner offerings --nodes",
         "ok gpuspawner-culler --help",
+        "ok gpuspawner probe --once without a GPU",
     ], done.stdout + done.stderr
 
 

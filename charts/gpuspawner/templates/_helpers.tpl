@@ -38,3 +38,28 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{ $key }}: {{ $value | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* The per-pod GPU probe's DaemonSet, ServiceAccount, Roles and PodMonitor. */}}
+{{- define "gpuspawner.probeName" -}}
+{{- printf "%s-gpuspawner-probe" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The namespaces the probe may name pods in, comma-separated: probe.namespaces, else the hub's. */}}
+{{- define "gpuspawner.probeNamespaces" -}}
+{{- if .Values.probe.namespaces -}}
+{{- join "," .Values.probe.namespaces -}}
+{{- else -}}
+{{- include "gpuspawner.hubNamespace" . -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuspawner.probeLabels" -}}
+app.kubernetes.io/name: gpuspawner
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/component: probe
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+{{- range $key, $value := .Values.commonLabels }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
+{{- end -}}

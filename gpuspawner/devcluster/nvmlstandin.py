@@ -1,0 +1,328 @@
+"""An NVML stand-in: ``libnvidia-ml.so.1`` for GPUs that are not here.
+
+There is no NVIDIA GPU or driver on the machines that run the tests, the demo and the
+benchmarks, so nothing can load the real NVML. This replaces the *library* under the
+``nvidia-ml-py`` binding (``pynvml.nvmlLib``): every C function the probe reaches is a
+Python function that takes the binding's own ctypes arguments (``byref`` structs,
+string buffers, arrays of ``c_nvmlProcessInfo_v3_t`` and
+``c_nvmlProcessUtilizationSample_t``), fills them the way the C library does, and
+returns NVML's return codes. The binding's Python layer runs unchanged: it sizes the
+arrays, retries on ``NVML_ERROR_INSUFFICIENT_SIZE``, turns codes into its own
+exception classes (``NVMLError_NotSupported``, ``NVMLError_GpuIsLost`` ...) and
+builds the objects the probe reads. A function the stand-in lacks is
+``NVMLError_FunctionNotFound``, as with an old driver.
+
+What a GPU holds (processes, their memory and SM utilisation, MIG instances, injected
+errors) is plain data the caller changes at any time. :func:`cgroup_line` and
+:class:`ProcTree` write ``/proc/<pid>/cgroup`` files the way containerd, CRI-O and the
+cgroupfs driver name a container's cgroup.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pynvml
+
+GIB = 1 << 30
+#: what the driver keeps on a GPU with no process (context-less reserve), bytes
+RESERVED = 300 << 20
+
+
+@dataclass
+class FakeProcess:
+    pid: int
+    used_bytes: int
+    #: SM utilisation (percent) of the latest sample; 0: no sample (an idle process)
+    sm_util: int = 0
+
+
+@dataclass
+class FakeMig:
+    """One MIG instance (a GPU instance with one compute instance)."""
+
+    uuid: str
+    profile: str
+    gi: int
+    ci: int
+    total_bytes: int
+    processes: list[FakeProcess] = field(default_factory=list)
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str
+    total_bytes: int
+    processes: list[FakeProcess] = field(default_factory=list)
+    #: None: a GPU without MIG (GetMigMode is NotSupported); a list: MIG enabled
+    migs: list[FakeMig] | None = None
+    max_mig: int = 7
+    #: MIG devices answer NotSupported to per-process queries (read them from the parent)
+    mig_processes_on_parent_only: bool = False
+    #: C function name -> NVML return code this GPU's handles answer it with
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+def _set_uint(ref: Any, value: int) -> None:
+    ref._obj.value = value
+
+
+def _handle_value(handle: Any) -> int:
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+def _set_handle(ref: Any, value: int) -> None:
+    ctypes.cast(ctypes.pointer(ref._obj), ctypes.POINTER(ctypes.c_void_p)).contents.value = value
+
+
+def _put_string(buf: Any, size: Any, text: str) -> int:
+    data = text.encode()
+    if len(data) + 1 > int(getattr(size, "value", size)):
+        return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+    buf.value = data
+    return pynvml.NVML_SUCCESS
+
+
+class FakeNvmlLib:
+    """The C library's functions, by their C names, over ``gpus``."""
+
+    def __init__(self, gpus: list[FakeGpu] | None = None) -> None:
+        self.gpus: list[FakeGpu] = list(gpus or [])
+        #: nvmlInitWithFlags answers this (e.g. NVML_ERROR_DRIVER_NOT_LOADED); 0: success
+        self.init_error = 0
+        self.lock = threading.Lock()
+        self.calls = 0
+
+    # -- handles: (gpu index + 1) << 8 | (MIG slot + 1) -------------------------
+    def _device(self, handle: Any) -> tuple[FakeGpu, FakeMig | None] | int:
+        value = _handle_value(handle)
+        gpu_index, slot = (value >> 8) - 1, (value & 0xFF) - 1
+        if not 0 <= gpu_index < len(self.gpus):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        gpu = self.gpus[gpu_index]
+        if slot < 0:
+            return gpu, None
+        if gpu.migs is None or slot >= len(gpu.migs):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        return gpu, gpu.migs[slot]
+
+    def _on(self, name: str, handle: Any) -> tuple[FakeGpu, FakeMig | None] | int:
+        self.calls += 1
+        found = self._device(handle)
+        if isinstance(found, int):
+            return found
+        code = found[0].errors.get(name, 0)
+        return code or found
+
+    # -- library ------------------------------------------------------------
+    def nvmlInitWithFlags(self, flags: int) -> int:  # noqa: N802 (NVML's C names)
+        return self.init_error
+
+    def nvmlShutdown(self) -> int:  # noqa: N802
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetCount_v2(self, count: Any) -> int:  # noqa: N802
+        self.calls += 1
+        if self.init_error:
+            return pynvml.NVML_ERROR_UNINITIALIZED
+        _set_uint(count, len(self.gpus))
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, device: Any) -> int:  # noqa: N802
+        self.calls += 1
+        i = int(getattr(index, "value", index))
+        if not 0 <= i < len(self.gpus):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        code = self.gpus[i].errors.get("nvmlDeviceGetHandleByIndex_v2", 0)
+        if code:
+            return code
+        _set_handle(device, (i + 1) << 8)
+        return pynvml.NVML_SUCCESS
+
+    # -- per device -----------------------------------------------------------
+    def nvmlDeviceGetUUID(self, handle: Any, buf: Any, size: Any) -> int:  # noqa: N802
+        found = self._on("nvmlDeviceGetUUID", handle)
+        if isinstance(found, int):
+            return found
+        gpu, mig = found
+        return _put_string(buf, size, mig.uuid if mig else gpu.uuid)
+
+    def nvmlDeviceGetName(self, handle: Any, buf: Any, size: Any) -> int:  # noqa: N802
+        found = self._on("nvmlDeviceGetName", handle)
+        if isinstance(found, int):
+            return found
+        gpu, mig = found
+        return _put_string(buf, size, f"{gpu.name} MIG {mig.profile}" if mig else gpu.name)
+
+    def nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:  # noqa: N802
+        found = self._on("nvmlDeviceGetMigMode", handle)
+        if isinstance(found, int):
+            return found
+        gpu, mig = found
+        if gpu.migs is None or mig is not None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        _set_uint(current, pynvml.NVML_DEVICE_MIG_ENABLE)
+        _set_uint(pending, pynvml.NVML_DEVICE_MIG_ENABLE)
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, memory: Any) -> int:  # noqa: N802
+        found = self._on("nvmlDeviceGetMemoryInfo", handle)
+        if isinstance(found, int):
+            return found
+        gpu, mig = found
+        if mig is not None:
+            total, procs = mig.total_bytes, mig.processes
+        else:
+            total, procs = gpu.total_bytes, [p for p, _ in self._all_processes(gpu)]
+        used = min(total, RESERVED + sum(p.used_bytes for p in procs))
+        struct = memory._obj
+        struct.total, struct.used, struct.free = total, used, total - used
+        return pynvml.NVML_SUCCESS
+
+    @staticmethod
+    def _all_processes(gpu: FakeGpu) -> list[tuple[FakeProcess, FakeMig | None]]:
+        out: list[tuple[FakeProcess, FakeMig | None]] = [(p, None) for p in gpu.processes]
+        for mig in gpu.migs or []:
+            out.extend((p, mig) for p in mig.processes)
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count: Any, infos: Any) -> int:  # noqa: N802
+        found = self._on("nvmlDeviceGetComputeRunningProcesses_v3", handle)
+        if isinstance(found, int):
+            return found
+        gpu, mig = found
+        if mig is not None and gpu.mig_processes_on_parent_only:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        procs = [(p, mig) for p in mig.processes] if mig is not None else self._all_processes(gpu)
+        room = count._obj.value
+        _set_uint(count, len(procs))
+        if not procs:
+            return pynvml.NVML_SUCCESS
+        if infos is None or room < len(procs):
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        for i, (p, where) in enumerate(procs):
+            infos[i].pid = p.pid
+            infos[i].usedGpuMemory = p.used_bytes
+            # on a MIG-enabled GPU the instance IDs; otherwise NVML's "invalid" 0xFFFFFFFF
+            infos[i].gpuInstanceId = where.gi if where else 0xFFFFFFFF
+            infos[i].computeInstanceId = where.ci if where else 0xFFFFFFFF
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, samples: Any, count: Any, since: Any) -> int:  # noqa: N802
+        found = self._on("nvmlDeviceGetProcessUtilization", handle)
+        if isinstance(found, int):
+            return found
+        gpu, mig = found
+        if mig is not None or gpu.migs is not None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        now_us = int(time.time() * 1e6)
+        busy = [p for p in gpu.processes if p.sm_util > 0 and now_us > int(since.value)]
+        if not busy:
+            return pynvml.NVML_ERROR_NOT_FOUND
+        room = count._obj.value
+        _set_uint(count, len(busy))
+        if samples is None or room < len(busy):
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        for i, p in enumerate(busy):
+            samples[i].pid, samples[i].timeStamp, samples[i].smUtil = p.pid, now_us, p.sm_util
+            samples[i].memUtil = samples[i].encUtil = samples[i].decUtil = 0
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, count: Any) -> int:  # noqa: N802
+        found = self._on("nvmlDeviceGetMaxMigDeviceCount", handle)
+        if isinstance(found, int):
+            return found
+        gpu, _ = found
+        _set_uint(count, gpu.max_mig if gpu.migs is not None else 0)
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, mig: Any) -> int:  # noqa: N802
+        found = self._on("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        if isinstance(found, int):
+            return found
+        gpu, _ = found
+        slot = int(getattr(index, "value", index))
+        if gpu.migs is None or slot >= len(gpu.migs):
+            return pynvml.NVML_ERROR_NOT_FOUND
+        _set_handle(mig, (self.gpus.index(gpu) + 1) << 8 | (slot + 1))
+        return pynvml.NVML_SUCCESS
+
+    def _instance_id(self, name: str, handle: Any, out: Any, attr: str) -> int:
+        found = self._on(name, handle)
+        if isinstance(found, int):
+            return found
+        _, mig = found
+        if mig is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        _set_uint(out, getattr(mig, attr))
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any, out: Any) -> int:  # noqa: N802
+        return self._instance_id("nvmlDeviceGetGpuInstanceId", handle, out, "gi")
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any, out: Any) -> int:  # noqa: N802
+        return self._instance_id("nvmlDeviceGetComputeInstanceId", handle, out, "ci")
+
+
+@contextmanager
+def installed(lib: FakeNvmlLib, nvml: ModuleType = pynvml) -> Iterator[ModuleType]:
+    """``nvml`` (the ``pynvml`` module) talking to ``lib`` instead of libnvidia-ml.so.1."""
+    saved = nvml.nvmlLib, dict(nvml._nvmlGetFunctionPointer_cache)
+    nvml.nvmlLib = lib
+    nvml._nvmlGetFunctionPointer_cache.clear()
+    try:
+        yield nvml
+    finally:
+        nvml.nvmlLib = saved[0]
+        nvml._nvmlGetFunctionPointer_cache.clear()
+        nvml._nvmlGetFunctionPointer_cache.update(saved[1])
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def cgroup_line(pod_uid: str, container_id: str, *, runtime: str = "containerd", driver: str = "systemd", qos: str = "burstable") -> str:
+    """The cgroup path of a container, as the kubelet and the runtime name it."""
+    if driver == "cgroupfs":
+        tier = "" if qos == "guaranteed" else f"/{qos}"
+        return f"/kubepods{tier}/pod{pod_uid}/{container_id}"
+    uid = pod_uid.replace("-", "_")
+    prefix = {"containerd": "cri-containerd", "cri-o": "crio", "docker": "docker"}[runtime]
+    if qos == "guaranteed":
+        return f"/kubepods.slice/kubepods-pod{uid}.slice/{prefix}-{container_id}.scope"
+    return f"/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice/{prefix}-{container_id}.scope"
+
+
+V1_CONTROLLERS = ("12:pids", "11:memory", "10:devices", "9:cpu,cpuacct", "1:name=systemd")
+
+
+class ProcTree:
+    """A ``/proc`` with ``<pid>/cgroup`` files, as the probe reads the host's."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def add(self, pid: int, path: str, *, cgroup_version: int = 2, namespaced: bool = False) -> None:
+        """Process ``pid`` in cgroup ``path``. ``namespaced``: as seen from a container in its
+        own cgroup namespace (cgroup v2: the path climbs out of it with ``/..``)."""
+        if namespaced:
+            path = "/../../.." + path
+        text = f"0::{path}\n" if cgroup_version == 2 else "".join(f"{c}:{path}\n" for c in V1_CONTROLLERS) + "0::/\n"
+        folder = self.root / str(pid)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "cgroup").write_text(text)
+
+    def remove(self, pid: int) -> None:
+        folder = self.root / str(pid)
+        (folder / "cgroup").unlink(missing_ok=True)
+        folder.rmdir()
