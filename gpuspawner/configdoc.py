@@ -73,7 +73,7 @@ c.GPUSpawner.offerings = [
 `profile` add selectors on those attributes. Every selector is compiled when the config is
 read (`check_config(c)`, `gpuspawner offerings --config`): one that does not compile stops
 the hub naming the entry. One that selects none of the devices published now is a warning
-(`gpuspawner offerings`); it may match later. A shared offering's sharing becomes NVIDIA's
+(`gpuspawner offerings`, and once in the hub's log after it lists the slices); it may match later. A shared offering's sharing becomes NVIDIA's
 opaque `GpuConfig` (`MigDeviceConfig` on `mig.nvidia.com`) with `sharing.strategy`
 `TimeSlicing` or `MPS`; its free count is `replicas` per selected device, less the pods
 already sharing a claim with that config (`status.reservedFor`) and `replicas` for every

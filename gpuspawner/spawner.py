@@ -39,6 +39,7 @@ from .checks import config_problems
 from .choice import Choice, ChoiceError, parse_choice
 from .claims import KIND as CLAIM_TEMPLATE_KIND
 from .claims import ClaimTemplates
+from .dra import unmatched
 from .form import render_form
 from .index import ClusterIndex, Health
 from .inventory import Inventory
@@ -474,7 +475,19 @@ class GPUSpawner(KubeSpawner):
         catalog = build_catalog(config, discovered=discovered)
         if not inventory.forbidden:
             metrics.observe_catalog(inventory.index, catalog)
+        self._warn_unmatched(catalog)
         return catalog
+
+    #: The warnings about the admin's DRA selectors this hub process has logged (each once).
+    _unmatched_logged: ClassVar[set[str]] = set()
+
+    def _warn_unmatched(self, catalog: list[Offering]) -> None:
+        """Log, once per hub process, each admin DRA offering whose selectors match no device the
+        cluster publishes (known only once the slices are listed; it may match later)."""
+        for warning in unmatched(catalog, self.inventory.index.dra):
+            if warning not in GPUSpawner._unmatched_logged:
+                GPUSpawner._unmatched_logged.add(warning)
+                self.log.warning("GPUSpawner: %s", warning)
 
     def _health(self) -> Health:
         """How far the counts can be trusted; live when none are needed (no watch is started)."""

@@ -252,3 +252,29 @@ async def test_servers_of_a_shared_offering_share_one_claim_which_goes_with_the_
         for spawner in spawners:
             await spawner.stop(now=True)
     assert await nothing_left(kube, namespace) == {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}
+
+
+async def test_an_admin_selector_that_matches_no_published_device_is_logged_once(devcluster, kube, dra_driver, namespace, caplog):
+    """Known only once the hub has listed the slices: the hub's log then names the offering and
+    its selectors, once per hub process however often the catalog is built."""
+    spawner = make_spawner(devcluster, namespace)
+    spawner.offerings = [
+        *OFFERINGS,
+        {
+            "slug": "dra-huge",
+            "kind": "full",
+            "display_name": "A GPU with 1 TiB",
+            "dra": {"selector": "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('1Ti')) >= 0"},
+        },
+    ]
+    catalog = await spawner.catalog()
+    for _ in range(600):  # the slices' watch answers beside the nodes' and pods'
+        if spawner.inventory.index.dra.synced:
+            break
+        await asyncio.sleep(0.1)
+    for _ in range(3):
+        catalog = await spawner.catalog()
+    assert "dra-huge" in {o.slug for o in catalog}  # offered all the same: such a GPU may appear later
+    said = [r.getMessage() for r in caplog.records if "dra-huge" in r.getMessage()]
+    assert len(said) == 1 and "its DRA selectors match none of the" in said[0], said
+    assert not any("'dra-h100'" in r.getMessage() for r in caplog.records)  # offerings that match say nothing
