@@ -85,8 +85,9 @@ class ContractSpawner(SimpleLocalProcessSpawner):
 c.JupyterHub.spawner_class = ContractSpawner
 c.SimpleLocalProcessSpawner.home_dir_template = str(TMP / "home" / "{username}")
 c.Spawner.cmd = [str(VENV_BIN / "jupyterhub-singleuser")]
-# the test double of the notebook extension (notice_double.py), in every server
-c.Spawner.args = ["--allow-root", "--ServerApp.jpserver_extensions={'notice_double': True}"]
+# the test double of the notebook extension (notice_double.py), in every server, in place of
+# the real one (which `pip install` enables in this venv, and which keeps only the latest notice)
+c.Spawner.args = ["--allow-root", "--ServerApp.jpserver_extensions={'notice_double': True, 'gpuspawner.notebook_ext': False}"]
 c.Spawner.environment = {"JUPYTERHUB_ACTIVITY_INTERVAL": "3600", "PYTHONPATH": HERE}
 c.Spawner.options_form = "<input name='offering' value='t4-shared'>"
 
