@@ -86,6 +86,18 @@ def memory_guard_hook() -> None:
     ok("memory guard hook read from the wheel")
 
 
+def hub_page_templates() -> None:
+    """The hub's home and spawn pages with the culler's actions (docs/culler.md): their
+    templates come from the installed package, not from a repository."""
+    from gpuspawner.culleractions import hub_templates_dir
+
+    where = Path(hub_templates_dir()).resolve()
+    site = Path(sysconfig.get_paths()["purelib"]).resolve()
+    assert site in where.parents, f"hub page templates found at {where}, not in the venv's {site}"
+    assert {"home.html", "spawn.html"} <= {p.name for p in where.iterdir()}, sorted(p.name for p in where.iterdir())
+    ok("hub page templates in the wheel")
+
+
 def cli(nodes_file: str) -> None:
     done = subprocess.run(
         [Path(sys.executable).with_name("gpuspawner"), "offerings", "--nodes", nodes_file, "--json"],
@@ -125,6 +137,7 @@ if __name__ == "__main__":
     hub_entry_point()
     spawn_page()
     memory_guard_hook()
+    hub_page_templates()
     cli(sys.argv[1])
     culler_help()
     probe_without_a_gpu()

@@ -96,6 +96,7 @@ def test_the_installed_wheel_works_outside_the_repository(venv, tmp_path):
         "ok c.JupyterHub.spawner_class = 'gpu' loads GPUSpawner",
         "ok spawn page rendered from the wheel's templates",
         "ok memory guard hook read from the wheel",
+        "ok hub page templates in the wheel",
         "ok gpuspawner offerings --nodes",
         "ok gpuspawner-culler --help",
         "ok gpuspawner probe --once without a GPU",
