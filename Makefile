@@ -62,6 +62,7 @@ labextension: $(PYSTAMP)
 	cd $(LABEXT) && node node_modules/@jupyterlab/builder/lib/build-labextension.js \
 		--core-path "$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
 	$(PY) scripts/labextension_stamp.py --write
+	$(PY) -m pip install -q --no-deps -e .  # the venv's copy (share/jupyter/labextensions), which demo pods load
 
 $(PYSTAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -105,6 +105,8 @@ CULLER_TIMING = os.environ.get("GPUSPAWNER_DEMO_CULLER_ARGS", "").split() or [
     "--kind-timeout=shared=900",
     "--gpu-window=120",
     "--gpu-min-samples=4",
+    # warn users (through the notebook extension) this long before acting
+    "--GpuCuller.warn_before_seconds=60",
 ]
 c.JupyterHub.load_roles = []
 c.JupyterHub.services = []
@@ -129,8 +131,6 @@ if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
                 # Its own metrics, for the demo's Prometheus to scrape.
                 f"--metrics-port={CULLER_PORT}",
                 "--GpuCuller.metrics_ip=127.0.0.1",
-                # warn users (through the notebook extension) this long before acting
-                "--GpuCuller.warn_before_seconds=60",
                 *CULLER_TIMING,
             ],
             # /services/gpu-culler/api/actions: each user reads why the culler acted

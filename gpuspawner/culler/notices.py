@@ -37,8 +37,10 @@ def thing(kind: str) -> str:
 
 
 def duration_words(seconds: float) -> str:
-    """ "30 minutes", "1 minute", "2 hours 5 minutes": how long, to a person."""
+    """ "30 minutes", "1 minute", "less than a minute", "2 hours 5 minutes": how long, to a person."""
     minutes = max(0, int(seconds // 60))
+    if minutes == 0:
+        return "less than a minute"
     if minutes < 120:
         return "1 minute" if minutes == 1 else f"{minutes} minutes"
     hours, rest = divmod(minutes, 60)

@@ -14,6 +14,10 @@ from typing import Any
 from .view import CullerView, Reclaimed
 
 GIB = 2**30
+#: JupyterLab cuts a notification's message at 140 characters (``Notification`` in
+#: @jupyterlab/apputils), so each notice also has a ``headline`` that fits: what happens
+#: and what to do. The reason is in the full ``text``, which the panel shows.
+HEADLINE_MAX = 140
 #: What the culler reclaims, as the status line says it happens.
 _WILL = {"kernels": "kernels reclaimed", "server": "server stopped"}
 
@@ -75,20 +79,24 @@ def notices(view: CullerView | None, reclaimed: Iterable[Reclaimed], now: dateti
         what = "your idle kernels will be shut down" if view.action == "kernels" else "this server will be stopped"
         when = f" in {duration((view.act_at - now).total_seconds())}" if view.act_at and view.act_at > now else " soon"
         why = f": {view.reason}" if view.reason else ""
+        keep = "Click Keep or run a cell to keep them."
         out.append(
             {
                 "kind": "warning",
-                "text": f"To free the GPU, {what}{when}{why}. Click Keep or run a cell to keep them.",
+                "text": f"To free the GPU, {what}{when}{why}. {keep}",
+                "headline": f"To free the GPU, {what}{when}. {keep}",
                 "at": _iso(view.posted_at),
                 "kernel_ids": [],
             }
         )
     for r in sorted(reclaimed, key=lambda r: r.at, reverse=True):
         why = f": {r.reason}" if r.reason else ""
+        what = f"Kernel {r.kernel_id[:8]} was reclaimed for idleness at {r.at:%H:%M} UTC"
         out.append(
             {
                 "kind": "reclaimed",
-                "text": f"Kernel {r.kernel_id[:8]} was reclaimed for idleness at {r.at:%H:%M} UTC{why}. It did not crash; start a new one to go on.",
+                "text": f"{what}{why}. It did not crash; start a new one to go on.",
+                "headline": f"{what}. It did not crash; start a new one to go on.",
                 "at": _iso(r.at),
                 "kernel_ids": [r.kernel_id],
             }

@@ -98,6 +98,7 @@ def test_the_hub_page_sentence_for_a_stopped_named_server():
 
 def test_words_for_long_limits_and_for_kernels():
     assert notices.duration_words(60) == "1 minute"
+    assert notices.duration_words(59) == "less than a minute"  # a warning given early: never "0 minutes"
     assert notices.duration_words(3 * 3600 + 300) == "3 hours 5 minutes"
     s = server("mig", idle=3 * 60 * M)
     d = decide(s, kv(kernel(idle=3 * 60 * M)), gpu(), P, NOW)

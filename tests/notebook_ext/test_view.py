@@ -9,7 +9,7 @@ import pytest
 
 from gpuspawner.notebook_ext.offering import offering_from_env
 from gpuspawner.notebook_ext.status import status_body
-from gpuspawner.notebook_ext.summary import culler_line, duration, gb, memory_line, notices, status_line
+from gpuspawner.notebook_ext.summary import HEADLINE_MAX, culler_line, duration, gb, memory_line, notices, status_line
 from gpuspawner.notebook_ext.view import MAX_BODY_BYTES, NoticeBoard, ViewError, parse_culler_view
 
 NOW = datetime(2026, 5, 4, 14, 0, 0, tzinfo=UTC)
@@ -145,6 +145,7 @@ def test_the_warning_and_reclaimed_notices_in_words():
             "kind": "warning",
             "text": "To free the GPU, this server will be stopped in 9 min: the whole GPU was idle for 50 minutes (limit 60). "
             "Click Keep or run a cell to keep them.",
+            "headline": "To free the GPU, this server will be stopped in 9 min. Click Keep or run a cell to keep them.",
             "at": "2026-05-04T14:01:00Z",
             "kernel_ids": [],
         },
@@ -152,10 +153,27 @@ def test_the_warning_and_reclaimed_notices_in_words():
             "kind": "reclaimed",
             "text": "Kernel 01234567 was reclaimed for idleness at 14:00 UTC: the kernel was idle for 30 min (limit 30). "
             "It did not crash; start a new one to go on.",
+            "headline": "Kernel 01234567 was reclaimed for idleness at 14:00 UTC. It did not crash; start a new one to go on.",
             "at": "2026-05-04T14:00:00Z",
             "kernel_ids": ["0123456789abcdef"],
         },
     ]
+
+
+@pytest.mark.parametrize("action", ["kernels", "server"])
+@pytest.mark.parametrize("left", [timedelta(0), timedelta(seconds=30), timedelta(hours=23, minutes=59)])
+def test_headlines_fit_a_jupyterlab_notification_whatever_the_reason(action, left):
+    long_reason = "an idle kernel holds 1536 MiB of the shared GPU's memory while idle for 2 hours 59 minutes (limit 2 hours 30 minutes)"
+    board = NoticeBoard()
+    board.post(parse_culler_view(body(action="kernels", reclaimed=["f" * 36], reason=long_reason), NOW))
+    act_at = (NOW + left).isoformat().replace("+00:00", "Z")
+    board.post(parse_culler_view(body(action=action, act_at=act_at, warning=True, reason=long_reason), NOW))
+    shown = notices(board.view, board.reclaimed, NOW)
+    assert [n["kind"] for n in shown] == ["warning", "reclaimed"]
+    for n in shown:
+        assert len(n["text"]) > HEADLINE_MAX  # the case JupyterLab would cut
+        assert len(n["headline"]) <= HEADLINE_MAX and long_reason not in n["headline"], n["headline"]
+        assert n["headline"].endswith(("keep them.", "go on."))
 
 
 @pytest.mark.parametrize(

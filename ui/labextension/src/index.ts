@@ -19,6 +19,21 @@ import { Widget } from '@lumino/widgets';
 import { IStatus, panelNode } from './panel';
 
 const POLL_MS = 15000;
+/** JupyterLab cuts a notification's message at this many characters. */
+const NOTIFICATION_MAX = 140;
+
+/** ``"analysis/train.ipynb: " + headline``, with the path shortened to fit a notification. */
+function withPath(path: string | undefined, headline: string): string {
+  if (!path) {
+    return headline;
+  }
+  const room = NOTIFICATION_MAX - headline.length - 2;
+  const name = path.length <= room ? path : path.split('/').pop() || path;
+  if (name.length <= room) {
+    return `${name}: ${headline}`;
+  }
+  return room > 1 ? `…${name.slice(name.length - room + 1)}: ${headline}` : headline;
+}
 
 class GpuStatus {
   constructor(app: JupyterFrontEnd) {
@@ -89,9 +104,12 @@ class GpuStatus {
       if (this.warningToast) {
         Notification.dismiss(this.warningToast);
       }
-      this.warningToast = Notification.warning(warning.text, {
+      this.warningToast = Notification.warning(warning.headline || warning.text, {
         autoClose: false,
-        actions: [{ label: 'Keep', callback: () => void this.keep(), displayType: 'warn' }]
+        actions: [
+          { label: 'Keep', callback: () => void this.keep(), displayType: 'warn' },
+          { label: 'Why?', callback: () => void this.openPanel(), displayType: 'link' }
+        ]
       });
     }
     for (const notice of status.notices) {
@@ -103,8 +121,10 @@ class GpuStatus {
           continue;
         }
         this.announced.add(id);
-        const path = this.kernelPaths.get(id);
-        Notification.info((path ? `${path}: ` : '') + notice.text, { autoClose: false });
+        Notification.info(withPath(this.kernelPaths.get(id), notice.headline || notice.text), {
+          autoClose: false,
+          actions: [{ label: 'Why?', callback: () => void this.openPanel(), displayType: 'link' }]
+        });
       }
     }
   }

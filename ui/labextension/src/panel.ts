@@ -3,6 +3,8 @@
 export interface INotice {
   kind: 'warning' | 'reclaimed';
   text: string;
+  /** the notice in at most 140 characters (a notification's limit); the panel shows `text` */
+  headline?: string;
   at: string;
   kernel_ids: string[];
 }
