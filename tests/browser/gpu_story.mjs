@@ -3,11 +3,12 @@
 // page, land in JupyterLab, open a notebook and run a cell, then go idle and watch the
 // status bar count down until the culler warns. A user with KEEP false does nothing: the
 // kernel is reclaimed, the notebook says so, and the hub's home page says why. A user with
-// KEEP true clicks Keep on the warning and watches past the moment the culler had named.
+// KEEP "button" clicks Keep on the warning, one with KEEP "cell" runs a cell instead; both
+// then watch past the moment the culler had named.
 // Run by tests/e2e/test_gpu_view_story.py, which does every assertion; this script only
 // acts, records what a person would see, and prints one JSON line.
 //
-// env: BASE_URL, USERS (JSON: [{"user": "student1", "slug": "...", "keep": false}, ...]),
+// env: BASE_URL, USERS (JSON: [{"user": "student1", "slug": "...", "keep": false | "button" | "cell"}, ...]),
 //      SCREENSHOTS (folder), CHROMIUM, WAIT_S (the longest wait for the culler, seconds).
 import { chromium } from "playwright-core";
 import { join } from "node:path";
@@ -94,14 +95,22 @@ async function story({ user, slug, keep }) {
     out.statusWarned = await serverGet("api/gpuspawner/status");
     await shot("warning");
 
-    if (keep) {
+    if (keep === "button") {
       await toast.getByRole("button", { name: "Keep" }).click();
       await item.locator("button.gpuspawner-keep").waitFor({ state: "hidden" });
       out.keptAt = Date.now();
       out.textAfterKeep = (await text.textContent()).trim();
-      // past the moment the culler had named, and two more of its cycles and polls
+    } else if (keep === "cell") {
+      await cell.click();
+      await page.keyboard.press("Control+Enter");
+      await page.locator(".jp-Notebook .jp-InputArea-prompt", { hasText: "[2]" }).first().waitFor();
+      out.keptAt = Date.now();
+    }
+    if (keep) {
+      // past the moment the culler had named, by four of its cycles: the kernel is read
+      // from the server itself, so no poll of the status bar is waited for
       const actAt = Date.parse(out.statusWarned.culler.act_at);
-      await page.waitForTimeout(Math.max(0, actAt - Date.now()) + 30_000);
+      await page.waitForTimeout(Math.max(0, actAt - Date.now()) + 12_000);
       out.checkedAt = Date.now();
       out.kernelsAfter = (await serverGet("api/kernels")).map((k) => k.id);
       out.statusAfter = await serverGet("api/gpuspawner/status");
