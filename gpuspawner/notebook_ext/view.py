@@ -148,9 +148,10 @@ class NoticeBoard:
 
     def keep(self) -> None:
         """The user asked to keep their work: they are active now, and the warning and the
-        planned action go until the culler's next view (which sees the activity too)."""
+        planned action go, with its reason, until the culler's next view (which sees the
+        activity too)."""
         if self.view is not None:
-            self.view = replace(self.view, idle_since=None, warning=False, act_at=None, action=None)
+            self.view = replace(self.view, idle_since=None, warning=False, act_at=None, action=None, reason="")
 
     def reclaimed_ids(self) -> frozenset[str]:
         return frozenset(r.kernel_id for r in self.reclaimed)

@@ -64,8 +64,6 @@ async function story({ user, slug, keep }) {
     await page.click(`.gs-option[data-slug="${slug}"] label`);
     await Promise.all([page.waitForLoadState("load"), page.click('#spawn_form button[type="submit"]')]);
     await page.waitForURL(/\/user\/[^/]+\/lab/, { timeout: 180_000 });
-    const news = page.locator(".Toastify__toast", { hasText: "official Jupyter news" });
-    await news.getByRole("button", { name: "No" }).click({ timeout: 60_000 }).catch(() => {});
     await item.waitFor();
 
     // a notebook from the launcher, and one cell run in it
@@ -91,6 +89,7 @@ async function story({ user, slug, keep }) {
     out.warnedAt = Date.now();
     const toast = page.locator(".Toastify__toast", { hasText: "To free the GPU" });
     await toast.waitFor();
+    await toast.evaluate((n) => Promise.all(n.getAnimations({ subtree: true }).map((a) => a.finished)));
     out.warningToast = (await toast.textContent()).trim();
     out.statusWarned = await serverGet("api/gpuspawner/status");
     await shot("warning");
@@ -126,6 +125,7 @@ async function story({ user, slug, keep }) {
       const reclaimed = page.locator(".Toastify__toast", { hasText: "reclaimed for idleness" });
       await reclaimed.waitFor({ timeout: WAIT_MS });
       out.reclaimedAt = Date.now();
+      await reclaimed.evaluate((n) => Promise.all(n.getAnimations({ subtree: true }).map((a) => a.finished)));
       out.reclaimedToast = (await reclaimed.textContent()).trim();
       await reclaimed.getByRole("button", { name: "Why?" }).click();
       await panel.waitFor();

@@ -26,14 +26,15 @@ const keep = item.locator("button.gpuspawner-keep");
 
 try {
   await page.goto(env.LAB_URL);
-  const news = page.locator(".Toastify__toast", { hasText: "official Jupyter news" });
-  await news.getByRole("button", { name: "No" }).click({ timeout: 60_000 }).catch(() => {});
   await item.locator(".gpuspawner-status-text", { hasText: "MIG 1g.10gb" }).waitFor();
   await keep.waitFor({ state: "visible" });
   out.text = (await item.locator(".gpuspawner-status-text").textContent()).trim();
   out.warningClass = await item.evaluate((n) => n.classList.contains("gpuspawner-mod-warning"));
   const toast = page.locator(".Toastify__toast", { hasText: "To free the GPU" });
   await toast.waitFor();
+  // for the screenshot in docs/img: the launcher drawn, the notification done sliding in
+  await page.locator(".jp-LauncherCard").first().waitFor();
+  await toast.evaluate((n) => Promise.all(n.getAnimations({ subtree: true }).map((a) => a.finished)));
   out.toast = (await toast.textContent()).trim();
   out.toastHasKeep = (await toast.getByRole("button", { name: "Keep" }).count()) === 1;
   const shotPath = join(env.SCREENSHOTS, "user-gpu-view-warning.png");

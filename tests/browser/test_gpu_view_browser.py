@@ -107,10 +107,11 @@ def test_the_panel_lays_out_the_details(run):
     for text in (
         "10 GB GPU memory · 1/7 of the GPU's compute",
         "NVIDIA A100-SXM4-80GB MIG 1g.10gb: 3.1 / 10.0 GB, utilisation not reported",
-        REASON,
-        "30 min",
+        "Next\tnothing planned",
+        "Idle limit\t30 min",
     ):
         assert text in panel, (text, panel)
+    assert REASON not in panel  # opened after Keep: the warned action, and its reason, are gone
 
 
 def test_a_reclaimed_kernel_is_announced_as_reclaimed_for_idleness_not_a_crash(run):

@@ -98,6 +98,12 @@ class JupyterProcess:
                 "PATH": f"{VENV_BIN}:{env.get('PATH', '')}",
             }
         )
+        if self.app == "lab":
+            # a user who answered JupyterLab's "official Jupyter news?" prompt already (no news
+            # toast over the notifications under test, or in the screenshots in docs/img)
+            news = self.tmp / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+            news.mkdir(parents=True, exist_ok=True)
+            (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
         if self.app == "lab":  # the prebuilt extension, as the wheel installs it (share/jupyter/labextensions)
             ext = self.tmp / "data" / "labextensions"
             ext.mkdir(parents=True, exist_ok=True)

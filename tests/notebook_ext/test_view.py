@@ -126,6 +126,7 @@ def test_keep_drops_the_warning_until_the_next_view():
     board.keep()
     assert notices(board.view, board.reclaimed, NOW) == []
     assert board.view is not None and culler_line(board.view, NOW) == "active"  # until the culler's next view
+    assert board.view.reason == "" and board.view.to_json()["action"] is None  # no stale "why" in the panel
 
 
 def test_the_warning_and_reclaimed_notices_in_words():
