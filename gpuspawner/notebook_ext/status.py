@@ -23,6 +23,6 @@ def status_body(
         "devices": devices,
         "culler": board.view.to_json() if board.view else None,
         "notices": notices(board.view, board.reclaimed, now),
-        "summary": status_line(offering, devices, board.view, now),
+        "summary": status_line(offering, devices, board.view, now, board.reclaimed),
         "now": now.isoformat().replace("+00:00", "Z"),
     }

@@ -8,7 +8,7 @@ the three never disagree. "GB" is the spawn page's: 2**30 bytes (``wording.memor
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .view import CullerView, Reclaimed
@@ -18,6 +18,8 @@ GIB = 2**30
 #: @jupyterlab/apputils), so each notice also has a ``headline`` that fits: what happens
 #: and what to do. The reason is in the full ``text``, which the panel shows.
 HEADLINE_MAX = 140
+#: How long the status line still says a kernel was reclaimed (the notification stays).
+RECLAIM_SHOWN = timedelta(hours=1)
 #: What the culler reclaims, as the status line says it happens.
 _WILL = {"kernels": "kernels reclaimed", "server": "server stopped"}
 
@@ -50,25 +52,50 @@ def memory_line(devices: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> str
     return f"{gb(used)} / {gb(total)} GB"
 
 
+def _coming(view: CullerView | None) -> bool:
+    """The view announces an action still to come (the notice the culler puts as it
+    reclaims kernels names them: that one is done)."""
+    if view is None or view.action not in _WILL or view.act_at is None:
+        return False
+    return not (view.action == "kernels" and view.reclaimed)
+
+
 def culler_line(view: CullerView | None, now: datetime) -> str:
     """ "idle 24 min, kernels reclaimed in 6 min"; "active" when not idle; "" without a view."""
     if view is None:
         return ""
     idle = f"idle {duration((now - view.idle_since).total_seconds())}" if view.idle_since else "active"
-    if view.action in _WILL and view.act_at is not None:
+    if _coming(view) and view.act_at is not None and view.action is not None:  # (the latter two: for mypy)
         left = (view.act_at - now).total_seconds()
         when = f"in {duration(left)}" if left >= 60 else "within a minute"
         return f"{idle}, {_WILL[view.action]} {when}"
     return idle
 
 
-def status_line(offering: Mapping[str, Any] | None, devices: Any, view: CullerView | None, now: datetime) -> str:
-    """The status bar's text: "MIG 1g.10gb · 3.1 / 10 GB · idle 24 min, kernels reclaimed in 6 min"."""
+def reclaimed_line(reclaimed: Iterable[Reclaimed], now: datetime) -> str:
+    """ "kernel reclaimed for idleness at 14:02 UTC" (or "2 kernels ..., the last at") for
+    reclaims within :data:`RECLAIM_SHOWN`: the kernel's trace where the user looks."""
+    recent = sorted((r.at for r in reclaimed if now - r.at <= RECLAIM_SHOWN), reverse=True)
+    if not recent:
+        return ""
+    if len(recent) == 1:
+        return f"kernel reclaimed for idleness at {recent[0]:%H:%M} UTC"
+    return f"{len(recent)} kernels reclaimed for idleness, the last at {recent[0]:%H:%M} UTC"
+
+
+def status_line(
+    offering: Mapping[str, Any] | None, devices: Any, view: CullerView | None, now: datetime, reclaimed: Iterable[Reclaimed] = ()
+) -> str:
+    """The status bar's text: "MIG 1g.10gb · 3.1 / 10 GB · idle 24 min, kernels reclaimed in 6 min";
+    with no action coming, a recent reclaim instead: "... · idle 2 min · kernel reclaimed for
+    idleness at 14:02 UTC"."""
     name = str(offering["display_name"]) if offering else "No GPU offering"
     parts = [name]
     if not (offering is None and isinstance(devices, Mapping)):
         parts.append(memory_line(devices))
     parts.append(culler_line(view, now))
+    if not _coming(view):
+        parts.append(reclaimed_line(reclaimed, now))
     return " · ".join(p for p in parts if p)
 
 

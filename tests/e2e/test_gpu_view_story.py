@@ -133,6 +133,9 @@ def test_doing_nothing_the_kernel_is_reclaimed_announced_and_explained(story):
         + r"\d\d:\d\d UTC\. It did not crash; start a new one to go on\.Why\?",
         toast,
     ), toast
+    # the status bar keeps the trace
+    texts = [t["text"] for t in s1["texts"]]
+    assert any(re.fullmatch(re.escape(T4_NAME) + r" · .+ · kernel reclaimed for idleness at \d\d:\d\d UTC", t) for t in texts), texts
     # not before the time the warning named
     assert s1["reclaimedAt"] / 1000 >= parse(s1["statusWarned"]["culler"]["act_at"]).timestamp() - 1
     mine = [a for a in actions if a["user"] == "student1"]

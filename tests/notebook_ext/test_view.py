@@ -202,6 +202,30 @@ def test_culler_line_cases():
     assert culler_line(due, NOW) == "idle 1 h, server stopped within a minute"
 
 
+def test_the_status_line_keeps_a_reclaimed_kernels_trace_for_an_hour():
+    board = NoticeBoard()
+    # the notice the culler puts as it acts: done, not "kernels reclaimed within a minute"
+    acting = body(
+        idle_since="2026-05-04T13:30:00Z", action="kernels", act_at="2026-05-04T14:00:00Z", reclaimed=["0123456789abcdef"], reason="idle"
+    )
+    board.post(parse_culler_view(acting, NOW))
+    assert status_line(MIG, SLICE, board.view, NOW, board.reclaimed) == (
+        "MIG 1g.10gb · 3.1 / 10 GB · idle 30 min · kernel reclaimed for idleness at 14:00 UTC"
+    )
+    board.post(parse_culler_view(body(idle_since="2026-05-04T13:58:00Z"), NOW))
+    line = status_line(MIG, SLICE, board.view, NOW + timedelta(minutes=5), board.reclaimed)
+    assert line == "MIG 1g.10gb · 3.1 / 10 GB · idle 7 min · kernel reclaimed for idleness at 14:00 UTC"
+    board.post(parse_culler_view(body(action="kernels", reclaimed=["fedcba9876543210"], reason="idle"), NOW + timedelta(minutes=30)))
+    later = NOW + timedelta(minutes=31)
+    assert status_line(MIG, SLICE, board.view, later, board.reclaimed).endswith(
+        " · 2 kernels reclaimed for idleness, the last at 14:30 UTC"
+    )
+    # a coming action's countdown wins; after an hour the trace is gone
+    due = parse_culler_view(body(idle_since="2026-05-04T14:00:00Z", action="kernels", act_at="2026-05-04T14:40:00Z", warning=True), later)
+    assert "reclaimed for idleness" not in status_line(MIG, SLICE, due, later, board.reclaimed)
+    assert "reclaimed for idleness" not in status_line(MIG, SLICE, board.view, NOW + timedelta(minutes=91), board.reclaimed)
+
+
 def test_a_server_without_an_offering_or_nvml_says_so_briefly():
     assert status_line(None, {"unavailable": "x"}, None, NOW) == "No GPU offering"
 
