@@ -19,6 +19,25 @@ from gpuspawner.culler import GpuCuller
 from gpuspawner.culler.cycle import Culler
 from gpuspawner.devcluster.hub import CHP, REPO, VENV_BIN, Hub  # noqa: F401 (the tests import them from here)
 
+#: Hub config text (the tests' spawners are SimpleLocalProcessSpawner subclasses): the
+#: ``user_options["gpuspawner"]`` GPUSpawner fills for each server, the culler's contract
+#: (docs/culler.md), for the offerings ``a100-80gb`` (a whole GPU) and ``t4-shared``.
+CONTRACT = """
+KINDS = {"a100-80gb": "full", "t4-shared": "shared"}
+RESOURCES = {"full": {"nvidia.com/gpu": "1"}, "shared": {"nvidia.com/gpu.shared": "1"}}
+
+
+def with_contract(spawner, ip, port, slug):
+    # the spawner's user_options, with user_options["gpuspawner"] as GPUSpawner fills it
+    opts = dict(spawner.user_options)
+    opts["gpuspawner"] = {
+        "offering": slug, "kind": KINDS[slug], "resources": RESOURCES[KINDS[slug]],
+        "pod": "jupyter-" + spawner.user.name, "namespace": "jhub",
+        "url": f"http://{ip}:{port}{spawner.server.base_url}",
+    }
+    return opts
+"""
+
 
 # --------------------------------------------------------------------------
 # the culler, in the test's process

@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import pytest
 import pytest_asyncio
-from culler_hub import Hub, Jupyter, in_process_culler
+from culler_hub import CONTRACT, Hub, Jupyter, in_process_culler
 from culler_prom import Telemetry, user_gpu
 from jupyterhub_idle_culler import utcnow
 from notice_double import recorded
@@ -56,11 +56,10 @@ SERVERS = {"ada": "t4-shared", "bob": "a100-80gb", "cy": "t4-shared"}
 READER_TOKEN = "reader" + "0" * 26
 PAGES_TOKEN = "pages" + "0" * 27
 
-SPAWNER = """
+SPAWNER = (
+    CONTRACT
+    + """
 from jupyterhub.spawner import SimpleLocalProcessSpawner
-
-KINDS = {"a100-80gb": "full", "t4-shared": "shared"}
-RESOURCES = {"full": {"nvidia.com/gpu": "1"}, "shared": {"nvidia.com/gpu.shared": "1"}}
 
 
 class ContractSpawner(SimpleLocalProcessSpawner):
@@ -68,14 +67,7 @@ class ContractSpawner(SimpleLocalProcessSpawner):
 
     async def start(self):
         ip, port = await super().start()
-        slug = self.user_options.get("offering", "t4-shared")
-        opts = dict(self.user_options)
-        opts["gpuspawner"] = {
-            "offering": slug, "kind": KINDS[slug], "resources": RESOURCES[KINDS[slug]],
-            "pod": "jupyter-" + self.user.name, "namespace": "jhub",
-            "url": f"http://{ip}:{port}{self.server.base_url}",
-        }
-        self.user_options = opts
+        self.user_options = with_contract(self, ip, port, self.user_options.get("offering", "t4-shared"))
         return ip, port
 
     def options_from_form(self, formdata):
@@ -111,6 +103,7 @@ c.JupyterHub.services.append({"name": "auditor", "api_token": READER_TOKEN})
 c.JupyterHub.load_roles.append({"name": "auditor", "services": ["auditor"],
     "scopes": [READ_ALL_ACTIONS, "access:services!service=gpu-culler"]})
 """
+)
 
 
 class Env:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from culler_hub import REPO, Hub, Jupyter, Records, in_process_culler
+from culler_hub import CONTRACT, REPO, Hub, Jupyter, Records, in_process_culler
 from culler_prom import Telemetry, user_gpu
 from hostile_pod import SNOOP_CONFIG, captured
 from jupyterhub_idle_culler import utcnow
@@ -58,12 +58,11 @@ SERVERS = {
 #: the hub caps token lifetimes below the culler's default (3600 s)
 HUB_TOKEN_MAX = 1800
 
-SPAWNER = """
+SPAWNER = (
+    CONTRACT
+    + """
 import sys
 from jupyterhub.spawner import SimpleLocalProcessSpawner
-
-KINDS = {"a100-80gb": "full", "t4-shared": "shared"}
-RESOURCES = {"full": {"nvidia.com/gpu": "1"}, "shared": {"nvidia.com/gpu.shared": "1"}}
 
 
 class ContractSpawner(SimpleLocalProcessSpawner):
@@ -78,14 +77,7 @@ class ContractSpawner(SimpleLocalProcessSpawner):
             self.cmd = [str(VENV_BIN / "jupyterhub-singleuser")]
             self.args = ["--allow-root"]
         ip, port = await super().start()
-        slug = self.user_options["offering"]
-        opts = dict(self.user_options)
-        opts["gpuspawner"] = {
-            "offering": slug, "kind": KINDS[slug], "resources": RESOURCES[KINDS[slug]],
-            "pod": "jupyter-" + self.user.name, "namespace": "jhub",
-            "url": f"http://{ip}:{port}{self.server.base_url}",
-        }
-        self.user_options = opts
+        self.user_options = with_contract(self, ip, port, self.user_options["offering"])
         return ip, port
 
 
@@ -106,6 +98,7 @@ c.JupyterHub.services.append({"name": "old-culler", "api_token": OLD_TOKEN})
 c.JupyterHub.load_roles.append({"name": "old-culler", "services": ["old-culler"], "scopes": [
     "list:users", "read:users:activity", "read:servers", "delete:servers", "access:servers"]})
 """
+)
 
 
 class Env:
