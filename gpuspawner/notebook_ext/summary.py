@@ -52,12 +52,14 @@ def memory_line(devices: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> str
     return f"{gb(used)} / {gb(total)} GB"
 
 
-def _coming(view: CullerView | None) -> bool:
-    """The view announces an action still to come (the notice the culler puts as it
-    reclaims kernels names them: that one is done)."""
+def _coming(view: CullerView | None) -> tuple[str, datetime] | None:
+    """``(action, act_at)`` of the action the view announces, if one is still to come (the
+    notice the culler puts as it reclaims kernels names them: that one is done)."""
     if view is None or view.action not in _WILL or view.act_at is None:
-        return False
-    return not (view.action == "kernels" and view.reclaimed)
+        return None
+    if view.action == "kernels" and view.reclaimed:
+        return None
+    return view.action, view.act_at
 
 
 def culler_line(view: CullerView | None, now: datetime) -> str:
@@ -65,11 +67,13 @@ def culler_line(view: CullerView | None, now: datetime) -> str:
     if view is None:
         return ""
     idle = f"idle {duration((now - view.idle_since).total_seconds())}" if view.idle_since else "active"
-    if _coming(view) and view.act_at is not None and view.action is not None:  # (the latter two: for mypy)
-        left = (view.act_at - now).total_seconds()
-        when = f"in {duration(left)}" if left >= 60 else "within a minute"
-        return f"{idle}, {_WILL[view.action]} {when}"
-    return idle
+    coming = _coming(view)
+    if coming is None:
+        return idle
+    action, act_at = coming
+    left = (act_at - now).total_seconds()
+    when = f"in {duration(left)}" if left >= 60 else "within a minute"
+    return f"{idle}, {_WILL[action]} {when}"
 
 
 def reclaimed_line(reclaimed: Iterable[Reclaimed], now: datetime) -> str:
@@ -94,7 +98,7 @@ def status_line(
     if not (offering is None and isinstance(devices, Mapping)):
         parts.append(memory_line(devices))
     parts.append(culler_line(view, now))
-    if not _coming(view):
+    if _coming(view) is None:
         parts.append(reclaimed_line(reclaimed, now))
     return " · ".join(p for p in parts if p)
 
