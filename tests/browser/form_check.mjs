@@ -7,20 +7,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
+import { CHROMIUM, CHROMIUM_ARGS } from "./browser.mjs";
 
 const BASE = process.env.BASE_URL;
 const SHOTS = process.env.SCREENSHOTS;
-const EXECUTABLE = process.env.CHROMIUM || "/usr/bin/chromium";
-const ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 const WIDE = { width: 1280, height: 900 };
 const NARROW = { width: 375, height: 812 };
 const screenshots = [];
@@ -29,9 +19,9 @@ const screenshots = [];
 async function browser(options) {
   const profile = mkdtempSync(join(tmpdir(), "gpuspawner-chromium-"));
   const context = await chromium.launchPersistentContext(profile, {
-    executablePath: EXECUTABLE,
+    executablePath: CHROMIUM,
     headless: true,
-    args: ARGS,
+    args: CHROMIUM_ARGS,
     viewport: WIDE,
     ...options,
   });

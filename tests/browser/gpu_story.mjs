@@ -11,16 +11,15 @@
 // env: BASE_URL, USERS (JSON: [{"user": "student1", "slug": "...", "keep": false | "button" | "cell"}, ...]),
 //      SCREENSHOTS (folder), CHROMIUM, WAIT_S (the longest wait for the culler, seconds).
 import { chromium } from "playwright-core";
+import { CHROMIUM, CHROMIUM_ARGS, hubLogin, settled } from "./browser.mjs";
 import { join } from "node:path";
 
 const env = process.env;
 const BASE = env.BASE_URL;
 const USERS = JSON.parse(env.USERS);
 const WAIT_MS = Number(env.WAIT_S || 300) * 1000;
-const ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 
-const browser = await chromium.launch({ executablePath: env.CHROMIUM || "/usr/bin/chromium", headless: true, args: ARGS });
+const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
 
 async function story({ user, slug, keep }) {
   const out = { user, keep, texts: [], screenshots: [] };
@@ -56,10 +55,7 @@ async function story({ user, slug, keep }) {
     }
   })();
   try {
-    await page.goto(`${BASE}/hub/login`);
-    await page.fill("#username_input", user);
-    await page.fill("#password_input", "gpu");
-    await Promise.all([page.waitForLoadState("load"), page.click("#login_submit")]);
+    await hubLogin(page, BASE, user);
     await page.goto(`${BASE}/hub/spawn/${user}`);
     await page.click(`.gs-option[data-slug="${slug}"] label`);
     await Promise.all([page.waitForLoadState("load"), page.click('#spawn_form button[type="submit"]')]);
@@ -89,7 +85,7 @@ async function story({ user, slug, keep }) {
     out.warnedAt = Date.now();
     const toast = page.locator(".Toastify__toast", { hasText: "To free the GPU" });
     await toast.waitFor();
-    await toast.evaluate((n) => Promise.all(n.getAnimations({ subtree: true }).map((a) => a.finished)));
+    await settled(toast);
     out.warningToast = (await toast.textContent()).trim();
     out.statusWarned = await serverGet("api/gpuspawner/status");
     await shot("warning");
@@ -125,7 +121,7 @@ async function story({ user, slug, keep }) {
       const reclaimed = page.locator(".Toastify__toast", { hasText: "reclaimed for idleness" });
       await reclaimed.waitFor({ timeout: WAIT_MS });
       out.reclaimedAt = Date.now();
-      await reclaimed.evaluate((n) => Promise.all(n.getAnimations({ subtree: true }).map((a) => a.finished)));
+      await settled(reclaimed);
       out.reclaimedToast = (await reclaimed.textContent()).trim();
       await reclaimed.getByRole("button", { name: "Why?" }).click();
       await panel.waitFor();

@@ -8,15 +8,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
+import { CHROMIUM, CHROMIUM_ARGS, settled } from "./browser.mjs";
 
 const env = process.env;
-const ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 const out = { screenshots: [] };
 
 const profile = mkdtempSync(join(tmpdir(), "gpuspawner-lab-"));
 const context = await chromium.launchPersistentContext(profile, {
-  executablePath: env.CHROMIUM || "/usr/bin/chromium", headless: true, args: ARGS,
+  executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS,
   viewport: { width: 1280, height: 720 },
 });
 context.setDefaultTimeout(120_000);
@@ -34,7 +33,7 @@ try {
   await toast.waitFor();
   // for the screenshot in docs/img: the launcher drawn, the notification done sliding in
   await page.locator(".jp-LauncherCard").first().waitFor();
-  await toast.evaluate((n) => Promise.all(n.getAnimations({ subtree: true }).map((a) => a.finished)));
+  await settled(toast);
   out.toast = (await toast.textContent()).trim();
   out.toastHasKeep = (await toast.getByRole("button", { name: "Keep" }).count()) === 1;
   const shotPath = join(env.SCREENSHOTS, "user-gpu-view-warning.png");

@@ -9,19 +9,18 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
+import { CHROMIUM, CHROMIUM_ARGS, hubLogin } from "./browser.mjs";
 
 const env = process.env;
 const BASE = env.BASE_URL;
 const USER = env.HUB_USER;
 const JS = env.JS !== "0";
 const PREFIX = env.SHOT_PREFIX || USER;
-const ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 const out = { user: USER, js: JS, screenshots: [] };
 
 const profile = mkdtempSync(join(tmpdir(), "gpuspawner-e2e-"));
 const context = await chromium.launchPersistentContext(profile, {
-  executablePath: env.CHROMIUM || "/usr/bin/chromium", headless: true, args: ARGS,
+  executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS,
   viewport: { width: 1280, height: 900 }, javaScriptEnabled: JS,
 });
 context.setDefaultTimeout(60_000);
@@ -46,10 +45,7 @@ async function readOptions() {
 }
 
 try {
-  await page.goto(`${BASE}/hub/login`);
-  await page.fill("#username_input", USER);
-  await page.fill("#password_input", "gpu");
-  await Promise.all([page.waitForLoadState("load"), page.click("#login_submit")]);
+  await hubLogin(page, BASE, USER);
 
   await page.goto(`${BASE}/hub/spawn/${USER}`);
   out.options = await readOptions();
