@@ -2,7 +2,10 @@
 
 The result is expressed in KubeSpawner's own terms (``extra_resource_limits``,
 ``node_selector``, ``tolerations``, ``environment``, ``extra_labels`` ...), so
-KubeSpawner keeps building the pod; :class:`PodChanges` only says what to set.
+KubeSpawner keeps building the pod; :class:`PodChanges` only says what to add, and
+:func:`layered_settings` puts it on top of the settings the site's config, hooks and
+profile made, as new values (the site's own are never changed: docs/architecture.md,
+"The pod settings").
 
 An offering served through Dynamic Resource Allocation (``Offering.claim``) asks for no
 extended resource: :func:`claim_template` is the ``ResourceClaimTemplate`` (resource.k8s.io/v1)
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dranames import RESOURCE_API
-from .memguard import GuardChanges
+from .memguard import GuardChanges, guarded_environment
 from .model import DeviceClaim, Offering
 from .selectors import Terms, terms_to_k8s
 from .vocabulary import CLAIM_NAME, ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS, LABEL_KIND, LABEL_OFFERING
@@ -87,6 +90,52 @@ def pod_changes(offering: Offering, count: int = 1, guard: GuardChanges | None =
         volumes=tuple(dict(v) for v in guard.volumes) if guard else (),
         volume_mounts=tuple(dict(m) for m in guard.volume_mounts) if guard else (),
     )
+
+
+#: KubeSpawner's settings that a chosen offering adds to (see :func:`layered_settings`).
+POD_SETTINGS = (
+    "extra_resource_limits",
+    "extra_resource_guarantees",
+    "node_selector",
+    "node_affinity_required",
+    "tolerations",
+    "environment",
+    "extra_labels",
+    "extra_annotations",
+    "cmd",
+    "volumes",
+    "volume_mounts",
+)
+
+#: The notebook command when KubeSpawner's ``cmd`` is unset (KubeSpawner's own default).
+DEFAULT_CMD = ("jupyterhub-singleuser",)
+
+
+def layered_settings(
+    site: Mapping[str, Any], changes: PodChanges, profile_env_keys: frozenset[str] = frozenset(), user_env: bool = False
+) -> dict[str, Any]:
+    """The :data:`POD_SETTINGS` for one pod: ``site`` (KubeSpawner's settings as the admin's
+    config, the hub's hooks and the user's profile left them; lists, not KubeSpawner's
+    dict form) with ``changes`` on top. New values: nothing in ``site`` is changed.
+
+    ``profile_env_keys`` are the variables the user's profile set, which keep their value
+    over the memory guard's where the admin allows it (``user_env``).
+    """
+    cmd = site["cmd"]
+    return {
+        "extra_resource_limits": {**site["extra_resource_limits"], **changes.limits},
+        # Kubernetes requires requests == limits for extended resources; set both explicitly.
+        "extra_resource_guarantees": {**site["extra_resource_guarantees"], **changes.limits},
+        "node_selector": {**site["node_selector"], **changes.node_selector},
+        "node_affinity_required": merge_affinity_terms(site["node_affinity_required"], changes.node_affinity),
+        "tolerations": merge_tolerations(site["tolerations"], changes.tolerations),
+        "environment": guarded_environment({**site["environment"], **changes.env}, changes.guard_env, profile_env_keys, user_env),
+        "extra_labels": {**site["extra_labels"], **changes.labels},
+        "extra_annotations": {**site["extra_annotations"], **changes.annotations},
+        "volumes": [*site["volumes"], *(dict(v) for v in changes.volumes)],
+        "volume_mounts": [*site["volume_mounts"], *(dict(m) for m in changes.volume_mounts)],
+        "cmd": [*changes.command_prefix, *(cmd or DEFAULT_CMD)] if changes.command_prefix else cmd,
+    }
 
 
 def device_claim_spec(claim: DeviceClaim, count: int) -> dict[str, Any]:

@@ -68,6 +68,18 @@ class SpawnRefused(SpawnException):
         return self.message
 
 
+class ProfileRefused(SpawnRefused, ValueError):
+    """KubeSpawner's profile checks refused the user's profile or profile option (400).
+
+    Also a ``ValueError``, the type KubeSpawner raises for it, so code written for
+    KubeSpawner (``except ValueError``) keeps working; JupyterHub answers it as the
+    refusal it is, where KubeSpawner's plain ``ValueError`` gets a 500.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(message, "malformed")
+
+
 def unschedulable_reason(pod: Mapping[str, Any]) -> str | None:
     """The scheduler's own words when it has marked ``pod`` Unschedulable, else None.
 

@@ -1,23 +1,25 @@
 """GPUSpawner: KubeSpawner that lets users pick a GPU offering.
 
 KubeSpawner still builds the pod. This class decides which offerings exist
-(configured and discovered), validates the user's choice on the server, and
-sets KubeSpawner's own settings (``extra_resource_limits``, ``node_selector``,
-``tolerations``, ``environment``, ``extra_labels`` ...) from the chosen
-offering, rebuilding them from the admin's config on *every* spawn: a spawner
-object is reused across spawns, and a GPU spawn must never leak its limits into
-a later CPU spawn.
+(configured and discovered), validates the user's choice on the server, and adds
+the chosen offering to KubeSpawner's own settings (``extra_resource_limits``,
+``node_selector``, ``tolerations``, ``environment``, ``extra_labels`` ...) only
+while KubeSpawner builds the pod manifest (:meth:`GPUSpawner.get_pod_manifest`).
+The settings themselves keep what the admin's config, the hub's hooks
+(``auth_state_hook``, ``pre_spawn_hook``, group overrides) and the user's profile
+made of them, so no spawn loses what a hook set and none leaves an offering behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import importlib.resources
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -43,16 +45,16 @@ from .dra import unmatched
 from .form import render_form
 from .index import ClusterIndex, Health
 from .inventory import Inventory
-from .memguard import GuardChanges, GuardConfigError, GuardDefaults, guard_changes, guard_for, guarded_environment
+from .memguard import GuardChanges, GuardConfigError, GuardDefaults, guard_changes, guard_for
 from .model import Offering
 from .notebook import NOTEBOOK_TRAITS, Notebook
 from .offerings import OfferingConfigError
 from .orphans import OrphanReconciler, hub_servers_from_db
 from .page import counts_notice, default_choice, option_views, unreachable_message
-from .podspec import claim_template, container_claim, merge_affinity_terms, merge_tolerations, pod_changes, pod_claim
+from .podspec import POD_SETTINGS, PodChanges, claim_template, container_claim, layered_settings, pod_changes, pod_claim
 from .policy import Requester, allowed, named
 from .reflector import VerdictPodReflector
-from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
+from .scheduling import ProfileRefused, SpawnRefused, WaitQueue, unschedulable_reason
 from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, split_known
 from .views import FormView, group_options, user_options_from_form
 from .vocabulary import (
@@ -78,21 +80,6 @@ from .vocabulary import (
 )
 from .windows import window_state
 
-#: KubeSpawner settings that an offering changes; restored from config before every spawn.
-POD_TRAITS = (
-    "extra_resource_limits",
-    "extra_resource_guarantees",
-    "node_selector",
-    "node_affinity_required",
-    "tolerations",
-    "environment",
-    "extra_labels",
-    "extra_annotations",
-    "cmd",
-    "volumes",
-    "volume_mounts",
-)
-
 
 def user_label(name: str) -> str:
     """A user name as KubeSpawner writes it in its pod label (``vocabulary.KUBESPAWNER_USER_LABEL``)."""
@@ -106,6 +93,9 @@ class SpawnState:
     JupyterHub's ``clear_state``, so no spawn reads what an earlier one left."""
 
     choice: Choice | None = None  # the admitted offering and count; None without a GPU offering in play
+    pod_changes: PodChanges | None = None  # what the choice adds to the pod (get_pod_manifest layers it on)
+    profile_env_keys: frozenset[str] = frozenset()  # variables the user's profile set (the memory guard may defer to them)
+    user_env: bool = False  # whether those keep their value over the memory guard's (memory_guard_user_env)
     refused: bool = False  # refused before any pod was made: poll() says so without asking the cluster
     messages: list[str] = field(default_factory=list)  # our progress steps (admission, reservation, queue)
     expect_wait: bool = False  # admitted with a warning that the pod may wait: no fail-fast watch
@@ -121,6 +111,7 @@ class SpawnState:
     def restart(self) -> None:
         """Forget an earlier load's decisions, in place (the start that is timing it may hold this object)."""
         self.choice, self.refused, self.messages, self.expect_wait = None, False, [], False
+        self.pod_changes, self.profile_env_keys, self.user_env = None, frozenset(), False
         self.queue_position, self.record_url, self.saved_record = None, None, None
         self.devices = None
         self.decided.clear()
@@ -355,8 +346,9 @@ class GPUSpawner(KubeSpawner):
             # traitlets sets keyword traits before the config: JupyterHub's stored user_options
             # were checked against an empty profile_list. Checked again now that it is loaded.
             self.user_options = dict(kwargs["user_options"] or {})
-        # What the admin configured, before any offering touched it.
-        self._baseline = {name: copy.deepcopy(getattr(self, name)) for name in POD_TRAITS}
+        # The notebook as the admin configured it (before any hook or profile): the one shape
+        # the hub process's shared free counts fit (see _catalog_now).
+        self._site_notebook = {name: copy.deepcopy(getattr(self, name)) for name in NOTEBOOK_TRAITS}
         self.spawn_state = SpawnState()
         #: The options of a refused spawn, kept past clear_state: the form shown again selects them.
         self.refused_options: dict[str, Any] | None = None
@@ -426,10 +418,6 @@ class GPUSpawner(KubeSpawner):
 
         return list_objects, delete_object
 
-    def _restore_baseline(self) -> None:
-        for name, value in self._baseline.items():
-            setattr(self, name, copy.deepcopy(value))
-
     @property
     def catalog_config(self) -> CatalogConfig:
         return CatalogConfig.from_settings({trait: getattr(self, trait) for trait in CATALOG_TRAITS})
@@ -468,7 +456,7 @@ class GPUSpawner(KubeSpawner):
             return build_catalog(config)  # nothing to discover or count: no cluster-wide watch
         inventory = self.inventory
         try:  # free counts fit the notebook's own cpu/memory guarantees, selector and tolerations beside the GPU
-            inventory.index.set_notebook(Notebook.from_settings({n: self._baseline.get(n, getattr(self, n)) for n in NOTEBOOK_TRAITS}))
+            inventory.index.set_notebook(Notebook.from_settings(self._site_notebook))
         except ValueError as exc:
             raise OfferingConfigError(str(exc)) from None
         discovered = inventory.index.discovered() if self.discover_offerings else None
@@ -575,23 +563,28 @@ class GPUSpawner(KubeSpawner):
             return await super()._run_apply_user_options(user_options)
 
     async def load_user_options(self) -> None:
-        """Apply the chosen offering on top of the admin's config (and KubeSpawner's profile, if any).
+        """KubeSpawner's profile, then the chosen offering checked and admitted (KubeSpawner's
+        ``_start`` calls this after the hub ran its hooks).
 
-        With no GPU offering in play this is KubeSpawner's own: user_options, the pod and
-        the state stay exactly KubeSpawner's (an ``offering`` key, which KubeSpawner would
-        ignore, is still checked, so a request for a GPU this hub does not have is refused).
+        With no GPU offering in play this is KubeSpawner's own: user_options, the pod, the
+        state and the refusals of a wrong profile stay KubeSpawner's (an ``offering`` key,
+        which KubeSpawner would ignore, is still checked, so a request for a GPU this hub
+        does not have is refused). Nothing here changes KubeSpawner's pod settings: the
+        offering is added to the pod as it is built (:meth:`get_pod_manifest`).
         Raises :class:`SpawnRefused` (its status and message become the hub's answer).
         """
-        self._restore_baseline()
         self.spawn_state.restart()  # (KubeSpawner's _start calls this, after our _start began timing it)
         try:
-            await self._load_profile_options()
             try:
                 catalog = await self.catalog()  # once per spawn: the choice, quotas and capacity read this one
             except OfferingConfigError as exc:
                 raise self._misconfigured(exc) from None
+            in_play = gpu_offerings_in_play(catalog)
+            before = copy.deepcopy(self.environment)  # what the config and the hooks set
+            await self._load_profile_options(in_play)
+            self.spawn_state.profile_env_keys = frozenset(k for k, v in self.environment.items() if k not in before or before[k] != v)
             choice = self._choose(self.user_options, catalog)
-            if gpu_offerings_in_play(catalog):
+            if in_play:
                 self.apply_choice(choice)
                 await self.admit(choice, catalog)
         except SpawnRefused:
@@ -615,15 +608,22 @@ class GPUSpawner(KubeSpawner):
             profile_list = await maybe_future(profile_list(self))
         return self._get_initialized_profile_list(profile_list)
 
-    async def _load_profile_options(self) -> None:
-        """KubeSpawner's profile choice, with a wrong profile or option a 400 and a short message."""
-        if not self.profile_list:
-            return
-        self._check_profile(self.user_options, await self._initialized_profile_list())
+    async def _load_profile_options(self, gpu_in_play: bool) -> None:
+        """KubeSpawner's profile choice, by KubeSpawner's own ``load_user_options``.
+
+        A wrong profile or option is refused where KubeSpawner refuses it, with its words and
+        as a ``ValueError`` (a :class:`~gpuspawner.scheduling.ProfileRefused`, which the hub
+        answers with 400 where KubeSpawner's plain ``ValueError`` gets a 500). While GPU
+        offerings are in play it is checked first, with a short message (the form's choice
+        was checked the same way when it was posted: see _refuse_now).
+        """
+        if gpu_in_play and self.profile_list:
+            self._check_profile(self.user_options, await self._initialized_profile_list())
         try:
             await super().load_user_options()
-        except ValueError as exc:  # KubeSpawner's unlisted-choice checks (its own words name no user input)
-            raise SpawnRefused(f"The profile options were not accepted: {exc}", "malformed") from None
+        except ValueError as exc:  # KubeSpawner's unlisted-choice and profile checks
+            message = f"The profile options were not accepted: {exc}" if gpu_in_play else str(exc)
+            raise ProfileRefused(message) from None
 
     def _guard_changes(self, choice: Choice) -> tuple[GuardChanges | None, bool]:
         """The memory guard of ``choice``'s pod (None: none), and whether the user's profile env wins."""
@@ -638,30 +638,14 @@ class GPUSpawner(KubeSpawner):
         changes = guard_changes(guard, choice.count, _hook_source(), python_path if isinstance(python_path, str) else None)
         return changes, guard.user_env
 
-    def _profile_env_keys(self) -> set[str]:
-        """The variables the user's chosen profile set: those that differ from the admin's baseline."""
-        baseline = self._baseline["environment"]
-        return {k for k, v in self.environment.items() if k not in baseline or baseline[k] != v}
-
     def apply_choice(self, choice: Choice) -> None:
-        """Set KubeSpawner's pod settings for ``choice`` (on top of what is already set)."""
+        """Take ``choice`` for this spawn: what it adds to the pod (layered onto KubeSpawner's
+        settings by :meth:`get_pod_manifest`, never written into them) and the user_options
+        that name it."""
         guard, user_env = self._guard_changes(choice)
         changes = pod_changes(choice.offering, choice.count, guard)
-        profile_keys = self._profile_env_keys()
-        self.extra_resource_limits = {**self.extra_resource_limits, **changes.limits}
-        # Kubernetes requires requests == limits for extended resources; set both explicitly.
-        self.extra_resource_guarantees = {**self.extra_resource_guarantees, **changes.limits}
-        self.node_selector = {**self.node_selector, **changes.node_selector}
-        self.node_affinity_required = merge_affinity_terms(self.node_affinity_required, changes.node_affinity)
-        self.tolerations = merge_tolerations(self._sorted_dict_values(self.tolerations), changes.tolerations)
-        self.environment = guarded_environment({**self.environment, **changes.env}, changes.guard_env, profile_keys, user_env)
-        self.extra_labels = {**self.extra_labels, **changes.labels}
-        self.extra_annotations = {**self.extra_annotations, **changes.annotations}
-        self.volumes = [*self._sorted_dict_values(self.volumes), *(dict(v) for v in changes.volumes)]
-        self.volume_mounts = [*self._sorted_dict_values(self.volume_mounts), *(dict(m) for m in changes.volume_mounts)]
-        if changes.command_prefix:
-            self.cmd = [*changes.command_prefix, *(self.cmd or ["jupyterhub-singleuser"])]
-        self.spawn_state.choice = choice
+        state = self.spawn_state
+        state.choice, state.pod_changes, state.user_env = choice, changes, user_env
         self.user_options = {**choice.as_user_options(), **self._passthrough_options(), RECORD_KEY: self.record()}
         self.log.info(
             "%s: offering %s x%d -> limits %s, selector %s",
@@ -764,15 +748,12 @@ class GPUSpawner(KubeSpawner):
         """KubeSpawner's ``_options_from_form``: the same signature, synchronous, a dict.
 
         A post without a GPU choice (KubeSpawner's own form, a query string) gets KubeSpawner's
-        answer; a profile that does not exist is refused at once (400) where KubeSpawner fails
-        at start. With a GPU choice, its ``offering`` and ``count`` are added as posted and
+        answer, and its profile is checked where KubeSpawner checks it, at start. With a GPU choice, its ``offering`` and ``count`` are added as posted and
         checked at once from what the hub knows without waiting (see _refuse_now); the start
         checks everything again (load_user_options), as the cluster may change in between.
         """
-        if OFFERING_KEY not in formdata:
-            options = super()._options_from_form(formdata)
-            self._check_profile_now(options)  # a wrong profile: 400 at once, as with a GPU choice
-            return options
+        if OFFERING_KEY not in formdata:  # KubeSpawner's form (or a query): KubeSpawner's answer, checked at start
+            return super()._options_from_form(formdata)
         ours = {k for k in formdata if k in (OFFERING_KEY, COUNT_KEY) or k.startswith(COUNT_FIELD_PREFIX)}
         options = super()._options_from_form({k: v for k, v in formdata.items() if k not in ours})
         options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
@@ -994,12 +975,35 @@ class GPUSpawner(KubeSpawner):
     def _claim_templates(self) -> ClaimTemplates:
         return ClaimTemplates(self.api.api_client, self.namespace, self.log)
 
+    @contextlib.contextmanager
+    def _offering_added(self) -> Iterator[None]:
+        """KubeSpawner's pod settings with this spawn's offering on top while KubeSpawner
+        builds the pod, then the very values that were there before. What the admin's
+        config, the hub's hooks and the user's profile set is never replaced, and nothing of
+        an offering outlives the manifest it went into (docs/architecture.md, "The pod settings")."""
+        state = self.spawn_state
+        if state.pod_changes is None:
+            yield
+            return
+        site = {name: getattr(self, name) for name in POD_SETTINGS}
+        as_lists = {name: self._sorted_dict_values(site[name]) for name in ("tolerations", "volumes", "volume_mounts")}
+        layered = layered_settings({**site, **as_lists}, state.pod_changes, state.profile_env_keys, state.user_env)
+        try:
+            for name, value in layered.items():
+                setattr(self, name, value)
+            yield
+        finally:
+            for name, value in site.items():
+                setattr(self, name, value)
+
     async def get_pod_manifest(self):
-        """KubeSpawner's pod; for a DRA offering, with the GPU claim added to the pod's
+        """KubeSpawner's pod with the chosen offering added (:meth:`_offering_added`); for a
+        DRA offering, also with the GPU claim added to the pod's
         ``resourceClaims`` and the notebook container's ``resources.claims`` (after whatever
         the admin's ``extra_pod_config``/``extra_container_config`` put there; a
         ``modify_pod_hook`` still sees and may change the result)."""
-        pod = await super().get_pod_manifest()
+        with self._offering_added():
+            pod = await super().get_pod_manifest()
         if self._claimed() is None:
             return pod
         pod.spec.resource_claims = [*(pod.spec.resource_claims or []), pod_claim(self.pod_name)]

@@ -194,7 +194,6 @@ class Harness:
             if not offering.resources:
                 continue
             predicted = index.availability(offering).free or 0
-            spawner._restore_baseline()
             spawner.apply_choice(Choice(offering, 1))
             manifest = spawner.api.api_client.sanitize_for_serialization(await spawner.get_pod_manifest())
             placed = await self.place(manifest, predicted + MORE)

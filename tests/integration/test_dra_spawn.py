@@ -192,7 +192,6 @@ async def test_the_claim_is_added_after_what_the_admin_configured_in_the_pod(dev
     spawner = make_spawner(devcluster, namespace)
     spawner.extra_pod_config = {"resourceClaims": [{"name": "scratch", "resourceClaimTemplateName": "site-scratch"}]}
     spawner.extra_container_config = {"resources": {"claims": [{"name": "scratch"}]}}
-    spawner._baseline.update(extra_pod_config=spawner.extra_pod_config, extra_container_config=spawner.extra_container_config)
     spawner.user_options = {"offering": "dra-h100", "count": 1}
     await spawner.load_user_options()
     spawner._release_reservation()  # (no pod is made here: the reservation of this load is given back)
