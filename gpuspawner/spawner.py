@@ -346,9 +346,6 @@ class GPUSpawner(KubeSpawner):
             # traitlets sets keyword traits before the config: JupyterHub's stored user_options
             # were checked against an empty profile_list. Checked again now that it is loaded.
             self.user_options = dict(kwargs["user_options"] or {})
-        # The notebook as the admin configured it (before any hook or profile): the one shape
-        # the hub process's shared free counts fit (see _catalog_now).
-        self._site_notebook = {name: copy.deepcopy(getattr(self, name)) for name in NOTEBOOK_TRAITS}
         self.spawn_state = SpawnState()
         #: The options of a refused spawn, kept past clear_state: the form shown again selects them.
         self.refused_options: dict[str, Any] | None = None
@@ -456,7 +453,7 @@ class GPUSpawner(KubeSpawner):
             return build_catalog(config)  # nothing to discover or count: no cluster-wide watch
         inventory = self.inventory
         try:  # free counts fit the notebook's own cpu/memory guarantees, selector and tolerations beside the GPU
-            inventory.index.set_notebook(Notebook.from_settings(self._site_notebook))
+            inventory.index.set_notebook(Notebook.from_settings({n: getattr(self, n) for n in NOTEBOOK_TRAITS}))
         except ValueError as exc:
             raise OfferingConfigError(str(exc)) from None
         discovered = inventory.index.discovered() if self.discover_offerings else None
