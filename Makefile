@@ -22,6 +22,11 @@
 #                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N)
 #   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
 #   make bench            the benchmarks, printed side by side
+#   make gpu-check        on a machine with an NVIDIA GPU: JAX, PyTorch and TensorFlow under
+#                         the memory guard, each allocating past its cap, and the probe beside
+#                         nvidia-smi (scripts/gpu_check.py; GPU_CHECK_PYTHON=... names a Python
+#                         with the CUDA builds; nothing is installed). Without a GPU it stops
+#                         at once with status 2 and says so
 #
 # The Python environment lives in .venv; npm packages (configurable-http-proxy,
 # playwright-core) in node_modules; the Kubernetes binaries, Prometheus and promtool in
@@ -35,7 +40,7 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters clean
+.PHONY: test lint unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters gpu-check clean
 
 test: install devcluster-build lint
 	$(PY) -m pytest -q -p no:cacheprovider
@@ -96,6 +101,11 @@ dra-truth: install devcluster-build
 
 fuzz-clusters: install
 	GPUSPAWNER_CLUSTERS=$(CLUSTERS) $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_cluster_properties.py
+
+GPU_CHECK_PYTHON ?= $(PY)
+
+gpu-check: $(PYSTAMP)
+	$(PY) scripts/gpu_check.py --python $(GPU_CHECK_PYTHON)
 
 clean:
 	rm -rf $(VENV) node_modules test-artifacts
