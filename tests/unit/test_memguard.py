@@ -331,11 +331,15 @@ FAKE_TENSORFLOW = {
 }
 
 
-def run_python(tmp_path: Path, code: str, frameworks: dict[str, str], env: dict[str, str], image_sitecustomize: str = ""):
-    """``code`` under a plain Python started the way a guarded pod starts it."""
+def python_in_pod(
+    tmp_path: Path, code: str, frameworks: dict[str, str], env: dict[str, str], image_sitecustomize: str = "", hook: bool = True
+) -> subprocess.CompletedProcess:
+    """``code`` under a plain Python started the way a guarded pod starts it (``hook=False``:
+    the same image without the guard), with ``frameworks`` (stand-in modules) on its path."""
     hook_dir = tmp_path / "memguard"
     hook_dir.mkdir()
-    (hook_dir / "sitecustomize.py").write_text(HOOK.read_text())
+    if hook:
+        (hook_dir / "sitecustomize.py").write_text(HOOK.read_text())
     site = tmp_path / "site"
     for name, text in frameworks.items():
         (site / name).parent.mkdir(parents=True, exist_ok=True)
@@ -344,13 +348,18 @@ def run_python(tmp_path: Path, code: str, frameworks: dict[str, str], env: dict[
     if image_sitecustomize:
         (site / "sitecustomize.py").write_text(image_sitecustomize)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSPAWNER_", "PYTHON"))}
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code],
         env={**clean, **env, "PYTHONPATH": f"{hook_dir}{os.pathsep}{site}"},
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def run_python(tmp_path: Path, code: str, frameworks: dict[str, str], env: dict[str, str], image_sitecustomize: str = ""):
+    """``code`` under a guarded pod's Python: its last line of output, as JSON, and its stderr."""
+    result = python_in_pod(tmp_path, code, frameworks, env, image_sitecustomize)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 

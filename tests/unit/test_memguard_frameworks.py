@@ -25,31 +25,11 @@ from pathlib import Path
 import pytest
 from jaxlib import xla_client
 
-from gpuspawner.discovery import discover
-from gpuspawner.memguard import GuardDefaults, guard_changes, guard_for, guarded_environment, path_prefix
-from gpuspawner.offerings import offering_from_config
+from gpuspawner.memguard import guard_changes, guard_for, guarded_environment, path_prefix
 from gpuspawner.podspec import pod_changes
-from gpuspawner.vocabulary import Kind
+from tests.unit.test_memguard import EVERY_KIND, ON, config, python_in_pod, shared
 
 HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "memguard_hook.py"
-ON = GuardDefaults()
-EVERY_KIND = GuardDefaults(kinds=frozenset({Kind.SHARED, Kind.CUSTOM, Kind.MIG, Kind.FULL, Kind.VGPU}))
-
-
-def shared(strategy: str):
-    labels = {
-        "nvidia.com/gpu.product": "Tesla-T4",
-        "nvidia.com/gpu.memory": "16384",
-        "nvidia.com/gpu.replicas": "4",
-        "nvidia.com/gpu.sharing-strategy": strategy,
-    }
-    node = {"metadata": {"name": "t4", "labels": labels}, "status": {"allocatable": {"nvidia.com/gpu.shared": "4"}}, "spec": {}}
-    (offering,) = discover([node])
-    return offering
-
-
-def config(**entry):
-    return offering_from_config(entry, 0)
 
 
 def pod_environment(offering, defaults=ON, count=1, admin=None, profile=None) -> dict[str, str]:
@@ -328,26 +308,8 @@ USUAL_SNIPPET = textwrap.dedent(
 )
 
 
-def run_with_tensorflow(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    hook_dir = tmp_path / "memguard"
-    hook_dir.mkdir()
-    (hook_dir / "sitecustomize.py").write_text(HOOK.read_text())
-    site = tmp_path / "site"
-    for name, text in TF_LIKE.items():
-        (site / name).parent.mkdir(parents=True, exist_ok=True)
-        (site / name).write_text(text)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSPAWNER_", "PYTHON"))}
-    return subprocess.run(
-        [sys.executable, "-c", USUAL_SNIPPET],
-        env={**clean, **env, "PYTHONPATH": f"{hook_dir}{os.pathsep}{site}"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_the_usual_tensorflow_growth_snippet_runs_on_a_guarded_gpu(tmp_path):
-    result = run_with_tensorflow(tmp_path, {"GPUSPAWNER_MEMORY_FRACTION": "0.093", "GPUSPAWNER_MEMORY_MIB": "1536"})
+    result = python_in_pod(tmp_path, USUAL_SNIPPET, TF_LIKE, {"GPUSPAWNER_MEMORY_FRACTION": "0.093", "GPUSPAWNER_MEMORY_MIB": "1536"})
     assert result.returncode == 0, result.stderr
     outcome, virtual = json.loads(result.stdout)
     assert virtual == {"/physical_device:GPU:0": [1536]}
@@ -358,14 +320,8 @@ def test_the_usual_tensorflow_growth_snippet_runs_on_a_guarded_gpu(tmp_path):
 def test_the_tensorflow_stand_in_refuses_as_tensorflow_does_once_a_logical_device_is_set(tmp_path):
     """Without the guard's wrapper the same snippet dies with TensorFlow's ValueError: the
     test above would fail if the hook stopped answering set_memory_growth."""
-    (tmp_path / "plain").mkdir()
     snippet = USUAL_SNIPPET.replace("import tensorflow as tf", "import tensorflow as tf\n" + _configure_like_the_hook())
-    site = tmp_path / "plain" / "site"
-    for name, text in TF_LIKE.items():
-        (site / name).parent.mkdir(parents=True, exist_ok=True)
-        (site / name).write_text(text)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSPAWNER_", "PYTHON"))}
-    result = subprocess.run([sys.executable, "-c", snippet], env={**clean, "PYTHONPATH": str(site)}, capture_output=True, text=True)
+    result = python_in_pod(tmp_path, snippet, TF_LIKE, {}, hook=False)
     assert result.returncode == 1
     assert "ValueError: Cannot set memory growth on device when virtual devices configured" in result.stderr
 
