@@ -22,6 +22,11 @@
 #                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N)
 #   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
 #   make bench            the benchmarks, printed side by side
+#   make framework-check  the memory guard's environments against older jaxlib releases too
+#                         (JAXLIB_OLD, default 0.4.30 and 0.4.38: the last that reads only
+#                         XLA_PYTHON_CLIENT_MEM_FRACTION and the first seen to read both);
+#                         make test checks the pinned current one. About 80 MB to download
+#                         and 300-370 MB unpacked each, in .venv-frameworks/; about 30 s in all
 #   make gpu-check        on a machine with an NVIDIA GPU: JAX, PyTorch and TensorFlow under
 #                         the memory guard, each allocating past its cap, and the probe beside
 #                         nvidia-smi (scripts/gpu_check.py; GPU_CHECK_PYTHON=... names a Python
@@ -40,7 +45,7 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters gpu-check clean
+.PHONY: test lint unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check clean
 
 test: install devcluster-build lint
 	$(PY) -m pytest -q -p no:cacheprovider
@@ -102,10 +107,20 @@ dra-truth: install devcluster-build
 fuzz-clusters: install
 	GPUSPAWNER_CLUSTERS=$(CLUSTERS) $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_cluster_properties.py
 
+JAXLIB_OLD ?= 0.4.30 0.4.38
+
+framework-check: $(PYSTAMP)
+	@for v in $(JAXLIB_OLD); do \
+		echo "== jaxlib $$v"; \
+		$(PY) -m pip install -q --no-deps --target .venv-frameworks/jaxlib-$$v "jaxlib==$$v" || exit 1; \
+		PYTHONPATH=.venv-frameworks/jaxlib-$$v $(PY) -c "import jaxlib, sys; sys.exit(jaxlib.__version__ != '$$v')" || { echo "jaxlib $$v is not the one imported"; exit 1; }; \
+		PYTHONPATH=.venv-frameworks/jaxlib-$$v $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_memguard_frameworks.py -k real_jaxlib || exit 1; \
+	done
+
 GPU_CHECK_PYTHON ?= $(PY)
 
 gpu-check: $(PYSTAMP)
 	$(PY) scripts/gpu_check.py --python $(GPU_CHECK_PYTHON)
 
 clean:
-	rm -rf $(VENV) node_modules test-artifacts
+	rm -rf $(VENV) .venv-frameworks node_modules test-artifacts

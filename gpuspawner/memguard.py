@@ -6,10 +6,11 @@ the frameworks can be asked to hold back. What each one honours (docs/memory-gua
 the versions, read from each framework's own source, and what is NOT enforced):
 
 * JAX: ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (no 75% grab at the first operation) and ONE
-  fraction variable. Every jaxlib reads ``XLA_PYTHON_CLIENT_MEM_FRACTION``; newer ones also
-  read ``XLA_CLIENT_MEM_FRACTION`` and refuse the two together (the CUDA plugin then fails
-  and JAX runs on the CPU), so the guard sets the old name, or the spelling the pod's
-  environment already uses, never both (:func:`guarded_environment`).
+  fraction variable. Every jaxlib reads ``XLA_PYTHON_CLIENT_MEM_FRACTION``; from 0.4.38 on
+  jaxlib also reads ``XLA_CLIENT_MEM_FRACTION`` and refuses the two together (the CUDA plugin
+  then fails and JAX runs on the CPU), and before it the new name is ignored. So a guarded
+  pod has the old name only, whichever spelling the admin, a profile or an offering used
+  (:func:`guarded_environment`).
 * TensorFlow: ``TF_FORCE_GPU_ALLOW_GROWTH=true`` stops the up-front grab but caps nothing; a
   cap is a logical device with a memory limit, set in code: by the start-up hook.
 * PyTorch: ``torch.cuda.set_per_process_memory_fraction``, in code, by the start-up hook.
@@ -193,8 +194,7 @@ def guard_for(offering: Offering, defaults: GuardDefaults) -> Guard | None:
 def guard_env(guard: Guard, count: int = 1) -> dict[str, str]:
     """The environment variables of ``guard`` for a pod with ``count`` GPUs.
 
-    JAX's fraction is under :data:`JAX_FRACTION` alone (:func:`guarded_environment` moves it
-    to the other spelling where the pod's environment already uses that one)."""
+    JAX's fraction is under :data:`JAX_FRACTION` alone (see :func:`guarded_environment`)."""
     env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     if guard.fraction is not None:
         text = f"{guard.fraction:g}"
@@ -254,18 +254,42 @@ def without_jax_clash(guard: Mapping[str, str], present: Mapping[str, Any]) -> d
     return {k: v for k, v in guard.items() if k not in present and not (jax and k in JAX_FRACTIONS)}
 
 
+def one_jax_spelling(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with JAX's fraction under :data:`JAX_FRACTION` only (an offering's ``env`` that
+    spells it the new way: jaxlib before 0.4.38 would not read it). Where both are given, the
+    new name's value, which a jaxlib that reads both would have preferred."""
+    if JAX_FRACTION_NEW not in env:
+        return dict(env)
+    out = {k: v for k, v in env.items() if k not in JAX_FRACTIONS}
+    out[JAX_FRACTION] = env[JAX_FRACTION_NEW]
+    return out
+
+
 def guarded_environment(
     environment: Mapping[str, Any], guard: Mapping[str, str], user_keys: Iterable[str], user_env: bool
 ) -> dict[str, Any]:
     """``environment`` with the guard's variables set over it.
 
     Where the admin allows it (``user_env``), a variable the user's chosen profile set
-    (``user_keys``) keeps the user's value; otherwise the guard's wins. JAX's fraction goes
-    under the spelling ``environment`` already uses, so the pod never has both (jaxlib
-    refuses them together).
+    (``user_keys``) keeps the user's value; otherwise the guard's wins.
+
+    A guarded pod gets exactly one JAX fraction, under :data:`JAX_FRACTION`, the name every
+    jaxlib reads: jaxlib from 0.4.38 on refuses both names together (and JAX then runs on
+    the CPU), and jaxlib before it reads only that one. Its value is the guard's, or the
+    user's where allowed, in whichever spelling the profile used; where the guard has none
+    (an offering's own ``env`` set it, already under that name: :func:`one_jax_spelling`),
+    the value the environment has under that name wins, else the other spelling's.
     """
-    guard = dict(guard)
-    if JAX_FRACTION in guard and JAX_FRACTION_NEW in environment and JAX_FRACTION not in environment:
-        guard[JAX_FRACTION_NEW] = guard.pop(JAX_FRACTION)
-    kept = set(user_keys) if user_env else set()
-    return {**environment, **{k: v for k, v in guard.items() if k not in kept}}
+    user_keys = set(user_keys)
+    kept = user_keys if user_env else set()
+    result = {**environment, **{k: v for k, v in guard.items() if k not in kept}}
+    if not guard or not JAX_FRACTIONS & result.keys():
+        return result
+    if JAX_FRACTION in guard:
+        mine = [k for k in (JAX_FRACTION_NEW, JAX_FRACTION) if k in kept and k in environment]
+        value = environment[mine[0]] if mine else guard[JAX_FRACTION]
+    else:
+        value = result.get(JAX_FRACTION, result.get(JAX_FRACTION_NEW))
+    result = {k: v for k, v in result.items() if k not in JAX_FRACTIONS}
+    result[JAX_FRACTION] = value
+    return result

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dranames import RESOURCE_API
-from .memguard import GuardChanges, guarded_environment, without_jax_clash
+from .memguard import GuardChanges, guarded_environment, one_jax_spelling, without_jax_clash
 from .model import DeviceClaim, Offering
 from .selectors import Terms, terms_to_k8s
 from .vocabulary import CLAIM_NAME, ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS, LABEL_KIND, LABEL_OFFERING
@@ -66,6 +66,8 @@ def pod_changes(offering: Offering, count: int = 1, guard: GuardChanges | None =
     if count not in offering.counts:
         raise ValueError(f"{offering.slug}: count {count} is not one of {list(offering.counts)}")
     env = {k: v for k, v in offering.env.items() if k not in FORBIDDEN_ENV}
+    if guard is not None:  # JAX's fraction under the one name every jaxlib reads (memguard)
+        env = one_jax_spelling(env)
     env.update({ENV_OFFERING: offering.slug, ENV_KIND: offering.kind.value})
     env.update(
         {

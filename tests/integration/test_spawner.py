@@ -183,8 +183,8 @@ HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "memguard_hook.py"
 
 def assert_guarded(pod: dict, fraction: str, mib: str, **more: str) -> None:
     """The pod as the API server stored it carries the memory guard: its exact variables, the
-    hook's source as an annotation and the downwardAPI volume that projects it. JAX's fraction
-    is under one name: ``XLA_CLIENT_MEM_FRACTION`` where ``more`` gives it, else the old one."""
+    hook's source as an annotation and the downwardAPI volume that projects it (``more``: the
+    variables that differ, e.g. JAX's fraction where the user's profile may set it)."""
     container = pod["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
     assert {k: v for k, v in env.items() if k in GUARD_VARIABLES} == {
@@ -192,7 +192,7 @@ def assert_guarded(pod: dict, fraction: str, mib: str, **more: str) -> None:
         "GPUSPAWNER_MEMORY_MIB": mib,
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-        **({} if "XLA_CLIENT_MEM_FRACTION" in more else {"XLA_PYTHON_CLIENT_MEM_FRACTION": fraction}),
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
         **more,
     }
     # no PYTHONPATH of the pod's own (it would replace the image's): the command's shell prefix
@@ -226,8 +226,8 @@ async def test_an_mps_share_is_guarded_and_a_profile_env_wins_only_where_allowed
         try:
             pod = await pod_of(spawner)
             env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-            # JAX's fraction in the profile's spelling only: jaxlib refuses both together
-            assert env["XLA_CLIENT_MEM_FRACTION"] == jax_fraction and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in env, user_env
+            # one JAX fraction, under the name every jaxlib reads, whichever spelling the profile used
+            assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == jax_fraction and "XLA_CLIENT_MEM_FRACTION" not in env, user_env
             # the L4's 23032 MiB (4 MPS clients of GFD's 5758) in 4 clients of 2 processes: 2879 MiB
             # each, within the MPS daemon's 5758 for a client; 2367 of it for the framework
             assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=2879M" and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
@@ -238,7 +238,7 @@ async def test_an_mps_share_is_guarded_and_a_profile_env_wins_only_where_allowed
         pod,
         fraction="0.102",
         mib="2367",
-        XLA_CLIENT_MEM_FRACTION="0.9",
+        XLA_PYTHON_CLIENT_MEM_FRACTION="0.9",
         CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25",
         CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2879M",
     )

@@ -222,20 +222,30 @@ def test_the_user_profile_env_wins_only_where_the_admin_allows_it():
 
 
 @pytest.mark.parametrize("user_env", [False, True])
-def test_jax_gets_one_fraction_in_the_spelling_the_environment_already_uses(user_env):
+def test_jax_gets_one_fraction_under_the_name_every_jaxlib_reads(user_env):
     guard = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.093"}
+    # a profile that spells it the new way: jaxlib before 0.4.38 would ignore that name
     profile = {"XLA_CLIENT_MEM_FRACTION": "0.9"}
     env = guarded_environment(profile, guard, set(profile), user_env)
-    assert env == {"XLA_CLIENT_MEM_FRACTION": "0.9" if user_env else "0.093"}
+    assert env == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9" if user_env else "0.093"}
     assert guarded_environment({}, guard, set(), user_env) == guard
+    # an admin environment with both (refused by jaxlib from 0.4.38 on): one, the guard's
+    both = {"XLA_CLIENT_MEM_FRACTION": "0.6", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5", "LANG": "C"}
+    assert guarded_environment(both, guard, set(), user_env) == {"LANG": "C", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.093"}
+    # an unguarded pod's environment is left as it is, whatever it holds
+    assert guarded_environment(both, {}, set(), user_env) == both
 
 
 def test_the_offerings_own_env_wins_over_the_guard_and_the_pod_changes_carry_the_hook():
     offering = config(slug="t4", kind="shared", replicas=4, memory_mib=16384, env={"XLA_CLIENT_MEM_FRACTION": "0.1"})
     guard = guard_changes(guard_for(offering, ON), 1, "HOOK")
     changes = pod_changes(offering, 1, guard)
-    assert changes.env["XLA_CLIENT_MEM_FRACTION"] == "0.1"
+    # the admin's value wins, under the name every jaxlib reads; the guard adds no other
+    assert changes.env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.1" and "XLA_CLIENT_MEM_FRACTION" not in changes.env
     assert "XLA_CLIENT_MEM_FRACTION" not in changes.guard_env and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in changes.guard_env
+    # ... also over an admin environment that spells it the new way
+    env = guarded_environment({"XLA_CLIENT_MEM_FRACTION": "0.6", **changes.env}, changes.guard_env, set(), False)
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.1" and "XLA_CLIENT_MEM_FRACTION" not in env
     assert changes.guard_env["GPUSPAWNER_MEMORY_FRACTION"] == "0.093"
     assert changes.annotations == {"gpuspawner.io/memguard-hook": "HOOK"} and len(changes.volumes) == len(changes.volume_mounts) == 1
     assert changes.command_prefix == path_prefix()
