@@ -22,6 +22,19 @@
 #                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N)
 #   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
 #   make bench            the benchmarks, printed side by side
+#   make framework-check  the memory guard against framework releases too big for make test:
+#                         older jaxlib (JAXLIB_OLD, default 0.4.30 and 0.4.38: the last that
+#                         reads only XLA_PYTHON_CLIENT_MEM_FRACTION and the first seen to read
+#                         both; about 80 MB to download, 300-370 MB unpacked each) and the
+#                         real TensorFlow (tensorflow-cpu TF_VERSION, about 1.6 GB in its own
+#                         venv) meeting the hook's set_memory_growth wrapper
+#                         (scripts/framework_check_tf.py). All in .venv-frameworks/; a few
+#                         minutes the first time (the TensorFlow install), under a minute after
+#   make gpu-check        on a machine with an NVIDIA GPU: JAX, PyTorch and TensorFlow under
+#                         the memory guard, each allocating past its cap, and the probe beside
+#                         nvidia-smi (scripts/gpu_check.py; GPU_CHECK_PYTHON=... names a Python
+#                         with the CUDA builds; nothing is installed). Without a GPU it stops
+#                         at once with status 2 and says so
 #
 # The Python environment lives in .venv; npm packages (configurable-http-proxy,
 # playwright-core) in node_modules; the Kubernetes binaries, Prometheus and promtool in
@@ -35,7 +48,7 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters clean
+.PHONY: test lint unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check clean
 
 test: install devcluster-build lint
 	$(PY) -m pytest -q -p no:cacheprovider
@@ -97,5 +110,24 @@ dra-truth: install devcluster-build
 fuzz-clusters: install
 	GPUSPAWNER_CLUSTERS=$(CLUSTERS) $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_cluster_properties.py
 
+JAXLIB_OLD ?= 0.4.30 0.4.38
+TF_VERSION ?= 2.21.0
+
+framework-check: $(PYSTAMP)
+	@for v in $(JAXLIB_OLD); do \
+		echo "== jaxlib $$v"; \
+		$(PY) -m pip install -q --no-deps --target .venv-frameworks/jaxlib-$$v "jaxlib==$$v" || exit 1; \
+		PYTHONPATH=.venv-frameworks/jaxlib-$$v $(PY) -c "import jaxlib, sys; sys.exit(jaxlib.__version__ != '$$v')" || { echo "jaxlib $$v is not the one imported"; exit 1; }; \
+		PYTHONPATH=.venv-frameworks/jaxlib-$$v $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_memguard_frameworks.py -k real_jaxlib || exit 1; \
+	done
+	test -x .venv-frameworks/tensorflow/bin/python || $(PYTHON) -m venv .venv-frameworks/tensorflow
+	.venv-frameworks/tensorflow/bin/python -m pip install -q "tensorflow-cpu==$(TF_VERSION)"
+	TF_CPP_MIN_LOG_LEVEL=2 .venv-frameworks/tensorflow/bin/python scripts/framework_check_tf.py
+
+GPU_CHECK_PYTHON ?= $(PY)
+
+gpu-check: $(PYSTAMP)
+	$(PY) scripts/gpu_check.py --python $(GPU_CHECK_PYTHON)
+
 clean:
-	rm -rf $(VENV) node_modules test-artifacts
+	rm -rf $(VENV) .venv-frameworks node_modules test-artifacts

@@ -1,8 +1,10 @@
 """gpuspawner's memory guard, run at the start of every Python process in a guarded notebook pod.
 
-GPUSpawner puts this file into the pod as ``sitecustomize.py`` in a directory first on
-``PYTHONPATH`` (see gpuspawner/memguard.py and docs/memory-guard.md), so Python runs it at
-start-up: in ipykernel kernels, and also in ``python train.py`` run from a terminal.
+GPUSpawner puts this file into the pod as ``sitecustomize.py`` in a directory that the pod's
+command prefix puts first on ``PYTHONPATH``, in front of the image's own (see
+gpuspawner/memguard.py and docs/memory-guard.md), so Python runs it at start-up: in
+ipykernel kernels, and also in ``python train.py`` run from a terminal. Not where Python
+ignores PYTHONPATH or site (``python -I``, ``-E``, ``-S``).
 
 It imports no framework: importing torch or tensorflow takes seconds and, for TensorFlow,
 loads CUDA. It puts a finder first on ``sys.meta_path`` that notices when ``torch`` or
@@ -13,8 +15,9 @@ loads CUDA. It puts a finder first on ``sys.meta_path`` that notices when ``torc
   (``torch.cuda._lazy_call``) until CUDA is initialised, so a notebook that imports torch
   but never uses the GPU creates no CUDA context;
 * TensorFlow: one logical device per GPU with ``memory_limit`` = ``GPUSPAWNER_MEMORY_MIB``
-  (TensorFlow's cap is in MiB). TensorFlow then refuses ``set_memory_growth`` on that GPU;
-  growth is already on through ``TF_FORCE_GPU_ALLOW_GROWTH``.
+  (TensorFlow's cap is in MiB). TensorFlow then refuses ``set_memory_growth`` on that GPU
+  with a ValueError; growth is already on through ``TF_FORCE_GPU_ALLOW_GROWTH``, so the hook
+  answers ``tf.config.experimental.set_memory_growth(gpu, True)`` itself for those GPUs.
 
 JAX needs no code: its variables are set on the pod. Nothing here is enforced: it is a
 cooperative limit that the user's own code can change.
@@ -88,6 +91,32 @@ def cap_tensorflow(tf):
         return
     if gpus:
         _say(f"TensorFlow may use {mib} MiB of each GPU (this server's share)")
+        growth_already_on(getattr(config, "experimental", None), gpus)
+
+
+def growth_already_on(experimental, configured):
+    """Make ``tf.config.experimental.set_memory_growth(gpu, True)`` harmless on the GPUs the
+    guard gave a logical device.
+
+    TensorFlow refuses memory growth on a GPU with logical devices (``ValueError: Cannot set
+    memory growth on device when virtual devices configured``), which breaks the most common
+    TensorFlow snippet. Growth is on there already (``TF_FORCE_GPU_ALLOW_GROWTH=true``, set
+    on the pod), so asking for it again is answered here; anything else (another device,
+    ``False``) goes to TensorFlow as before."""
+    real = getattr(experimental, "set_memory_growth", None)
+    if real is None or getattr(real, "gpuspawner_guard", False):
+        return
+    configured = list(configured)
+
+    def set_memory_growth(device, enable):
+        if enable and device in configured:
+            return None
+        return real(device, enable)
+
+    set_memory_growth.gpuspawner_guard = True
+    set_memory_growth.__doc__ = getattr(real, "__doc__", None)
+    set_memory_growth.__wrapped__ = real
+    experimental.set_memory_growth = set_memory_growth
 
 
 class _Loader:

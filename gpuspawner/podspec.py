@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dranames import RESOURCE_API
-from .memguard import GuardChanges, guarded_environment
+from .memguard import GuardChanges, guarded_environment, one_jax_spelling, without_jax_clash
 from .model import DeviceClaim, Offering
 from .selectors import Terms, terms_to_k8s
 from .vocabulary import CLAIM_NAME, ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS, LABEL_KIND, LABEL_OFFERING
@@ -50,7 +50,8 @@ class PodChanges:
     #: How many devices the claim asks for (the user's count).
     claim_count: int = 0
     #: The memory guard's variables (set over the environment: see memguard.guarded_environment),
-    #: without those the offering's own ``env`` sets (the admin's explicit word wins).
+    #: without those the offering's own ``env`` sets (the admin's explicit word wins; JAX's
+    #: fraction in either spelling counts as the same variable).
     guard_env: Mapping[str, str] = field(default_factory=dict)
     volumes: tuple[Mapping[str, Any], ...] = ()
     volume_mounts: tuple[Mapping[str, Any], ...] = ()
@@ -65,6 +66,8 @@ def pod_changes(offering: Offering, count: int = 1, guard: GuardChanges | None =
     if count not in offering.counts:
         raise ValueError(f"{offering.slug}: count {count} is not one of {list(offering.counts)}")
     env = {k: v for k, v in offering.env.items() if k not in FORBIDDEN_ENV}
+    if guard is not None:  # JAX's fraction under the one name every jaxlib reads (memguard)
+        env = one_jax_spelling(env)
     env.update({ENV_OFFERING: offering.slug, ENV_KIND: offering.kind.value})
     env.update(
         {
@@ -83,10 +86,11 @@ def pod_changes(offering: Offering, count: int = 1, guard: GuardChanges | None =
         env=env,
         labels=labels,
         annotations={**(guard.annotations if guard else {}), **offering.annotations},
-        command_prefix=tuple(offering.command_prefix),
+        # the guard's first: its shell sets PYTHONPATH, then runs the offering's prefix and the server
+        command_prefix=(*(guard.command_prefix if guard else ()), *offering.command_prefix),
         claim=offering.claim,
         claim_count=count if offering.claim is not None else 0,
-        guard_env={k: v for k, v in (guard.env if guard else {}).items() if k not in env},
+        guard_env=without_jax_clash(guard.env, env) if guard else {},
         volumes=tuple(dict(v) for v in guard.volumes) if guard else (),
         volume_mounts=tuple(dict(m) for m in guard.volume_mounts) if guard else (),
     )

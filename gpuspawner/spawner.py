@@ -631,8 +631,7 @@ class GPUSpawner(KubeSpawner):
         guard = guard_for(choice.offering, defaults)
         if guard is None:
             return None, False
-        python_path = self.environment.get("PYTHONPATH")
-        changes = guard_changes(guard, choice.count, _hook_source(), python_path if isinstance(python_path, str) else None)
+        changes = guard_changes(guard, choice.count, _hook_source())
         return changes, guard.user_env
 
     def apply_choice(self, choice: Choice) -> None:

@@ -9,8 +9,15 @@ string buffers, arrays of ``c_nvmlProcessInfo_v3_t`` and
 returns NVML's return codes. The binding's Python layer runs unchanged: it sizes the
 arrays, retries on ``NVML_ERROR_INSUFFICIENT_SIZE``, turns codes into its own
 exception classes (``NVMLError_NotSupported``, ``NVMLError_GpuIsLost`` ...) and
-builds the objects the probe reads. A function the stand-in lacks is
-``NVMLError_FunctionNotFound``, as with an old driver.
+builds the objects the probe reads. A function the stand-in lacks, or one named in
+``FakeNvmlLib.missing`` (an older driver), is ``NVMLError_FunctionNotFound``, as the
+binding raises it when ``libnvidia-ml.so.1`` has no such symbol; the binding's unversioned
+wrappers then raise its ``NVMLLibraryMismatchError``, as with a real old driver.
+
+Per-process SM samples are kept the way NVML keeps them: a buffer of timestamped samples,
+one per busy process every :data:`SAMPLE_PERIOD_S` of the lib's ``clock``, of which
+``nvmlDeviceGetProcessUtilization`` returns those newer than the caller's timestamp. So a
+reader that asks "since my last call" sees each sample once, as with the real library.
 
 What a GPU holds (processes, their memory and SM utilisation, MIG instances, injected
 errors) is plain data the caller changes at any time. :func:`cgroup_line` and
@@ -23,7 +30,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,13 +42,18 @@ import pynvml
 GIB = 1 << 30
 #: what the driver keeps on a GPU with no process (context-less reserve), bytes
 RESERVED = 300 << 20
+#: how often the stand-in's "driver" samples a busy process's SM utilisation, seconds
+SAMPLE_PERIOD_S = 1.0
+#: how many samples it keeps per GPU (NVML's buffer is finite too)
+SAMPLE_BUFFER = 1000
 
 
 @dataclass
 class FakeProcess:
     pid: int
-    used_bytes: int
-    #: SM utilisation (percent) of the latest sample; 0: no sample (an idle process)
+    #: None: NVML does not know (the binding's "not available" value is written)
+    used_bytes: int | None
+    #: SM utilisation (percent) the driver samples while it runs; 0: no sample (an idle process)
     sm_util: int = 0
 
 
@@ -70,6 +82,12 @@ class FakeGpu:
     mig_processes_on_parent_only: bool = False
     #: C function name -> NVML return code this GPU's handles answer it with
     errors: dict[str, int] = field(default_factory=dict)
+    #: MPS client processes (NVML lists them apart: nvmlDeviceGetMPSComputeRunningProcesses);
+    #: the MPS server itself is one of ``processes``
+    mps_processes: list[FakeProcess] = field(default_factory=list)
+    #: the driver's sample buffer: (timestamp in µs, pid, SM %), oldest first
+    samples: list[tuple[int, int, int]] = field(default_factory=list)
+    sampled_until_us: int | None = None
 
 
 def _set_uint(ref: Any, value: int) -> None:
@@ -84,6 +102,10 @@ def _set_handle(ref: Any, value: int) -> None:
     ctypes.cast(ctypes.pointer(ref._obj), ctypes.POINTER(ctypes.c_void_p)).contents.value = value
 
 
+def _used(value: int | None) -> int:
+    return pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if value is None else value
+
+
 def _put_string(buf: Any, size: Any, text: str) -> int:
     data = text.encode()
     if len(data) + 1 > int(getattr(size, "value", size)):
@@ -95,12 +117,21 @@ def _put_string(buf: Any, size: Any, text: str) -> int:
 class FakeNvmlLib:
     """The C library's functions, by their C names, over ``gpus``."""
 
-    def __init__(self, gpus: list[FakeGpu] | None = None) -> None:
+    def __init__(self, gpus: list[FakeGpu] | None = None, clock: Callable[[], float] = time.time) -> None:
         self.gpus: list[FakeGpu] = list(gpus or [])
         #: nvmlInitWithFlags answers this (e.g. NVML_ERROR_DRIVER_NOT_LOADED); 0: success
         self.init_error = 0
         self.lock = threading.Lock()
         self.calls = 0
+        #: C functions this "driver" does not have (an older driver): FunctionNotFound
+        self.missing: set[str] = set()
+        #: the driver's clock for sample timestamps, seconds
+        self.clock = clock
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("nvml") and name in object.__getattribute__(self, "missing"):
+            raise AttributeError(name)  # what ctypes says for a symbol the library lacks
+        return object.__getattribute__(self, name)
 
     # -- handles: (gpu index + 1) << 8 | (MIG slot + 1) -------------------------
     def _device(self, handle: Any) -> tuple[FakeGpu, FakeMig | None] | int:
@@ -182,8 +213,8 @@ class FakeNvmlLib:
         if mig is not None:
             total, procs = mig.total_bytes, mig.processes
         else:
-            total, procs = gpu.total_bytes, [p for p, _ in self._all_processes(gpu)]
-        used = min(total, RESERVED + sum(p.used_bytes for p in procs))
+            total, procs = gpu.total_bytes, [*(p for p, _ in self._all_processes(gpu)), *gpu.mps_processes]
+        used = min(total, RESERVED + sum(p.used_bytes or 0 for p in procs))
         struct = memory._obj
         struct.total, struct.used, struct.free = total, used, total - used
         return pynvml.NVML_SUCCESS
@@ -195,14 +226,17 @@ class FakeNvmlLib:
             out.extend((p, mig) for p in mig.processes)
         return out
 
-    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count: Any, infos: Any) -> int:  # noqa: N802
-        found = self._on("nvmlDeviceGetComputeRunningProcesses_v3", handle)
+    def _list_processes(self, name: str, handle: Any, count: Any, infos: Any, mps: bool = False) -> int:
+        found = self._on(name, handle)
         if isinstance(found, int):
             return found
         gpu, mig = found
         if mig is not None and gpu.mig_processes_on_parent_only:
             return pynvml.NVML_ERROR_NOT_SUPPORTED
-        procs = [(p, mig) for p in mig.processes] if mig is not None else self._all_processes(gpu)
+        if mps:
+            procs = [] if mig is not None else [(p, None) for p in gpu.mps_processes]
+        else:
+            procs = [(p, mig) for p in mig.processes] if mig is not None else self._all_processes(gpu)
         room = count._obj.value
         _set_uint(count, len(procs))
         if not procs:
@@ -211,11 +245,36 @@ class FakeNvmlLib:
             return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
         for i, (p, where) in enumerate(procs):
             infos[i].pid = p.pid
-            infos[i].usedGpuMemory = p.used_bytes
+            infos[i].usedGpuMemory = _used(p.used_bytes)
             # on a MIG-enabled GPU the instance IDs; otherwise NVML's "invalid" 0xFFFFFFFF
             infos[i].gpuInstanceId = where.gi if where else 0xFFFFFFFF
             infos[i].computeInstanceId = where.ci if where else 0xFFFFFFFF
         return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count: Any, infos: Any) -> int:  # noqa: N802
+        return self._list_processes("nvmlDeviceGetComputeRunningProcesses_v3", handle, count, infos)
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Any, count: Any, infos: Any) -> int:  # noqa: N802
+        return self._list_processes("nvmlDeviceGetComputeRunningProcesses_v2", handle, count, infos)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: Any, count: Any, infos: Any) -> int:  # noqa: N802
+        return self._list_processes("nvmlDeviceGetMPSComputeRunningProcesses_v3", handle, count, infos, mps=True)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v2(self, handle: Any, count: Any, infos: Any) -> int:  # noqa: N802
+        return self._list_processes("nvmlDeviceGetMPSComputeRunningProcesses_v2", handle, count, infos, mps=True)
+
+    def _sample(self, gpu: FakeGpu) -> None:
+        """The driver's sampler: one sample per busy process every SAMPLE_PERIOD_S up to now."""
+        now_us = int(self.clock() * 1e6)
+        step = int(SAMPLE_PERIOD_S * 1e6)
+        if gpu.sampled_until_us is None:
+            gpu.sampled_until_us = now_us - step
+        tick = gpu.sampled_until_us + step
+        while tick <= now_us:
+            gpu.samples.extend((tick, p.pid, p.sm_util) for p in [*gpu.processes, *gpu.mps_processes] if p.sm_util > 0)
+            gpu.sampled_until_us = tick
+            tick += step
+        del gpu.samples[:-SAMPLE_BUFFER]
 
     def nvmlDeviceGetProcessUtilization(self, handle: Any, samples: Any, count: Any, since: Any) -> int:  # noqa: N802
         found = self._on("nvmlDeviceGetProcessUtilization", handle)
@@ -224,16 +283,16 @@ class FakeNvmlLib:
         gpu, mig = found
         if mig is not None or gpu.migs is not None:
             return pynvml.NVML_ERROR_NOT_SUPPORTED
-        now_us = int(time.time() * 1e6)
-        busy = [p for p in gpu.processes if p.sm_util > 0 and now_us > int(since.value)]
-        if not busy:
+        self._sample(gpu)
+        newer = [s for s in gpu.samples if s[0] > int(since.value)]
+        if not newer:
             return pynvml.NVML_ERROR_NOT_FOUND
         room = count._obj.value
-        _set_uint(count, len(busy))
-        if samples is None or room < len(busy):
+        _set_uint(count, len(newer))
+        if samples is None or room < len(newer):
             return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
-        for i, p in enumerate(busy):
-            samples[i].pid, samples[i].timeStamp, samples[i].smUtil = p.pid, now_us, p.sm_util
+        for i, (stamp, pid, sm) in enumerate(newer):
+            samples[i].pid, samples[i].timeStamp, samples[i].smUtil = pid, stamp, sm
             samples[i].memUtil = samples[i].encUtil = samples[i].decUtil = 0
         return pynvml.NVML_SUCCESS
 

@@ -11,6 +11,7 @@ cannot name (outside the namespaces it may list) keeps its UID only.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -50,7 +51,8 @@ def device_labels(node: str, d: Device) -> list[str]:
 
 @dataclass
 class _Usage:
-    memory: int = 0
+    #: None once one of the processes' memory is unknown to NVML: the sum would be too low
+    memory: int | None = 0
     processes: int = 0
     #: highest SM utilisation (percent) of the container's processes; None: not known
     util: int | None = None
@@ -78,6 +80,8 @@ class ProbeCollector(Collector):
         self.errors: dict[tuple[str, str, str, str], int] = defaultdict(int)
         self._problems_seen: set[tuple[str, str, str, str]] = set()
         self.last: Pass | None = None
+        #: one scrape at a time: the NVML pass, the error counts and the log lines
+        self.lock = threading.Lock()
 
     def describe(self) -> list[Metric]:
         return []  # collected on demand: registering must not touch NVML
@@ -104,9 +108,11 @@ class ProbeCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
-        result = self.reader.read()
-        self.last = result
-        self._note(result.problems)
+        with self.lock:
+            result = self.reader.read()
+            self.last = result
+            self._note(result.problems)
+            counted = sorted(self.errors.items())
         dl = list(DEVICE_LABELS)
         memory = GaugeMetricFamily(
             POD_MEMORY, "GPU memory used by the pod's processes on this device (NVML), bytes", labels=dl + list(POD_LABELS)
@@ -114,8 +120,8 @@ class ProbeCollector(Collector):
         procs = GaugeMetricFamily(POD_PROCESSES, "Compute processes of the pod on this device (NVML)", labels=dl + list(POD_LABELS))
         util = GaugeMetricFamily(
             POD_SM_UTIL,
-            "Highest SM utilisation of the pod's processes on this device since the previous scrape (NVML process samples; "
-            "0: no sample, idle); absent where NVML keeps none (MIG instances)",
+            "Highest SM utilisation of the pod's processes on this device over the probe's sample window (NVML process "
+            "samples; 0: no sample, idle); absent where NVML keeps none (MIG instances)",
             labels=dl + list(POD_LABELS),
         )
         total = GaugeMetricFamily(DEVICE_TOTAL, "GPU or MIG instance memory, bytes (NVML)", labels=dl)
@@ -125,23 +131,24 @@ class ProbeCollector(Collector):
         )
         for reading in result.readings:
             labels = device_labels(self.node, reading.device)
-            total.add_metric(labels, reading.device.total_bytes)
-            used.add_metric(labels, reading.device.used_bytes)
+            if reading.device.total_bytes is not None:
+                total.add_metric(labels, reading.device.total_bytes)
+            if reading.device.used_bytes is not None:
+                used.add_metric(labels, reading.device.used_bytes)
             per_container: dict[tuple[str, ...], _Usage] = {}
-            outside = 0
+            outside = _Usage()
             for p in reading.processes:
                 ref = self.procs.pod_of(p.pid)
-                if ref is None:
-                    outside += p.used_bytes or 0
-                    continue
-                usage = per_container.setdefault(tuple(self._pod_labels(ref)), _Usage())
-                usage.memory += p.used_bytes or 0
+                usage = outside if ref is None else per_container.setdefault(tuple(self._pod_labels(ref)), _Usage())
+                usage.memory = None if usage.memory is None or p.used_bytes is None else usage.memory + p.used_bytes
                 usage.processes += 1
-                if reading.sm_util is not None:
+                if ref is not None and reading.sm_util is not None:
                     usage.util = max(usage.util or 0, reading.sm_util.get(p.pid, 0))
-            unattributed.add_metric(labels, outside)
+            if outside.memory is not None:
+                unattributed.add_metric(labels, outside.memory)
             for pod, usage in per_container.items():
-                memory.add_metric(labels + list(pod), usage.memory)
+                if usage.memory is not None:  # NVML did not say: absent, never 0
+                    memory.add_metric(labels + list(pod), usage.memory)
                 procs.add_metric(labels + list(pod), usage.processes)
                 if usage.util is not None:
                     util.add_metric(labels + list(pod), usage.util / 100.0)
@@ -152,7 +159,7 @@ class ProbeCollector(Collector):
         errors = CounterMetricFamily(
             NVML_ERRORS, "NVML calls that failed, by device, call and error", labels=["gpu", "UUID", "call", "error"]
         )
-        for key, n in sorted(self.errors.items()):
+        for key, n in counted:
             errors.add_metric(list(key), n)
         yield errors
         seconds = GaugeMetricFamily(PASS_SECONDS, "How long this scrape's NVML pass and attribution took, seconds")

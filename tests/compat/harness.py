@@ -131,14 +131,14 @@ DOCUMENTED_DIFFERENCES: dict[str, str] = {
     "pod.spec.nodeSelector[<node_selector>]": "the offering's node class (GPU product, MIG profile, vGPU class)",
     "pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.*": "labels the node must not carry (absent_labels)",
     "pod.spec.tolerations[*]": "the offering's tolerations for tainted GPU nodes",
-    "pod.spec.containers[notebook].args[*]": "the offering's command_prefix goes before the notebook command",
+    "pod.spec.containers[notebook].args[*]": "the memory guard's shell (the hook first on PYTHONPATH) and the offering's command_prefix go before the notebook command",
     "pod.metadata.labels[<labels>]": "the offering's own labels, as the admin configured them",
     "pod.metadata.annotations[<annotations>]": "the offering's own annotations, as the admin configured them",
     "pod.spec.containers[notebook].env[<env>]": "the offering's own env, as the admin configured it",
     "pod.spec.containers[notebook].env[<memory guard>]": "the memory guard's limits for the frameworks (docs/memory-guard.md)",
     "pod.metadata.annotations[gpuspawner.io/memguard-hook]": "the memory guard's start-up hook, which the volume below projects as a file",
     "pod.spec.volumes[gpuspawner-memguard]": "a downwardAPI volume: the hook as sitecustomize.py",
-    "pod.spec.containers[notebook].volumeMounts[gpuspawner-memguard]": "the hook's directory, read-only, first on PYTHONPATH",
+    "pod.spec.containers[notebook].volumeMounts[gpuspawner-memguard]": "the hook's directory, read-only, which the shell in args puts first on PYTHONPATH",
 }
 
 

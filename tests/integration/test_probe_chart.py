@@ -50,6 +50,10 @@ def test_probe_has_exactly_the_privileges_the_docs_name(tmp_path):
     assert env["GPUSPAWNER_PROBE_NAMESPACES"] == "jhub"
     assert not any("nvidia.com" in r for part in c["resources"].values() for r in part)  # no GPU taken from users
     assert c["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # a UID of its own, not "nobody" (65534), which z2jh's own pods run as: with hostPID the
+    # probe could signal every process of its UID on the node
+    assert c["securityContext"]["runAsUser"] == c["securityContext"]["runAsGroup"] == 49402
+    assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}  # not /metrics: no NVML pass
     assert c["securityContext"]["allowPrivilegeEscalation"] is False and "privileged" not in c["securityContext"]
     assert c["command"] == ["gpuspawner", "probe", "--port", "9402"]
     assert c["image"] == "ghcr.io/example/gpuspawner:0.1.0"
@@ -60,6 +64,13 @@ def test_probe_has_exactly_the_privileges_the_docs_name(tmp_path):
     assert not [k for k in docs if k[0].startswith("Cluster") and "probe" in k[2]]
     monitor = docs[("PodMonitor", "gpu-system", "gpu-gpuspawner-probe")]
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "interval": "15s"}]
+
+
+def test_probe_refuses_to_run_as_root(tmp_path):
+    out = helm("template", "gpu", str(CHART), *ON, "--set", "probe.securityContext.runAsUser=0", home=tmp_path)
+    assert out.returncode != 0 and "runAsUser" in out.stderr
+    out = helm("template", "gpu", str(CHART), *ON, "--set", "probe.securityContext.runAsNonRoot=false", home=tmp_path)
+    assert out.returncode != 0 and "runAsNonRoot" in out.stderr
 
 
 def test_probe_roles_in_each_named_namespace(tmp_path):

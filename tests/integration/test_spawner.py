@@ -15,7 +15,7 @@ from traitlets.config import Config
 
 from gpuspawner.capacity import availability
 from gpuspawner.catalog import build_catalog
-from gpuspawner.memguard import GUARD_ENV
+from gpuspawner.memguard import GUARD_ENV, path_prefix
 from gpuspawner.podspec import merge_affinity_terms
 from gpuspawner.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
@@ -146,7 +146,8 @@ async def test_cpu_spawn_after_gpu_spawn_on_the_same_spawner_has_no_gpu(devclust
     await spawner.start()
     gpu_pod = await pod_of(spawner)
     assert gpu_pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] == "1"
-    assert_guarded(gpu_pod, fraction="0.25", mib="3840")  # a quarter of the T4's 15360 MiB
+    # a quarter of the T4's 15360 MiB, 1920 per process, less 512 for its CUDA context
+    assert_guarded(gpu_pod, fraction="0.091", mib="1408")
     await spawner.stop(now=True)
     spawner.clear_state()
 
@@ -182,7 +183,8 @@ HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "memguard_hook.py"
 
 def assert_guarded(pod: dict, fraction: str, mib: str, **more: str) -> None:
     """The pod as the API server stored it carries the memory guard: its exact variables, the
-    hook's source as an annotation and the downwardAPI volume that projects it."""
+    hook's source as an annotation and the downwardAPI volume that projects it (``more``: the
+    variables that differ, e.g. JAX's fraction where the user's profile may set it)."""
     container = pod["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
     assert {k: v for k, v in env.items() if k in GUARD_VARIABLES} == {
@@ -190,11 +192,13 @@ def assert_guarded(pod: dict, fraction: str, mib: str, **more: str) -> None:
         "GPUSPAWNER_MEMORY_MIB": mib,
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-        "XLA_CLIENT_MEM_FRACTION": fraction,
         "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
-        "PYTHONPATH": "/opt/gpuspawner/memguard",
         **more,
     }
+    # no PYTHONPATH of the pod's own (it would replace the image's): the command's shell prefix
+    # puts the hook in front of whatever the image has there
+    assert "PYTHONPATH" not in env
+    assert container["args"][: len(path_prefix())] == list(path_prefix())
     assert pod["metadata"]["annotations"]["gpuspawner.io/memguard-hook"] == HOOK.read_text()
     (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "gpuspawner-memguard"]
     (item,) = volume["downwardAPI"]["items"]
@@ -214,7 +218,7 @@ async def test_an_mps_share_is_guarded_and_a_profile_env_wins_only_where_allowed
             "kubespawner_override": {"environment": {"XLA_CLIENT_MEM_FRACTION": "0.9"}},
         }
     ]
-    for user_env, jax_fraction in ((False, "0.25"), (True, "0.9")):
+    for user_env, jax_fraction in ((False, "0.102"), (True, "0.9")):
         spawner = make_spawner(devcluster, namespace, offering_overrides={slug: {"memory_guard": {"user_env": user_env}}})
         spawner.profile_list = profiles
         spawner.user_options = {"offering": slug, "profile": "bigjax"}
@@ -222,20 +226,21 @@ async def test_an_mps_share_is_guarded_and_a_profile_env_wins_only_where_allowed
         try:
             pod = await pod_of(spawner)
             env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-            assert env["XLA_CLIENT_MEM_FRACTION"] == jax_fraction, user_env
-            env.pop("XLA_CLIENT_MEM_FRACTION")
-            # the L4's 23034 MiB in 4 MPS clients: 5758 MiB each (GFD's label, floored)
-            assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=5758M" and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-            assert env["GPUSPAWNER_MEMORY_MIB"] == "5758" and env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.25"
+            # one JAX fraction, under the name every jaxlib reads, whichever spelling the profile used
+            assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == jax_fraction and "XLA_CLIENT_MEM_FRACTION" not in env, user_env
+            # the L4's 23032 MiB (4 MPS clients of GFD's 5758) in 4 clients of 2 processes: 2879 MiB
+            # each, within the MPS daemon's 5758 for a client; 2367 of it for the framework
+            assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=2879M" and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+            assert env["GPUSPAWNER_MEMORY_MIB"] == "2367" and env["GPUSPAWNER_MEMORY_FRACTION"] == "0.102"
         finally:
             await spawner.stop(now=True)
     assert_guarded(
         pod,
-        fraction="0.25",
-        mib="5758",
-        XLA_CLIENT_MEM_FRACTION="0.9",
+        fraction="0.102",
+        mib="2367",
+        XLA_PYTHON_CLIENT_MEM_FRACTION="0.9",
         CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25",
-        CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=5758M",
+        CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2879M",
     )
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import urllib.error
+import urllib.request
 
 import pynvml
 import pytest
@@ -14,7 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuspawner.cli import main
 from gpuspawner.devcluster.nvmlstandin import GIB, RESERVED, FakeGpu, FakeMig, FakeNvmlLib, FakeProcess, ProcTree, cgroup_line, installed
+from gpuspawner.devcluster.prometheus import free_port
 from gpuspawner.probe.collect import ProbeCollector, ProcReader
+from gpuspawner.probe.main import server
 from gpuspawner.probe.nvml import NvmlReader
 from gpuspawner.probe.pods import StaticPods
 
@@ -147,14 +152,17 @@ def test_mig_instances_that_list_their_own_processes(probe) -> None:
     assert one(m, "gpuspawner_probe_pod_gpu_memory_bytes", UUID=H100, GPU_I_ID="9", pod="jupyter-ann") == 2 * GIB
 
 
-def test_lost_gpu_is_a_metric_and_a_log_line_and_the_other_gpu_still_reports(probe, caplog) -> None:
+def test_a_failing_memory_call_is_a_metric_and_a_log_line_and_costs_the_devices_memory_figures_only(probe, caplog) -> None:
     lib, collector = probe
     lib.gpus[0].errors["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_GPU_IS_LOST
     with caplog.at_level(logging.WARNING, "gpuspawner.probe"):
         m = scrape(collector)
         scrape(collector)
     assert one(m, "gpuspawner_probe_nvml_errors_total", gpu="0", UUID=T4, call="nvmlDeviceGetMemoryInfo", error="GpuIsLost") == 1
-    assert rows(m, "gpuspawner_probe_pod_gpu_memory_bytes", UUID=T4) == {}
+    # the device's figures are absent (not 0); its processes are still listed per pod
+    assert rows(m, "gpuspawner_probe_device_memory_total_bytes", UUID=T4) == {}
+    assert rows(m, "gpuspawner_probe_device_memory_used_bytes", UUID=T4) == {}
+    assert one(m, "gpuspawner_probe_pod_gpu_memory_bytes", pod="jupyter-ann", UUID=T4) == 3 * GIB
     assert one(m, "gpuspawner_probe_pod_gpu_memory_bytes", GPU_I_ID="2") == 20 * GIB
     lost = [r for r in caplog.records if "GpuIsLost" in r.getMessage()]
     assert len(lost) == 1, "logged once when it starts, not at every scrape"
@@ -232,3 +240,179 @@ def test_command_rejects_a_bad_pod_file(tmp_path, capsys) -> None:
     bad.write_text("{not json")
     assert main(["probe", "--once", "--pods", str(bad)]) == 2
     assert "kubectl get pods -o json" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ older drivers, unknown memory, MPS
+
+
+def test_the_binding_itself_says_library_mismatch_for_an_unversioned_call_an_old_driver_lacks(probe) -> None:
+    """The stand-in is only the C library: the real binding's wrapper turns the missing
+    symbol into its NVMLLibraryMismatchError (not an NVMLError), as on an old driver."""
+    lib, _ = probe
+    lib.missing.add("nvmlDeviceGetComputeRunningProcesses_v3")
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLLibraryMismatchError):
+        pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        pynvml.nvmlDeviceGetComputeRunningProcesses_v3(handle)
+
+
+def test_a_driver_without_the_v3_process_call_falls_back_to_v2_and_costs_nothing(probe) -> None:
+    lib, collector = probe
+    lib.missing.update({"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v3"})
+    m = scrape(collector)
+    assert one(m, "gpuspawner_probe_pod_gpu_memory_bytes", pod="jupyter-ann", UUID=T4) == 3 * GIB
+    assert one(m, "gpuspawner_probe_pod_gpu_memory_bytes", GPU_I_ID="2") == 20 * GIB  # MIG, from the parent
+    assert rows(m, "gpuspawner_probe_nvml_errors_total") == {}
+
+
+@pytest.mark.parametrize(
+    ("missing", "lost", "kept"),
+    [
+        # no process list at all: the per-pod series go, the device's stay
+        (
+            {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"},
+            "gpuspawner_probe_pod_gpu_memory_bytes",
+            "gpuspawner_probe_device_memory_total_bytes",
+        ),
+        # no per-process samples: utilisation goes, memory stays
+        ({"nvmlDeviceGetProcessUtilization"}, "gpuspawner_probe_pod_sm_utilization_ratio", "gpuspawner_probe_pod_gpu_memory_bytes"),
+        # no MPS client list: the compute processes still count
+        (
+            {"nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2"},
+            "",
+            "gpuspawner_probe_pod_gpu_memory_bytes",
+        ),
+        # a driver from before MIG: not an error at all
+        ({"nvmlDeviceGetMigMode"}, "", "gpuspawner_probe_pod_sm_utilization_ratio"),
+        # no memory figures: the device's memory goes, the pods' stay
+        ({"nvmlDeviceGetMemoryInfo"}, "gpuspawner_probe_device_memory_total_bytes", "gpuspawner_probe_pod_gpu_memory_bytes"),
+    ],
+)
+def test_a_call_an_older_driver_lacks_costs_that_metric_only(tmp_path, missing, lost, kept) -> None:
+    lib, procs = node(tmp_path)
+    del lib.gpus[1]  # the T4 alone: a driver without MIG support has no MIG GPU either
+    lib.missing.update(missing)
+    with installed(lib) as nvml:
+        m = scrape(ProbeCollector(NvmlReader(nvml), procs, StaticPods(PODS), "gpu-node-1"))
+    assert one(m, "gpuspawner_probe_nvml_up") == 1
+    if lost:
+        assert rows(m, lost, UUID=T4) == {}
+    assert rows(m, kept, UUID=T4) != {}
+    errors = rows(m, "gpuspawner_probe_nvml_errors_total")
+    if "nvmlDeviceGetMigMode" in missing:
+        assert errors == {}
+    else:
+        assert {dict(k)["error"] for k in errors} == {"FunctionNotFound"}
+        assert {dict(k)["call"] for k in errors} == {sorted(missing)[0].removesuffix("_v3").removesuffix("_v2")}
+
+
+def test_memory_nvml_does_not_know_is_absent_not_zero(probe) -> None:
+    lib, collector = probe
+    t4 = lib.gpus[0]
+    t4.processes[0].used_bytes = None  # ann's process (101)
+    t4.processes[3].used_bytes = None  # the host's (999)
+    m = scrape(collector)
+    mem = "gpuspawner_probe_pod_gpu_memory_bytes"
+    assert rows(m, mem, pod="jupyter-ann", UUID=T4) == {}
+    assert one(m, "gpuspawner_probe_pod_gpu_processes", pod="jupyter-ann", UUID=T4) == 1
+    assert one(m, mem, pod="jupyter-bob", UUID=T4, container="notebook") == 5 * GIB
+    assert rows(m, "gpuspawner_probe_device_unattributed_memory_bytes", UUID=T4) == {}
+
+
+def test_mps_client_processes_are_attributed_to_their_pods(tmp_path) -> None:
+    procs = ProcTree(tmp_path / "proc")
+    server_pod = "44444444-4444-4444-8444-444444444444"
+    procs.add(500, cgroup_line(server_pod, cid(9)))  # nvidia-cuda-mps-server, in the device plugin's pod
+    procs.add(101, cgroup_line(ANN, cid(1)))
+    procs.add(201, cgroup_line(BOB, cid(2), runtime="cri-o", qos="besteffort"))
+    l4 = FakeGpu(
+        T4,
+        "NVIDIA L4",
+        24 * GIB,
+        processes=[FakeProcess(500, 300 * MIB)],
+        mps_processes=[FakeProcess(101, 2 * GIB, sm_util=40), FakeProcess(201, 1 * GIB)],
+    )
+    with installed(FakeNvmlLib([l4])) as nvml:
+        m = scrape(ProbeCollector(NvmlReader(nvml), ProcReader(procs.root), StaticPods(PODS), "gpu-node-1"))
+    mem = "gpuspawner_probe_pod_gpu_memory_bytes"
+    assert one(m, mem, pod="jupyter-ann") == 2 * GIB and one(m, mem, pod="jupyter-bob") == 1 * GIB
+    assert one(m, mem, pod_uid=server_pod) == 300 * MIB
+    assert one(m, "gpuspawner_probe_pod_sm_utilization_ratio", pod="jupyter-ann") == pytest.approx(0.4)
+    assert rows(m, "gpuspawner_probe_nvml_errors_total") == {}
+
+
+# ------------------------------------------------------------------ the sample window and two scrapers
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_scrape_does_not_change_what_the_next_scraper_sees(tmp_path) -> None:
+    clock = Clock()
+    lib, procs = node(tmp_path)
+    lib.clock = clock
+    with installed(lib) as nvml:
+        collector = ProbeCollector(NvmlReader(nvml, clock=clock, window_s=60), procs, StaticPods(PODS), "gpu-node-1")
+        util = "gpuspawner_probe_pod_sm_utilization_ratio"
+        first, second = scrape(collector), scrape(collector)  # e.g. Prometheus, then the readiness probe or curl
+        assert one(first, util, pod="jupyter-ann", UUID=T4) == one(second, util, pod="jupyter-ann", UUID=T4) == pytest.approx(0.87)
+        # ann goes idle: her busy samples stay for the window, then leave it
+        lib.gpus[0].processes[0].sm_util = 0
+        clock.now += 30
+        assert one(scrape(collector), util, pod="jupyter-ann", UUID=T4) == pytest.approx(0.87)
+        clock.now += 31
+        assert one(scrape(collector), util, pod="jupyter-ann", UUID=T4) == 0.0
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_two_scrapers_at_once_see_what_one_would_and_the_readiness_path_touches_no_nvml(tmp_path) -> None:
+    clock = Clock()
+    lib, procs = node(tmp_path)
+    lib.clock = clock
+    with installed(lib) as nvml:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(ProbeCollector(NvmlReader(nvml, clock=clock), procs, StaticPods(PODS), "gpu-node-1"))
+        httpd = server(registry, "127.0.0.1", free_port())
+        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        thread.start()
+        base = f"http://127.0.0.1:{httpd.server_address[1]}"
+        try:
+            calls = lib.calls
+            assert get(base + "/ready") == (200, "ok\n")
+            assert lib.calls == calls, "the readiness probe ran no NVML pass"
+            assert get(base + "/")[0] == 404
+            start = threading.Barrier(2)
+            seen: list[dict] = []
+
+            def scraper() -> None:
+                start.wait()
+                seen.append(parse(get(base + "/metrics")[1]))
+
+            pair = [threading.Thread(target=scraper) for _ in range(2)]
+            for t in pair:
+                t.start()
+            for t in pair:
+                t.join()
+            util, mem = "gpuspawner_probe_pod_sm_utilization_ratio", "gpuspawner_probe_pod_gpu_memory_bytes"
+            for m in seen:
+                assert one(m, util, pod="jupyter-ann", UUID=T4) == pytest.approx(0.87)
+                assert one(m, mem, pod="jupyter-bob", container="sidecar") == 1 * GIB
+            assert rows(seen[0], util) == rows(seen[1], util)
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+            thread.join()

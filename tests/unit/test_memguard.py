@@ -18,7 +18,17 @@ import pytest
 from gpuspawner.capacity import UNCOUNTED
 from gpuspawner.checks import config_problems
 from gpuspawner.discovery import discover
-from gpuspawner.memguard import DEFAULT_KINDS, GuardConfigError, GuardDefaults, guard_changes, guard_for, guarded_environment
+from gpuspawner.memguard import (
+    CONTEXT_MIB,
+    DEFAULT_KINDS,
+    PROCESSES,
+    GuardConfigError,
+    GuardDefaults,
+    guard_changes,
+    guard_for,
+    guarded_environment,
+    path_prefix,
+)
 from gpuspawner.model import GuardSetting
 from gpuspawner.offerings import OfferingConfigError, offering_from_config
 from gpuspawner.overrides import apply_overrides
@@ -58,22 +68,35 @@ def env_of(offering, defaults=ON, count=1):
     return None if guard is None else guard_changes(guard, count, "HOOK").env
 
 
-#: The pod environment of a quarter of a 16 GB GPU (besides PYTHONPATH).
+#: The pod environment of a quarter of a 16 GB GPU: 4096 MiB, cut for two processes of
+#: 2048 MiB, each leaving 512 MiB for its CUDA context: a cap of 1536 MiB (0.093 of 16384).
 QUARTER = {
-    "GPUSPAWNER_MEMORY_FRACTION": "0.25",
-    "GPUSPAWNER_MEMORY_MIB": "4096",
+    "GPUSPAWNER_MEMORY_FRACTION": "0.093",
+    "GPUSPAWNER_MEMORY_MIB": "1536",
     "TF_FORCE_GPU_ALLOW_GROWTH": "true",
     "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-    "XLA_CLIENT_MEM_FRACTION": "0.25",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.093",
 }
 
 
-def test_a_time_sliced_share_gets_its_quarter_of_the_gpu():
+def test_a_time_sliced_share_gets_its_quarter_of_the_gpu_for_two_processes_and_their_contexts():
     offering = shared("time-slicing")
     assert (offering.share_count, offering.sharing, offering.memory_mib) == (4, "time-slicing", 16384)
-    changes = guard_changes(guard_for(offering, ON), 1, "HOOK SOURCE", python_path="/srv/lib")
-    assert dict(changes.env) == {**QUARTER, "PYTHONPATH": "/opt/gpuspawner/memguard:/srv/lib"}
+    changes = guard_changes(guard_for(offering, ON), 1, "HOOK SOURCE")
+    assert dict(changes.env) == QUARTER
+    # two processes, each at its cap with its context, stay within the quarter the page names
+    assert PROCESSES * (int(QUARTER["GPUSPAWNER_MEMORY_MIB"]) + CONTEXT_MIB) <= 16384 // 4
+    assert PROCESSES * float(QUARTER["XLA_PYTHON_CLIENT_MEM_FRACTION"]) * 16384 + PROCESSES * CONTEXT_MIB <= 16384 // 4
+    assert (
+        changes.command_prefix
+        == path_prefix()
+        == (
+            "sh",
+            "-c",
+            'export PYTHONPATH="/opt/gpuspawner/memguard${PYTHONPATH:+:$PYTHONPATH}"; exec "$@"',
+            "gpuspawner-memguard",
+        )
+    )
     assert dict(changes.annotations) == {"gpuspawner.io/memguard-hook": "HOOK SOURCE"}
     assert changes.volumes == (
         {
@@ -86,21 +109,29 @@ def test_a_time_sliced_share_gets_its_quarter_of_the_gpu():
     assert changes.volume_mounts == ({"name": "gpuspawner-memguard", "mountPath": "/opt/gpuspawner/memguard", "readOnly": True},)
 
 
-def test_an_mps_share_also_tightens_the_mps_client_limits():
+def test_an_mps_share_never_asks_for_more_than_the_device_plugins_mps_daemon_gives_a_client():
     offering = shared("mps")
     assert offering.memory_mib == 4096  # one client's limit
-    assert env_of(offering) == {
-        **QUARTER,
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
-        "PYTHONPATH": "/opt/gpuspawner/memguard",
-    }
+    env = env_of(offering)
+    assert env == {**QUARTER, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=2048M"}
+    # NVIDIA's device plugin (cmd/mps-control-daemon) sets every client's default to the GPU's
+    # memory / replicas and 100 / replicas percent: the guard's are the same or tighter
+    daemon_mib, daemon_percent = 16384 // 4, 100 // 4
+    assert int(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].removeprefix("0=").removesuffix("M")) <= daemon_mib
+    assert int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) <= daemon_percent
+    assert env_of(offering, count=2)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=2048M,1=2048M"
 
 
 def test_a_configured_share_is_sized_from_its_replicas_and_the_fraction_is_never_rounded_up():
     offering = config(slug="t4", kind="shared", replicas=3, memory_mib=15360)
     env = env_of(offering)
-    assert env["GPUSPAWNER_MEMORY_FRACTION"] == "0.333" and env["GPUSPAWNER_MEMORY_MIB"] == "5114"
+    # 15360 / 3 = 5120 MiB, 2560 per process, less 512 for its context: 2048 MiB (0.1333... cut to 0.133)
+    assert env["GPUSPAWNER_MEMORY_FRACTION"] == "0.133" and env["GPUSPAWNER_MEMORY_MIB"] == "2048"
+    # without the GPU's size: 1/replicas for two processes, cut (no room for contexts is known)
+    assert env_of(config(slug="t4", kind="shared", replicas=3))["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.166"
+    # a tiny share keeps half of each process's part for the framework rather than nothing
+    tiny = env_of(config(slug="tiny", kind="shared", replicas=8, memory_mib=4096))
+    assert tiny["GPUSPAWNER_MEMORY_MIB"] == "128"
 
 
 def test_mig_and_whole_gpus_are_unguarded_by_default_and_only_lose_the_up_front_grab_when_switched_on():
@@ -136,7 +167,7 @@ def test_the_admin_turns_the_guard_off_per_offering_and_spawner_wide():
     (off,) = apply_overrides([shared("time-slicing")], {shared("time-slicing").slug: {"memory_guard": False}})
     assert guard_for(off, ON) is None
     (tight,) = apply_overrides([shared("time-slicing")], {shared("time-slicing").slug: {"memory_guard": {"fraction": 0.2}}})
-    assert env_of(tight)["XLA_CLIENT_MEM_FRACTION"] == "0.2"
+    assert env_of(tight)["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.2"
     assert guard_for(config(slug="cpu2", kind="cpu"), EVERY_KIND) is None
 
 
@@ -177,30 +208,55 @@ def test_the_spawner_wide_settings_are_checked_with_the_others():
 
 
 def test_the_user_profile_env_wins_only_where_the_admin_allows_it():
-    guard = {"XLA_CLIENT_MEM_FRACTION": "0.25", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-    environment = {"XLA_CLIENT_MEM_FRACTION": "0.9", "LANG": "C.UTF-8"}
-    assert guarded_environment(environment, guard, {"XLA_CLIENT_MEM_FRACTION"}, user_env=False)["XLA_CLIENT_MEM_FRACTION"] == "0.25"
-    allowed = guarded_environment(environment, guard, {"XLA_CLIENT_MEM_FRACTION"}, user_env=True)
-    assert allowed == {"XLA_CLIENT_MEM_FRACTION": "0.9", "LANG": "C.UTF-8", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-    # the hook stays on the path: the guard's PYTHONPATH already ends with the profile's
-    with_path = guarded_environment({"PYTHONPATH": "/mine"}, {"PYTHONPATH": "/opt/gpuspawner/memguard:/mine"}, {"PYTHONPATH"}, True)
-    assert with_path == {"PYTHONPATH": "/opt/gpuspawner/memguard:/mine"}
+    guard = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    environment = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9", "LANG": "C.UTF-8"}
+    user = {"XLA_PYTHON_CLIENT_MEM_FRACTION"}
+    assert guarded_environment(environment, guard, user, user_env=False)["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.25"
+    allowed = guarded_environment(environment, guard, user, user_env=True)
+    assert allowed == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9", "LANG": "C.UTF-8", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
     # the admin's own environment is not the user's: the guard wins over it
-    assert guarded_environment(environment, guard, set(), user_env=True)["XLA_CLIENT_MEM_FRACTION"] == "0.25"
+    assert guarded_environment(environment, guard, set(), user_env=True)["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.25"
     setting = config(slug="t4", kind="shared", replicas=4, memory_guard={"user_env": True}).memory_guard
     assert setting == GuardSetting(enabled=None, fraction=None, user_env=True)
     assert guard_for(config(slug="t4", kind="shared", replicas=4, memory_guard={"user_env": True}), ON).user_env
+
+
+@pytest.mark.parametrize("user_env", [False, True])
+def test_jax_gets_one_fraction_under_the_name_every_jaxlib_reads(user_env):
+    guard = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.093"}
+    # a profile that spells it the new way: jaxlib before 0.4.38 would ignore that name
+    profile = {"XLA_CLIENT_MEM_FRACTION": "0.9"}
+    env = guarded_environment(profile, guard, set(profile), user_env)
+    assert env == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9" if user_env else "0.093"}
+    assert guarded_environment({}, guard, set(), user_env) == guard
+    # an admin environment with both (refused by jaxlib from 0.4.38 on): one, the guard's
+    both = {"XLA_CLIENT_MEM_FRACTION": "0.6", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5", "LANG": "C"}
+    assert guarded_environment(both, guard, set(), user_env) == {"LANG": "C", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.093"}
+    # an unguarded pod's environment is left as it is, whatever it holds
+    assert guarded_environment(both, {}, set(), user_env) == both
 
 
 def test_the_offerings_own_env_wins_over_the_guard_and_the_pod_changes_carry_the_hook():
     offering = config(slug="t4", kind="shared", replicas=4, memory_mib=16384, env={"XLA_CLIENT_MEM_FRACTION": "0.1"})
     guard = guard_changes(guard_for(offering, ON), 1, "HOOK")
     changes = pod_changes(offering, 1, guard)
-    assert changes.env["XLA_CLIENT_MEM_FRACTION"] == "0.1" and "XLA_CLIENT_MEM_FRACTION" not in changes.guard_env
-    assert changes.guard_env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.25"
+    # the admin's value wins, under the name every jaxlib reads; the guard adds no other
+    assert changes.env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.1" and "XLA_CLIENT_MEM_FRACTION" not in changes.env
+    assert "XLA_CLIENT_MEM_FRACTION" not in changes.guard_env and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in changes.guard_env
+    # ... also over an admin environment that spells it the new way
+    env = guarded_environment({"XLA_CLIENT_MEM_FRACTION": "0.6", **changes.env}, changes.guard_env, set(), False)
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.1" and "XLA_CLIENT_MEM_FRACTION" not in env
+    assert changes.guard_env["GPUSPAWNER_MEMORY_FRACTION"] == "0.093"
     assert changes.annotations == {"gpuspawner.io/memguard-hook": "HOOK"} and len(changes.volumes) == len(changes.volume_mounts) == 1
+    assert changes.command_prefix == path_prefix()
     plain = pod_changes(offering, 1)
-    assert not plain.guard_env and not plain.volumes and not plain.annotations
+    assert not plain.guard_env and not plain.volumes and not plain.annotations and not plain.command_prefix
+
+
+def test_the_guards_prefix_runs_before_an_offerings_own():
+    offering = config(slug="bf", kind="custom", command_prefix=["bitfusion", "run", "--"], memory_mib=8192, memory_guard={"fraction": 0.5})
+    changes = pod_changes(offering, 1, guard_changes(guard_for(offering, ON), 1, "HOOK"))
+    assert changes.command_prefix == (*path_prefix(), "bitfusion", "run", "--")
 
 
 def test_the_page_says_what_a_share_really_gives():
@@ -285,11 +341,15 @@ FAKE_TENSORFLOW = {
 }
 
 
-def run_python(tmp_path: Path, code: str, frameworks: dict[str, str], env: dict[str, str], image_sitecustomize: str = ""):
-    """``code`` under a plain Python started the way a guarded pod starts it."""
+def python_in_pod(
+    tmp_path: Path, code: str, frameworks: dict[str, str], env: dict[str, str], image_sitecustomize: str = "", hook: bool = True
+) -> subprocess.CompletedProcess:
+    """``code`` under a plain Python started the way a guarded pod starts it (``hook=False``:
+    the same image without the guard), with ``frameworks`` (stand-in modules) on its path."""
     hook_dir = tmp_path / "memguard"
     hook_dir.mkdir()
-    (hook_dir / "sitecustomize.py").write_text(HOOK.read_text())
+    if hook:
+        (hook_dir / "sitecustomize.py").write_text(HOOK.read_text())
     site = tmp_path / "site"
     for name, text in frameworks.items():
         (site / name).parent.mkdir(parents=True, exist_ok=True)
@@ -298,13 +358,18 @@ def run_python(tmp_path: Path, code: str, frameworks: dict[str, str], env: dict[
     if image_sitecustomize:
         (site / "sitecustomize.py").write_text(image_sitecustomize)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSPAWNER_", "PYTHON"))}
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code],
         env={**clean, **env, "PYTHONPATH": f"{hook_dir}{os.pathsep}{site}"},
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def run_python(tmp_path: Path, code: str, frameworks: dict[str, str], env: dict[str, str], image_sitecustomize: str = ""):
+    """``code`` under a guarded pod's Python: its last line of output, as JSON, and its stderr."""
+    result = python_in_pod(tmp_path, code, frameworks, env, image_sitecustomize)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 
