@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 import pytest_asyncio
 from culler_fakes import SHARED_A100, free_port, template
-from culler_hub import Hub, Jupyter, in_process_culler
+from culler_hub import Hub, Jupyter, in_process_culler, join_gpu_users
 from culler_prom import Telemetry
 from prometheus_client import CollectorRegistry, start_http_server
 from test_culler_integration import SPAWNER
@@ -90,6 +90,7 @@ async def env(tmp_path_factory):
         await e.hub.start()
         try:
             await e.hub.create_users(list(USERS))
+            await join_gpu_users(e.hub, list(USERS))
             await asyncio.gather(*(e.hub.spawn(u, {"offering": "t4-shared"}) for u in USERS))
             yield e
         finally:
