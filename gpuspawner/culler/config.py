@@ -79,6 +79,14 @@ def scope_problems(scopes: list[str], cull_users: bool = False) -> list[str]:
 DEFAULT_GPU_KIND_TIMEOUTS = {k: v for k, v in DEFAULT_KIND_TIMEOUTS.items() if k != Kind.CPU}
 
 
+def _positive(name: str, value: object, what: str) -> float:
+    """``value`` as a float, or a TraitError naming ``name`` when it is not more than 0."""
+    number = float(value)  # type: ignore[arg-type]
+    if number <= 0:
+        raise TraitError(f"{name}={number:g}: must be more than 0 ({what})")
+    return number
+
+
 def help_text(text: str) -> str:
     """A trait's help, written indented in the source, as one dedented block."""
     return dedent(text).strip()
@@ -303,10 +311,7 @@ class CullerSettings(HasTraits):
 
     @validate("server_deadline_seconds")
     def _valid_deadline(self, proposal: dict) -> float:
-        value = float(proposal["value"])
-        if value <= 0:
-            raise TraitError(f"server_deadline_seconds={value}: must be more than 0")
-        return value
+        return _positive("server_deadline_seconds", proposal["value"], "seconds a cycle waits for one pod")
 
     stalls_before_telemetry = Int(
         DEFAULT_STALLS_BEFORE_TELEMETRY,
@@ -398,10 +403,7 @@ class CullerSettings(HasTraits):
 
     @validate("action_log_retention_days")
     def _valid_retention(self, proposal: dict) -> float:
-        value = float(proposal["value"])
-        if value <= 0:
-            raise TraitError(f"action_log_retention_days={value:g}: must be more than 0 (days an action is kept)")
-        return value
+        return _positive("action_log_retention_days", proposal["value"], "days an action is kept")
 
     actions_read_all_scopes = List(
         Unicode(),

@@ -40,6 +40,18 @@ def with_contract(spawner, ip, port, slug):
 """
 
 
+#: Hub config: the culler's role exactly as hub_config/culler_service_example.py writes it,
+#: held by the test's in-process cullers (service "gpu-culler-test", token CULLER_TOKEN);
+#: the example's managed service itself is not run.
+EXAMPLE_ROLE = """
+exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"))
+c.JupyterHub.services = [s for s in c.JupyterHub.services if s["name"] != "gpu-culler"]
+role = next(r for r in c.JupyterHub.load_roles if r["name"] == "gpu-culler")
+role["services"] = ["gpu-culler-test"]
+c.JupyterHub.services.append({"name": "gpu-culler-test", "api_token": CULLER_TOKEN})
+"""
+
+
 # --------------------------------------------------------------------------
 # the culler, in the test's process
 # --------------------------------------------------------------------------

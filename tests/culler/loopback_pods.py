@@ -25,7 +25,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from culler_hub import CONTRACT, Hub, join_gpu_users
+from culler_hub import CONTRACT, EXAMPLE_ROLE, Hub, join_gpu_users
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
@@ -216,12 +216,8 @@ class LoopbackSpawner(Spawner):
 
 
 c.JupyterHub.spawner_class = LoopbackSpawner
-exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"))
-c.JupyterHub.services = [s for s in c.JupyterHub.services if s["name"] != "gpu-culler"]
-role = next(r for r in c.JupyterHub.load_roles if r["name"] == "gpu-culler")
-role["services"] = ["gpu-culler-test"]
-c.JupyterHub.services.append({"name": "gpu-culler-test", "api_token": CULLER_TOKEN})
 """
+    + EXAMPLE_ROLE
 )
 
 

@@ -10,13 +10,12 @@ group, nor make anyone admin. docs/culler.md, "Threat model".
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
 import pytest_asyncio
-from culler_hub import Hub, in_process_culler, join_gpu_users
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from culler_hub import EXAMPLE_ROLE, Hub, in_process_culler, join_gpu_users
+from tornado.httpclient import HTTPClientError
 
 from gpuspawner.culler.config import GPU_USERS_GROUP, scope_problems
 from gpuspawner.culler.hub import server_record
@@ -24,14 +23,12 @@ from gpuspawner.culler.tokens import TokenUnavailable
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-CONFIG = """
-exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"))
-c.JupyterHub.services = [s for s in c.JupyterHub.services if s["name"] != "gpu-culler"]
-role = next(r for r in c.JupyterHub.load_roles if r["name"] == "gpu-culler")
-role["services"] = ["gpu-culler-test"]
-c.JupyterHub.services.append({"name": "gpu-culler-test", "api_token": CULLER_TOKEN})
+CONFIG = (
+    EXAMPLE_ROLE
+    + """
 c.Authenticator.admin_users = {"root"}
 """
+)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -47,16 +44,11 @@ async def hub(tmp_path_factory):
 
 
 async def as_culler(hub: Hub, method: str, path: str, body: object = None) -> tuple[int, dict]:
-    req = HTTPRequest(
-        hub.api_url + path,
-        method=method,
-        headers={"Authorization": f"token {hub.culler_token}"},
-        body=None if body is None else json.dumps(body),
-        allow_nonstandard_methods=True,
-        request_timeout=60,
-    )
-    resp = await AsyncHTTPClient().fetch(req, raise_error=False)
-    return resp.code, (json.loads(resp.body) if resp.body else {})
+    """The hub's answer to the culler's own token: (200 for any success, or the refusal's status; body)."""
+    try:
+        return 200, await hub.api(method, path, body, token=hub.culler_token) or {}
+    except HTTPClientError as e:
+        return e.code, {}
 
 
 async def test_the_culler_token_cannot_obtain_admin(hub):
@@ -84,9 +76,9 @@ async def test_the_culler_token_cannot_obtain_admin(hub):
     assert code == 400
     # ... and the per-server token the kernel view needs
     code, minted = await as_culler(hub, "POST", "/users/gina/tokens", {"scopes": ["access:servers!server=gina/"], "expires_in": 600})
-    assert code == 201, minted
+    assert code == 200 and minted["token"], minted  # created
     code, _ = await as_culler(hub, "DELETE", f"/users/gina/tokens/{minted['id']}")
-    assert code == 204
+    assert code == 200  # revoked
     admin = await hub.user("root")
     assert admin["admin"] and not [
         t for t in (await hub.api("GET", "/users/root/tokens"))["api_tokens"] if "gpu-culler" in (t["note"] or "")
