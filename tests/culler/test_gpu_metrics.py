@@ -146,6 +146,21 @@ def test_selector_filters_series(world):
     assert set(v.pods) == {(MPS, EMBED), (MPS, TTS)}
 
 
+# -- a keep-alive (issue #25) ------------------------------------------------------
+def test_a_keep_alive_burst_is_no_gpu_use_in_the_real_prometheus(world):
+    """One burst of full engine activity, then nothing: the window still holds the 1.0 (its
+    max), but its mean, as the real Prometheus computes it, is far below the threshold."""
+    labels = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k != "vgpu"}
+    labels.update(pod="jupyter-keepalive", namespace="jhub", container="notebook", UUID="GPU-keepalive")
+    world.put("keepalive", labels, engine=1.0, fb_used=500.0)
+    world.wait_view(S, lambda v: v.for_pod("jhub", "jupyter-keepalive").active, "the burst seen")
+    world.put("keepalive", labels, engine=0.0, fb_used=500.0)
+    quiet = world.wait_view(S, lambda v: v.for_pod("jhub", "jupyter-keepalive").idle, "the burst averaged away", timeout=300)
+    pod = quiet.for_pod("jhub", "jupyter-keepalive")
+    assert "GR_ENGINE_ACTIVE max 1.00" in pod.reason and "below gpu_engine_threshold 0.05" in pod.reason, pod.reason
+    world.remove_pod("jupyter-keepalive")
+
+
 # -- MIG ------------------------------------------------------------------------
 def test_h100_mig_instances_idle_and_unallocated_instance_ignored(view):
     assert view.available
