@@ -21,8 +21,16 @@ GROUP_TITLES: dict[Kind, str] = {
 _ISOLATION_PHRASES: dict[Isolation, str] = {
     Isolation.EXCLUSIVE: "the whole GPU is yours",
     Isolation.HARDWARE: "hardware isolated (own memory and compute)",
-    Isolation.PARTIAL: "partly isolated: own memory limit, shared compute (MPS)",
-    Isolation.NONE: "no isolation: shares memory and compute with other users",
+    # co-tenants of a GPU: NVML lists every process on it to everyone, and time-slicing
+    # isolates neither memory nor faults (docs/memory-guard.md, "Confidentiality between co-tenants of a shared GPU")
+    Isolation.PARTIAL: (
+        "partly isolated: own memory limit, shared compute (MPS); other users of this GPU see your GPU processes"
+        " -- not for confidential work"
+    ),
+    Isolation.NONE: (
+        "no isolation: shares memory and compute with other users; they see your GPU processes, and one"
+        " user's GPU fault or memory overrun stops everyone's work -- not for confidential work"
+    ),
     Isolation.VM: "VM isolated (vGPU)",
     Isolation.SITE: "as your site's GPU layer provides",
     Isolation.NO_GPU: "no GPU",

@@ -22,15 +22,25 @@ from gpuspawner.culleractions import configure_hub
 
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads the config)
 
+#: The users whose kernels the culler may read: every user who may start a GPU
+#: server (c.JupyterHub.load_groups, your Authenticator's manage_groups, or the
+#: admin page) -- and NEVER an admin or a user with an elevated role: for a member
+#: the hub lets the culler mint any scope that member holds. Users outside the group
+#: get no kernel view (their GPU servers are judged on the hub and GPU telemetry).
+GPU_USERS_GROUP = "gpu-users"
+
 #: The least the culler needs -- nothing else by default:
 #:   list:users           page through users (GET /hub/api/users?state=ready)
 #:   read:users:activity  users' and servers' last_activity
 #:   read:servers         server models, with user_options (the spawner's offering)
 #:   delete:servers       stop idle servers
-#:   tokens               the kernel view: per server, a short-lived token owned by
+#:   tokens!group=...     the kernel view: per server, a short-lived token owned by
 #:                        its user with only access:servers!server=<user>/<name>,
-#:                        revoked when the server goes (docs/culler.md, Threat model)
-#: NOT access:servers: the culler's own token never leaves the hub's side; a user
+#:                        revoked when the server goes -- for members of
+#:                        GPU_USERS_GROUP only, so that the culler's token cannot
+#:                        become an admin (docs/culler.md, Threat model)
+#: NOT unfiltered "tokens" (a token for any user, admins included) and NOT
+#: access:servers: the culler's own token never leaves the hub's side; a user
 #: controls their pod, so nothing sent there may open anything but that server.
 #: Add "admin:users" only with --cull-users (deleting users).
 GPU_CULLER_SCOPES = [
@@ -38,7 +48,7 @@ GPU_CULLER_SCOPES = [
     "read:users:activity",
     "read:servers",
     "delete:servers",
-    "tokens",
+    f"tokens!group={GPU_USERS_GROUP}",
 ]
 
 c.JupyterHub.services.append(

@@ -41,6 +41,8 @@ c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.load_groups = {
     "students": {"users": ["student1", "student2"]},
     "researchers": {"users": ["researcher1"]},
+    # whose kernels the culler may read (its role's tokens!group=gpu-users): never the admin
+    "gpu-users": {"users": ["student1", "student2", "researcher1"]},
 }
 c.JupyterHub.allow_named_servers = True
 
@@ -115,7 +117,7 @@ if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
     c.JupyterHub.load_roles.append(
         {
             "name": "gpu-culler",
-            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers", "tokens"],
+            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers", "tokens!group=gpu-users"],
             "services": ["gpu-culler"],
         }
     )

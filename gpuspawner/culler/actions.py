@@ -3,6 +3,7 @@ decision with its reasons, count what was done, and follow GPU memory reclaimed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,10 +13,10 @@ from jupyterhub_idle_culler import format_td, utcnow
 
 from . import notices
 from .actionlog import ActionLog
-from .decide import GPU_IDLE_LIMIT, HELD_BACK, KEEP, RECLAIM, STOP, Decision, Policy
+from .decide import GPU_IDLE_LIMIT, HELD_BACK, KEEP, RECLAIM, STOP, UNRESPONSIVE, Decision, Policy
 from .gpu_metrics import GpuView, PodGpuView
 from .hub import HubClient, ServerRecord
-from .kernels import KernelClient
+from .kernels import KernelClient, KernelShutdown
 from .metrics import CullerMetrics
 from .notify import Notifier
 from .transport import RequestFailed
@@ -100,8 +101,11 @@ class Actions:
         policy: Policy | None = None,
         notifier: Notifier | None = None,
         action_log: ActionLog | None = None,
+        kernel_concurrency: int = 4,
     ) -> None:
         self.hub = hub
+        #: kernel shutdowns in flight at once to one server
+        self.kernel_concurrency = max(1, int(kernel_concurrency))
         self.kernels = kernels
         self.metrics = metrics
         self.log = log
@@ -131,6 +135,14 @@ class Actions:
                 d.stop_reason,
                 format_td(d.gpu_idle_for),
                 "; ".join(d.overruled),
+                d.summary(),
+            )
+        elif d.action == STOP and d.stop_reason == UNRESPONSIVE:
+            self.log.warning(
+                "%sstop server %s (%s): its pod stalled the culler cycle after cycle; judged by GPU telemetry alone. %s",
+                dry,
+                what,
+                d.stop_reason,
                 d.summary(),
             )
         elif d.action == STOP:
@@ -170,10 +182,12 @@ class Actions:
         gpu: PodGpuView | None = None,
         idle_since: datetime | None = None,
         now: datetime | None = None,
+        tell: bool = True,
     ) -> ActionResult:
-        """Carry out ``d`` (log it, count it; tell the notebook just before and keep
-        a record of what was done). ``gpu`` and ``idle_since`` are what it was
-        decided on, for the notice and the record."""
+        """Carry out ``d`` (log it, count it; tell the notebook just before -- unless
+        ``tell`` is False: a pod that does not answer -- and keep a record of what
+        was done). ``gpu`` and ``idle_since`` are what it was decided on, for the
+        notice and the record."""
         now = now or utcnow()
         self._log_decision(server, d)
         kind = server.offering.kind
@@ -182,7 +196,8 @@ class Actions:
         if self.dry_run or d.action in (KEEP, HELD_BACK):
             return result
         if d.action == STOP:
-            await self._tell(server, d, now, idle_since, gpu)
+            if tell:
+                await self._tell(server, d, now, idle_since, gpu)
             try:
                 result.stopped = await self.hub.stop_server(
                     server.user, server.name, remove=self.remove_named_servers and bool(server.name)
@@ -201,9 +216,18 @@ class Actions:
                 self._keep(server, d, now, gpu, [])
             return result
         # RECLAIM: the notebook hears which kernels go before they go
-        await self._tell(server, d, now, idle_since, gpu)
-        for action in d.shutdown:
-            r = await self.kernels.shutdown(server, action.kernel_id)
+        if tell:
+            await self._tell(server, d, now, idle_since, gpu)
+        # concurrently, at most kernel_concurrency at once to this server (the
+        # decision holds at most kernel_shutdowns_per_cycle of them)
+        limit = asyncio.Semaphore(self.kernel_concurrency)
+
+        async def one(kernel_id: str) -> KernelShutdown:
+            async with limit:
+                return await self.kernels.shutdown(server, kernel_id)
+
+        done = await asyncio.gather(*(one(a.kernel_id) for a in d.shutdown))
+        for action, r in zip(d.shutdown, done, strict=True):
             if r.ok:
                 result.kernels_shut_down.append(action.kernel_id)
                 self.metrics.kernel_shutdowns.labels("idle", kind).inc()

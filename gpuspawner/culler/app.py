@@ -32,7 +32,7 @@ from .actionlog import ActionLog
 from .api import make_service_app
 from .config import DEFAULT_GPU_KIND_TIMEOUTS, USER_CULLING_SCOPES, CullerSettings, help_text, scope_problems
 from .cycle import Culler
-from .decide import Policy
+from .decide import DEFAULT_GPU_LEASES, Policy
 from .gpu_metrics import GpuQuerySettings
 from .hub import HubClient
 from .kernels import KernelClient
@@ -107,6 +107,9 @@ class GpuCuller(CullerSettings, IdleCuller):
             cull_named_servers=self.cull_named_servers,
             gpu_idle_limit=self.gpu_idle_limit,
             offering_gpu_idle_limits=dict(self.offering_gpu_idle_limits),
+            kernel_shutdowns_per_cycle=self.kernel_shutdowns_per_cycle,
+            stalls_before_telemetry=max(1, self.stalls_before_telemetry),
+            gpu_leases={**DEFAULT_GPU_LEASES, **self.gpu_leases},
         )
 
     def gpu_settings(self) -> GpuQuerySettings:
@@ -208,6 +211,8 @@ class GpuCuller(CullerSettings, IdleCuller):
             cull_admin_users=self.cull_admin_users,
             user_timeout=self.timeout,
             arbiter=arbiter,
+            server_deadline_s=self.server_deadline_seconds,
+            kernel_concurrency=self.kernel_shutdown_concurrency,
         )
 
     def make_action_log(self) -> ActionLog:
@@ -232,7 +237,7 @@ class GpuCuller(CullerSettings, IdleCuller):
         p = culler.policy
         self.log.info(
             "gpuspawner culler%s: every %ss; timeouts %s, plain servers %ss, offerings %s; "
-            "kernel timeout %ss on kinds %s; gpu_idle_limit %s; GPU view %s",
+            "kernel timeout %ss on kinds %s; gpu_idle_limit %s; GPU leases %s; GPU view %s",
             " (DRY RUN)" if self.dry_run else "",
             self.cull_every,
             dict(p.kind_timeouts),
@@ -241,6 +246,7 @@ class GpuCuller(CullerSettings, IdleCuller):
             p.kernel_timeout,
             sorted(p.reclaim_kinds),
             f"{p.gpu_idle_limit}s" if p.gpu_idle_limit > 0 else "off",
+            {k: v for k, v in p.gpu_leases.items() if v > 0} or "none",
             f"from {self.prometheus_url} over {self.gpu_window}s"
             if self.prometheus_url
             else "DISABLED (no prometheus_url): GPU servers will not be stopped",
@@ -304,6 +310,7 @@ class GpuCuller(CullerSettings, IdleCuller):
             culler.metrics.errors.labels("hub").inc()
             self.log.error("hub not reachable yet (%s); cycling anyway", e)
             return
+        culler.tokens.scopes_held = tuple(me.get("scopes") or ())
         for problem in scope_problems(me.get("scopes") or [], self.cull_users):
             self.log.warning("%s", problem)
 

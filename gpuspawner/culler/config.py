@@ -13,17 +13,31 @@ from textwrap import dedent
 from traitlets import Bool, Dict, Float, HasTraits, Int, List, TraitError, Unicode, default, validate
 
 from ..vocabulary import Kind
-from .decide import DEFAULT_GPU_IDLE_LIMIT, DEFAULT_KIND_TIMEOUTS, DEFAULT_RECLAIM_KINDS
+from .decide import (
+    DEFAULT_GPU_IDLE_LIMIT,
+    DEFAULT_GPU_LEASES,
+    DEFAULT_KERNEL_SHUTDOWNS_PER_CYCLE,
+    DEFAULT_KIND_TIMEOUTS,
+    DEFAULT_RECLAIM_KINDS,
+    DEFAULT_STALLS_BEFORE_TELEMETRY,
+)
+from .gpu_metrics import DEFAULT_ENGINE_THRESHOLD, DEFAULT_UTIL_THRESHOLD
 
 #: the scopes the culler's role needs, and no more (see docs/culler.md). No
 #: ``access:servers``: the culler reaches each server with a token of that
 #: server's own user (``tokens``), never with its own.
+#: The group of users the culler may mint per-server tokens for: every user who may run
+#: a GPU server, and NEVER an admin or a user with an elevated role (the hub lets the
+#: culler mint, for a member, any scope that member holds; docs/culler.md, Threat model).
+GPU_USERS_GROUP = "gpu-users"
+#: ``tokens`` filtered to that group: the hub refuses the culler a token for anyone else
+TOKENS_SCOPE = f"tokens!group={GPU_USERS_GROUP}"
 REQUIRED_SCOPES: tuple[str, ...] = (
     "list:users",
     "read:users:activity",
     "read:servers",
     "delete:servers",
-    "tokens",
+    TOKENS_SCOPE,
 )
 #: scopes that would let the culler's own token into users' servers: not needed
 NEEDLESS_SCOPES: tuple[str, ...] = ("access:servers", "admin:servers", "servers")
@@ -41,6 +55,12 @@ def scope_problems(scopes: list[str], cull_users: bool = False) -> list[str]:
         " cannot open users' servers (docs/culler.md, Scopes)"
         for s in sorted(set(scopes) & set(NEEDLESS_SCOPES))
     ]
+    if "tokens" in scopes:
+        out.append(
+            "the culler's role grants unfiltered 'tokens': it can mint a token for any user,"
+            " admins included, so whoever holds its token can become admin; filter it to a"
+            f" group of GPU users that holds no admin: {TOKENS_SCOPE!r} (docs/culler.md, Scopes)"
+        )
     if "tokens" not in bases:
         out.append(
             "the culler's role lacks 'tokens': it cannot mint per-server tokens, so it"
@@ -48,7 +68,7 @@ def scope_problems(scopes: list[str], cull_users: bool = False) -> list[str]:
             " (docs/culler.md, Scopes)"
         )
     for need in REQUIRED_SCOPES:
-        if need != "tokens" and need not in bases:
+        if need != TOKENS_SCOPE and need not in bases:
             out.append(f"the culler's role lacks {need!r} (docs/culler.md, Scopes)")
     if cull_users and "admin:users" not in bases:
         out.append("--cull-users needs 'admin:users' in the culler's role")
@@ -57,6 +77,14 @@ def scope_problems(scopes: list[str], cull_users: bool = False) -> list[str]:
 
 #: kind_timeouts' default: the GPU kinds' timeouts (plain servers have ``timeout``).
 DEFAULT_GPU_KIND_TIMEOUTS = {k: v for k, v in DEFAULT_KIND_TIMEOUTS.items() if k != Kind.CPU}
+
+
+def _positive(name: str, value: object, what: str) -> float:
+    """``value`` as a float, or a TraitError naming ``name`` when it is not more than 0."""
+    number = float(value)  # type: ignore[arg-type]
+    if number <= 0:
+        raise TraitError(f"{name}={number:g}: must be more than 0 ({what})")
+    return number
 
 
 def help_text(text: str) -> str:
@@ -210,6 +238,7 @@ class CullerSettings(HasTraits):
 
     gpu_idle_limit = Int(
         DEFAULT_GPU_IDLE_LIMIT,
+        DEFAULT_GPU_LEASES,
         help=help_text(
             """
             Seconds after which a GPU that GPU telemetry has shown idle, in every
@@ -236,6 +265,74 @@ class CullerSettings(HasTraits):
             offering). Example: ``{"a100-80gb-full": 3600, "t4-shared": 0}``.
             """
         ),
+    ).tag(config=True)
+
+    gpu_leases = Dict(
+        key_trait=Unicode(),
+        value_trait=Int(),
+        help=help_text(
+            """
+            The GPU lease per GPU kind: seconds a GPU server may run from its start,
+            whatever it does -- GPU activity, busy kernels and every other sign of
+            life included. Nothing vetoes it: it is the hard maximum a kind's GPU is
+            held, warned ``warn_before_seconds`` ahead (with no "Keep": nothing keeps
+            it) and stopped with reason ``gpu_lease``. Merged over the defaults
+            (24 hours for every GPU kind); 0 for a kind: no lease. Plain servers
+            have none (see ``max_age``). Example: ``{"full": 28800, "shared": 0}``.
+            """
+        ),
+    ).tag(config=True)
+
+    @validate("gpu_leases")
+    def _valid_leases(self, proposal: dict) -> dict:
+        value = dict(proposal["value"])
+        gpu_kinds = {k.value for k in Kind} - {Kind.CPU.value}
+        wrong = sorted(set(value) - gpu_kinds)
+        if wrong:
+            raise TraitError(f"gpu_leases: {wrong} are not GPU kinds; the GPU kinds are {sorted(gpu_kinds)}")
+        negative = sorted(k for k, v in value.items() if v < 0)
+        if negative:
+            raise TraitError(f"gpu_leases: {negative} must be 0 (no lease) or more seconds")
+        return value
+
+    # ---- pods that stall the culler ---------------------------------------------
+    server_deadline_seconds = Float(
+        60.0,
+        help=help_text(
+            """
+            Seconds a cycle waits for one server's pod (its kernel view, the notice,
+            its kernel shutdowns). A pod that takes longer is carried over: its work
+            goes on in the background, no one else's decision waits for it, the next
+            cycle does not start it again while it runs, and each such cycle counts
+            in ``gpuspawner_culler_errors_total{source="stall"}`` with a WARNING.
+            """
+        ),
+    ).tag(config=True)
+
+    @validate("server_deadline_seconds")
+    def _valid_deadline(self, proposal: dict) -> float:
+        return _positive("server_deadline_seconds", proposal["value"], "seconds a cycle waits for one pod")
+
+    stalls_before_telemetry = Int(
+        DEFAULT_STALLS_BEFORE_TELEMETRY,
+        help=help_text(
+            """
+            Cycles in a row a server's pod may miss ``server_deadline_seconds``
+            before the server is judged by GPU telemetry alone: a GPU server whose
+            GPU is known idle now, and has been for at least its idle timeout, is
+            then stopped (reason ``unresponsive``), whatever its pod would answer.
+            """
+        ),
+    ).tag(config=True)
+
+    kernel_shutdowns_per_cycle = Int(
+        DEFAULT_KERNEL_SHUTDOWNS_PER_CYCLE,
+        help="Idle kernels of one server shut down per cycle, at most (the rest in later cycles); 0: no cap.",
+    ).tag(config=True)
+
+    kernel_shutdown_concurrency = Int(
+        4,
+        help="Kernel shutdowns in flight at once to one server (within server_concurrency for all servers).",
     ).tag(config=True)
 
     # ---- telling users: warnings, notices, the action log ---------------------
@@ -306,10 +403,7 @@ class CullerSettings(HasTraits):
 
     @validate("action_log_retention_days")
     def _valid_retention(self, proposal: dict) -> float:
-        value = float(proposal["value"])
-        if value <= 0:
-            raise TraitError(f"action_log_retention_days={value:g}: must be more than 0 (days an action is kept)")
-        return value
+        return _positive("action_log_retention_days", proposal["value"], "days an action is kept")
 
     actions_read_all_scopes = List(
         Unicode(),
@@ -364,9 +458,23 @@ class CullerSettings(HasTraits):
         help="A series with fewer samples in the window is 'unknown': never a reason to cull.",
     ).tag(config=True)
 
-    gpu_engine_threshold = Float(0.0, help="DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio 0-1) above this is activity.").tag(config=True)
+    gpu_engine_threshold = Float(
+        DEFAULT_ENGINE_THRESHOLD,
+        help=help_text(
+            """
+            A GPU is active in a window when the MEAN of DCGM_FI_PROF_GR_ENGINE_ACTIVE
+            (ratio 0-1) over the window is above this (the per-pod probe's SM ratio
+            alike). Default 0.05: the engine busy 5 % of the time. A tiny kernel a
+            minute, which keeps no one's work going, stays far below it; 0 counts any
+            activity at all (then a trivial keep-alive holds the GPU).
+            """
+        ),
+    ).tag(config=True)
 
-    gpu_util_threshold = Float(0.0, help="DCGM_FI_DEV_GPU_UTIL (percent, whole GPUs only) above this is activity.").tag(config=True)
+    gpu_util_threshold = Float(
+        DEFAULT_UTIL_THRESHOLD,
+        help="As gpu_engine_threshold, for the mean of DCGM_FI_DEV_GPU_UTIL (percent, whole GPUs only). Default 5.",
+    ).tag(config=True)
 
     pod_labels = List(
         Unicode(),

@@ -29,6 +29,8 @@ from .actionlog import ActionLog
 from .actions import ActionResult, Actions
 from .dates import parse_time
 from .decide import (
+    GPU_IDLE_LIMIT,
+    GPU_LEASE,
     RECLAIM,
     STOP,
     Decision,
@@ -36,6 +38,7 @@ from .decide import (
     KernelMemo,
     Policy,
     decide,
+    decide_unresponsive,
     kernel_memo,
     last_seen,
     plan_kernel_view,
@@ -51,6 +54,12 @@ from .prometheus import PrometheusClient
 from .tokens import ServerTokens
 from .transport import RequestFailed
 
+#: what can still prevent a warned stop, by its reason (else: any activity)
+_UNLESS = {
+    GPU_IDLE_LIMIT: "unless the GPU is used (only GPU use counts)",
+    GPU_LEASE: "whatever happens (its GPU lease ends)",
+}
+
 
 @dataclass
 class ServerOutcome:
@@ -58,6 +67,8 @@ class ServerOutcome:
     decision: Decision
     result: ActionResult
     kernel_view: KernelView | None = None
+    #: its pod's work missed the cycle's deadline and goes on in the background
+    carried_over: bool = False
 
 
 @dataclass
@@ -106,8 +117,12 @@ class Culler:
         notifier: Notifier | None = None,
         warn_before_s: int = 0,
         action_log: ActionLog | None = None,
+        server_deadline_s: float = 60.0,
+        kernel_concurrency: int = 4,
     ) -> None:
         self.hub = hub
+        #: how long a cycle waits for one server's pod (kernel view, notices, shutdowns)
+        self.server_deadline_s = float(server_deadline_s)
         self.kernels = kernels
         self.tokens = tokens
         self.prometheus = prometheus
@@ -134,7 +149,12 @@ class Culler:
             policy=policy,
             notifier=self.notifier,
             action_log=action_log,
+            kernel_concurrency=kernel_concurrency,
         )
+        #: (user, server) -> (instance, its pod's work still running from an earlier cycle)
+        self._carried: dict[tuple[str, str], tuple[tuple[Any, Any], asyncio.Future[ServerOutcome]]] = {}
+        #: (user, server) -> consecutive cycles its pod's work missed the deadline
+        self._stalls: dict[tuple[str, str], int] = {}
         self._warned_contracts: set[tuple[str, str]] = set()
         #: the tokens the last cycle's deferred kernel views wanted, being minted
         self._minting: asyncio.Future[int] | None = None
@@ -216,9 +236,37 @@ class Culler:
             else:
                 self._gpu_idle[pod] = streak
                 idle_since = streak.since
-        custom = self.arbiter is not None
         key = (rec.user, rec.name)
         self._seen.add(key)
+        instance = (rec.started, o.url)
+        carried = self._carried.pop(key, None)
+        if carried is not None and not carried[1].done():
+            if carried[0] == instance:  # still at last cycle's work: nothing waits for it
+                self._carried[key] = carried
+                return await self._stalled(rec, gpu, now, idle_since)
+            carried[1].cancel()  # another instance of the server: that work is moot
+        work = asyncio.ensure_future(self._pod_work(rec, model, gpu, gpu_seen, idle_since, now))
+        done, _ = await asyncio.wait({work}, timeout=self.server_deadline_s)
+        if work in done:
+            self._stalls.pop(key, None)
+            return work.result()
+        work.add_done_callback(self._carried_done)
+        self._carried[key] = (instance, work)
+        return await self._stalled(rec, gpu, now, idle_since)
+
+    async def _pod_work(
+        self,
+        rec: ServerRecord,
+        model: Mapping[str, Any],
+        gpu: PodGpuView | None,
+        gpu_seen: datetime | None,
+        idle_since: datetime | None,
+        now: datetime,
+    ) -> ServerOutcome:
+        """What waits on the server's pod: its kernel view, the warning, the action."""
+        o = rec.offering
+        custom = self.arbiter is not None
+        key = (rec.user, rec.name)
         memo_entry = self._memos.get(key)
         memo = memo_entry[1] if memo_entry and memo_entry[0] == (rec.started, o.url) else None
         ask = plan_kernel_view(
@@ -267,6 +315,48 @@ class Culler:
             await self.tokens.revoke(rec)
         return ServerOutcome(rec, decision, result, kv)
 
+    async def _stalled(
+        self,
+        rec: ServerRecord,
+        gpu: PodGpuView | None,
+        now: datetime,
+        idle_since: datetime | None,
+    ) -> ServerOutcome:
+        """The server's pod did not let its work finish within ``server_deadline_s``:
+        the work goes on in the background (carried over), and the server is judged,
+        after repeated stalls, by its GPU telemetry alone (decide_unresponsive)."""
+        key = (rec.user, rec.name)
+        stalls = self._stalls[key] = self._stalls.get(key, 0) + 1
+        self.metrics.errors.labels("stall").inc()
+        self.log.warning(
+            "server %s stalled: its pod kept the culler past the server deadline (%ss) -- carried over, "
+            "no one else waits for it (%d cycle(s) in a row; judged by GPU telemetry alone from %d)",
+            rec.label,
+            f"{self.server_deadline_s:g}",
+            stalls,
+            self.policy.stalls_before_telemetry,
+        )
+        decision = decide_unresponsive(rec, gpu, self.policy, now, idle_since, stalls)
+        if decision.action == STOP and not self.dry_run:
+            carried = self._carried.pop(key, None)
+            if carried is not None:
+                carried[1].cancel()
+        # no notice: the pod does not answer (decide_unresponsive's stop is in the log and the action log)
+        result = await self.actions.apply(rec, decision, gpu=gpu, idle_since=idle_since, now=now, tell=False)
+        if result.stopped:
+            self._stalls.pop(key, None)
+            await self.tokens.revoke(rec)
+        return ServerOutcome(rec, decision, result, None, carried_over=decision.action != STOP or self.dry_run)
+
+    def _carried_done(self, task: asyncio.Future[ServerOutcome]) -> None:
+        """Carried-over work ended (its own actions logged and counted what it did)."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self.metrics.errors.labels("culler").inc()
+            self.log.error("error in carried-over work", exc_info=exc)
+
     async def _warn(
         self,
         rec: ServerRecord,
@@ -292,11 +382,12 @@ class Culler:
             return
         if await self.notifier.put(rec, body) and coming is not None:
             self.log.info(
-                "warned %s: %s in %s (at %s) unless there is activity: %s",
+                "warned %s: %s in %s (at %s) %s: %s",
                 rec.label,
                 "kernel shutdown" if coming.action == RECLAIM else "server stop",
                 format_td(coming.at - now),
                 coming.at.isoformat(timespec="seconds"),
+                _UNLESS.get(coming.decision.stop_reason, "unless there is activity"),
                 body["reason"],
             )
 
@@ -387,6 +478,10 @@ class Culler:
                 del self._memos[key]
             for pod in set(self._gpu_idle) - self._gpu_pods_seen:
                 del self._gpu_idle[pod]
+            for key in set(self._carried) - self._seen:
+                self._carried.pop(key)[1].cancel()
+            for key in set(self._stalls) - self._seen:
+                del self._stalls[key]
             await self.tokens.keep_only(self._seen)
             if self.notifier is not None:
                 self.notifier.keep_only(self._seen)
@@ -408,6 +503,11 @@ class Culler:
 
     async def close(self) -> None:
         """Revoke every per-server token (the culler is stopping)."""
+        carried = [task for _, task in self._carried.values()]
+        self._carried.clear()
+        for task in carried:
+            task.cancel()
+        await asyncio.gather(*carried, return_exceptions=True)
         if self._minting is not None:
             self._minting.cancel()
             await asyncio.gather(self._minting, return_exceptions=True)
@@ -434,8 +534,9 @@ class Culler:
             self.metrics.servers.labels(kind.value).set(by_kind.get(kind, 0))
         counts = report.counts()
         kernels = sum(len(o.decision.shutdown) for o in report.outcomes if o.decision.action != STOP)
+        carried = sum(1 for o in report.outcomes if o.carried_over)
         self.log.info(
-            "%scycle done in %.2fs: %d servers; %d stop, %d reclaim (%d kernels), %d held back, %d keep%s%s",
+            "%scycle done in %.2fs: %d servers; %d stop, %d reclaim (%d kernels), %d held back, %d keep%s%s%s",
             "DRY RUN " if self.dry_run else "",
             report.duration_s,
             len(report.outcomes),
@@ -444,6 +545,7 @@ class Culler:
             kernels,
             counts.get("held_back", 0),
             counts.get("keep", 0),
+            f"; {carried} carried over (stalled pods)" if carried else "",
             "" if report.gpu_view is None or report.gpu_view.available else f"; GPU view unavailable ({report.gpu_view.error})",
             f"; hub error ({report.hub_error})" if report.hub_error else "",
         )

@@ -2,7 +2,10 @@
 
 Per server, in order:
 
-1. pending or not ready: keep.
+1. pending or not ready: keep. Then a GPU server running for its kind's GPU
+   lease (``gpu_leases``): **stop**, whatever else is true -- the hard maximum
+   nothing vetoes. (A server whose pod missed the cycle's deadline is judged by
+   :func:`decide_unresponsive` instead.)
 2. **stop** (free the device) when inactive (hub activity, the server's own
    ``/api/status``, every kernel's ``last_activity``) for longer than the
    offering's timeout, or older than ``max_age`` -- unless
@@ -52,7 +55,26 @@ DEFAULT_RECLAIM_KINDS: tuple[str, ...] = (Kind.SHARED.value, Kind.CUSTOM.value)
 STOP, RECLAIM, KEEP, HELD_BACK = "stop", "reclaim", "keep", "held_back"
 #: why a server is stopped
 IDLE, MAX_AGE, GPU_IDLE_LIMIT = "idle", "max_age", "gpu_idle_limit"
+#: its pod stalled the culler cycle after cycle, and GPU telemetry shows its GPU idle
+UNRESPONSIVE = "unresponsive"
+#: the server has held its GPU for its kind's GPU lease: the hard maximum nothing vetoes
+GPU_LEASE = "gpu_lease"
+#: what a user cannot prevent by any activity but GPU use (gpu_idle_limit) or at all
+#: (gpu_lease, unresponsive): no "Keep" is offered for them
+NOT_KEEPABLE: frozenset[str] = frozenset({GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE})
+#: the longest a GPU server may run, per GPU kind (seconds): its GPU lease
+DEFAULT_GPU_LEASES: Mapping[str, int] = {
+    Kind.FULL.value: 24 * 60 * 60,
+    Kind.MIG.value: 24 * 60 * 60,
+    Kind.SHARED.value: 24 * 60 * 60,
+    Kind.VGPU.value: 24 * 60 * 60,
+    Kind.CUSTOM.value: 24 * 60 * 60,
+}
 DEFAULT_GPU_IDLE_LIMIT = 4 * 60 * 60
+#: kernels of one server shut down in one cycle, at most (the rest: next cycle)
+DEFAULT_KERNEL_SHUTDOWNS_PER_CYCLE = 20
+#: consecutive cycles a server's pod may miss its deadline before telemetry alone judges it
+DEFAULT_STALLS_BEFORE_TELEMETRY = 3
 
 
 @dataclass(frozen=True)
@@ -82,6 +104,14 @@ class Policy:
     gpu_idle_limit: int = DEFAULT_GPU_IDLE_LIMIT
     #: per offering slug; wins over ``gpu_idle_limit``
     offering_gpu_idle_limits: Mapping[str, int] = field(default_factory=dict)
+    #: kernels of one server shut down per cycle, at most; 0 or less: no cap
+    kernel_shutdowns_per_cycle: int = DEFAULT_KERNEL_SHUTDOWNS_PER_CYCLE
+    #: consecutive cycles whose deadline a server's pod missed, after which the
+    #: server is judged by GPU telemetry alone (:func:`decide_unresponsive`)
+    stalls_before_telemetry: int = DEFAULT_STALLS_BEFORE_TELEMETRY
+    #: per GPU kind, the longest (seconds) a server may hold its GPU, whatever it does;
+    #: a kind absent or at 0 has none (:meth:`gpu_lease_for`)
+    gpu_leases: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_GPU_LEASES))
 
     def timeout_for(self, offering: ServerOffering) -> int:
         if offering.slug and offering.slug in self.offering_timeouts:
@@ -92,6 +122,14 @@ class Policy:
         if offering.slug and offering.slug in self.offering_kernel_timeouts:
             return int(self.offering_kernel_timeouts[offering.slug])
         return int(self.kernel_timeout)
+
+    def gpu_lease_for(self, offering: ServerOffering) -> int:
+        """The server's GPU lease in seconds (0: none): how long it may hold its GPU from
+        its start, whatever it does. One place decides it, so that a per-server lease
+        (granted in turns, say) can replace the per-kind one here."""
+        if not offering.is_gpu:
+            return 0
+        return max(0, int(self.gpu_leases.get(offering.kind, 0)))
 
     def gpu_idle_limit_for(self, offering: ServerOffering) -> int:
         """The bound after which GPU idleness wins, in seconds; 0: none. Never
@@ -164,6 +202,25 @@ def _stop_allowed(server: ServerRecord, policy: Policy) -> str | None:
 
 def _aged(server: ServerRecord, policy: Policy, now: datetime) -> bool:
     return bool(policy.max_age > 0 and server.started is not None and (now - server.started).total_seconds() >= policy.max_age)
+
+
+def lease_over(server: ServerRecord, policy: Policy, now: datetime) -> timedelta | None:
+    """How long the server has run, once that reaches its GPU lease; else None."""
+    lease = policy.gpu_lease_for(server.offering)
+    if lease <= 0 or server.started is None:
+        return None
+    age = now - server.started
+    return age if age.total_seconds() >= lease else None
+
+
+def _lease_decision(server: ServerRecord, policy: Policy, age: timedelta, reasons: list[str], memory: float | None) -> Decision:
+    lease = format_td(timedelta(seconds=policy.gpu_lease_for(server.offering)))
+    return Decision(
+        STOP,
+        stop_reason=GPU_LEASE,
+        reasons=tuple([*reasons, f"running for {format_td(age)}: its GPU lease ({lease}, gpu_leases) is over"]),
+        memory_mib=memory,
+    )
 
 
 def _memory_held(gpu: PodGpuView | None, policy: Policy) -> bool:
@@ -295,6 +352,8 @@ def plan_kernel_view(
         return KernelAsk(True, True)
     if gpu_idle_past_limit(server, gpu, policy, now, gpu_idle_since) is not None and _stop_allowed(server, policy) is None:
         return KernelAsk(True, True)
+    if lease_over(server, policy, now) is not None and _stop_allowed(server, policy) is None:
+        return KernelAsk(True, True)  # stopped whatever they say; read for the warning's sake
     timeout = policy.timeout_for(o)
     seen = last_seen(server, None, gpu_last_active)
     hub_idle = timeout > 0 and seen is not None and (now - seen).total_seconds() >= timeout
@@ -402,6 +461,11 @@ def decide(
         if gpu is not None and gpu.active:
             vetoes.append("GPU active in the window")
 
+    # --- the GPU lease: the hard maximum, which nothing vetoes -------------
+    age = lease_over(server, policy, now)
+    if age is not None and _stop_allowed(server, policy) is None:
+        return _lease_decision(server, policy, age, reasons, memory)
+
     # --- free the device: stop the server ---------------------------------
     if arbiter_idle is not None:
         time_idle = bool(arbiter_idle)
@@ -466,6 +530,10 @@ def decide(
                     ktimeout,
                 )
             )
+        if policy.kernel_shutdowns_per_cycle > 0 and len(idle_kernels) > policy.kernel_shutdowns_per_cycle:
+            later = len(idle_kernels) - policy.kernel_shutdowns_per_cycle
+            idle_kernels = idle_kernels[: policy.kernel_shutdowns_per_cycle]
+            reasons.append(f"{later} more idle kernel(s) wait for later cycles (kernel_shutdowns_per_cycle)")
         if idle_kernels:
             blocks = policy.gpu_activity_blocks_kernel_reclaim
             if memory is None:
@@ -492,6 +560,59 @@ def decide(
         held_back=tuple(held),
         memory_mib=memory,
         inactive=inactive,
+    )
+
+
+def decide_unresponsive(
+    server: ServerRecord,
+    gpu: PodGpuView | None,
+    policy: Policy,
+    now: datetime,
+    gpu_idle_since: datetime | None,
+    stalls: int,
+) -> Decision:
+    """A server whose pod has missed the cycle's deadline ``stalls`` cycles in a row
+    (its work still carried over): nothing it answers is waited for any more. Once
+    the stalls reach ``stalls_before_telemetry``, a GPU server whose telemetry is
+    known idle now, and has been idle for at least the offering's idle timeout, is
+    stopped (reason ``unresponsive``); otherwise it is held back until its pod
+    finishes. Real GPU activity keeps it, as always."""
+    o = server.offering
+    timeout = policy.timeout_for(o)
+    words = f"its pod missed the cycle's deadline {stalls} cycle(s) in a row; its work is carried over"
+    reasons = [words]
+    memory = gpu.memory_mib if gpu is not None else None
+    if gpu is not None:
+        reasons.append(f"GPU {gpu.state}: {gpu.reason}")
+    held = "waiting for its pod to answer"
+    age = lease_over(server, policy, now)
+    if age is not None and _stop_allowed(server, policy) is None:
+        return _lease_decision(server, policy, age, reasons, memory)
+    if stalls < policy.stalls_before_telemetry:
+        return Decision(HELD_BACK, reasons=tuple(reasons), held_back=(held,), memory_mib=memory)
+    blocked = _stop_allowed(server, policy)
+    if not o.is_gpu or timeout <= 0 or blocked:
+        reasons.append(blocked or ("no GPU telemetry to judge it by" if not o.is_gpu else "its timeout is 0 (never stopped for idleness)"))
+        return Decision(HELD_BACK, reasons=tuple(reasons), held_back=(held,), memory_mib=memory)
+    if gpu is None or not gpu.idle or gpu_idle_since is None:
+        return Decision(
+            KEEP if gpu is not None and gpu.active else HELD_BACK,
+            reasons=tuple(reasons),
+            held_back=() if gpu is not None and gpu.active else (held + "; its GPU is not known idle",),
+            memory_mib=memory,
+        )
+    idle_for = now - gpu_idle_since
+    if idle_for.total_seconds() < timeout:
+        reasons.append(f"GPU idle for {format_td(idle_for)} of its timeout {format_td(timedelta(seconds=timeout))}")
+        return Decision(HELD_BACK, reasons=tuple(reasons), held_back=(held,), memory_mib=memory)
+    reasons.append(f"GPU idle for {format_td(idle_for)} (timeout {format_td(timedelta(seconds=timeout))})")
+    return Decision(
+        STOP,
+        stop_reason=UNRESPONSIVE,
+        reasons=tuple(reasons),
+        memory_mib=memory,
+        overruled=(f"no answer within the deadline for {stalls} cycles",),
+        gpu_idle_for=idle_for,
     )
 
 

@@ -3,7 +3,7 @@ pure parsing of Prometheus' JSON answer into per-pod activity and memory.
 
 The query asks, for every notebook GPU series, in ONE expression:
 
-* ``max_over_time`` and ``count_over_time`` of ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``
+* ``avg_over_time``, ``max_over_time`` and ``count_over_time`` of ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``
   (ratio 0-1; the only activity metric dcgm-exporter reports for MIG instances),
 * the same for ``DCGM_FI_DEV_GPU_UTIL`` (percent 0-100; whole GPUs only: it reads 0
   on MIG instances, so it is never read as idleness there),
@@ -34,7 +34,8 @@ a busy neighbour no longer keeps an idle pod's memory; elsewhere the device's.
 
 Rules (see docs/culler.md):
 
-* any sample above the activity threshold is activity, however few samples;
+* a window is active when its MEAN activity is above the threshold, however few
+  samples (a tiny kernel a minute is no use of a GPU; the max is shown, not judged);
 * idleness needs at least ``min_samples`` samples in the window; otherwise the
   device is *unknown*, and unknown never justifies a cull;
 * a pod is idle only when every one of its devices is known idle.
@@ -61,6 +62,10 @@ FB_USED = "DCGM_FI_DEV_FB_USED"
 SERIES_LABEL = "gpuspawner_series"
 
 ACTIVE, IDLE, UNKNOWN = "active", "idle", "unknown"
+#: a window is active when the mean engine activity over it is above 5 %
+#: (GR_ENGINE_ACTIVE ratio; GPU_UTIL and the probe's SM ratio alike)
+DEFAULT_ENGINE_THRESHOLD = 0.05
+DEFAULT_UTIL_THRESHOLD = 5.0
 
 
 @dataclass(frozen=True)
@@ -71,10 +76,10 @@ class GpuQuerySettings:
     #: extra PromQL label matchers, e.g. ``exported_namespace="jhub"``
     selector: str = ""
     min_samples: int = 4
-    #: GR_ENGINE_ACTIVE above this (ratio) is activity
-    engine_threshold: float = 0.0
-    #: GPU_UTIL above this (percent) is activity
-    util_threshold: float = 0.0
+    #: GR_ENGINE_ACTIVE's mean over the window above this (ratio) is activity
+    engine_threshold: float = DEFAULT_ENGINE_THRESHOLD
+    #: GPU_UTIL's mean over the window above this (percent) is activity
+    util_threshold: float = DEFAULT_UTIL_THRESHOLD
     #: label names that carry the notebook pod's name/namespace, in order of preference
     pod_labels: tuple[str, ...] = ("exported_pod", "pod")
     namespace_labels: tuple[str, ...] = ("exported_namespace", "namespace")
@@ -95,6 +100,7 @@ def build_query(settings: GpuQuerySettings) -> str:
     parts = []
     for metric in (ENGINE, UTIL):
         sel = _selector(metric, settings.selector)
+        parts.append(_tag(f"avg_over_time({sel}[{w}])", metric, "avg"))
         parts.append(_tag(f"max_over_time({sel}[{w}])", metric, "max"))
         parts.append(_tag(f"count_over_time({sel}[{w}])", metric, "count"))
     sel = _selector(FB_USED, settings.selector)
@@ -104,6 +110,7 @@ def build_query(settings: GpuQuerySettings) -> str:
     sel = _selector(PROBE_POD_MEMORY, settings.selector)
     parts.append(_tag(f"sum without (container, exported_container) ({sel})", PROBE_POD_MEMORY, "last"))
     sel = _selector(PROBE_POD_SM_UTIL, settings.selector)
+    parts.append(_tag(f"avg_over_time({sel}[{w}])", PROBE_POD_SM_UTIL, "avg"))
     parts.append(_tag(f"max_over_time({sel}[{w}])", PROBE_POD_SM_UTIL, "max"))
     parts.append(_tag(f"count_over_time({sel}[{w}])", PROBE_POD_SM_UTIL, "count"))
     parts.append(_tag(PROBE_DEVICE_TOTAL, PROBE_DEVICE_TOTAL, "last"))
@@ -120,6 +127,10 @@ class DeviceReading:
     engine_samples: int = 0
     util_max: float | None = None
     util_samples: int = 0
+    #: means over the window: what activity is judged on (None: not in the answer; the max is then)
+    engine_avg: float | None = None
+    util_avg: float | None = None
+    probe_util_avg: float | None = None
     memory_mib: float | None = None
     memory_samples: int = 0
     #: the probe's: the pod's own processes' memory (MiB) and SM activity (ratio)
@@ -135,7 +146,13 @@ class DeviceReading:
         def mx(old: float | None) -> float:
             return value if old is None else max(old, value)
 
-        if metric == ENGINE and stat == "max":
+        if metric == ENGINE and stat == "avg":
+            self.engine_avg = mx(self.engine_avg)
+        elif metric == UTIL and stat == "avg":
+            self.util_avg = mx(self.util_avg)
+        elif metric == PROBE_POD_SM_UTIL and stat == "avg":
+            self.probe_util_avg = mx(self.probe_util_avg)
+        elif metric == ENGINE and stat == "max":
             self.engine_max = mx(self.engine_max)
         elif metric == ENGINE and stat == "count":
             self.engine_samples = max(self.engine_samples, int(value))
@@ -159,8 +176,11 @@ class DeviceReading:
     def classify(self, s: GpuQuerySettings, shared: bool = False) -> tuple[str, str]:
         """(state, reason) for this device. ``shared``: other pods use the device too, so
         where the probe samples the pod's own processes, their activity is the pod's."""
-        if self.probe_util_max is not None and self.probe_util_max > s.engine_threshold:
-            return ACTIVE, f"{self.device}: the pod's processes' SM utilisation max {self.probe_util_max:.2f} (probe)"
+        probe_mean = _mean(self.probe_util_avg, self.probe_util_max)
+        if probe_mean is not None and probe_mean > s.engine_threshold:
+            return ACTIVE, (
+                f"{self.device}: the pod's processes' SM utilisation max {self.probe_util_max or 0:.2f}, mean {probe_mean:.2f} (probe)"
+            )
         if shared and self.probe_util_samples > 0:
             if self.probe_util_samples >= s.min_samples:
                 return IDLE, (
@@ -169,14 +189,20 @@ class DeviceReading:
                 )
             return UNKNOWN, f"{self.device}: too few probe samples ({self.probe_util_samples}/{s.min_samples})"
         use_util = not self.mig
-        if self.engine_max is not None and self.engine_max > s.engine_threshold:
-            return ACTIVE, f"{self.device}: GR_ENGINE_ACTIVE max {self.engine_max:.2f}"
-        if use_util and self.util_max is not None and self.util_max > s.util_threshold:
-            return ACTIVE, f"{self.device}: GPU_UTIL max {self.util_max:g}%"
-        if self.engine_max is not None and self.engine_samples >= s.min_samples:
-            return IDLE, (f"{self.device}: GR_ENGINE_ACTIVE max {self.engine_max:.2f} ({self.engine_samples} samples)")
-        if use_util and self.util_max is not None and self.util_samples >= s.min_samples:
-            return IDLE, (f"{self.device}: GPU_UTIL max {self.util_max:g}% ({self.util_samples} samples)")
+        engine = _mean(self.engine_avg, self.engine_max)
+        util = _mean(self.util_avg, self.util_max)
+        if engine is not None and engine > s.engine_threshold:
+            return ACTIVE, f"{self.device}: GR_ENGINE_ACTIVE max {self.engine_max or 0:.2f}, mean {engine:.2f}"
+        if use_util and util is not None and util > s.util_threshold:
+            return ACTIVE, f"{self.device}: GPU_UTIL max {self.util_max or 0:g}%, mean {util:.1f}%"
+        below = f" below gpu_engine_threshold {s.engine_threshold:g}" if self.engine_max and self.engine_max > s.engine_threshold else ""
+        if engine is not None and self.engine_samples >= s.min_samples:
+            return IDLE, (
+                f"{self.device}: GR_ENGINE_ACTIVE max {self.engine_max or 0:.2f}, mean {engine:.2f}{below} ({self.engine_samples} samples)"
+            )
+        below = f" below gpu_util_threshold {s.util_threshold:g}" if self.util_max and self.util_max > s.util_threshold else ""
+        if use_util and util is not None and self.util_samples >= s.min_samples:
+            return IDLE, (f"{self.device}: GPU_UTIL max {self.util_max or 0:g}%, mean {util:.1f}%{below} ({self.util_samples} samples)")
         seen = f"GR_ENGINE_ACTIVE {self.engine_samples}/{s.min_samples} samples"
         if use_util:
             seen += f", GPU_UTIL {self.util_samples}/{s.min_samples}"
@@ -328,6 +354,11 @@ def device_name(labels: Mapping[str, str]) -> tuple[str, bool]:
     return "/".join(parts), bool(gi)
 
 
+def _mean(avg: float | None, peak: float | None) -> float | None:
+    """The window's mean, or -- from an answer without it -- its max (never hide activity)."""
+    return avg if avg is not None else peak
+
+
 def merge_candidates(candidates: list[DeviceReading]) -> DeviceReading:
     """One device that is one of ``candidates``: the highest activity any of them shows
     (never hide activity), the fewest samples any has (never call it known on another's)."""
@@ -339,6 +370,8 @@ def merge_candidates(candidates: list[DeviceReading]) -> DeviceReading:
     names = ", ".join(c.device for c in candidates)
     merged = DeviceReading(device=f"one of {names}", mig=any(c.mig for c in candidates))
     merged.engine_max = most([c.engine_max for c in candidates])
+    merged.engine_avg = most([c.engine_avg for c in candidates])
+    merged.util_avg = most([c.util_avg for c in candidates])
     merged.util_max = most([c.util_max for c in candidates])
     merged.memory_mib = most([c.memory_mib for c in candidates])
     merged.engine_samples = min(c.engine_samples for c in candidates)

@@ -104,6 +104,8 @@ class TokenSource(Protocol):
 
     async def refused(self, server: ServerRecord) -> None: ...
 
+    def accepted(self, server: ServerRecord) -> None: ...
+
 
 class KernelClient:
     """Ask single-user servers about their kernels; shut kernels down. Each
@@ -144,6 +146,7 @@ class KernelClient:
         if isinstance(kernels_body, BaseException):
             await self._refused(server, kernels_body)
             return KernelView(ok=False, error=_describe(kernels_body))
+        self.tokens.accepted(server)
         try:
             kernels = parse_kernels(kernels_body)
         except ValueError as e:

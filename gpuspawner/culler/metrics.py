@@ -49,7 +49,7 @@ class CullerMetrics:
         )
         self.errors = Counter(
             f"{PREFIX}_errors",
-            "Errors after retries, by source (hub, server, prometheus, culler)",
+            "Errors after retries, by source (hub, server, prometheus, culler; stall: a pod kept a cycle past its server deadline)",
             ["source"],
             registry=r,
         )
@@ -95,10 +95,10 @@ class CullerMetrics:
             self.server_tokens.labels(action)
         # Every kind's stop, shutdown and reclaim counters exist from the start at 0, so that
         # Prometheus' increase()/rate() see the first one (a series born at 1 shows no increase).
-        from .decide import GPU_IDLE_LIMIT, IDLE, MAX_AGE
+        from .decide import GPU_IDLE_LIMIT, GPU_LEASE, IDLE, MAX_AGE, UNRESPONSIVE
 
         for kind in (k.value for k in Kind):
-            for reason in (IDLE, MAX_AGE, GPU_IDLE_LIMIT):
+            for reason in (IDLE, MAX_AGE, GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE):
                 self.server_stops.labels(reason, kind)
             self.kernel_shutdowns.labels(IDLE, kind)
             for action in ("server_stop", "kernel_shutdown"):

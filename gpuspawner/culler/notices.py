@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..vocabulary import Kind
-from .decide import GPU_IDLE_LIMIT, MAX_AGE, RECLAIM, STOP, Decision, Policy, Upcoming
+from .decide import GPU_IDLE_LIMIT, GPU_LEASE, MAX_AGE, NOT_KEEPABLE, RECLAIM, STOP, UNRESPONSIVE, Decision, Policy, Upcoming
 from .gpu_metrics import PodGpuView
 from .hub import ServerRecord
 
@@ -76,7 +76,19 @@ def why_words(server: ServerRecord, decision: Decision, policy: Policy, earlier:
     if decision.stop_reason == GPU_IDLE_LIMIT:
         shown = "has shown" if now else "showed"
         limit = policy.gpu_idle_limit_for(o)
-        return f"GPU telemetry {shown} {what} idle for {idle(decision.gpu_idle_for, limit)}, whatever the server reported"
+        return f"GPU telemetry {shown} {what} idle for {idle(decision.gpu_idle_for, limit)}, whatever the server reported" + (
+            "; only GPU use counts" if now else ""
+        )
+    if decision.stop_reason == GPU_LEASE:
+        lease = duration_words(policy.gpu_lease_for(o))
+        if now:
+            return f"the server's GPU lease ends: {what} may be held for {lease} at most, whatever it does"
+        return f"the server's GPU lease ended: {what} may be held for {lease} at most, whatever it does"
+    if decision.stop_reason == UNRESPONSIVE:
+        return (
+            f"the server stopped answering the culler while GPU telemetry showed {what} idle for "
+            f"{idle(decision.gpu_idle_for, policy.timeout_for(o))}"
+        )
     if decision.stop_reason == MAX_AGE:
         return f"the server reached the longest time a server may run ({duration_words(policy.max_age)})"
     return f"{what} {was} idle for {idle(decision.inactive, policy.timeout_for(o))}"
@@ -88,9 +100,17 @@ def limit_seconds(server: ServerRecord, decision: Decision, policy: Policy) -> i
         return int(decision.shutdown[0].limit_s or policy.kernel_timeout_for(server.offering))
     if decision.stop_reason == GPU_IDLE_LIMIT:
         return policy.gpu_idle_limit_for(server.offering)
+    if decision.stop_reason == GPU_LEASE:
+        return policy.gpu_lease_for(server.offering)
     if decision.stop_reason == MAX_AGE:
         return int(policy.max_age)
     return policy.timeout_for(server.offering)
+
+
+def keepable(decision: Decision) -> bool:
+    """Whether the user's activity (Keep, a cell, a request) can prevent the action: not
+    a stop by ``gpu_idle_limit`` (only GPU use counts) or by the GPU lease (nothing does)."""
+    return decision.stop_reason not in NOT_KEEPABLE
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -123,7 +143,7 @@ def notice(
     if coming is None:
         return {"idle_since": _iso(idle_since), "action": None, "act_at": None, "warning": False}
     d = coming.decision
-    return {
+    body = {
         "idle_since": _iso(idle_since),
         "action": NOTICE_ACTION[coming.action],
         "act_at": _iso(coming.at),
@@ -132,6 +152,9 @@ def notice(
         "limit_seconds": limit_seconds(server, d, policy),
         "observed": observed(d, gpu),
     }
+    if not keepable(d):  # the notebook offers no Keep for it (absent: it does)
+        body["keepable"] = False
+    return body
 
 
 def acting(

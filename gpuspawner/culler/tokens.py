@@ -37,6 +37,11 @@ class TokenUnavailable(Exception):
     """No per-server token could be had; the message says why and what to do."""
 
 
+class TokenRefused(TokenUnavailable):
+    """The server refused its tokens (401/403) lately: no new one is minted for it until
+    its backoff has passed (each mint and revocation is a write to the hub's database)."""
+
+
 class TokenDeferred(TokenUnavailable):
     """This cycle's budget of token mints is spent; a later cycle mints it."""
 
@@ -92,6 +97,10 @@ class ServerTokens:
 
     #: budgeted mints a cycle makes itself; the rest are made after it
     MINTS_IN_CYCLE = 10
+    #: after a server refuses its token (401/403), no new one for it for this long,
+    #: doubled at each refusal in a row, at most REFUSED_BACKOFF_MAX_S
+    REFUSED_BACKOFF_S = 300.0
+    REFUSED_BACKOFF_MAX_S = 6 * 3600.0
 
     def __init__(
         self,
@@ -115,6 +124,11 @@ class ServerTokens:
         self._held: dict[tuple[str, str], _Held] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._logged: set[str] = set()
+        #: the culler's own scopes, as the hub lists them (set at start-up): they say
+        #: which group its ``tokens`` scope is filtered to
+        self.scopes_held: tuple[str, ...] = ()
+        #: (user, server) -> (instance, refusals in a row, monotonic time before which none is minted)
+        self._refusals: dict[tuple[str, str], tuple[tuple[Any, Any], int, float]] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -145,6 +159,12 @@ class ServerTokens:
             elif held is not None:  # another instance of the server: never its token
                 await self._revoke(key)
                 held = None
+            refusal = self._refusals.get(key)
+            if refusal is not None and refusal[0] == instance and now < refusal[2]:
+                raise TokenRefused(
+                    f"the server refused its token {refusal[1]} time(s) in a row (401/403); no new token for"
+                    f" {refusal[2] - now:.0f}s (backing off: each token is a write to the hub's database)"
+                )
             if budgeted and self._cycle_mints >= self.mints_in_cycle:
                 self._wanted[key] = server
                 if held is not None and now < held.expires_at - 60:
@@ -184,10 +204,30 @@ class ServerTokens:
 
     async def refused(self, server: ServerRecord) -> None:
         """The server answered 401/403 to its token (revoked by its user, expired,
-        or a pod that says so): drop it; the next kernel view mints a new one."""
+        or a pod that says so): drop it, and mint no new one for this server instance
+        for REFUSED_BACKOFF_S, doubled at each refusal in a row (a pod that refuses
+        every token would otherwise cost the hub two database writes per view)."""
         key = (server.user, server.name)
+        instance = (server.started, server.offering.url)
         async with self._lock(key):
+            held = self._held.get(key)
+            if held is None or held.instance != instance:
+                return  # refused already, or another instance's token: counted once
+            prev = self._refusals.get(key)
+            count = prev[1] + 1 if prev is not None and prev[0] == instance else 1
+            backoff = min(self.REFUSED_BACKOFF_MAX_S, self.REFUSED_BACKOFF_S * 2 ** (count - 1))
+            self._refusals[key] = (instance, count, self.monotonic() + backoff)
+            self.log.warning(
+                "server %s refused its own token (401/403, %d time(s) in a row): no kernel view of it for %.0fs",
+                server.label,
+                count,
+                backoff,
+            )
             await self._revoke(key)
+
+    def accepted(self, server: ServerRecord) -> None:
+        """The server took its token: its refusals are forgotten."""
+        self._refusals.pop((server.user, server.name), None)
 
     async def revoke(self, server: ServerRecord) -> None:
         """The server is stopped (or being stopped): its token goes now."""
@@ -198,6 +238,8 @@ class ServerTokens:
     async def keep_only(self, running: Iterable[tuple[str, str]]) -> None:
         """Revoke the tokens of servers the hub no longer lists as running."""
         running = set(running)
+        for key in set(self._refusals) - running:
+            del self._refusals[key]
         gone = set(self._held) - running
         for key in set(self._wanted) - running:
             del self._wanted[key]
@@ -256,9 +298,18 @@ class ServerTokens:
     def _explain(self, server: ServerRecord, scope: str, e: RequestFailed) -> str:
         """Why no token could be had; role and user problems logged once each
         (not once per server and cycle)."""
-        if e.code == 403:
+        groups = sorted(s.partition("!group=")[2] for s in self.scopes_held if s.startswith("tokens!group="))
+        if e.code == 403 and groups:
+            # the hub's answer does not say which; the culler's own scopes do
+            problem = why = (
+                f"the hub refuses to create tokens for user {server.user!r} (403): user {server.user!r} is not in the"
+                f" group {', '.join(map(repr, groups))} the culler's 'tokens' scope is filtered to (every user who may"
+                " start a GPU server belongs there, never an admin: docs/culler.md, Scopes)"
+            )
+        elif e.code == 403:
             problem = (
-                "the hub refuses to create tokens for users (403): the culler's role needs the 'tokens' scope (docs/culler.md, Scopes)"
+                "the hub refuses to create tokens for users (403): the culler's role needs the 'tokens' scope, filtered"
+                " to the group of GPU users (docs/culler.md, Scopes)"
             )
             why = f"{problem}; user {server.user!r}"
         elif e.code == 400 and "not held by" in str(e):

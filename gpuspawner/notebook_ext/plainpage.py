@@ -35,7 +35,8 @@ def render_page(status: Mapping[str, Any], keep_url: str, xsrf: str) -> str:
     else:
         rows.append(("Idle culler", "has not reported on this server yet"))
     notices = status.get("notices") or []
-    warning = any(n.get("kind") == "warning" for n in notices)
+    # Keep only where activity can prevent the action (not a gpu_idle_limit stop or a GPU lease)
+    warning = any(n.get("kind") == "warning" and n.get("keep", True) for n in notices)
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<meta http-equiv='refresh' content='{REFRESH_SECONDS}'>",

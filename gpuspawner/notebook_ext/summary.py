@@ -110,7 +110,8 @@ def notices(view: CullerView | None, reclaimed: Iterable[Reclaimed], now: dateti
         what = "your idle kernels will be shut down" if view.action == "kernels" else "this server will be stopped"
         when = f" in {duration((view.act_at - now).total_seconds())}" if view.act_at and view.act_at > now else " soon"
         why = f": {view.reason}" if view.reason else ""
-        keep = "Click Keep or run a cell to keep them."
+        # Keep (activity) cannot prevent a stop that only GPU use, or nothing, prevents
+        keep = "Click Keep or run a cell to keep them." if view.keepable else "Save your work: Keep cannot prevent this."
         out.append(
             {
                 "kind": "warning",
@@ -118,6 +119,7 @@ def notices(view: CullerView | None, reclaimed: Iterable[Reclaimed], now: dateti
                 "headline": f"To free the GPU, {what}{when}. {keep}",
                 "at": _iso(view.posted_at),
                 "kernel_ids": [],
+                "keep": view.keepable,
             }
         )
     for r in sorted(reclaimed, key=lambda r: r.at, reverse=True):

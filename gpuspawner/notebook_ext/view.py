@@ -33,6 +33,7 @@ _FIELDS: dict[str, str] = {
     "act_at": "an ISO 8601 time with a timezone, or null",
     "reason": "a string",
     "warning": "true or false",
+    "keepable": "true or false",
     "limit_seconds": "a whole number of seconds >= 0, or null",
     "observed": "a JSON object",
     "reclaimed": "a list of kernel ids (strings)",
@@ -57,6 +58,9 @@ class CullerView:
     act_at: datetime | None = None
     reason: str = ""
     warning: bool = False
+    #: False: the user's activity cannot prevent the action (only GPU use counts, or
+    #: nothing does): no "Keep" is offered for it
+    keepable: bool = True
     limit_seconds: int | None = None
     observed: dict[str, Any] = field(default_factory=dict)
     reclaimed: tuple[str, ...] = ()
@@ -69,6 +73,7 @@ class CullerView:
             "act_at": _iso(self.act_at),
             "reason": self.reason,
             "warning": self.warning,
+            "keepable": self.keepable,
             "limit_seconds": self.limit_seconds,
             "observed": self.observed,
             "reclaimed": list(self.reclaimed),
@@ -107,6 +112,9 @@ def parse_culler_view(body: bytes, now: datetime) -> CullerView:
     warning = data.get("warning", False)
     if not isinstance(warning, bool):
         _wrong("warning", warning)
+    keepable = data.get("keepable", True)
+    if not isinstance(keepable, bool):
+        _wrong("keepable", keepable)
     limit = data.get("limit_seconds")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         _wrong("limit_seconds", limit)
@@ -123,6 +131,7 @@ def parse_culler_view(body: bytes, now: datetime) -> CullerView:
         act_at=_time(data, "act_at"),
         reason=reason,
         warning=warning,
+        keepable=keepable,
         limit_seconds=limit,
         observed=observed,
         reclaimed=tuple(reclaimed),

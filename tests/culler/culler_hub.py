@@ -12,10 +12,11 @@ from datetime import timedelta
 from typing import Any
 
 from jupyterhub_idle_culler import utcnow
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
 from gpuspawner.culler import GpuCuller
+from gpuspawner.culler.config import GPU_USERS_GROUP
 from gpuspawner.culler.cycle import Culler
 from gpuspawner.devcluster.hub import CHP, REPO, VENV_BIN, Hub  # noqa: F401 (the tests import them from here)
 
@@ -36,6 +37,18 @@ def with_contract(spawner, ip, port, slug):
         "url": f"http://{ip}:{port}{spawner.server.base_url}",
     }
     return opts
+"""
+
+
+#: Hub config: the culler's role exactly as hub_config/culler_service_example.py writes it,
+#: held by the test's in-process cullers (service "gpu-culler-test", token CULLER_TOKEN);
+#: the example's managed service itself is not run.
+EXAMPLE_ROLE = """
+exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"))
+c.JupyterHub.services = [s for s in c.JupyterHub.services if s["name"] != "gpu-culler"]
+role = next(r for r in c.JupyterHub.load_roles if r["name"] == "gpu-culler")
+role["services"] = ["gpu-culler-test"]
+c.JupyterHub.services.append({"name": "gpu-culler-test", "api_token": CULLER_TOKEN})
 """
 
 
@@ -71,7 +84,7 @@ def in_process_culler(
             "t4-shared=14400",
             "--GpuCuller.retry_base_delay=0.05",
             "--GpuCuller.retry_max_delay=0.2",
-            "--GpuCuller.server_request_timeout=5",
+            *(() if any("server_request_timeout" in a for a in argv) else ("--GpuCuller.server_request_timeout=5",)),
             *(() if any("action_log_path" in a for a in argv) else ("--GpuCuller.action_log_path=",)),  # in memory
             *argv,
         ]
@@ -82,6 +95,17 @@ def in_process_culler(
     c = app.make_culler()
     c.clock = lambda: utcnow() + skew
     return c, rec, app
+
+
+async def join_gpu_users(hub: Hub, users: list[str]) -> None:
+    """Put ``users`` in the group whose kernels the culler's role may read
+    (``tokens!group=gpu-users``, hub_config/culler_service_example.py), as an admin would."""
+    try:
+        await hub.api("POST", f"/groups/{GPU_USERS_GROUP}")
+    except HTTPClientError as e:
+        if e.code != 409:
+            raise
+    await hub.api("POST", f"/groups/{GPU_USERS_GROUP}/users", {"users": users})
 
 
 # --------------------------------------------------------------------------

@@ -130,7 +130,7 @@ async def user_gpu(prom: Telemetry, user: str, shared: bool, engine: float, fb: 
         labels = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k != "vgpu"}
     labels.update(pod=f"jupyter-{user}", namespace="jhub", container="notebook", UUID=f"GPU-{user}")
     prom.put(f"jupyter-{user}", labels, engine=engine, fb_used=fb)
-    state = "active" if engine > 0 else "idle"
+    state = "active" if engine > GpuQuerySettings().engine_threshold else "idle"
 
     def ready(view: GpuView) -> bool:
         pod = view.for_pod("jhub", f"jupyter-{user}")

@@ -155,3 +155,7 @@ def test_scope_problems_name_too_much_and_too_little():
     assert "'access:servers', which it does not need" in problems[0]
     assert "lacks 'tokens'" in problems[1] and "held back" in problems[1]
     assert any("admin:users" in p for p in scope_problems(list(REQUIRED_SCOPES), cull_users=True))
+    # issue #25: unfiltered, the culler's token could mint one for an admin
+    assert "tokens!group=gpu-users" in REQUIRED_SCOPES and "tokens" not in REQUIRED_SCOPES
+    [unfiltered] = scope_problems([*REQUIRED_SCOPES, "tokens"])
+    assert "unfiltered 'tokens'" in unfiltered and "become admin" in unfiltered

@@ -28,7 +28,7 @@ from culler_fakes import (
     free_port,
     template,
 )
-from culler_hub import Hub, Jupyter, Records, in_process_culler
+from culler_hub import Hub, Jupyter, Records, in_process_culler, join_gpu_users
 from culler_prom import Telemetry
 from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient
@@ -129,6 +129,7 @@ async def env(tmp_path_factory):
     e.faulty = FaultyProxy(f"http://127.0.0.1:{e.hub.hub_port}")
     e.faulty.start()
     await e.hub.create_users(list(OFFERING))
+    await join_gpu_users(e.hub, list(OFFERING))
     await asyncio.gather(*(ensure_running(e, u) for u in OFFERING))
     try:
         yield e

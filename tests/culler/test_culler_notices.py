@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import pytest
 import pytest_asyncio
-from culler_hub import CONTRACT, Hub, Jupyter, in_process_culler
+from culler_hub import CONTRACT, Hub, Jupyter, in_process_culler, join_gpu_users
 from culler_prom import Telemetry, user_gpu
 from jupyterhub_idle_culler import utcnow
 from notice_double import recorded
@@ -128,6 +128,7 @@ async def env(tmp_path_factory):
     e.hub = Hub(tmp_path_factory.mktemp("hub"), extra)
     await e.hub.start()
     await e.hub.create_users(list(SERVERS))
+    await join_gpu_users(e.hub, list(SERVERS))
     await asyncio.gather(*(e.hub.spawn(u, {"offering": o}) for u, o in SERVERS.items()))
     e.tokens = {u: (await e.hub.api("POST", f"/users/{u}/tokens", {}))["token"] for u in SERVERS}
     try:

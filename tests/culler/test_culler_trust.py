@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from culler_hub import CONTRACT, REPO, Hub, Jupyter, Records, in_process_culler
+from culler_hub import CONTRACT, REPO, Hub, Jupyter, Records, in_process_culler, join_gpu_users
 from culler_prom import Telemetry, user_gpu
 from hostile_pod import SNOOP_CONFIG, captured
 from jupyterhub_idle_culler import utcnow
@@ -122,6 +122,7 @@ async def env(tmp_path_factory):
     (jupyter_dir / "jupyter_server_config.py").write_text(SNOOP_CONFIG)
     await e.hub.start()
     await e.hub.create_users(list(SERVERS))
+    await join_gpu_users(e.hub, list(SERVERS))
     await asyncio.gather(*(ensure_running(e, u) for u in SERVERS))
     try:
         yield e

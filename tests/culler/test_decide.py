@@ -495,3 +495,43 @@ def test_a_deferred_view_never_hides_an_action(kind, before, after, new, status,
     if not ask.kernels:
         d = decide(s, truth, g, P, now)
         assert d.action not in (STOP, RECLAIM), (memo, d.summary())
+
+
+# -- issue #25: the GPU lease, stalling pods, the cap on kernel shutdowns -------------
+def test_the_gpu_lease_stops_whatever_the_server_does_and_only_gpu_kinds():
+    busy = kv(kernel("busy", idle=0 * M), status_idle=0 * M)
+    young = server("full", idle=0 * M, started=NOW - 23 * H)
+    assert decide(young, busy, gpu("active"), P, NOW).action == KEEP
+    old = server("full", idle=0 * M, started=NOW - 24 * H)
+    for view in (gpu("active"), gpu("unknown"), None):  # GPU use, an unknown view: no veto
+        d = decide(old, busy, view, P, NOW)
+        assert d.action == STOP and d.stop_reason == "gpu_lease", d.summary()
+    assert decide(server("plain", idle=0 * M, started=NOW - 48 * H), busy, None, P, NOW).action == KEEP
+    off = Policy(gpu_leases={"full": 0})
+    assert decide(old, busy, gpu("active"), off, NOW).action == KEEP
+    # the admin's own "never stop these" still holds
+    assert decide(old, busy, gpu("active"), Policy(stop_kinds=frozenset({"mig"})), NOW).action == KEEP
+    # its kernels are read ahead of it, to warn
+    assert plan_kernel_view(server("full", idle=0 * M, started=NOW - 24 * H + 5 * M), gpu("active"), P, NOW, horizon_s=600).kernels
+
+
+def test_a_stalling_pod_is_judged_by_its_gpu_telemetry_only_after_repeated_stalls():
+    from gpuspawner.culler.decide import decide_unresponsive
+
+    s = server("full", idle=0 * M)
+    since = NOW - 2 * H
+    assert decide_unresponsive(s, gpu(), P, NOW, since, stalls=2).action == HELD_BACK
+    d = decide_unresponsive(s, gpu(), P, NOW, since, stalls=3)
+    assert d.action == STOP and d.stop_reason == "unresponsive"
+    assert decide_unresponsive(s, gpu(), P, NOW, NOW - 10 * M, stalls=3).action == HELD_BACK  # idle < timeout
+    assert decide_unresponsive(s, gpu("active"), P, NOW, None, stalls=9).action == KEEP
+    assert decide_unresponsive(s, gpu("unknown"), P, NOW, since, stalls=9).action == HELD_BACK
+    assert decide_unresponsive(server("plain"), None, P, NOW, None, stalls=9).action == HELD_BACK
+
+
+def test_kernel_shutdowns_per_cycle_are_capped():
+    many = kv(*(kernel(kid=f"k{i}") for i in range(50)))
+    d = decide(server("shared", idle=0 * M), many, gpu(), P, NOW)
+    assert d.action == RECLAIM and len(d.shutdown) == 20
+    assert "30 more idle kernel(s) wait for later cycles" in d.summary()
+    assert len(decide(server("shared", idle=0 * M), many, gpu(), Policy(kernel_shutdowns_per_cycle=0), NOW).shutdown) == 50

@@ -119,13 +119,15 @@ def test_prometheus_stores_the_standins_rows_with_their_labels(world):
 def test_query_is_one_expression_over_the_exporter_and_probe_metrics():
     q = build_query(GpuQuerySettings(window_s=300, selector='exported_namespace="jhub"'))
     parts = q.split(" or ")
-    assert len(parts) == 10
-    for metric in (ENGINE, UTIL, FB_USED, PROBE_POD_MEMORY + "{", PROBE_POD_SM_UTIL):
-        assert sum(metric in p for p in parts) == (1 if metric.endswith("{") else 2)
+    assert len(parts) == 13
+    # activity: mean (what is judged), max (what is shown) and samples; memory: now and samples
+    for metric, n in ((ENGINE, 3), (UTIL, 3), (FB_USED, 2), (PROBE_POD_MEMORY + "{", 1), (PROBE_POD_SM_UTIL, 3)):
+        assert sum(metric in p for p in parts) == n, metric
+    assert sum(f"avg_over_time({m}" in p for p in parts for m in (ENGINE, UTIL, PROBE_POD_SM_UTIL)) == 3
     # the probe's device rows carry no pod labels: which devices it covers, unfiltered
     assert sum(PROBE_DEVICE_TOTAL in p for p in parts) == 1
-    assert q.count('{exported_namespace="jhub"}') == 9
-    assert q.count("[300s]") == 7  # FB_USED and the probe's memory "now" are instant selectors
+    assert q.count('{exported_namespace="jhub"}') == 12
+    assert q.count("[300s]") == 10  # FB_USED and the probe's memory "now" are instant selectors
     assert all(f'"{SERIES_LABEL}"' in p for p in parts)
 
 
@@ -142,6 +144,21 @@ def test_the_query_is_accepted_by_prometheus_and_a_bad_selector_says_why(world):
 def test_selector_filters_series(world):
     v = world.view(GpuQuerySettings(selector=f'namespace="{MPS}"'))
     assert set(v.pods) == {(MPS, EMBED), (MPS, TTS)}
+
+
+# -- a keep-alive (issue #25) ------------------------------------------------------
+def test_a_keep_alive_burst_is_no_gpu_use_in_the_real_prometheus(world):
+    """One burst of full engine activity, then nothing: the window still holds the 1.0 (its
+    max), but its mean, as the real Prometheus computes it, is far below the threshold."""
+    labels = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k != "vgpu"}
+    labels.update(pod="jupyter-keepalive", namespace="jhub", container="notebook", UUID="GPU-keepalive")
+    world.put("keepalive", labels, engine=1.0, fb_used=500.0)
+    world.wait_view(S, lambda v: v.for_pod("jhub", "jupyter-keepalive").active, "the burst seen")
+    world.put("keepalive", labels, engine=0.0, fb_used=500.0)
+    quiet = world.wait_view(S, lambda v: v.for_pod("jhub", "jupyter-keepalive").idle, "the burst averaged away", timeout=300)
+    pod = quiet.for_pod("jhub", "jupyter-keepalive")
+    assert "GR_ENGINE_ACTIVE max 1.00" in pod.reason and "below gpu_engine_threshold 0.05" in pod.reason, pod.reason
+    world.remove_pod("jupyter-keepalive")
 
 
 # -- MIG ------------------------------------------------------------------------
@@ -297,7 +314,7 @@ def test_error_answers_make_the_view_unavailable():
 # -- properties of the parsing rules (hand-built answers, no Prometheus) ----------------
 def answer(devices: list[tuple[bool, list[float], list[float]]], base: dict[str, str]) -> dict:
     """What Prometheus answers the culler's query for these devices' samples: per metric,
-    the max and the count over the window (a device with no samples has no series)."""
+    the mean, the max and the count over the window (a device with no samples has no series)."""
     result = []
     for i, (mig, engine, util) in enumerate(devices):
         labels = dict(base, gpu=str(i), UUID=f"GPU-{i}")
@@ -305,7 +322,7 @@ def answer(devices: list[tuple[bool, list[float], list[float]]], base: dict[str,
             labels.pop("GPU_I_ID"), labels.pop("GPU_I_PROFILE")
         for metric, values in ((ENGINE, engine), (UTIL, [100 * u for u in util])):
             if values:
-                for stat, v in (("max", max(values)), ("count", len(values))):
+                for stat, v in (("avg", sum(values) / len(values)), ("max", max(values)), ("count", len(values))):
                     result.append({"metric": {**labels, SERIES_LABEL: f"{metric}:{stat}"}, "value": [0, str(v)]})
     return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
@@ -318,7 +335,7 @@ samples = st.lists(st.sampled_from([0.0, 0.0, 0.0, 0.01, 0.4, 1.0]), min_size=0,
     devices=st.lists(st.tuples(st.booleans(), samples, samples), min_size=1, max_size=3),
     min_samples=st.integers(1, 6),
 )
-def test_idle_only_with_enough_quiet_samples_and_active_on_any_busy_sample(devices, min_samples):
+def test_idle_only_with_enough_quiet_samples_and_active_on_a_busy_mean(devices, min_samples):
     s = GpuQuerySettings(min_samples=min_samples)
     base = template(H100_MIG, ENGINE, 0)
     pod = parse_query_response(answer(devices, base), s).for_pod(base["namespace"], base["pod"])
@@ -326,7 +343,12 @@ def test_idle_only_with_enough_quiet_samples_and_active_on_any_busy_sample(devic
     if not devices:
         assert pod.state == "unknown"
         return
-    busy = any(any(v > 0 for v in engine) or (not mig and any(v > 0 for v in util)) for mig, engine, util in devices)
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    # active: a window whose MEAN is above the threshold (5 %), not any sample above 0
+    busy = any(mean(engine) > s.engine_threshold or (not mig and 100 * mean(util) > s.util_threshold) for mig, engine, util in devices)
     assert pod.active == busy
     if pod.idle:
         for mig, engine, util in devices:
@@ -464,6 +486,7 @@ def probe_answer(pods: dict[str, tuple[float | None, list[float] | None]], *, dc
         if memory is not None:
             row(labels, PROBE_POD_MEMORY, "last", memory)
         if util is not None:
+            row(labels, PROBE_POD_SM_UTIL, "avg", sum(util) / len(util))
             row(labels, PROBE_POD_SM_UTIL, "max", max(util))
             row(labels, PROBE_POD_SM_UTIL, "count", len(util))
     if covered:
@@ -483,7 +506,7 @@ def test_probe_tells_apart_pods_sharing_a_gpu():
     view = parse_query_response(body, S)
     assert view.probe
     ann, bob = (view.for_pod("jhub", p, shared=True) for p in ("jupyter-ann", "jupyter-bob"))
-    assert ann.active and "SM utilisation max 0.90 (probe)" in ann.reason and ann.memory_mib == 3 * 1024
+    assert ann.active and "SM utilisation max 0.90, mean 0.43 (probe)" in ann.reason and ann.memory_mib == 3 * 1024
     assert bob.idle and "the pod's processes idle (probe, 6 samples" in bob.reason and bob.memory_mib == 5 * 1024
 
 

@@ -19,7 +19,7 @@ from tornado.httpserver import HTTPServer
 from gpuspawner.culler.contract import parse_offering
 from gpuspawner.culler.hub import HubClient, ServerRecord
 from gpuspawner.culler.metrics import CullerMetrics
-from gpuspawner.culler.tokens import ServerTokens, TokenDeferred, TokenUnavailable, server_scope
+from gpuspawner.culler.tokens import ServerTokens, TokenDeferred, TokenRefused, TokenUnavailable, server_scope
 from gpuspawner.culler.transport import RetryPolicy, Transport
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -143,11 +143,31 @@ async def test_concurrent_requests_for_one_server_mint_once(hub):
     assert len(set(got)) == 1 and len(hub.posts) == 1
 
 
-async def test_a_refused_token_is_revoked_and_replaced(hub):
-    st, _ = tokens(hub)
+async def test_a_refused_token_is_revoked_and_replaced_after_a_growing_backoff(hub):
+    st, clock = tokens(hub)
     first = await st.get(record())
     await st.refused(record())
-    assert hub.deletes == [("alice", "a1")] and await st.get(record()) != first
+    assert hub.deletes == [("alice", "a1")]
+    # a pod that refuses every token would cost the hub two writes per view: none until the backoff passes
+    for _ in range(3):
+        with pytest.raises(TokenRefused, match="refused its token 1 time"):
+            await st.get(record())
+    assert len(hub.posts) == 1
+    clock.t += st.REFUSED_BACKOFF_S
+    second = await st.get(record())
+    assert second != first and len(hub.posts) == 2
+    await st.refused(record())
+    await st.refused(record())  # the same refusal seen twice (kernels and status): counted once
+    clock.t += st.REFUSED_BACKOFF_S
+    with pytest.raises(TokenRefused, match="2 time"):  # twice as long now
+        await st.get(record())
+    clock.t += st.REFUSED_BACKOFF_S
+    third = await st.get(record())
+    st.accepted(record())  # taken: the refusals are forgotten
+    await st.refused(record())
+    with pytest.raises(TokenRefused, match="refused its token 1 time"):
+        await st.get(record())
+    assert third not in (first, second) and len(hub.posts) == 3
 
 
 async def test_the_hub_s_lifetime_cap_is_used_and_said_once(hub, caplog):

@@ -158,6 +158,9 @@ class Tokens:
     async def refused(self, server):
         self.refusals.append(server.label)
 
+    def accepted(self, server):
+        pass
+
 
 def record(base_url: str, user: str = "alice") -> ServerRecord:
     offering = parse_offering({"gpuspawner": {"kind": "shared", "url": base_url + f"/user/{user}/"}})

@@ -156,6 +156,24 @@ def test_the_plain_page_shows_the_same_data_escaped(server, fresh_view):
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
+def test_a_stop_that_only_gpu_use_prevents_offers_no_keep(server, fresh_view):
+    """issue #25: a gpu_idle_limit stop (or a GPU lease) cannot be kept by activity: the
+    culler says so (``keepable`` false) and neither the API nor the plain page offers Keep."""
+    reason = "GPU telemetry has shown the whole GPU idle for 3 hours 55 minutes (limit 4 hours), whatever the server reported; only GPU use counts"
+    put = {"action": "server", "act_at": "2999-01-01T00:00:00Z", "warning": True, "keepable": False, "reason": reason}
+    assert server.fetch("api/gpuspawner/culler", "PUT", put).status == 204
+    status = server.fetch("api/gpuspawner/status").json()
+    assert status["culler"]["keepable"] is False
+    [warning] = [n for n in status["notices"] if n["kind"] == "warning"]
+    assert warning["keep"] is False and "only GPU use counts" in warning["text"]
+    assert "Click Keep" not in warning["text"] and "Keep cannot prevent this" in warning["text"]
+    page = server.fetch("gpuspawner/").body.decode()
+    assert "this server will be stopped" in page and "id='keep'" not in page
+    # a bad value is a clear 400
+    r = server.fetch("api/gpuspawner/culler", "PUT", {**put, "keepable": "no"})
+    assert r.status == 400 and "keepable" in r.json()["message"]
+
+
 def test_the_plain_pages_keep_form_keeps_and_goes_back_to_the_page(server, fresh_view):
     server.fetch("api/gpuspawner/culler", "PUT", {"action": "server", "act_at": "2999-01-01T00:00:00Z", "warning": True})
     r = server.fetch("gpuspawner/keep", "POST", raw=b"")

@@ -58,6 +58,7 @@ def test_a_full_view_round_trips_to_the_status_body():
         "act_at": "2026-05-04T14:10:00Z",
         "reason": "the whole GPU was idle for 30 minutes (limit 40)",
         "warning": True,
+        "keepable": True,
         "limit_seconds": 2400,
         "observed": {"gpu_utilization": 0},
         "reclaimed": [],
@@ -149,6 +150,7 @@ def test_the_warning_and_reclaimed_notices_in_words():
             "headline": "To free the GPU, this server will be stopped in 9 min. Click Keep or run a cell to keep them.",
             "at": "2026-05-04T14:01:00Z",
             "kernel_ids": [],
+            "keep": True,
         },
         {
             "kind": "reclaimed",

@@ -90,7 +90,11 @@ def test_rows_carry_plain_words():
     mig = rows()["mig-1g"]
     assert (mig.memory, mig.compute_share) == ("MIG: 5 GB, enforced by the hardware", "1/7 of the GPU's compute")
     assert mig.isolation == "hardware isolated (own memory and compute)"
-    assert rows()["t4"].isolation == "no isolation: shares memory and compute with other users"
+    shared = rows()["t4"].isolation
+    assert shared.startswith("no isolation: shares memory and compute with other users")
+    # issue #25: co-tenants of a shared GPU are told what they give up in confidentiality
+    assert "they see your GPU processes" in shared and "GPU fault" in shared and "not for confidential work" in shared
+    assert "not for confidential" not in mig.isolation
 
 
 def test_default_choice_order():

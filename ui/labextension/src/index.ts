@@ -94,7 +94,9 @@ class GpuStatus {
     const warning = status.notices.find(n => n.kind === 'warning');
     this.text.textContent = status.summary;
     this.item.toggleClass('gpuspawner-mod-warning', !!warning);
-    this.keepButton.style.display = warning ? '' : 'none';
+    // Keep only where activity can prevent the action (not a gpu_idle_limit stop or a GPU lease)
+    const keepable = !!warning && warning.keep !== false;
+    this.keepButton.style.display = keepable ? '' : 'none';
     if (!warning && this.warningToast) {
       Notification.dismiss(this.warningToast);
       this.warningToast = null;
@@ -107,8 +109,8 @@ class GpuStatus {
       this.warningToast = Notification.warning(warning.headline || warning.text, {
         autoClose: false,
         actions: [
-          { label: 'Keep', callback: () => void this.keep(), displayType: 'warn' },
-          { label: 'Why?', callback: () => void this.openPanel(), displayType: 'link' }
+          ...(keepable ? [{ label: 'Keep', callback: () => void this.keep(), displayType: 'warn' as const }] : []),
+          { label: 'Why?', callback: () => void this.openPanel(), displayType: 'link' as const }
         ]
       });
     }
@@ -144,7 +146,7 @@ class GpuStatus {
       return;
     }
     const body = new Widget({ node: panelNode(this.status) });
-    const warning = this.status.notices.some(n => n.kind === 'warning');
+    const warning = this.status.notices.some(n => n.kind === 'warning' && n.keep !== false);
     const buttons = warning
       ? [Dialog.cancelButton({ label: 'Close' }), Dialog.warnButton({ label: 'Keep' })]
       : [Dialog.okButton({ label: 'Close' })];

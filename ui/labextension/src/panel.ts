@@ -7,6 +7,8 @@ export interface INotice {
   headline?: string;
   at: string;
   kernel_ids: string[];
+  /** a warning that activity can prevent: false for a gpu_idle_limit stop or a GPU lease (no Keep) */
+  keep?: boolean;
 }
 
 export interface IDevice {
@@ -27,6 +29,7 @@ export interface IStatus {
     act_at: string | null;
     reason: string;
     warning: boolean;
+    keepable: boolean;
     limit_seconds: number | null;
     posted_at: string;
   } | null;
