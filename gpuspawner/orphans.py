@@ -15,7 +15,7 @@ annotations) have no server in the hub (running, starting or stopping) -- or who
 runs under another pod name -- is an orphan once it has been one for ``grace`` seconds, at
 two looks at least ``grace`` apart.
 
-Only this hub's pods are judged (docs/culler.md, "Orphaned GPU pods"): the reconciler lists the
+Only this hub's pods are judged (README.md, "Stop and orphans"): the reconciler lists the
 pods labelled with this hub's identity (``vocabulary.LABEL_HUB``, ``c.GPUSpawner.hub_id``; a
 hub without one lists the pods that carry no hub's identity, and refuses to run at all with
 per-user namespaces), and a pod's owner is read from its ``vocabulary.ANNOTATION_HUB_USER``

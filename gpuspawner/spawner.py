@@ -424,7 +424,7 @@ class GPUSpawner(KubeSpawner):
                 GPUSpawner._orphans_refused = True
                 self.log.error(
                     "GPUSpawner: the orphan reconciler does not run: with enable_user_namespaces other hubs' pods may be "
-                    "anywhere, and this hub has no identity to tell its own (set c.GPUSpawner.hub_id; docs/culler.md)."
+                    "anywhere, and this hub has no identity to tell its own (set c.GPUSpawner.hub_id; docs/config.md)."
                 )
             return
         if hub_id_problem(self.hub_id):
