@@ -1086,9 +1086,12 @@ class GPUSpawner(KubeSpawner):
         self.log.warning(
             "%s: a Kubernetes request failed (%s); refusing the spawn as the cluster cannot be reached", self._log_name, reason
         )
-        self.inventory.call_failed(reason, probe)
+        inventory = Inventory.running(self.api)  # (none where no offering needs counts: nothing to tell)
+        if inventory is not None:
+            inventory.call_failed(reason, probe)
+        health = inventory.health if inventory is not None else Health(ready=False, as_of=time.time(), error=reason)
         self.spawn_state.refused = True
-        return SpawnRefused(unreachable_message(self.inventory.health, self.now()), "unreachable")
+        return SpawnRefused(unreachable_message(health, self.now()), "unreachable")
 
     # ------------------------------------------------------------------ Dynamic Resource Allocation
 

@@ -67,3 +67,46 @@ def test_jupyterhubs_patch_line_keeps_no_body():
     )
     assert RefusalsOnOneLine().filter(record)
     assert record.getMessage() == "Setting user_options on ann/notes (the request body is not logged)"
+
+
+def test_what_counts_as_the_api_server_not_answering():
+    import aiohttp
+    from kubernetes_asyncio.client.rest import ApiException
+
+    from gpuspawner.spawner import unreachable_cause
+
+    refused = ConnectionRefusedError(111, "Connection refused")
+    assert unreachable_cause(refused) is refused
+    assert isinstance(unreachable_cause(aiohttp.ServerDisconnectedError()), aiohttp.ServerDisconnectedError)
+    gave_up = TimeoutError("Could not create pod jhub/jupyter-ann")  # KubeSpawner's exponential_backoff
+    assert unreachable_cause(gave_up) is gave_up
+    try:
+        try:
+            raise refused
+        except OSError as exc:
+            raise RuntimeError("wrapped") from exc
+    except RuntimeError as wrapped:
+        assert unreachable_cause(wrapped) is refused
+    assert unreachable_cause(TimeoutError("pod jhub/jupyter-ann did not start in 60 seconds!")) is None
+    assert unreachable_cause(ApiException(status=500, reason="Internal Server Error")) is None
+
+
+async def test_a_failed_request_makes_live_looking_counts_not_live_until_one_answers():
+    from gpuspawner.inventory import Inventory
+
+    inventory = Inventory(api=object(), dra_api=object())
+    for kind in ("nodes", "pods"):
+        inventory._set_synced(kind, True)  # the watches look live
+    assert inventory.health.ready
+    answers = [ConnectionRefusedError("refused"), None]
+
+    async def probe() -> None:
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+
+    inventory.call_failed("ClientConnectorError: refused", probe, retry=0)
+    health = inventory.health
+    assert inventory.ready and not health.ready and health.error == "ClientConnectorError: refused" and health.as_of
+    await inventory._probe_task
+    assert answers == [] and inventory.health.ready and inventory.unreachable == ""
