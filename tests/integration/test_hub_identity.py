@@ -127,15 +127,15 @@ async def test_each_hub_keeps_its_own_pods_and_removes_its_own_orphans(devcluste
         orphan_b = await b.start(dora, running=False)
         started = [kept_a, orphan_a, kept_b, orphan_b]
         namespaces = {s.namespace for s in started}
-        pod = kube.request("GET", f"/api/v1/namespaces/{kept_a.namespace}/pods/{kept_a.pod_name}")
-        assert pod["metadata"]["labels"]["gpuspawner.io/hub"] == a.hub_id
-        assert pod["metadata"]["annotations"]["gpuspawner.io/hub-user"] == f"1/{ann.created.isoformat()}"
 
         removed_a = await a.reconciler().check()
         removed_b = await b.reconciler().check()
         assert [where_(o) for o in removed_a] == [where(orphan_a)]
         assert [where_(o) for o in removed_b] == [where(orphan_b)]
         wait_for(lambda: live_pods(kube, namespaces) == {where(kept_a), where(kept_b)}, "the two orphans to go", timeout=60)
+        pod = kube.request("GET", f"/api/v1/namespaces/{kept_a.namespace}/pods/{kept_a.pod_name}")
+        assert pod["metadata"]["labels"]["gpuspawner.io/hub"] == a.hub_id
+        assert pod["metadata"]["annotations"]["gpuspawner.io/hub-user"] == f"1/{ann.created.isoformat()}"
 
         # A's database is lost (same identity, nothing in it): it deletes nothing.
         lost = Hub(devcluster, namespace, a.hub_id, user_namespaces)

@@ -23,6 +23,7 @@ from gpuspawner.inventory import Inventory
 from gpuspawner.page import counts_notice
 from gpuspawner.scheduling import SpawnRefused
 from tests.api.gpuhub import free_port
+from tests.compat.test_without_cluster_rbac import until
 from tests.integration.test_spawner import make_spawner
 
 pytestmark = pytest.mark.cluster
@@ -47,15 +48,6 @@ async def forward(port: int, host: str, target: int) -> asyncio.Server:
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
     return await asyncio.start_server(serve, "127.0.0.1", port)
-
-
-async def until(check, what: str, timeout: float = 60.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_a_spawn_whose_request_is_refused_is_a_503_and_the_cluster_counts_as_unreachable(devcluster, kube, namespace):
