@@ -1046,7 +1046,7 @@ class GPUSpawner(KubeSpawner):
                 raise SpawnRefused(reason, "unschedulable")
         except BaseException as exc:
             self.quota_ledger.release(self._reservation_key)
-            refusal = exc if isinstance(exc, SpawnRefused) else self._unreachable_refusal(exc)
+            refusal = exc if isinstance(exc, SpawnRefused) else self._unreachable_refusal(exc) if isinstance(exc, Exception) else None
             if refusal is None:
                 raise
             refusal.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
