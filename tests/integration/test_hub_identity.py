@@ -162,8 +162,12 @@ async def test_without_an_identity_the_reconciler_does_not_run_where_pods_may_be
     saved = GPUSpawner._orphans, GPUSpawner._orphans_refused
     GPUSpawner._orphans, GPUSpawner._orphans_refused = None, False
     try:
-        with caplog.at_level(logging.ERROR):
+        logger = logging.getLogger("traitlets")  # the spawner's log outside a hub (it does not propagate)
+        logger.addHandler(caplog.handler)
+        try:
             hub.spawner(HubUser(hub.user("ann"), db=hub.db))
+        finally:
+            logger.removeHandler(caplog.handler)
         assert GPUSpawner._orphans is None
         assert "the orphan reconciler does not run" in caplog.text and "c.GPUSpawner.hub_id" in caplog.text
         with_id = Hub(devcluster, namespace, "prod.jhub", user_namespaces=True)
