@@ -67,7 +67,7 @@ from .podspec import (
 from .policy import Requester, allowed, named
 from .reflector import VerdictPodReflector
 from .scheduling import SpawnRefused, WaitQueue, unschedulable_reason
-from .useroptions import MAX_VALUE_CHARS, KnownKeys, check_profile, describe_keys, known_keys, oversized, split_known
+from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, oversized, split_known, too_long_message
 from .views import FormView, group_options, user_options_from_form
 from .vocabulary import (
     CLAIM_NAME,
@@ -598,17 +598,21 @@ class GPUSpawner(KubeSpawner):
         too_long = oversized({k: v for k, v in kept.items() if k != RECORD_KEY})
         if too_long:
             self.log.warning("%s: user_options not stored: the value of %s is too long", self._log_name, describe_keys(too_long))
-            raise hubhooks.NotStored(
-                f"The value of {describe_keys(too_long)} is too long (at most {MAX_VALUE_CHARS} characters as JSON). "
-                "Pick one of the options on the spawn page."
-            )
+            raise hubhooks.NotStored(too_long_message(too_long))
         return kept
+
+    #: The ``user_options`` keys whose values were over the bound when they were last set (and
+    #: were left out): a start with them is refused (400) before anything else.
+    _too_long: tuple[str, ...] = ()
 
     @validate("user_options")
     def _only_known_user_options(self, proposal: dict[str, Any]) -> dict[str, Any]:
         """``self.user_options`` holds known keys only, whoever sets it (the hub serves it in its
-        REST API while this spawner object lives); values are checked at start."""
-        return self._known_options(proposal["value"])[0]
+        REST API while this spawner object lives), and no value over the bound (it is left out,
+        and the start refuses); the other values are checked at start."""
+        kept = self._known_options(proposal["value"])[0]
+        self._too_long = tuple(oversized({k: v for k, v in kept.items() if k != RECORD_KEY}))
+        return {k: v for k, v in kept.items() if k not in self._too_long}
 
     def _known_options(self, options: dict[str, Any], stored_record_is_ours: bool = True) -> tuple[dict[str, Any], list[str]]:
         """Split ``options`` into known keys and the rest; the ``gpuspawner`` record is kept only
@@ -1028,6 +1032,11 @@ class GPUSpawner(KubeSpawner):
 
     async def _start(self):
         self.spawn_state = SpawnState(started_at=time.monotonic())
+        if self._too_long:  # (left out of user_options: see _only_known_user_options)
+            self.spawn_state.refused = True
+            refusal = SpawnRefused(too_long_message(self._too_long), "malformed")
+            refusal.during_start = True
+            raise refusal
         start = asyncio.ensure_future(super()._start())
         watch = asyncio.ensure_future(self._watch_scheduling())
         try:

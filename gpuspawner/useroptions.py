@@ -92,6 +92,14 @@ def oversized(options: Mapping[str, Any]) -> list[str]:
     return [key for key, value in options.items() if len(json.dumps(value, default=str)) > MAX_VALUE_CHARS]
 
 
+def too_long_message(keys: Iterable[Any]) -> str:
+    """The 400's words for options whose values under ``keys`` are over the bound."""
+    return (
+        f"The value of {describe_keys(keys)} is too long (at most {MAX_VALUE_CHARS} characters as JSON). "
+        "Pick one of the options on the spawn page."
+    )
+
+
 def describe_keys(keys: Iterable[Any], limit: int = 8) -> str:
     """Keys for a log line: each quoted safely and short, at most ``limit`` of them, then a count."""
     keys = list(keys)
