@@ -8,7 +8,9 @@
   stored. Rows of other spawner classes are left as they are. Options with a value over
   the bound (``useroptions.MAX_VALUE_CHARS``) are not stored at all: a ``PUT``/``PATCH`` of
   a server that is not running is answered 400, and a start keeps the row as it was (the
-  start itself then refuses them with 400).
+  start itself then refuses them with 400). A start refused for its options themselves
+  (400 malformed, 403 not offered) puts back what the row held before it: refused options
+  are never the "last options" JupyterHub reuses or serves.
 * **A refusal is one log line.** JupyterHub logs a refused form POST (and a refused
   ``/hub/spawn?...`` start) with ``exc_info=True``, a traceback for what is an answer,
   not a crash; likewise a REST API request whose body is not JSON; and a start refused
@@ -78,12 +80,15 @@ def _filter_stored(target: Any, value: Any, oldvalue: Any, initiator: Any) -> An
     if spawner is None or not isinstance(value, dict):
         return value
     try:
-        return spawner.storable_user_options(value)
+        stored = spawner.storable_user_options(value)
     except NotStored as exc:
         if getattr(target, "server", None) is None:  # a PUT or PATCH of a server that does not run: answer 400
             raise SpawnRefused(str(exc), "malformed") from None
         # a start (User.spawn stores the options after it made the server): keep the row as it was
         return oldvalue if isinstance(oldvalue, dict) else {}
+    if getattr(target, "server", None) is not None:  # a start's options: put back if it refuses them
+        spawner.stored_for_start(oldvalue if isinstance(oldvalue, dict) else {})
+    return stored
 
 
 class RefusalsOnOneLine(logging.Filter):

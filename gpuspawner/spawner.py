@@ -604,6 +604,25 @@ class GPUSpawner(KubeSpawner):
     #: The ``user_options`` keys whose values were over the bound when they were last set (and
     #: were left out): a start with them is refused (400) before anything else.
     _too_long: tuple[str, ...] = ()
+    #: What the hub's row held before JupyterHub stored the coming start's options (None: the
+    #: start stored none, e.g. a POST without a body).
+    _options_before: dict[str, Any] | None = None
+
+    def stored_for_start(self, before: dict[str, Any]) -> None:
+        """JupyterHub stored a start's options over ``before`` (see hubhooks): a start refused
+        for the options themselves puts ``before`` back."""
+        self._options_before = dict(before)
+
+    def _put_back_options(self, before: dict[str, Any] | None, refusal: SpawnRefused) -> None:
+        """After a refusal of the options themselves (malformed, not offered), the hub's row and
+        this spawner hold what they held before the refused request; a refusal for the state of
+        things (quota, capacity, window, the cluster) keeps them, for the next try."""
+        if before is None or refusal.reason not in ("malformed", "not_offered"):
+            return
+        self.user_options = before
+        if self.orm_spawner is not None:
+            self.orm_spawner.user_options = dict(self.user_options)  # the hub commits as it cleans up
+        self._options_before = None
 
     @validate("user_options")
     def _only_known_user_options(self, proposal: dict[str, Any]) -> dict[str, Any]:
@@ -1032,6 +1051,7 @@ class GPUSpawner(KubeSpawner):
 
     async def _start(self):
         self.spawn_state = SpawnState(started_at=time.monotonic())
+        before, self._options_before = self._options_before, None
         if self._too_long:  # (left out of user_options: see _only_known_user_options)
             self.spawn_state.refused = True
             refusal = SpawnRefused(too_long_message(self._too_long), "malformed")
@@ -1059,6 +1079,7 @@ class GPUSpawner(KubeSpawner):
             if refusal is None:
                 raise
             refusal.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
+            self._put_back_options(before, refusal)
             if refusal is exc:
                 raise
             raise refusal from None

@@ -103,6 +103,22 @@ def test_an_oversized_value_is_refused_and_never_stored_nor_logged(gpuhub):
     gpuhub.api("DELETE", gpuhub.server_path(user, "big"), {"remove": True})
 
 
+def test_a_start_refused_for_its_options_leaves_the_options_stored_before(gpuhub):
+    """Refused options are never what JupyterHub stores as the server's last options: a start
+    refused as not offered (403) or malformed (400) leaves the named server's options as the PUT
+    stored them."""
+    user = STUDENTS[8]
+    made = gpuhub.api("PUT", gpuhub.server_path(user, "lab"), {"user_options": {"offering": "cpu"}})
+    assert made.status == 201, made
+    try:
+        for options, status in (({"offering": H100}, 403), ({"offering": "CPU", "count": 1}, 400)):
+            refused = gpuhub.api("POST", gpuhub.server_path(user, "lab"), options)
+            assert refused.status == status, refused
+            assert gpuhub.user_model(user)["servers"]["lab"]["user_options"] == {"offering": "cpu"}
+    finally:
+        gpuhub.api("DELETE", gpuhub.server_path(user, "lab"), {"remove": True})
+
+
 def test_a_refusal_after_the_answer_reaches_the_progress_stream(gpuhub):
     """The real scheduler refuses the FPGA pod. If that comes after the hub's 202, the spawn-pending
     page's event stream carries the same message; before it, the answer does (409)."""
