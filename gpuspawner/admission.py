@@ -167,10 +167,23 @@ class QuotaLedger:
     :meth:`grant` checks and records in one synchronous step: under asyncio nothing can
     run between the check and the record, so concurrent spawns of one user or group are
     granted exactly up to the quota, in whatever order they interleave.
+
+    A hub that restarts with servers running starts with no grants; :meth:`restore` gives it
+    back what each running server's saved record says it holds (its kind and true count: a
+    DRA server's devices, a pod not bound yet), so a quota is the same before and after.
     """
 
     def __init__(self) -> None:
         self.grants: dict[str, Held] = {}
+        #: Whether :meth:`restore` has run in this process.
+        self.restored = False
+
+    def restore(self, saved: Mapping[str, Held]) -> None:
+        """Grant what running servers held before this process began (by server key); a key
+        granted since (a spawn in this process) keeps its own grant."""
+        for key, held in saved.items():
+            self.grants.setdefault(key, held)
+        self.restored = True
 
     def holdings(self, bound: Mapping[str, Held], exclude: str = "") -> dict[str, Held]:
         """Everything held now, by server key: bound pods, overlaid by grants (one per key)."""

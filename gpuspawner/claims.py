@@ -24,7 +24,7 @@ from kubernetes_asyncio.client.rest import ApiException
 from .allocation import allocated_devices, pod_claim_name
 from .dranames import RESOURCE_API
 from .model import DeviceClaim
-from .podspec import device_claim_spec
+from .podspec import device_claim_spec, hub_selector
 from .vocabulary import LABEL_OFFERING
 
 #: Label of a ResourceClaim shared by the servers of one shared DRA offering.
@@ -37,11 +37,13 @@ KIND = "ResourceClaimTemplate"
 class ClaimTemplates:
     """ResourceClaimTemplates in one namespace, through the hub's own Kubernetes client."""
 
-    def __init__(self, api_client: Any, namespace: str, log: logging.Logger) -> None:
+    def __init__(self, api_client: Any, namespace: str, log: logging.Logger, hub_id: str = "") -> None:
         self.api = ResourceV1Api(api_client)
         self.core = CoreV1Api(api_client)
         self.namespace = namespace
         self.log = log
+        #: This hub's identity (``c.GPUSpawner.hub_id``): shared claims and their pods are this hub's only.
+        self.hub_id = hub_id
 
     async def create(self, manifest: Mapping[str, Any]) -> None:
         """Create the template; one left over under the same name (a spawn the hub lost) is replaced.
@@ -98,7 +100,9 @@ class ClaimTemplates:
         never overfills a claim nor deletes one a pod is about to use.
         """
         response = await self.api.list_namespaced_resource_claim(
-            self.namespace, label_selector=f"{LABEL_OFFERING}={slug},{SHARED_LABEL}=true", _preload_content=False
+            self.namespace,
+            label_selector=hub_selector(self.hub_id, f"{LABEL_OFFERING}={slug}", f"{SHARED_LABEL}=true"),
+            _preload_content=False,
         )
         users = await self._users(slug)
         for item in sorted(json.loads(await response.read()).get("items") or [], key=lambda c: c["metadata"]["name"]):
@@ -127,7 +131,8 @@ class ClaimTemplates:
 
     async def _users(self, slug: str) -> dict[str, int]:
         """Shared claim name -> how many pods of offering ``slug`` (not being deleted) name it."""
-        response = await self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_OFFERING}={slug}", _preload_content=False)
+        selector = hub_selector(self.hub_id, f"{LABEL_OFFERING}={slug}")
+        response = await self.core.list_namespaced_pod(self.namespace, label_selector=selector, _preload_content=False)
         users: dict[str, int] = {}
         for pod in json.loads(await response.read()).get("items") or []:
             if (pod.get("metadata") or {}).get("deletionTimestamp"):

@@ -26,7 +26,7 @@ from .dra import DraState
 from .fit import NodeFacts, holds_resources, pod_requests
 from .model import Offering
 from .notebook import Notebook
-from .vocabulary import KUBESPAWNER_USER_LABEL, LABEL_OFFERING, Kind
+from .vocabulary import KUBESPAWNER_USER_LABEL, LABEL_HUB, LABEL_OFFERING, Kind
 
 #: Pods of a cluster ask for few distinct request sets: each is kept once.
 _INTERNED: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
@@ -53,6 +53,7 @@ class PodFacts:
     requests: Mapping[str, int]
     user: str | None = None
     offering: str | None = None
+    hub: str | None = None  #: the hub that made it (``vocabulary.LABEL_HUB``), None if unlabelled
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodFacts | None:
@@ -64,6 +65,7 @@ class PodFacts:
             requests=_interned(pod_requests(pod)),
             user=labels.get(KUBESPAWNER_USER_LABEL),
             offering=labels.get(LABEL_OFFERING),
+            hub=labels.get(LABEL_HUB),
         )
 
 

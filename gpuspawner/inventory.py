@@ -21,6 +21,12 @@ the missing permissions, says so in :attr:`Inventory.forbidden` and ``health.for
 (nobody waits for counts that cannot come; pods can still be made), and tries again
 every ``forbidden_retry`` seconds, quietly, so that granting them later makes the counts
 live without a hub restart.
+
+A watch can outlive the API server's will to answer: on SIGTERM kube-apiserver refuses new
+connections but keeps established watches open for a while, so the streams look live while
+every new request fails. :meth:`Inventory.call_failed` (the spawner calls it when a Kubernetes
+call on the spawn path cannot connect or times out) makes the counts not live at once, with
+that reason, until a request answers again (a probe, with backoff) or the streams relist.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from .discovery import DEFAULT_VGPU_CLASS_LABELS
@@ -134,6 +140,9 @@ class Inventory:
         #: Why the hub may not read the cluster (its RBAC), as logged once; "" when it may.
         self.forbidden: str = ""
         self._forbidden_streams: set[str] = set()
+        #: Why a request on the spawn path failed to reach the API server ("" when none has, or it answers again).
+        self.unreachable: str = ""
+        self._probe_task: asyncio.Task[None] | None = None
 
     @classmethod
     def shared(cls, api: Any, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS) -> Inventory:
@@ -159,15 +168,46 @@ class Inventory:
 
     @property
     def health(self) -> Health:
-        if self.ready and not self.forbidden:
+        if self.ready and not self.forbidden and not self.unreachable:
             return Health(ready=True)
         return Health(
             ready=False,
             answered=self._answered.is_set(),
             as_of=self._lost_at,
-            error=self.last_error,
-            forbidden=self.forbidden,
+            error=self.unreachable or self.last_error,
+            forbidden="" if self.unreachable else self.forbidden,
         )
+
+    def call_failed(self, reason: str, probe: Callable[[], Awaitable[Any]], retry: float = 0.5) -> None:
+        """A request to the API server failed to connect or timed out (``reason``, for the log)
+        while the streams may still look live: the counts are not live from now on (the page
+        says so, spawns get 503) until ``probe()`` (a cheap request) answers or the streams
+        relist. ``retry``: the probe's first wait, doubled up to 10 s."""
+        if self.unreachable:
+            return
+        self.unreachable = reason
+        if self._lost_at is None:
+            self._lost_at = time.time()
+        self._answered.set()
+        log.warning("inventory: a request to the API server failed (%s); the counts are not live until it answers", reason)
+        self._probe_task = asyncio.ensure_future(self._probe(probe, retry))
+
+    async def _probe(self, probe: Callable[[], Awaitable[Any]], wait: float) -> None:
+        while self.unreachable:
+            await asyncio.sleep(wait)
+            try:
+                await probe()
+            except Exception:
+                wait = min(wait * 2, 10.0)
+                continue
+            self._answers_again()
+
+    def _answers_again(self) -> None:
+        if self.unreachable:
+            self.unreachable = ""
+            if self.ready:
+                self._lost_at = None
+            log.info("inventory: the API server answers requests again")
 
     @property
     def stopped(self) -> bool:
@@ -188,6 +228,8 @@ class Inventory:
                 self._tasks += [asyncio.ensure_future(self._run(kind, method, {})) for kind, method in methods.items()]
 
     async def stop(self) -> None:
+        if self._probe_task is not None:
+            self._probe_task.cancel()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -218,6 +260,8 @@ class Inventory:
             self.index.dra.synced = all(self._dra_synced.values())
             return
         self._synced[kind] = value
+        if value:
+            self._answers_again()  # a list was answered
         if self.ready:
             self._ever_ready = True
             self._lost_at = None

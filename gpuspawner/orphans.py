@@ -13,7 +13,15 @@ spawner's namespace, and asks the hub which servers exist. A pod whose user and 
 (KubeSpawner's ``hub.jupyter.org/username`` and ``hub.jupyter.org/servername``
 annotations) have no server in the hub (running, starting or stopping) -- or whose server
 runs under another pod name -- is an orphan once it has been one for ``grace`` seconds, at
-two looks at least ``grace`` apart. Each orphan gets one log line, and the
+two looks at least ``grace`` apart.
+
+Only this hub's pods are judged (README.md, "Stop and orphans"): the reconciler lists the
+pods labelled with this hub's identity (``vocabulary.LABEL_HUB``, ``c.GPUSpawner.hub_id``; a
+hub without one lists the pods that carry no hub's identity, and refuses to run at all with
+per-user namespaces), and a pod's owner is read from its ``vocabulary.ANNOTATION_HUB_USER``
+(the user's id and creation time in the hub's database), so a renamed user's pods are
+followed. A pod whose user this hub's database does not have (a database lost or replaced,
+another hub's pod) is never deleted: it is not known to be this hub's. Each orphan gets one log line, and the
 ``gpuspawner_orphan_pods_total`` metric counts them by what was done (``deleted``,
 ``would_delete`` in dry-run mode, ``failed``).
 
@@ -38,7 +46,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from .vocabulary import KUBESPAWNER_SERVER_ANNOTATION, KUBESPAWNER_USER_ANNOTATION
+from .podspec import user_key
+from .vocabulary import ANNOTATION_HUB_USER, KUBESPAWNER_SERVER_ANNOTATION, KUBESPAWNER_USER_ANNOTATION
 
 ORPHANS = Counter(
     "gpuspawner_orphan_pods",
@@ -51,6 +60,15 @@ Servers = Mapping[tuple[str, str], "str | None"]
 
 
 @dataclass(frozen=True)
+class HubRecords:
+    """What this hub's database says now: its servers (see :data:`Servers`) and its users,
+    user key (``podspec.user_key``) -> the user's name now."""
+
+    servers: Servers
+    users: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class PodRef:
     """One GPUSpawner pod (or an object named after its pod, e.g. its claim template) and
     the hub server it claims to belong to."""
@@ -60,6 +78,8 @@ class PodRef:
     user: str
     server: str
     kind: str = "Pod"
+    #: The user key (``vocabulary.ANNOTATION_HUB_USER``); "" on a pod made before hubs stamped it.
+    hub_user: str = ""
 
     @property
     def key(self) -> str:
@@ -88,21 +108,34 @@ class PodRef:
             notes[KUBESPAWNER_USER_ANNOTATION],
             notes.get(KUBESPAWNER_SERVER_ANNOTATION, ""),
             pod.get("kind") or "Pod",
+            notes.get(ANNOTATION_HUB_USER, ""),
         )
 
 
+def owner(pod: PodRef, users: Mapping[str, str], names: Iterable[str]) -> tuple[str, str] | None:
+    """(user name now, server name) of ``pod`` in this hub's database; None where the database
+    has no such user, so the pod is not known to be this hub's. A pod with a user key is
+    followed through a rename; one without (made before keys were stamped) is matched by name."""
+    if pod.hub_user:
+        name = users.get(pod.hub_user)
+        return (name, pod.server) if name is not None else None
+    return (pod.user, pod.server) if pod.user in set(names) else None
+
+
 def find_orphans(
-    pods: Iterable[PodRef], servers: Servers, first_seen: Mapping[str, float], now: float, grace: float
+    pods: Iterable[PodRef], hub: HubRecords, first_seen: Mapping[str, float], now: float, grace: float
 ) -> tuple[list[PodRef], dict[str, float]]:
     """The pods orphaned for at least ``grace`` seconds, and the new ``first_seen`` map.
 
     ``first_seen``: pod key -> when it was first seen without a server (from the last
-    call). A pod whose server is back (a new spawn) is forgotten.
+    call). A pod whose server is back (a new spawn) is forgotten, and so is one whose user
+    this hub's database does not have (see :func:`owner`): it is never an orphan.
     """
     orphans, seen = [], {}
+    servers, names = hub.servers, set(hub.users.values())
     for pod in pods:
-        owner = (pod.user, pod.server)
-        if owner in servers and servers[owner] in (None, pod.name):
+        found = owner(pod, hub.users, names)
+        if found is None or (found in servers and servers[found] in (None, pod.name)):
             continue
         seen[pod.key] = first_seen.get(pod.key, now)
         if now - seen[pod.key] >= grace:
@@ -115,13 +148,13 @@ class OrphanReconciler:
 
     ``list_pods``: coroutine returning the raw pods to consider (GPUSpawner's, in its
     namespace, and the claim templates of its pods, each with its ``kind``); ``hub_servers``:
-    the hub's servers now; ``delete(kind, namespace, name)``.
+    the hub's servers and users now (:class:`HubRecords`); ``delete(kind, namespace, name)``.
     """
 
     def __init__(
         self,
         list_pods: Callable[[], Awaitable[list[Mapping[str, Any]]]],
-        hub_servers: Callable[[], Servers],
+        hub_servers: Callable[[], HubRecords],
         delete: Callable[[str, str, str], Awaitable[None]],
         *,
         grace: float,
@@ -185,16 +218,18 @@ class OrphanReconciler:
         self.log.warning("deleted orphaned %s: no server %s in the hub for %.0fs", pod.what, pod.label, self.grace)
 
 
-def hub_servers_from_db(db: Any) -> dict[tuple[str, str], str | None]:
+def hub_servers_from_db(db: Any) -> HubRecords:
     """The hub's servers that exist now (starting, running or stopping), with their pod
-    names where KubeSpawner saved them. ``db``: the hub's own SQLAlchemy session."""
+    names where KubeSpawner saved them, and every user of the database by user key.
+    ``db``: the hub's own SQLAlchemy session."""
     from jupyterhub import orm
 
-    out: dict[tuple[str, str], str | None] = {}
+    servers: dict[tuple[str, str], str | None] = {}
     for spawner in db.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None)):
         if spawner.user is not None:
-            out[(spawner.user.name, spawner.name or "")] = (spawner.state or {}).get("pod_name")
-    return out
+            servers[(spawner.user.name, spawner.name or "")] = (spawner.state or {}).get("pod_name")
+    users = {user_key(user.id, user.created): user.name for user in db.query(orm.User)}
+    return HubRecords(servers, users)
 
 
 def _short(exc: BaseException) -> str:

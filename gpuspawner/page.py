@@ -141,7 +141,8 @@ def _age(seconds: float) -> str:
 def counts_notice(health: Health, now: datetime) -> str:
     """What the spawn page says above the choices when the free counts are not live ("" when they are).
 
-    ``now`` is timezone-aware (the site's zone): the time the counts are from is shown in it.
+    ``now`` is timezone-aware (the site's zone): the time the counts are from is shown in it,
+    with the zone's abbreviation (``c.GPUSpawner.site_timezone``), so no reader takes it for theirs.
     """
     if health.ready or health.forbidden:  # forbidden: each offering says "free count unavailable"
         return ""
@@ -154,7 +155,7 @@ def counts_notice(health: Health, now: datetime) -> str:
         )
     as_of = datetime.fromtimestamp(health.as_of, now.tzinfo)
     return (
-        f"The GPU cluster cannot be reached: the free counts are as of {as_of:%H:%M:%S} "
+        f"The GPU cluster cannot be reached: the free counts are as of {as_of:%H:%M:%S %Z} "
         f"({_age(now.timestamp() - health.as_of)} ago) and may be out of date. No server can start "
         "until the cluster is back; please try again in a few minutes."
     )
@@ -166,5 +167,5 @@ def unreachable_message(health: Health, now: datetime) -> str:
         return "The hub is still connecting to the GPU cluster, so no server can start yet. Please try again in a few seconds."
     since = ""
     if health.as_of is not None:
-        since = f" (since {datetime.fromtimestamp(health.as_of, now.tzinfo):%H:%M:%S}, {_age(now.timestamp() - health.as_of)} ago)"
+        since = f" (since {datetime.fromtimestamp(health.as_of, now.tzinfo):%H:%M:%S %Z}, {_age(now.timestamp() - health.as_of)} ago)"
     return f"The GPU cluster cannot be reached{since}, so no server can start now. Please try again in a few minutes."

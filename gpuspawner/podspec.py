@@ -16,6 +16,8 @@ Field names are the Kubernetes v1 API's; docs/dra.md explains the choice of a te
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +26,18 @@ from .dranames import RESOURCE_API
 from .memguard import GuardChanges, guarded_environment, one_jax_spelling, without_jax_clash
 from .model import DeviceClaim, Offering
 from .selectors import Terms, terms_to_k8s
-from .vocabulary import CLAIM_NAME, ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS, LABEL_KIND, LABEL_OFFERING
+from .vocabulary import (
+    ANNOTATION_HUB_USER,
+    CLAIM_NAME,
+    ENV_COUNT,
+    ENV_DISPLAY_NAME,
+    ENV_KIND,
+    ENV_OFFERING,
+    ENV_WORDS,
+    LABEL_HUB,
+    LABEL_KIND,
+    LABEL_OFFERING,
+)
 from .wording import offering_words
 
 #: Never set by us: the device plugin decides which devices a container sees.
@@ -140,6 +153,55 @@ def layered_settings(
         "volume_mounts": [*site["volume_mounts"], *(dict(m) for m in changes.volume_mounts)],
         "cmd": [*changes.command_prefix, *(cmd or DEFAULT_CMD)] if changes.command_prefix else cmd,
     }
+
+
+def user_key(user_id: object, created: object = None) -> str:
+    """Who a server belongs to in one hub's database: the user's id and creation time
+    (``vocabulary.ANNOTATION_HUB_USER``). Both survive a rename; a new database (a lost one,
+    another hub's) gives a user of the same id another creation time."""
+    when = created.isoformat() if hasattr(created, "isoformat") else ""
+    return f"{user_id}/{when}" if when else str(user_id)
+
+
+def identity(hub_id: str, user: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The labels and annotations that tie a GPU pod (and its claim template) to this hub
+    (``hub_id``, none when it is "") and to its user there (``user``: :func:`user_key`)."""
+    return ({LABEL_HUB: hub_id} if hub_id else {}), {ANNOTATION_HUB_USER: user}
+
+
+def hub_selector(hub_id: str, *more: str) -> str:
+    """A label selector for this hub's objects (with ``more`` terms): those labelled with its
+    identity, or, for a hub without one, those that carry no hub's identity."""
+    return ",".join([*more, f"{LABEL_HUB}={hub_id}" if hub_id else f"!{LABEL_HUB}"])
+
+
+#: The longest label value Kubernetes takes, and what one may hold.
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
+
+
+def hub_id_problem(value: str) -> str:
+    """Why ``value`` cannot be a hub identity (a Kubernetes label value), "" when it can."""
+    if _LABEL_VALUE.match(value):
+        return ""
+    return (
+        f"c.GPUSpawner.hub_id must be a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.', "
+        f"beginning and ending with a letter or digit), not {value[:80]!r}"
+    )
+
+
+def default_hub_id(environ: Mapping[str, str]) -> str:
+    """This hub's identity from its deployment: zero-to-jupyterhub's hub Deployment sets
+    ``HELM_RELEASE_NAME`` (the Helm release) and ``POD_NAMESPACE`` (the hub's namespace), so
+    ``<namespace>.<release>`` names one release on a cluster. "" outside such a deployment.
+    Shortened, with a digest of the whole, to fit a label value."""
+    release, namespace = environ.get("HELM_RELEASE_NAME", ""), environ.get("POD_NAMESPACE", "")
+    if not release:
+        return ""
+    value = f"{namespace}.{release}" if namespace else release
+    if len(value) > 63:
+        digest = hashlib.sha256(value.encode()).hexdigest()[:10]
+        value = f"{value[:52].rstrip('-_.')}-{digest}"
+    return value
 
 
 def device_claim_spec(claim: DeviceClaim, count: int) -> dict[str, Any]:

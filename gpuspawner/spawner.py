@@ -18,6 +18,7 @@ import copy
 import functools
 import importlib.resources
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,15 +26,16 @@ from datetime import datetime
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
+import aiohttp
 from jupyterhub.utils import maybe_future
 from kubernetes_asyncio.client.rest import ApiException
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
 from markupsafe import Markup
-from traitlets import Bool, Dict, Float, Integer, List, Unicode, validate
+from traitlets import Bool, Dict, Float, Integer, List, Unicode, default, validate
 
 from . import hubhooks, metrics
-from .admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaLedger, Quotas, admit, units_held
+from .admission import ADMIT, QUEUE, QUOTA_KEYS, REFUSE, WARN, Decision, Held, QuotaLedger, Quotas, admit, units_held
 from .capacity import UNCOUNTED, Availability
 from .catalog import TRAITS as CATALOG_TRAITS
 from .catalog import CatalogConfig, build_catalog, gpu_offerings_in_play
@@ -51,16 +53,30 @@ from .notebook import NOTEBOOK_TRAITS, Notebook
 from .offerings import OfferingConfigError
 from .orphans import OrphanReconciler, hub_servers_from_db
 from .page import counts_notice, default_choice, option_views, unreachable_message
-from .podspec import POD_SETTINGS, PodChanges, claim_template, container_claim, layered_settings, pod_changes, pod_claim
+from .podspec import (
+    POD_SETTINGS,
+    PodChanges,
+    claim_template,
+    container_claim,
+    default_hub_id,
+    hub_id_problem,
+    hub_selector,
+    identity,
+    layered_settings,
+    pod_changes,
+    pod_claim,
+    user_key,
+)
 from .policy import Requester, allowed, named
 from .reflector import VerdictPodReflector
 from .scheduling import ProfileRefused, SpawnRefused, WaitQueue, unschedulable_reason
-from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, split_known
+from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, oversized, split_known, too_long_message
 from .views import FormView, group_options, user_options_from_form
 from .vocabulary import (
     CLAIM_NAME,
     COUNT_FIELD_PREFIX,
     COUNT_KEY,
+    LABEL_HUB,
     LABEL_KIND,
     LABEL_OFFERING,
     OFFERING_KEY,
@@ -79,6 +95,9 @@ from .vocabulary import (
     Kind,
 )
 from .windows import window_state
+
+#: The kinds a saved record may hold quota units of (quota keys but "total").
+QUOTA_KINDS = frozenset(QUOTA_KEYS) - {"total"}
 
 
 def user_label(name: str) -> str:
@@ -300,6 +319,23 @@ class GPUSpawner(KubeSpawner):
         help="Only log the orphaned GPU pods that would be deleted (and count them as `would_delete`).",
     ).tag(config=True)
 
+    hub_id = Unicode(
+        help="""
+        This hub's identity on the cluster, stamped as the label `gpuspawner.io/hub` on every GPU
+        pod, claim template and claim it makes. The orphan reconciler, the quotas' count of bound
+        pods and the shared DRA claims select on it, so hubs that share a cluster (or a namespace)
+        never count or delete each other's pods. A Kubernetes label value (at most 63 characters).
+        Default: under zero-to-jupyterhub, `<namespace>.<release>` from the hub's `POD_NAMESPACE`
+        and `HELM_RELEASE_NAME` environment; elsewhere "" (no identity: the reconciler then keeps
+        to pods that carry no hub's identity, and with `enable_user_namespaces` it does not run).
+        Changing it leaves the pods made under the old identity to be deleted by hand.
+        """,
+    ).tag(config=True)
+
+    @default("hub_id")
+    def _hub_id_default(self) -> str:
+        return default_hub_id(os.environ)
+
     memory_guard_kinds = List(
         Unicode(),
         default_value=["shared", "custom"],
@@ -336,7 +372,8 @@ class GPUSpawner(KubeSpawner):
             "memory_guard_kinds",
             "memory_guard_user_env",
         )
-        return config_problems({name: getattr(self, name) for name in names})
+        problems = config_problems({name: getattr(self, name) for name in names})
+        return [*problems, *filter(None, [hub_id_problem(self.hub_id)])]
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -360,6 +397,8 @@ class GPUSpawner(KubeSpawner):
 
     #: This hub process's orphan reconciler (see gpuspawner.orphans), made by its first spawner.
     _orphans: ClassVar[OrphanReconciler | None] = None
+    #: Whether this process has said why it runs no orphan reconciler (once).
+    _orphans_refused: ClassVar[bool] = False
 
     def _ensure_orphan_reconciler(self) -> None:
         """Start the process's orphan reconciler, inside a hub (with its database and loop)."""
@@ -370,6 +409,16 @@ class GPUSpawner(KubeSpawner):
             asyncio.get_running_loop()
         except RuntimeError:
             return
+        if not self.hub_id and self.enable_user_namespaces:
+            if not GPUSpawner._orphans_refused:
+                GPUSpawner._orphans_refused = True
+                self.log.error(
+                    "GPUSpawner: the orphan reconciler does not run: with enable_user_namespaces other hubs' pods may be "
+                    "anywhere, and this hub has no identity to tell its own (set c.GPUSpawner.hub_id; docs/config.md)."
+                )
+            return
+        if hub_id_problem(self.hub_id):
+            return  # config_problems refuses every spawn and says why
         list_objects, delete_object = self.orphan_io()
         GPUSpawner._orphans = OrphanReconciler(
             list_objects,
@@ -387,16 +436,17 @@ class GPUSpawner(KubeSpawner):
         claim templates of its DRA pods (each with its ``kind``), and delete one of them."""
         namespace, api = self.namespace, self.api
         every_namespace, grace = self.enable_user_namespaces, self.delete_grace_period
-        claims = ClaimTemplates(api.api_client, namespace, self.log)
+        claims = ClaimTemplates(api.api_client, namespace, self.log, self.hub_id)
+        selector = hub_selector(self.hub_id, LABEL_OFFERING)  # this hub's GPU pods only
 
         async def list_objects() -> list[dict[str, Any]]:
             if every_namespace:
-                response = await api.list_pod_for_all_namespaces(label_selector=LABEL_OFFERING, _preload_content=False)
+                response = await api.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False)
             else:
-                response = await api.list_namespaced_pod(namespace, label_selector=LABEL_OFFERING, _preload_content=False)
+                response = await api.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
             pods = json.loads(await response.read()).get("items") or []
             try:
-                templates = await claims.list(LABEL_OFFERING, all_namespaces=every_namespace)
+                templates = await claims.list(selector, all_namespaces=every_namespace)
             except ApiException as exc:
                 if exc.status not in (403, 404):  # 404: no DRA in this cluster; 403: the hub may not read templates
                     raise
@@ -525,17 +575,49 @@ class GPUSpawner(KubeSpawner):
 
     def storable_user_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """What of ``options`` the hub may store for this server (called as it is stored; see
-        :mod:`gpuspawner.hubhooks`). The other keys are named in one log line."""
+        :mod:`gpuspawner.hubhooks`). The other keys are named in one log line. Raises
+        :class:`~gpuspawner.hubhooks.NotStored` when a kept key's value is over the bound
+        (``useroptions.MAX_VALUE_CHARS``): then nothing of ``options`` is stored."""
         kept, dropped = self._known_options(options, stored_record_is_ours=False)
         if dropped:
             self.log.warning("%s: user_options keys dropped, not stored: %s", self._log_name, describe_keys(dropped))
+        too_long = oversized({k: v for k, v in kept.items() if k != RECORD_KEY})
+        if too_long:
+            self.log.warning("%s: user_options not stored: the value of %s is too long", self._log_name, describe_keys(too_long))
+            raise hubhooks.NotStored(too_long_message(too_long))
         return kept
+
+    #: The ``user_options`` keys whose values were over the bound when they were last set (and
+    #: were left out): a start with them is refused (400) before anything else.
+    _too_long: tuple[str, ...] = ()
+    #: What the hub's row held before JupyterHub stored the coming start's options (None: the
+    #: start stored none, e.g. a POST without a body).
+    _options_before: dict[str, Any] | None = None
+
+    def stored_for_start(self, before: dict[str, Any]) -> None:
+        """JupyterHub stored a start's options over ``before`` (see hubhooks): a start refused
+        for the options themselves puts ``before`` back."""
+        self._options_before = dict(before)
+
+    def _put_back_options(self, before: dict[str, Any] | None, refusal: SpawnRefused) -> None:
+        """After a refusal of the options themselves (malformed, not offered), the hub's row and
+        this spawner hold what they held before the refused request; a refusal for the state of
+        things (quota, capacity, window, the cluster) keeps them, for the next try."""
+        if before is None or refusal.reason not in ("malformed", "not_offered"):
+            return
+        self.user_options = before
+        if self.orm_spawner is not None:
+            self.orm_spawner.user_options = dict(self.user_options)  # the hub commits as it cleans up
+        self._options_before = None
 
     @validate("user_options")
     def _only_known_user_options(self, proposal: dict[str, Any]) -> dict[str, Any]:
         """``self.user_options`` holds known keys only, whoever sets it (the hub serves it in its
-        REST API while this spawner object lives); values are checked at start."""
-        return self._known_options(proposal["value"])[0]
+        REST API while this spawner object lives), and no value over the bound (it is left out,
+        and the start refuses); the other values are checked at start."""
+        kept = self._known_options(proposal["value"])[0]
+        self._too_long = tuple(oversized({k: v for k, v in kept.items() if k != RECORD_KEY}))
+        return {k: v for k, v in kept.items() if k not in self._too_long}
 
     def _known_options(self, options: dict[str, Any], stored_record_is_ours: bool = True) -> tuple[dict[str, Any], list[str]]:
         """Split ``options`` into known keys and the rest; the ``gpuspawner`` record is kept only
@@ -809,7 +891,7 @@ class GPUSpawner(KubeSpawner):
         index = self._counts()
         for key, pod in (index.pods if index is not None else {}).items():
             offering = catalog.get(pod.offering or "")
-            if pod.user and offering is not None:
+            if pod.user and offering is not None and (pod.hub or "") == self.hub_id:  # another hub's users are not ours
                 out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user)
         return out
 
@@ -827,6 +909,8 @@ class GPUSpawner(KubeSpawner):
         """This server's quota decision, counting bound pods and every grant not yet bound.
         With ``grant``, an admitted decision is recorded in the same step (see QuotaLedger)."""
         ledger = self.quota_ledger
+        if not ledger.restored:
+            self._restore_grants()
         args = (
             self._reservation_key,
             offering,
@@ -837,6 +921,26 @@ class GPUSpawner(KubeSpawner):
             bound,
         )
         return ledger.grant(*args) if grant else ledger.check(*args)
+
+    def _restore_grants(self) -> None:
+        """Give the quota ledger what this hub's running servers hold, from each one's saved
+        record (once per hub process, at the first quota check): a restarted hub counts a DRA
+        server's true count, a pod not bound yet, and every server when it may not read the
+        cluster, as the hub that started them did."""
+        db = getattr(self.user, "db", None)
+        if db is None:  # no hub database (a script, a test): nothing was saved
+            self.quota_ledger.restored = True
+            return
+        saved = {}
+        for name, record in hubhooks.saved_records(db, RECORD_KEY):
+            kind, count = record.get(RECORD_KIND), record.get(RECORD_COUNT)
+            where = f"{record.get(RECORD_NAMESPACE)}/{record.get(RECORD_POD)}"
+            takes_units = record.get(RECORD_RESOURCES) or record.get(RECORD_CLAIM_TEMPLATE) or record.get(RECORD_SHARED_CLAIM)
+            if kind in QUOTA_KINDS and takes_units and isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                saved[where] = Held(kind, count, user_label(name))
+        self.quota_ledger.restore(saved)
+        if saved:
+            self.log.info("GPUSpawner: quotas count %d running server(s) from their saved records", len(saved))
 
     def _obstacle_now(self, choice: Choice, offerings: list[Offering], grant: bool = False) -> tuple[str, Decision]:
         """What stands in the way of ``choice`` now, checked in order: its time window (every
@@ -925,6 +1029,12 @@ class GPUSpawner(KubeSpawner):
 
     async def _start(self):
         self.spawn_state = SpawnState(started_at=time.monotonic())
+        before, self._options_before = self._options_before, None
+        if self._too_long:  # (left out of user_options: see _only_known_user_options)
+            self.spawn_state.refused = True
+            refusal = SpawnRefused(too_long_message(self._too_long), "malformed")
+            refusal.during_start = True
+            raise refusal
         start = asyncio.ensure_future(super()._start())
         watch = asyncio.ensure_future(self._watch_scheduling())
         try:
@@ -942,10 +1052,15 @@ class GPUSpawner(KubeSpawner):
                 await self.stop(now=True)
                 raise SpawnRefused(reason, "unschedulable")
         except BaseException as exc:
-            if isinstance(exc, SpawnRefused):
-                exc.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
             self.quota_ledger.release(self._reservation_key)
-            raise
+            refusal = exc if isinstance(exc, SpawnRefused) else self._unreachable_refusal(exc) if isinstance(exc, Exception) else None
+            if refusal is None:
+                raise
+            refusal.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
+            self._put_back_options(before, refusal)
+            if refusal is exc:
+                raise
+            raise refusal from None
         finally:
             watch.cancel()
             start.cancel()  # an interrupted spawn must not go on to create its pod after the stop
@@ -960,6 +1075,32 @@ class GPUSpawner(KubeSpawner):
                 self.orm_spawner.user_options = dict(self.user_options)
         return url
 
+    def _unreachable_refusal(self, exc: BaseException) -> SpawnRefused | None:
+        """The 503 for a start whose Kubernetes call could not connect or timed out (None for
+        any other failure). The inventory is told, so the page and later spawns say the cluster
+        cannot be reached even while its watches still look live (an API server shutting down
+        keeps them open); the hub polls this server as refused, so its cleanup asks the cluster
+        nothing (a pod made by a request whose answer never came is the orphan reconciler's)."""
+        cause = unreachable_cause(exc)
+        if cause is None:
+            return None
+        reason = f"{type(cause).__name__}: {_brief(cause)}"
+        api = self.api
+        namespace = self.namespace
+
+        async def probe() -> None:
+            await api.list_namespaced_pod(namespace, limit=1, _request_timeout=5)
+
+        self.log.warning(
+            "%s: a Kubernetes request failed (%s); refusing the spawn as the cluster cannot be reached", self._log_name, reason
+        )
+        inventory = Inventory.running(self.api)  # (none where no offering needs counts: nothing to tell)
+        if inventory is not None:
+            inventory.call_failed(reason, probe)
+        health = inventory.health if inventory is not None else Health(ready=False, as_of=time.time(), error=reason)
+        self.spawn_state.refused = True
+        return SpawnRefused(unreachable_message(health, self.now()), "unreachable")
+
     # ------------------------------------------------------------------ Dynamic Resource Allocation
 
     def _claimed(self) -> Offering | None:
@@ -969,7 +1110,15 @@ class GPUSpawner(KubeSpawner):
 
     @property
     def _claim_templates(self) -> ClaimTemplates:
-        return ClaimTemplates(self.api.api_client, self.namespace, self.log)
+        return ClaimTemplates(self.api.api_client, self.namespace, self.log, self.hub_id)
+
+    def _stamp_identity(self, pod: Any) -> None:
+        """Label the pod with this hub's identity and annotate whose server it is in the hub's
+        database (see podspec.identity), for the orphan reconciler and the quotas; the claim
+        template copies both from the pod."""
+        labels, annotations = identity(self.hub_id, user_key(self.user.id, getattr(self.user, "created", None)))
+        pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations}
 
     @contextlib.contextmanager
     def _offering_added(self) -> Iterator[None]:
@@ -1000,6 +1149,8 @@ class GPUSpawner(KubeSpawner):
         ``modify_pod_hook`` still sees and may change the result)."""
         with self._offering_added():
             pod = await super().get_pod_manifest()
+        if self.choice is not None:  # a GPU offering is in play: the pod is gpuspawner's to stamp
+            self._stamp_identity(pod)
         if self._claimed() is None:
             return pod
         pod.spec.resource_claims = [*(pod.spec.resource_claims or []), pod_claim(self.pod_name)]
@@ -1065,7 +1216,7 @@ class GPUSpawner(KubeSpawner):
         assert offering.claim is not None
         claims = self._claim_templates
         async with GPUSpawner._shared_locks.setdefault(f"{self.namespace}/{offering.slug}", asyncio.Lock()):
-            labels = {k: v for k, v in (pod.metadata.labels or {}).items() if k in (LABEL_OFFERING, LABEL_KIND)}
+            labels = {k: v for k, v in (pod.metadata.labels or {}).items() if k in (LABEL_OFFERING, LABEL_KIND, LABEL_HUB)}
             name = await claims.shared_with_room(offering.slug, offering.claim, labels)
             self.spawn_state.shared_claim = name
             pod.spec.resource_claims = [
@@ -1272,6 +1423,28 @@ def _refusal(reason: str, decision: Decision) -> SpawnRefused:
     """A refused window, quota or capacity decision, with what the user can do about it."""
     advice = {"window": " Please pick another option.", "no_capacity": " Your choice was taken just now; please pick again."}
     return SpawnRefused(decision.message + advice.get(reason, ""), reason)
+
+
+#: The start of KubeSpawner's message when a Kubernetes call kept timing out until
+#: ``k8s_api_request_retry_timeout`` (JupyterHub's ``exponential_backoff`` raises it as a
+#: TimeoutError: "Could not create pod <namespace>/<name>", "... PVC ...", "... service ...").
+_KUBESPAWNER_GAVE_UP = "Could not create "
+
+
+def unreachable_cause(exc: BaseException | None) -> BaseException | None:
+    """The exception in ``exc``'s chain that says the API server could not be reached: a
+    connection refused, reset or timed out (aiohttp's, the OS's), or KubeSpawner giving up on
+    a call that kept timing out. None for anything else (an answer with an HTTP error is an
+    answer; a pod that does not start in ``start_timeout`` is not the API server's fault)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (aiohttp.ClientConnectionError, ConnectionError)):
+            return exc
+        if isinstance(exc, TimeoutError) and str(exc).startswith(_KUBESPAWNER_GAVE_UP):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _claim_name_of(ref: Any) -> str | None:

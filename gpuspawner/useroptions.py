@@ -14,13 +14,17 @@ be a way around that. So the keys kept are:
   (for a callable ``apply_user_options`` or a ``pre_spawn_hook``).
 
 Everything else is dropped, before JupyterHub stores or serves it. The values of
-the kept keys are kept as they are: JupyterHub reuses stored options for a start
-without any (``PUT`` then ``POST``), and that start must get the same answer as
-the first one (a 1 MB offering: 400, never a default in its place).
+the kept keys are bounded: options with a value longer than :data:`MAX_VALUE_CHARS`
+(as JSON) are not stored at all -- the hub's row keeps what it held -- and a start
+with them is refused (400). Within the bound, values are stored as they are:
+JupyterHub reuses stored options for a start without any (``PUT`` then ``POST``),
+and that start must get the same answer as the first one (never a default in the
+place of a value that was refused).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -33,6 +37,9 @@ PROFILE_KEY = "profile"
 UNLISTED_SUFFIX = "--unlisted-choice"
 #: The longest unlisted profile choice (e.g. an image name) accepted.
 MAX_UNLISTED_CHARS = 1024
+#: The longest value (as JSON) of any kept key that is stored: an offering's slug, a count, a
+#: profile choice and an unlisted one (MAX_UNLISTED_CHARS) fit many times over.
+MAX_VALUE_CHARS = 4096
 #: Option names of a callable ``profile_list`` are unknown until it is called: keys shaped like one are kept.
 _OPTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -78,6 +85,19 @@ def split_known(options: Mapping[str, Any] | None, keys: KnownKeys) -> tuple[dic
         else:
             dropped.append(key)
     return kept, dropped
+
+
+def oversized(options: Mapping[str, Any]) -> list[str]:
+    """The keys of ``options`` whose value is longer than :data:`MAX_VALUE_CHARS` as JSON."""
+    return [key for key, value in options.items() if len(json.dumps(value, default=str)) > MAX_VALUE_CHARS]
+
+
+def too_long_message(keys: Iterable[Any]) -> str:
+    """The 400's words for options whose values under ``keys`` are over the bound."""
+    return (
+        f"The value of {describe_keys(keys)} is too long (at most {MAX_VALUE_CHARS} characters as JSON). "
+        "Pick one of the options on the spawn page."
+    )
 
 
 def describe_keys(keys: Iterable[Any], limit: int = 8) -> str:

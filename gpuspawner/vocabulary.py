@@ -100,6 +100,15 @@ LABEL_OFFERING = "gpuspawner.io/offering"
 CLAIM_NAME = "gpuspawner-gpu"
 #: Pod label: the offering's :class:`Kind`.
 LABEL_KIND = "gpuspawner.io/kind"
+#: Pod, claim template and claim label: the hub that made it (``c.GPUSpawner.hub_id``). The
+#: orphan reconciler, the shared claims and the quotas' count of bound pods select on it, so
+#: one hub never counts nor deletes another's. Absent where the hub has no identity.
+LABEL_HUB = "gpuspawner.io/hub"
+#: Pod (and claim template) annotation: whose server it is in the hub's database, as
+#: ``<user id>/<the user's creation time>`` (``podspec.user_key``). JupyterHub keeps a user's id
+#: and creation time through a rename, and a new database never repeats both: the orphan
+#: reconciler follows a renamed user's pods and never touches a pod its database did not make.
+ANNOTATION_HUB_USER = "gpuspawner.io/hub-user"
 #: Environment of the notebook container: what it was given (docs/kubespawner-compat.md).
 ENV_OFFERING = "GPUSPAWNER_OFFERING"
 ENV_KIND = "GPUSPAWNER_KIND"

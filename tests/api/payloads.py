@@ -19,6 +19,7 @@ STUDENT = "student1"
 RESEARCHER = "researcher1"
 NOT_OFFERED = "is not offered to you on this hub"
 NOT_VALID = "is not a valid GPU option"
+TOO_LONG = "The value of 'offering' is too long (at most 4096 characters as JSON)."
 WHOLE = "must be a whole number such as 1 or 2"
 
 
@@ -120,7 +121,7 @@ CASES = [
     Case("offering-null", "offering null", 400, NOT_VALID, post({"offering": None})),
     Case("offering-list", "two offerings in a list", 400, "Please choose exactly one GPU option", post({"offering": ["cpu", MIG1]})),
     Case("offering-dict", "offering {}", 400, NOT_VALID, post({"offering": {"slug": "cpu"}})),
-    Case("offering-1MB", "a 1 MB offering string", 400, NOT_VALID, post({"offering": "a" * 1_000_000})),
+    Case("offering-1MB", "a 1 MB offering string", 400, TOO_LONG, post({"offering": "a" * 1_000_000})),
     Case("offering-unicode", "offering 'gpü-ä'", 400, NOT_VALID, post({"offering": "gpü-ä"})),
     Case("offering-empty", 'offering ""', 400, NOT_VALID, post({"offering": ""})),
     Case("offering-markup", "offering <script>", 400, NOT_VALID, post({"offering": "<script>alert(1)</script>"})),

@@ -80,6 +80,45 @@ def test_unknown_keys_never_reach_the_database_or_the_users_list(gpuhub):
     gpuhub.api("DELETE", gpuhub.server_path(user, "notes"), {"remove": True})
 
 
+def test_an_oversized_value_is_refused_and_never_stored_nor_logged(gpuhub):
+    """A 1 MB ``offering`` (far over useroptions.MAX_VALUE_CHARS): a start answers 400 and a
+    PUT or PATCH of a named server 400 too, the hub's database keeps what it held, and
+    JupyterHub's own PATCH log line does not echo the body."""
+    user, big = STUDENTS[5], "x" * 1_000_000
+    start = gpuhub.api("POST", gpuhub.server_path(user), {"offering": big})
+    assert start.status == 400, start.status
+    made = gpuhub.api("PUT", gpuhub.server_path(user, "big"), {"user_options": {"offering": big}})
+    assert made.status == 400 and "is too long" in made.message, made.status
+    made = gpuhub.api("PUT", gpuhub.server_path(user, "small"), {"user_options": {"offering": "cpu"}})
+    assert made.status == 201, made
+    patched = gpuhub.api("PATCH", gpuhub.server_path(user, "small"), {"user_options": {"offering": big}})
+    assert patched.status == 400 and "'offering' is too long" in patched.message, patched.status
+    model = gpuhub.user_model(user)
+    assert big[:1000] not in json.dumps(model)
+    assert model["servers"]["small"]["user_options"] == {"offering": "cpu"}
+    log = gpuhub.log_text()
+    assert big[:1000] not in log
+    assert f"Setting user_options on {user}/small (the request body is not logged)" in log
+    gpuhub.api("DELETE", gpuhub.server_path(user, "small"), {"remove": True})
+    gpuhub.api("DELETE", gpuhub.server_path(user, "big"), {"remove": True})
+
+
+def test_a_start_refused_for_its_options_leaves_the_options_stored_before(gpuhub):
+    """Refused options are never what JupyterHub stores as the server's last options: a start
+    refused as not offered (403) or malformed (400) leaves the named server's options as the PUT
+    stored them."""
+    user = STUDENTS[8]
+    made = gpuhub.api("PUT", gpuhub.server_path(user, "lab"), {"user_options": {"offering": "cpu"}})
+    assert made.status == 201, made
+    try:
+        for options, status in (({"offering": H100}, 403), ({"offering": "CPU", "count": 1}, 400)):
+            refused = gpuhub.api("POST", gpuhub.server_path(user, "lab"), options)
+            assert refused.status == status, refused
+            assert gpuhub.user_model(user)["servers"]["lab"]["user_options"] == {"offering": "cpu"}
+    finally:
+        gpuhub.api("DELETE", gpuhub.server_path(user, "lab"), {"remove": True})
+
+
 def test_a_refusal_after_the_answer_reaches_the_progress_stream(gpuhub):
     """The real scheduler refuses the FPGA pod. If that comes after the hub's 202, the spawn-pending
     page's event stream carries the same message; before it, the answer does (409)."""

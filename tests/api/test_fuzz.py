@@ -25,6 +25,7 @@ with a fixed seed; ``make fuzz`` runs >= 10,000 (GPUSPAWNER_FUZZ_EXAMPLES, _BATC
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -50,6 +51,8 @@ BATCH = int(os.environ.get("GPUSPAWNER_FUZZ_BATCH", "30"))  # requests per examp
 WORKERS = int(os.environ.get("GPUSPAWNER_FUZZ_WORKERS", "16"))  # requests in flight at once
 SLUG = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 PROFILES = {"python": {}, "pytorch": {"image": {"cuda12", "cpu"}}}
+#: The longest value of a kept key that a hub stores or starts with (docs/api.md).
+MAX_VALUE_CHARS = 4096
 KNOWN_KEYS = {"offering", "count", "profile", "image", "image--unlisted-choice", "gpuspawner"}
 #: Top-level body keys JupyterHub reads itself (a body with either is not user_options).
 BODY_KEYS = {"user_options", "display_name"}
@@ -74,9 +77,12 @@ _MANY = object()
 def faults(user: str, options: dict) -> set[int]:
     """The status a request with these ``user_options`` gets for its own fault, as a set (empty: none).
 
-    The checks come in the hub's order: KubeSpawner's profile, then the offering's
+    The checks come in the hub's order: a value of a kept key over 4096 characters as JSON
+    (docs/api.md, "Keys of user_options"), KubeSpawner's profile, then the offering's
     form, whether it is offered to the user, the count, and the offering's time window.
     """
+    if any(len(json.dumps(v)) > MAX_VALUE_CHARS for k, v in options.items() if k in KNOWN_KEYS - {"gpuspawner"}):
+        return {400}
     profile = options.get("profile")
     if profile not in (None, ""):
         if not isinstance(profile, str) or profile not in PROFILES:
@@ -241,6 +247,8 @@ class Request:
             return hub.form_post(self.user, self.fields)
         if self.channel == "put-post":
             created = hub.api("PUT", hub.server_path(self.user, self.server), {"user_options": self.options})
+            if created.status == 400:  # a value over the bound: refused, nothing stored (docs/api.md)
+                return created
             assert created.status == 201, created
             return hub.api("POST", hub.server_path(self.user, self.server))
         # An empty body means "the options stored last time" to JupyterHub: an empty choice is sent wrapped.

@@ -20,7 +20,7 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.cluster
 USER = "student7"
 NOTICE = re.compile(r'<div class="alert alert-warning gs-notice" role="status" data-gs-notice(?P<hidden> hidden)?>(?P<text>[^<]*)</div>')
-AGE = re.compile(r"The GPU cluster cannot be reached: the free counts are as of (\d\d:\d\d:\d\d) \((\d+) s ago\)")
+AGE = re.compile(r"The GPU cluster cannot be reached: the free counts are as of (\d\d:\d\d:\d\d) UTC \((\d+) s ago\)")
 
 
 def notice(hub) -> tuple[bool, str, str]:
@@ -49,12 +49,12 @@ def test_the_page_and_spawns_say_the_cluster_cannot_be_reached_and_recover(devcl
         api = gpuhub.api("POST", gpuhub.server_path(USER), {"offering": MIG1})
         status, message = OUTAGE_CASE[2], OUTAGE_CASE[3]
         assert api.status == status and api.message.startswith(message), api
-        assert f"(since {age.group(1)}," in api.message and "Please try again in a few minutes." in api.message
+        assert f"(since {age.group(1)} UTC," in api.message and "Please try again in a few minutes." in api.message
         retry = gpuhub.api_session.post(f"{gpuhub.url}/hub/api{gpuhub.server_path(USER)}", json={"offering": "cpu"}, timeout=60)
         assert retry.status_code == 503 and retry.headers.get("Retry-After") == "30"
 
         form = gpuhub.form_post(USER, {"offering": MIG1})
-        assert form.status == 503 and form.message.startswith(f"{message} (since {age.group(1)},"), form
+        assert form.status == 503 and form.message.startswith(f"{message} (since {age.group(1)} UTC,"), form
         # The page keeps counting the age.
         wait_for(lambda: int(AGE.search(notice(gpuhub)[1]).group(2)) > int(age.group(2)), "the age to grow", timeout=30)
     finally:

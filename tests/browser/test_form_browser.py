@@ -43,7 +43,7 @@ HUB = Path(DATA_FILES_PATH)
 SCREENSHOTS = Path(os.environ.get("GPUSPAWNER_TEST_ARTIFACTS", REPO / "test-artifacts")) / "screenshots"
 
 MESSAGE = "You asked for 4 × H100 80GB but your quota is 2 GPUs. Pick 1 or 2, or a MIG slice."
-NOTICE = "The GPU cluster cannot be reached: the free counts are as of 14:03:07 (44 s ago) and may be out of date."
+NOTICE = "The GPU cluster cannot be reached: the free counts are as of 14:03:07 CET (44 s ago) and may be out of date."
 
 
 def spawn_page(fragment: str, action: str) -> str:

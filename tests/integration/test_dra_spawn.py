@@ -17,7 +17,8 @@ from traitlets.config import Config
 
 from gpuspawner.allocation import pod_claim_name
 from gpuspawner.dranames import ATTR_UUID, qualified
-from gpuspawner.orphans import OrphanReconciler
+from gpuspawner.orphans import HubRecords, OrphanReconciler
+from gpuspawner.podspec import user_key
 from gpuspawner.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
 
@@ -181,7 +182,8 @@ async def test_a_template_whose_pod_was_never_made_is_removed_by_the_orphan_reco
     await spawner._claim_templates.create(claim_template(claim, 1, spawner.pod_name, meta.labels, meta.annotations))
     assert left_in(kube, namespace)["resourceclaimtemplates"] == [spawner.pod_name]
     list_objects, delete_object = spawner.orphan_io()
-    reconciler = OrphanReconciler(list_objects, dict, delete_object, grace=0, interval=1)  # the hub has no such server
+    users = {user_key(spawner.user.id): spawner.user.name}  # the hub knows the user, but has no such server
+    reconciler = OrphanReconciler(list_objects, lambda: HubRecords({}, users), delete_object, grace=0, interval=1)
     orphans = await reconciler.check()
     assert [o.key for o in orphans] == [f"ResourceClaimTemplate:{namespace}/{spawner.pod_name}"]
     await spawner.stop(now=True)  # gives back what load_user_options reserved

@@ -241,10 +241,10 @@ def test_live_counts_need_no_notice():
 def test_lost_cluster_shows_how_old_the_counts_are_in_the_site_zone():
     health = Health(ready=False, answered=True, as_of=NOW.timestamp() - 44, error="ClientConnectorError: refused")
     notice = counts_notice(health, NOW)
-    assert notice.startswith("The GPU cluster cannot be reached: the free counts are as of 14:03:07 (44 s ago)")
+    assert notice.startswith("The GPU cluster cannot be reached: the free counts are as of 14:03:07 CET (44 s ago)")
     assert "refused" not in notice  # the error is for the log, not for users
     assert unreachable_message(health, NOW) == (
-        "The GPU cluster cannot be reached (since 14:03:07, 44 s ago), so no server can start now. Please try again in a few minutes."
+        "The GPU cluster cannot be reached (since 14:03:07 CET, 44 s ago), so no server can start now. Please try again in a few minutes."
     )
     older = Health(ready=False, answered=True, as_of=NOW.timestamp() - 3 * 3600)
     assert "(3 h ago)" in counts_notice(older, NOW)

@@ -1,0 +1,202 @@
+"""Two hubs on one devcluster (issue 25, item 1): each keeps its own pods and still removes
+its own orphans, in one shared namespace and with per-user namespaces; a hub whose database
+is lost deletes nothing; a renamed user's pod is followed; a hub without an identity does not
+reconcile where pods may be anyone's; one hub's pods never count against another's quotas.
+
+Each hub is a GPUSpawner configuration with its own ``hub_id`` and its own JupyterHub
+database (JupyterHub's tables, in memory), whose users have the same ids as the other's.
+The reconcilers are GPUSpawner's own (``orphan_io``, ``hub_servers_from_db``), asked one
+round at a time with no grace, so nothing here waits on a clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from typing import Any
+
+import pytest
+from jupyterhub import orm
+from jupyterhub.objects import Hub as HubObject
+from jupyterhub.objects import Server
+from traitlets.config import Config
+
+from gpuspawner.admission import QuotaLedger
+from gpuspawner.orphans import OrphanReconciler, hub_servers_from_db
+from gpuspawner.spawner import GPUSpawner
+from tests.conftest import fresh_namespace, wait_for
+
+pytestmark = pytest.mark.cluster
+T4 = "shared-tesla-t4-time-slicing-4x"
+
+
+class HubUser:
+    """The parts of JupyterHub's User a spawner reads, for one row of a hub's database."""
+
+    def __init__(self, row: Any, db: Any = None) -> None:
+        self.name = self.escaped_name = row.name
+        self.id, self.created = row.id, row.created
+        self.url = f"/user/{row.name}/"
+        self.admin = False
+        self.groups: list[Any] = []
+        self.server = Server(base_url=self.url)
+        if db is not None:
+            self.db = db
+
+
+class Hub:
+    """One hub on the devcluster: its identity, its database, its spawners and its reconciler."""
+
+    def __init__(self, devcluster, namespace: str, hub_id: str, user_namespaces: bool = False, **gpu_config: Any) -> None:
+        self.devcluster, self.namespace, self.hub_id = devcluster, namespace, hub_id
+        self.user_namespaces, self.gpu_config = user_namespaces, gpu_config
+        self.db = orm.new_session_factory("sqlite:///:memory:")()
+        self.ledger = QuotaLedger()  # a hub process's own (GPUSpawner's is one per process)
+
+    def user(self, name: str) -> Any:
+        row = orm.User(name=name)
+        self.db.add(row)
+        self.db.commit()
+        return row
+
+    def spawner(self, user: Any) -> GPUSpawner:
+        os.environ["KUBECONFIG"] = str(self.devcluster.kubeconfig)
+        config = Config()
+        config.KubeSpawner.namespace = self.namespace
+        config.KubeSpawner.enable_user_namespaces = self.user_namespaces
+        config.KubeSpawner.start_timeout = 60
+        config.KubeSpawner.image = "quay.io/jupyter/base-notebook:latest"
+        config.GPUSpawner.hub_id = self.hub_id
+        config.GPUSpawner.inventory_ready_timeout = 60.0
+        for key, value in self.gpu_config.items():
+            setattr(config.GPUSpawner, key, value)
+        spawner = GPUSpawner(hub=HubObject(), user=user, config=config)
+        spawner.server = spawner.user.server
+        spawner.quota_ledger = self.ledger
+        return spawner
+
+    async def start(self, row: Any, offering: str = "cpu", running: bool = True) -> GPUSpawner:
+        """Start ``row``'s server; ``running``: the database has it (else its pod is an orphan)."""
+        spawner = self.spawner(HubUser(row))
+        spawner.user_options = {"offering": offering}
+        await spawner.start()
+        if running:
+            self.db.add(orm.Spawner(user=row, name="", server=orm.Server(), state={"pod_name": spawner.pod_name}))
+            self.db.commit()
+        return spawner
+
+    def reconciler(self) -> OrphanReconciler:
+        nobody = type("Row", (), {"name": "reconciler", "id": 0, "created": None})()
+        list_objects, delete_object = self.spawner(HubUser(nobody)).orphan_io()
+        return OrphanReconciler(list_objects, lambda: hub_servers_from_db(self.db), delete_object, grace=0, interval=3600)
+
+
+@pytest.fixture
+def other_namespace(kube):
+    yield from fresh_namespace(kube, f"t-{secrets.token_hex(4)}")
+
+
+def live_pods(kube, namespaces: set[str]) -> set[str]:
+    return {
+        f"{ns}/{p['metadata']['name']}"
+        for ns in namespaces
+        for p in kube.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+        if "deletionTimestamp" not in p["metadata"]
+    }
+
+
+def where(spawner: GPUSpawner) -> str:
+    return f"{spawner.namespace}/{spawner.pod_name}"
+
+
+@pytest.mark.parametrize("user_namespaces", [False, True], ids=["one-namespace", "per-user-namespaces"])
+async def test_each_hub_keeps_its_own_pods_and_removes_its_own_orphans(devcluster, kube, namespace, user_namespaces):
+    tag = secrets.token_hex(3)
+    a = Hub(devcluster, namespace, f"a-{tag}", user_namespaces)
+    b = Hub(devcluster, namespace, f"b-{tag}", user_namespaces)
+    # The same user ids in both databases (1 and 2); the names differ, as pod names in one namespace must.
+    ann, carl = a.user(f"ann-{tag}"), a.user(f"carl-{tag}")
+    bea, dora = b.user(f"bea-{tag}"), b.user(f"dora-{tag}")
+    assert (ann.id, carl.id) == (bea.id, dora.id) == (1, 2)
+    started: list[GPUSpawner] = []
+    try:
+        kept_a = await a.start(ann)
+        orphan_a = await a.start(carl, running=False)  # its server is gone from A's database
+        kept_b = await b.start(bea)
+        orphan_b = await b.start(dora, running=False)
+        started = [kept_a, orphan_a, kept_b, orphan_b]
+        namespaces = {s.namespace for s in started}
+
+        removed_a = await a.reconciler().check()
+        removed_b = await b.reconciler().check()
+        assert [where_(o) for o in removed_a] == [where(orphan_a)]
+        assert [where_(o) for o in removed_b] == [where(orphan_b)]
+        wait_for(lambda: live_pods(kube, namespaces) == {where(kept_a), where(kept_b)}, "the two orphans to go", timeout=60)
+        pod = kube.request("GET", f"/api/v1/namespaces/{kept_a.namespace}/pods/{kept_a.pod_name}")
+        assert pod["metadata"]["labels"]["gpuspawner.io/hub"] == a.hub_id
+        assert pod["metadata"]["annotations"]["gpuspawner.io/hub-user"] == f"1/{ann.created.isoformat()}"
+
+        # A's database is lost (same identity, nothing in it): it deletes nothing.
+        lost = Hub(devcluster, namespace, a.hub_id, user_namespaces)
+        assert await lost.reconciler().check() == [] and await lost.reconciler().check() == []
+        # A renames ann while her server runs: the pod is followed, not deleted.
+        ann.name = f"anna-{tag}"
+        a.db.commit()
+        assert await a.reconciler().check() == [] and await b.reconciler().check() == []
+        assert live_pods(kube, namespaces) == {where(kept_a), where(kept_b)}
+    finally:
+        for spawner in started:
+            await spawner.stop(now=True)
+        if user_namespaces:
+            for ns in {s.namespace for s in started} - {namespace}:
+                kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+def where_(ref: Any) -> str:
+    return f"{ref.namespace}/{ref.name}"
+
+
+async def test_without_an_identity_the_reconciler_does_not_run_where_pods_may_be_anyones(devcluster, namespace, caplog):
+    hub = Hub(devcluster, namespace, "", user_namespaces=True)
+    saved = GPUSpawner._orphans, GPUSpawner._orphans_refused
+    GPUSpawner._orphans, GPUSpawner._orphans_refused = None, False
+    try:
+        logger = logging.getLogger("traitlets")  # the spawner's log outside a hub (it does not propagate)
+        logger.addHandler(caplog.handler)
+        try:
+            hub.spawner(HubUser(hub.user("ann"), db=hub.db))
+        finally:
+            logger.removeHandler(caplog.handler)
+        assert GPUSpawner._orphans is None
+        assert "the orphan reconciler does not run" in caplog.text and "c.GPUSpawner.hub_id" in caplog.text
+        with_id = Hub(devcluster, namespace, "prod.jhub", user_namespaces=True)
+        with_id.spawner(HubUser(with_id.user("ann"), db=with_id.db))
+        assert GPUSpawner._orphans is not None
+    finally:
+        if GPUSpawner._orphans is not None:
+            await GPUSpawner._orphans.stop()
+        GPUSpawner._orphans, GPUSpawner._orphans_refused = saved
+
+
+async def test_another_hubs_pod_of_a_user_of_the_same_name_is_not_on_this_hubs_quota(devcluster, kube, namespace, other_namespace):
+    """A user named alike on two hubs (KubeSpawner's username label is the same): hub B's
+    quota of one GPU unit counts none of what the user holds on hub A."""
+    tag = secrets.token_hex(3)
+    a = Hub(devcluster, namespace, f"a-{tag}")
+    b = Hub(devcluster, other_namespace, f"b-{tag}", user_quota={"total": 1})
+    on_a = await a.start(a.user(f"ann-{tag}"), offering=T4)
+    try:
+        spawner = b.spawner(HubUser(b.user(f"ann-{tag}")))
+        index = spawner.inventory.index
+        wait_for(lambda: where(on_a) in index.pods, "the inventory to see A's pod bound", timeout=60)
+        catalog = {o.slug: o for o in await spawner.catalog()}
+        bound = spawner._bound_holdings(catalog)
+        assert where(on_a) not in bound
+        decision = spawner._check_quota(catalog[T4], 1, bound, {})
+        assert decision.action == "admit", decision.message
+        # ... while A's own quota does count it.
+        mine = a.spawner(HubUser(a.db.query(orm.User).one()))
+        assert where(on_a) in mine._bound_holdings(catalog)
+    finally:
+        await on_a.stop(now=True)

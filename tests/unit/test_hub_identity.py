@@ -1,0 +1,112 @@
+"""A hub's identity on the cluster (issue 25, item 1), the quota ledger after a restart (item 6)
+and the bound on stored user_options (item 6): the pure parts."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from gpuspawner.admission import Held, QuotaLedger, Quotas
+from gpuspawner.hubhooks import RefusalsOnOneLine
+from gpuspawner.model import Offering
+from gpuspawner.podspec import default_hub_id, hub_id_problem, hub_selector, identity, user_key
+from gpuspawner.useroptions import MAX_VALUE_CHARS, oversized
+from gpuspawner.vocabulary import Kind
+
+
+def test_zero_to_jupyterhubs_release_and_namespace_name_the_hub():
+    assert default_hub_id({"HELM_RELEASE_NAME": "jhub", "POD_NAMESPACE": "course-a"}) == "course-a.jhub"
+    assert default_hub_id({"HELM_RELEASE_NAME": "jhub"}) == "jhub"
+    assert default_hub_id({"POD_NAMESPACE": "course-a"}) == ""  # not zero-to-jupyterhub: no identity
+    long = default_hub_id({"HELM_RELEASE_NAME": "r" * 53, "POD_NAMESPACE": "n" * 63})
+    other = default_hub_id({"HELM_RELEASE_NAME": "r" * 53, "POD_NAMESPACE": "n" * 62 + "m"})
+    assert len(long) <= 63 and not hub_id_problem(long) and long != other
+
+
+def test_a_hub_id_must_be_a_label_value():
+    assert hub_id_problem("") == "" and hub_id_problem("prod.jhub_2") == ""
+    assert "label value" in hub_id_problem("prod/jhub") and hub_id_problem("x" * 64) and hub_id_problem("-jhub")
+
+
+def test_the_selectors_keep_to_this_hubs_objects():
+    assert hub_selector("prod.jhub", "gpuspawner.io/offering") == "gpuspawner.io/offering,gpuspawner.io/hub=prod.jhub"
+    assert hub_selector("", "gpuspawner.io/offering=t4") == "gpuspawner.io/offering=t4,!gpuspawner.io/hub"
+
+
+def test_the_stamp_names_the_hub_and_the_user_by_id_and_creation_time():
+    created = datetime(2026, 1, 2, 3, 4, 5, 678901)
+    assert user_key(7, created) == "7/2026-01-02T03:04:05.678901"
+    assert user_key(7) == "7"
+    assert identity("prod.jhub", "7/x") == ({"gpuspawner.io/hub": "prod.jhub"}, {"gpuspawner.io/hub-user": "7/x"})
+    assert identity("", "7/x") == ({}, {"gpuspawner.io/hub-user": "7/x"})
+
+
+H100 = Offering(slug="h100", kind=Kind.FULL, display_name="H100", resources={"nvidia.com/gpu": 1}, counts=(1, 2, 4))
+
+
+def test_restored_grants_count_what_the_saved_records_hold():
+    """After a restart the ledger holds the running servers' true counts (a DRA server of 4
+    GPUs, a pod not bound yet) and refuses as the hub before the restart did."""
+    ledger = QuotaLedger()
+    ledger.restore({"jhub/jupyter-ann": Held("full", 4, "ann")})
+    decision = ledger.check("jhub/jupyter-ann--two", H100, 1, "ann", Quotas({"total": 4}), {}, {})
+    assert decision.action == "refuse" and "already hold 4" in decision.message
+    ledger.grants["jhub/jupyter-bob"] = Held("full", 1, "bob")
+    ledger.restore({"jhub/jupyter-bob": Held("full", 2, "bob")})  # a grant made in this process wins
+    assert ledger.grants["jhub/jupyter-bob"].units == 1 and ledger.restored
+
+
+def test_values_over_the_bound_are_named():
+    assert oversized({"offering": "x" * MAX_VALUE_CHARS, "count": 1}) == ["offering"]
+    assert oversized({"offering": "h100", "image": ["y" * 100] * 100}) == ["image"]
+
+
+def test_jupyterhubs_patch_line_keeps_no_body():
+    record = logging.LogRecord(
+        "JupyterHub", logging.INFO, "users.py", 855, "Setting user_options on ann/notes {'offering': 'xxxx'}", None, None
+    )
+    assert RefusalsOnOneLine().filter(record)
+    assert record.getMessage() == "Setting user_options on ann/notes (the request body is not logged)"
+
+
+def test_what_counts_as_the_api_server_not_answering():
+    import aiohttp
+    from kubernetes_asyncio.client.rest import ApiException
+
+    from gpuspawner.spawner import unreachable_cause
+
+    refused = ConnectionRefusedError(111, "Connection refused")
+    assert unreachable_cause(refused) is refused
+    assert isinstance(unreachable_cause(aiohttp.ServerDisconnectedError()), aiohttp.ServerDisconnectedError)
+    gave_up = TimeoutError("Could not create pod jhub/jupyter-ann")  # KubeSpawner's exponential_backoff
+    assert unreachable_cause(gave_up) is gave_up
+    try:
+        try:
+            raise refused
+        except OSError as exc:
+            raise RuntimeError("wrapped") from exc
+    except RuntimeError as wrapped:
+        assert unreachable_cause(wrapped) is refused
+    assert unreachable_cause(TimeoutError("pod jhub/jupyter-ann did not start in 60 seconds!")) is None
+    assert unreachable_cause(ApiException(status=500, reason="Internal Server Error")) is None
+
+
+async def test_a_failed_request_makes_live_looking_counts_not_live_until_one_answers():
+    from gpuspawner.inventory import Inventory
+
+    inventory = Inventory(api=object(), dra_api=object())
+    for kind in ("nodes", "pods"):
+        inventory._set_synced(kind, True)  # the watches look live
+    assert inventory.health.ready
+    answers = [ConnectionRefusedError("refused"), None]
+
+    async def probe() -> None:
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+
+    inventory.call_failed("ClientConnectorError: refused", probe, retry=0)
+    health = inventory.health
+    assert inventory.ready and not health.ready and health.error == "ClientConnectorError: refused" and health.as_of
+    await inventory._probe_task
+    assert answers == [] and inventory.health.ready and inventory.unreachable == ""
