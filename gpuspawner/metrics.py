@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from .model import Offering
+from .vocabulary import GPU_USERS_GROUP
 
 if TYPE_CHECKING:
     from .index import ClusterIndex
@@ -65,13 +66,13 @@ CAPACITY = _CapacityCollector()
 REGISTRY.register(CAPACITY)
 
 #: user (as the pods' hub.jupyter.org/username label writes it) -> the group their GPU use
-#: is reported under (the first of their groups, alphabetically; "" for none). Filled as
-#: the spawner meets users (form, spawn).
+#: is reported under (the first of their groups, alphabetically, but the culler's access
+#: group; "" for none). Filled as the spawner meets users (form, spawn).
 USER_GROUPS: dict[str, str] = {}
 
 
 def observe_groups(user: str, groups: Iterable[str]) -> None:
-    USER_GROUPS[user] = min(groups, default="")
+    USER_GROUPS[user] = min((g for g in groups if g != GPU_USERS_GROUP), default="")
 
 
 class _HoldingsCollector:

@@ -56,6 +56,13 @@ class AdmissionPolicy(StrEnum):
     QUEUE = "queue"  #: wait in line for the next free unit, up to a time limit
 
 
+# --------------------------------------------------------------------------- groups
+
+#: The hub group whose members' servers the GPU culler may read kernels of: its role's
+#: ``tokens`` scope is filtered to it (docs/culler.md, Threat model). An access group, not
+#: a team: GPU use is never reported under it (gpuspawner.metrics).
+GPU_USERS_GROUP = "gpu-users"
+
 # --------------------------------------------------------------------- user_options
 
 #: ``user_options`` key (and spawn-form field) holding the chosen offering's slug.

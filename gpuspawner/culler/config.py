@@ -12,7 +12,7 @@ from textwrap import dedent
 
 from traitlets import Bool, Dict, Float, HasTraits, Int, List, TraitError, Unicode, default, validate
 
-from ..vocabulary import Kind
+from ..vocabulary import GPU_USERS_GROUP, Kind
 from .decide import (
     DEFAULT_GPU_IDLE_LIMIT,
     DEFAULT_GPU_LEASES,
@@ -26,10 +26,10 @@ from .gpu_metrics import DEFAULT_ENGINE_THRESHOLD, DEFAULT_UTIL_THRESHOLD
 #: the scopes the culler's role needs, and no more (see docs/culler.md). No
 #: ``access:servers``: the culler reaches each server with a token of that
 #: server's own user (``tokens``), never with its own.
-#: The group of users the culler may mint per-server tokens for: every user who may run
-#: a GPU server, and NEVER an admin or a user with an elevated role (the hub lets the
-#: culler mint, for a member, any scope that member holds; docs/culler.md, Threat model).
-GPU_USERS_GROUP = "gpu-users"
+#: The group of users the culler may mint per-server tokens for (vocabulary.GPU_USERS_GROUP):
+#: every user who may run a GPU server, and NEVER an admin or a user with an elevated role
+#: (the hub lets the culler mint, for a member, any scope that member holds; docs/culler.md,
+#: Threat model).
 #: ``tokens`` filtered to that group: the hub refuses the culler a token for anyone else
 TOKENS_SCOPE = f"tokens!group={GPU_USERS_GROUP}"
 REQUIRED_SCOPES: tuple[str, ...] = (
