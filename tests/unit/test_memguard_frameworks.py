@@ -25,22 +25,25 @@ from pathlib import Path
 import pytest
 from jaxlib import xla_client
 
-from gpuspawner.memguard import guard_changes, guard_for, guarded_environment, path_prefix
-from gpuspawner.podspec import pod_changes
+from gpuspawner.memguard import guard_changes, guard_for, path_prefix
+from gpuspawner.podspec import POD_SETTINGS, layered_settings, pod_changes
 from tests.unit.test_memguard import EVERY_KIND, ON, config, python_in_pod, shared
 
 HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "memguard_hook.py"
 
 
 def pod_environment(offering, defaults=ON, count=1, admin=None, profile=None) -> dict[str, str]:
-    """The notebook container's environment as GPUSpawner.apply_choice builds it: the admin's
-    ``environment``, the chosen profile's over it, the offering's ``env``, then the guard."""
+    """The notebook container's environment as GPUSpawner builds the pod: the admin's
+    ``environment`` with the chosen profile's merged over it (what KubeSpawner's settings
+    hold), then the offering laid on by the spawner's own :func:`podspec.layered_settings`."""
     admin, profile = dict(admin or {}), dict(profile or {})
     guard = guard_for(offering, defaults)
     assert guard is not None
     changes = pod_changes(offering, count, guard_changes(guard, count, "HOOK"))
-    user_keys = {k for k, v in profile.items() if admin.get(k) != v}
-    return guarded_environment({**admin, **profile, **changes.env}, changes.guard_env, user_keys, guard.user_env)
+    site = {name: [] if name in ("node_affinity_required", "tolerations", "volumes", "volume_mounts") else {} for name in POD_SETTINGS}
+    site.update(environment={**admin, **profile}, cmd=None)
+    profile_keys = frozenset(k for k, v in profile.items() if admin.get(k) != v)
+    return layered_settings(site, changes, profile_keys, guard.user_env)["environment"]
 
 
 def jax_options(env: dict[str, str], monkeypatch) -> dict:
