@@ -96,7 +96,7 @@ devcluster-build: install
 	$(VENV)/bin/gpuspawner devcluster build
 
 demo: install devcluster-build
-	$(PY) -m gpuspawner.demo
+	$(PY) -m gpuspawner.tools.demo
 
 bench: install devcluster-build
 	$(PY) -m bench

@@ -25,7 +25,7 @@ async def run(timeout: int) -> None:
     from jupyterhub.objects import Hub, Server
     from traitlets.config import Config
 
-    from gpuspawner.model import DEFAULT_GPU_TOLERATION
+    from gpuspawner.core.model import DEFAULT_GPU_TOLERATION
 
     async with running_devcluster() as cluster:
         kube = cluster.client()

@@ -28,12 +28,12 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from gpuspawner.capacity import availability
-from gpuspawner.catalog import CatalogConfig, build_catalog
+from gpuspawner.capacity.counts import availability
+from gpuspawner.capacity.index import ClusterIndex
+from gpuspawner.capacity.policy import Requester, allowed
 from gpuspawner.devcluster.nodes import many_nodes
-from gpuspawner.index import ClusterIndex
-from gpuspawner.podspec import pod_changes
-from gpuspawner.policy import Requester, allowed
+from gpuspawner.offerings.catalog import CatalogConfig, build_catalog
+from gpuspawner.pod.podspec import pod_changes
 
 SIZES = [(100, 500), (1000, 5000), (5000, 50000)]
 
@@ -195,7 +195,7 @@ async def _real_watch(n_nodes: int) -> None:
 
     from gpuspawner.devcluster.cluster import DevCluster
     from gpuspawner.devcluster.nodes import standard_nodes
-    from gpuspawner.inventory import Inventory
+    from gpuspawner.hub.inventory import Inventory
 
     with tempfile.TemporaryDirectory() as tmp:
         cluster = DevCluster(Path(tmp))

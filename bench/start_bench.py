@@ -72,7 +72,7 @@ async def run(spawns: int, refusals: int) -> None:
             await spawner.stop(now=True)
             return took
 
-        from gpuspawner.podspec import merge_affinity_terms, pod_changes
+        from gpuspawner.pod.podspec import merge_affinity_terms, pod_changes
 
         gpu = make(GPUSpawner, "ada")
         offering = next(o for o in await gpu.catalog() if o.slug == SLICE)

@@ -8,11 +8,11 @@ __all__ = ["GPUSpawner", "check_config", "__version__"]
 def __getattr__(name: str):
     # Import lazily: the pure core (offerings, discovery, ...) must not need KubeSpawner.
     if name == "check_config":
-        from .checks import check_config
+        from gpuspawner.capacity.checks import check_config
 
         return check_config
     if name == "GPUSpawner":
-        from .spawner import GPUSpawner
+        from gpuspawner.spawner import GPUSpawner
 
         return GPUSpawner
     raise AttributeError(name)

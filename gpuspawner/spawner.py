@@ -34,45 +34,22 @@ from kubespawner.slugs import is_valid_label, safe_slug
 from markupsafe import Markup
 from traitlets import Bool, Dict, Float, Integer, List, Unicode, default, validate
 
-from . import hubhooks, metrics
-from .admission import ADMIT, QUEUE, QUOTA_KEYS, REFUSE, WARN, Decision, Held, QuotaLedger, Quotas, admit, units_held
-from .capacity import UNCOUNTED, Availability
-from .catalog import TRAITS as CATALOG_TRAITS
-from .catalog import CatalogConfig, build_catalog, gpu_offerings_in_play
-from .checks import config_problems
-from .choice import Choice, ChoiceError, parse_choice
-from .claims import KIND as CLAIM_TEMPLATE_KIND
-from .claims import ClaimTemplates
-from .dra import unmatched
-from .form import render_form
-from .index import ClusterIndex, Health
-from .inventory import Inventory
-from .memguard import GuardChanges, GuardConfigError, GuardDefaults, guard_changes, guard_for
-from .model import Offering
-from .notebook import NOTEBOOK_TRAITS, Notebook
-from .offerings import OfferingConfigError
-from .orphans import OrphanReconciler, hub_servers_from_db
-from .page import counts_notice, default_choice, option_views, unreachable_message
-from .podspec import (
-    POD_SETTINGS,
-    PodChanges,
-    claim_template,
-    container_claim,
-    default_hub_id,
-    hub_id_problem,
-    hub_selector,
-    identity,
-    layered_settings,
-    pod_changes,
-    pod_claim,
-    user_key,
-)
-from .policy import Requester, allowed, named
-from .reflector import VerdictPodReflector
-from .scheduling import ProfileRefused, SpawnRefused, WaitQueue, unschedulable_reason
-from .useroptions import KnownKeys, check_profile, describe_keys, known_keys, oversized, split_known, too_long_message
-from .views import FormView, group_options, user_options_from_form
-from .vocabulary import (
+from gpuspawner.capacity.admission import ADMIT, QUEUE, QUOTA_KEYS, REFUSE, WARN, Decision, Held, QuotaLedger, Quotas, admit, units_held
+from gpuspawner.capacity.checks import config_problems
+from gpuspawner.capacity.index import ClusterIndex, Health
+from gpuspawner.capacity.policy import Requester, allowed, named
+from gpuspawner.core.model import UNCOUNTED, Availability, Offering
+from gpuspawner.core.windows import window_state
+from gpuspawner.dra.devices import unmatched
+from gpuspawner.hub import hubhooks, metrics
+from gpuspawner.hub.claims import KIND as CLAIM_TEMPLATE_KIND
+from gpuspawner.hub.claims import ClaimTemplates
+from gpuspawner.hub.form import render_form
+from gpuspawner.hub.inventory import Inventory
+from gpuspawner.hub.orphans import OrphanReconciler, hub_servers_from_db
+from gpuspawner.hub.reflector import VerdictPodReflector
+from gpuspawner.hub.scheduling import ProfileRefused, SpawnRefused, WaitQueue, unschedulable_reason
+from gpuspawner.names.vocabulary import (
     CLAIM_NAME,
     COUNT_FIELD_PREFIX,
     COUNT_KEY,
@@ -94,7 +71,29 @@ from .vocabulary import (
     AdmissionPolicy,
     Kind,
 )
-from .windows import window_state
+from gpuspawner.offerings.catalog import TRAITS as CATALOG_TRAITS
+from gpuspawner.offerings.catalog import CatalogConfig, build_catalog, gpu_offerings_in_play
+from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice
+from gpuspawner.offerings.config import OfferingConfigError
+from gpuspawner.page.cards import counts_notice, default_choice, option_views, unreachable_message
+from gpuspawner.page.useroptions import KnownKeys, check_profile, describe_keys, known_keys, oversized, split_known, too_long_message
+from gpuspawner.page.views import FormView, group_options, user_options_from_form
+from gpuspawner.pod.memguard import GuardChanges, GuardConfigError, GuardDefaults, guard_changes, guard_for
+from gpuspawner.pod.notebook import NOTEBOOK_TRAITS, Notebook
+from gpuspawner.pod.podspec import (
+    POD_SETTINGS,
+    PodChanges,
+    claim_template,
+    container_claim,
+    default_hub_id,
+    hub_id_problem,
+    hub_selector,
+    identity,
+    layered_settings,
+    pod_changes,
+    pod_claim,
+    user_key,
+)
 
 #: The kinds a saved record may hold quota units of (quota keys but "total").
 QUOTA_KINDS = frozenset(QUOTA_KEYS) - {"total"}
@@ -146,7 +145,7 @@ class GPUSpawner(KubeSpawner):
         Dict(),
         help="""
         The GPU choices this hub offers, in addition to discovered ones. Each is a dict; see
-        `gpuspawner.offerings.offering_from_config` for every field. Examples::
+        `gpuspawner.offerings.config.offering_from_config` for every field. Examples::
 
             c.GPUSpawner.offerings = [
                 {"slug": "a100-mig-1g", "kind": "mig", "display_name": "A100 · MIG 1g.5gb",
@@ -361,7 +360,7 @@ class GPUSpawner(KubeSpawner):
     ).tag(config=True)
 
     def config_problems(self) -> list[str]:
-        """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.checks`)."""
+        """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.capacity.checks`)."""
         names = (
             "offerings",
             "offering_overrides",
@@ -395,7 +394,7 @@ class GPUSpawner(KubeSpawner):
         """The current spawn's admitted offering and count (None before one, or with no GPU offering in play)."""
         return self.spawn_state.choice
 
-    #: This hub process's orphan reconciler (see gpuspawner.orphans), made by its first spawner.
+    #: This hub process's orphan reconciler (see gpuspawner.hub.orphans), made by its first spawner.
     _orphans: ClassVar[OrphanReconciler | None] = None
     #: Whether this process has said why it runs no orphan reconciler (once).
     _orphans_refused: ClassVar[bool] = False
@@ -567,7 +566,7 @@ class GPUSpawner(KubeSpawner):
     # ------------------------------------------------------------------ user_options keys
 
     def known_user_options(self) -> KnownKeys:
-        """The ``user_options`` keys a spawn may carry (see :mod:`gpuspawner.useroptions`)."""
+        """The ``user_options`` keys a spawn may carry (see :mod:`gpuspawner.page.useroptions`)."""
         declared = list(self.extra_user_options)
         if isinstance(self.apply_user_options, dict):
             declared += list(self.apply_user_options)
@@ -575,8 +574,8 @@ class GPUSpawner(KubeSpawner):
 
     def storable_user_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """What of ``options`` the hub may store for this server (called as it is stored; see
-        :mod:`gpuspawner.hubhooks`). The other keys are named in one log line. Raises
-        :class:`~gpuspawner.hubhooks.NotStored` when a kept key's value is over the bound
+        :mod:`gpuspawner.hub.hubhooks`). The other keys are named in one log line. Raises
+        :class:`~gpuspawner.hub.hubhooks.NotStored` when a kept key's value is over the bound
         (``useroptions.MAX_VALUE_CHARS``): then nothing of ``options`` is stored."""
         kept, dropped = self._known_options(options, stored_record_is_ours=False)
         if dropped:
@@ -691,7 +690,7 @@ class GPUSpawner(KubeSpawner):
         """KubeSpawner's profile choice, by KubeSpawner's own ``load_user_options``.
 
         A wrong profile or option is refused where KubeSpawner refuses it, with its words and
-        as a ``ValueError`` (a :class:`~gpuspawner.scheduling.ProfileRefused`, which the hub
+        as a ``ValueError`` (a :class:`~gpuspawner.hub.scheduling.ProfileRefused`, which the hub
         answers with 400 where KubeSpawner's plain ``ValueError`` gets a 500). While GPU
         offerings are in play it is checked first, with a short message (the form's choice
         was checked the same way when it was posted: see _refuse_now).
@@ -1212,7 +1211,7 @@ class GPUSpawner(KubeSpawner):
 
     async def _create_pod_sharing_a_claim(self, offering: Offering, pod: Any, request_timeout: int) -> bool:
         """A shared DRA offering's pod joins a claim of that offering with room (or a new one;
-        see :meth:`gpuspawner.claims.ClaimTemplates.shared_with_room`)."""
+        see :meth:`gpuspawner.hub.claims.ClaimTemplates.shared_with_room`)."""
         assert offering.claim is not None
         claims = self._claim_templates
         async with GPUSpawner._shared_locks.setdefault(f"{self.namespace}/{offering.slug}", asyncio.Lock()):
@@ -1256,7 +1255,7 @@ class GPUSpawner(KubeSpawner):
     async def _watch_scheduling(self) -> str:
         """Return the user's reason as soon as the real scheduler says the pod cannot run.
 
-        Event-driven: KubeSpawner's pod reflector (see :mod:`gpuspawner.reflector`) tells it
+        Event-driven: KubeSpawner's pod reflector (see :mod:`gpuspawner.hub.reflector`) tells it
         the moment its watch sees the pod marked Unschedulable.
         """
         state = self.spawn_state
@@ -1415,7 +1414,7 @@ def _hook_source() -> str:
     """The memory guard's start-up hook as shipped in the package (read once), its braces
     doubled: KubeSpawner expands ``{username}``-style templates in every annotation, and
     gives the source back exactly as shipped."""
-    source = importlib.resources.files("gpuspawner").joinpath("memguard_hook.py").read_text(encoding="utf-8")
+    source = importlib.resources.files("gpuspawner.pod").joinpath("memguard_hook.py").read_text(encoding="utf-8")
     return source.replace("{", "{{").replace("}", "}}")
 
 

@@ -18,7 +18,7 @@ directly (z2jh's singleuser NetworkPolicy admits the hub pod, which carries
 
 import sys
 
-from gpuspawner.culleractions import configure_hub
+from gpuspawner.hub.culleractions import configure_hub
 
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads the config)
 

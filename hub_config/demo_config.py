@@ -1,6 +1,6 @@
 """The demo hub: GPUSpawner on the simulated GPU cluster (run by `make demo`).
 
-A readable example of a real configuration. `python -m gpuspawner.demo` starts the
+A readable example of a real configuration. `python -m gpuspawner.tools.demo` starts the
 devcluster, sets the environment variables read below, and runs
 `jupyterhub -f hub_config/demo_config.py` in a scratch folder.
 
@@ -142,7 +142,7 @@ if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
     )
     # the culler's actions on the hub's home and spawn pages, each user's own
     # (docs/culler.md, "Telling users")
-    from gpuspawner.culleractions import configure_hub
+    from gpuspawner.hub.culleractions import configure_hub
 
     configure_hub(c, f"http://127.0.0.1:{CULLER_PORT}/api/actions")
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-HOOK = Path(__file__).resolve().parents[1] / "gpuspawner" / "memguard_hook.py"
+HOOK = Path(__file__).resolve().parents[1] / "gpuspawner" / "pod" / "memguard_hook.py"
 REFUSAL = "Cannot set memory growth on device when virtual devices configured"
 
 

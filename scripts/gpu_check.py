@@ -5,7 +5,7 @@ their own code (tests/unit/test_memguard_frameworks.py), never on a device. This
 check on one. On a machine with an NVIDIA GPU it
 
 1. sizes the guard for a quarter of GPU 0 (a time-sliced share of 4 replicas), exactly as
-   the spawner would (gpuspawner.memguard), and lays out the start-up hook as a pod has it;
+   the spawner would (gpuspawner.pod.memguard), and lays out the start-up hook as a pod has it;
 2. starts JAX, PyTorch and TensorFlow, each in its own process through the pod's real
    command prefix (``sh -c 'export PYTHONPATH=...'``), allocates past the cap and expects
    each to refuse (TensorFlow also runs the usual ``set_memory_growth`` snippet first);
@@ -35,10 +35,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpuspawner.memguard import GuardDefaults, guard_changes, guard_for, path_prefix  # noqa: E402
-from gpuspawner.offerings import offering_from_config  # noqa: E402
+from gpuspawner.offerings.config import offering_from_config  # noqa: E402
+from gpuspawner.pod.memguard import GuardDefaults, guard_changes, guard_for, path_prefix  # noqa: E402
 
-HOOK = REPO / "gpuspawner" / "memguard_hook.py"
+HOOK = REPO / "gpuspawner" / "pod" / "memguard_hook.py"
 NO_GPU = 2
 
 #: Each framework: a program that prints one JSON line {"version", "device", "refused", "detail"}.

@@ -1,9 +1,9 @@
 """GPU-aware idle culler service for JupyterHub (``python -m gpuspawner.culler``,
 console script ``gpuspawner-culler``). See docs/culler.md."""
 
-from .app import GpuCuller, main
-from .config import REQUIRED_SCOPES, USER_CULLING_SCOPES
-from .contract import ServerOffering, parse_offering
+from gpuspawner.culler.app import GpuCuller, main
+from gpuspawner.culler.config import REQUIRED_SCOPES, USER_CULLING_SCOPES
+from gpuspawner.culler.contract import ServerOffering, parse_offering
 
 __all__ = [
     "REQUIRED_SCOPES",

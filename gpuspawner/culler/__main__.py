@@ -1,4 +1,4 @@
-from .app import main
+from gpuspawner.culler.app import main
 
 if __name__ == "__main__":
     main()

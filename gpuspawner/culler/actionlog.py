@@ -23,7 +23,7 @@ from typing import Any
 
 from jupyterhub_idle_culler import utcnow
 
-from .dates import parse_time
+from gpuspawner.culler.dates import parse_time
 
 
 class ActionLog:

@@ -11,15 +11,15 @@ from datetime import datetime
 
 from jupyterhub_idle_culler import format_td, utcnow
 
-from . import notices
-from .actionlog import ActionLog
-from .decide import GPU_IDLE_LIMIT, HELD_BACK, KEEP, RECLAIM, STOP, UNRESPONSIVE, Decision, Policy
-from .gpu_metrics import GpuView, PodGpuView
-from .hub import HubClient, ServerRecord
-from .kernels import KernelClient, KernelShutdown
-from .metrics import CullerMetrics
-from .notify import Notifier
-from .transport import RequestFailed
+from gpuspawner.culler import notices
+from gpuspawner.culler.actionlog import ActionLog
+from gpuspawner.culler.decide import GPU_IDLE_LIMIT, HELD_BACK, KEEP, RECLAIM, STOP, UNRESPONSIVE, Decision, Policy
+from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView
+from gpuspawner.culler.hub import HubClient, ServerRecord
+from gpuspawner.culler.kernels import KernelClient, KernelShutdown
+from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.notify import Notifier
+from gpuspawner.culler.transport import RequestFailed
 
 
 @dataclass

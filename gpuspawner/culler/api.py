@@ -22,8 +22,8 @@ from typing import Any
 from jupyterhub.services.auth import HubAuth, HubAuthenticated, UserNotAllowed
 from tornado import web
 
-from .actionlog import ActionLog
-from .metrics import CullerMetrics, MetricsHandler
+from gpuspawner.culler.actionlog import ActionLog
+from gpuspawner.culler.metrics import CullerMetrics, MetricsHandler
 
 #: the custom scope that lets its holder read every user's actions
 READ_ALL_SCOPE = "custom:gpu-culler:read-actions"

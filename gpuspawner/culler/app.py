@@ -27,20 +27,20 @@ from jupyterhub.services.auth import HubAuth
 from jupyterhub_idle_culler import IdleCuller, default_cull_arbiter, make_ssl_context
 from tornado.httpserver import HTTPServer
 
-from ..vocabulary import Kind
-from .actionlog import ActionLog
-from .api import make_service_app
-from .config import DEFAULT_GPU_KIND_TIMEOUTS, USER_CULLING_SCOPES, CullerSettings, help_text, scope_problems
-from .cycle import Culler
-from .decide import DEFAULT_GPU_LEASES, Policy
-from .gpu_metrics import GpuQuerySettings
-from .hub import HubClient
-from .kernels import KernelClient
-from .metrics import CullerMetrics
-from .notify import Notifier
-from .prometheus import PrometheusClient
-from .tokens import ServerTokens
-from .transport import RequestFailed, RetryPolicy, Transport
+from gpuspawner.culler.actionlog import ActionLog
+from gpuspawner.culler.api import make_service_app
+from gpuspawner.culler.config import DEFAULT_GPU_KIND_TIMEOUTS, USER_CULLING_SCOPES, CullerSettings, help_text, scope_problems
+from gpuspawner.culler.cycle import Culler
+from gpuspawner.culler.decide import DEFAULT_GPU_LEASES, Policy
+from gpuspawner.culler.gpu_metrics import GpuQuerySettings
+from gpuspawner.culler.hub import HubClient
+from gpuspawner.culler.kernels import KernelClient
+from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.notify import Notifier
+from gpuspawner.culler.prometheus import PrometheusClient
+from gpuspawner.culler.tokens import ServerTokens
+from gpuspawner.culler.transport import RequestFailed, RetryPolicy, Transport
+from gpuspawner.names.vocabulary import Kind
 
 
 class GpuCuller(CullerSettings, IdleCuller):

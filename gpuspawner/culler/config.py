@@ -12,8 +12,7 @@ from textwrap import dedent
 
 from traitlets import Bool, Dict, Float, HasTraits, Int, List, TraitError, Unicode, default, validate
 
-from ..vocabulary import GPU_USERS_GROUP, Kind
-from .decide import (
+from gpuspawner.culler.decide import (
     DEFAULT_GPU_IDLE_LIMIT,
     DEFAULT_GPU_LEASES,
     DEFAULT_KERNEL_SHUTDOWNS_PER_CYCLE,
@@ -21,7 +20,8 @@ from .decide import (
     DEFAULT_RECLAIM_KINDS,
     DEFAULT_STALLS_BEFORE_TELEMETRY,
 )
-from .gpu_metrics import DEFAULT_ENGINE_THRESHOLD, DEFAULT_UTIL_THRESHOLD
+from gpuspawner.culler.gpu_metrics import DEFAULT_ENGINE_THRESHOLD, DEFAULT_UTIL_THRESHOLD
+from gpuspawner.names.vocabulary import GPU_USERS_GROUP, Kind
 
 #: the scopes the culler's role needs, and no more (see docs/culler.md). No
 #: ``access:servers``: the culler reaches each server with a token of that

@@ -19,7 +19,7 @@ by the hub's REST API in every server model, scope ``read:servers``)::
 
 A server without the ``gpuspawner`` key is a plain server: kind ``cpu``, no GPU
 view, no kernel view (there is no direct address to ask).
-The keys are named once, in :mod:`gpuspawner.vocabulary` (``OFFERING_KEY``,
+The keys are named once, in :mod:`gpuspawner.names.vocabulary` (``OFFERING_KEY``,
 ``RECORD_KEY`` and the ``RECORD_*`` names), where the spawner that writes them
 takes them from too. If the contract changes, change :func:`parse_offering` here
 and nothing else in the culler.
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..vocabulary import (
+from gpuspawner.names.vocabulary import (
     GPU_KINDS,
     OFFERING_KEY,
     RECORD_DEVICES,

@@ -23,12 +23,11 @@ from typing import Any
 from jupyterhub_idle_culler import format_td, utcnow
 from jupyterhub_idle_culler.utils import maybe_future
 
-from ..vocabulary import Kind
-from . import notices
-from .actionlog import ActionLog
-from .actions import ActionResult, Actions
-from .dates import parse_time
-from .decide import (
+from gpuspawner.culler import notices
+from gpuspawner.culler.actionlog import ActionLog
+from gpuspawner.culler.actions import ActionResult, Actions
+from gpuspawner.culler.dates import parse_time
+from gpuspawner.culler.decide import (
     GPU_IDLE_LIMIT,
     GPU_LEASE,
     RECLAIM,
@@ -45,14 +44,15 @@ from .decide import (
     track_gpu_idle,
     upcoming,
 )
-from .gpu_metrics import GpuView, PodGpuView, expect_devices, unavailable
-from .hub import HubClient, ServerRecord, server_record
-from .kernels import KernelClient, KernelView
-from .metrics import CullerMetrics
-from .notify import Notifier
-from .prometheus import PrometheusClient
-from .tokens import ServerTokens
-from .transport import RequestFailed
+from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView, expect_devices, unavailable
+from gpuspawner.culler.hub import HubClient, ServerRecord, server_record
+from gpuspawner.culler.kernels import KernelClient, KernelView
+from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.notify import Notifier
+from gpuspawner.culler.prometheus import PrometheusClient
+from gpuspawner.culler.tokens import ServerTokens
+from gpuspawner.culler.transport import RequestFailed
+from gpuspawner.names.vocabulary import Kind
 
 #: what can still prevent a warned stop, by its reason (else: any activity)
 _UNLESS = {

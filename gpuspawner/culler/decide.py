@@ -35,11 +35,11 @@ from datetime import datetime, timedelta
 
 from jupyterhub_idle_culler import format_td
 
-from ..vocabulary import Kind
-from .contract import ServerOffering
-from .gpu_metrics import PodGpuView
-from .hub import ServerRecord
-from .kernels import KernelView
+from gpuspawner.culler.contract import ServerOffering
+from gpuspawner.culler.gpu_metrics import PodGpuView
+from gpuspawner.culler.hub import ServerRecord
+from gpuspawner.culler.kernels import KernelView
+from gpuspawner.names.vocabulary import Kind
 
 DEFAULT_KIND_TIMEOUTS: Mapping[str, int] = {
     Kind.FULL.value: 30 * 60,

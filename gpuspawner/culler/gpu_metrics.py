@@ -54,7 +54,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..vocabulary import DEVICE_MIG_PROFILE, DEVICE_NAME, DEVICE_POOL, DEVICE_UUID, PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL
+from gpuspawner.names.vocabulary import (
+    DEVICE_MIG_PROFILE,
+    DEVICE_NAME,
+    DEVICE_POOL,
+    DEVICE_UUID,
+    PROBE_DEVICE_TOTAL,
+    PROBE_POD_MEMORY,
+    PROBE_POD_SM_UTIL,
+)
 
 ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 UTIL = "DCGM_FI_DEV_GPU_UTIL"

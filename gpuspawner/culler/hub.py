@@ -18,9 +18,9 @@ from urllib.parse import quote, urlsplit
 
 from tornado.httputil import url_concat
 
-from .contract import ServerOffering, parse_offering
-from .dates import parse_time
-from .transport import RequestFailed, Transport
+from gpuspawner.culler.contract import ServerOffering, parse_offering
+from gpuspawner.culler.dates import parse_time
+from gpuspawner.culler.transport import RequestFailed, Transport
 
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
 

@@ -17,10 +17,10 @@ from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from .dates import parse_time
-from .hub import ServerRecord
-from .tokens import TokenDeferred, TokenUnavailable
-from .transport import RequestFailed, Transport
+from gpuspawner.culler.dates import parse_time
+from gpuspawner.culler.hub import ServerRecord
+from gpuspawner.culler.tokens import TokenDeferred, TokenUnavailable
+from gpuspawner.culler.transport import RequestFailed, Transport
 
 NO_TRACK = "no_track_activity=1"
 

@@ -12,10 +12,21 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..vocabulary import Kind
-from .decide import GPU_IDLE_LIMIT, GPU_LEASE, MAX_AGE, NOT_KEEPABLE, RECLAIM, STOP, UNRESPONSIVE, Decision, Policy, Upcoming
-from .gpu_metrics import PodGpuView
-from .hub import ServerRecord
+from gpuspawner.culler.decide import (
+    GPU_IDLE_LIMIT,
+    GPU_LEASE,
+    MAX_AGE,
+    NOT_KEEPABLE,
+    RECLAIM,
+    STOP,
+    UNRESPONSIVE,
+    Decision,
+    Policy,
+    Upcoming,
+)
+from gpuspawner.culler.gpu_metrics import PodGpuView
+from gpuspawner.culler.hub import ServerRecord
+from gpuspawner.names.vocabulary import Kind
 
 #: what is held, as the user picked it on the spawn page
 _THING = {
@@ -200,7 +211,7 @@ def action_record(
 ) -> dict[str, Any]:
     """One entry of the action log: user, server, what was reclaimed, why, the
     GPU figures seen, when. ``what`` + " at <time>: " + ``why`` is the sentence
-    the hub's pages show (:func:`gpuspawner.culleractions.sentence`)."""
+    the hub's pages show (:func:`gpuspawner.hub.culleractions.sentence`)."""
     o = server.offering
     return {
         "time": when.isoformat(),

@@ -18,10 +18,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .hub import ServerRecord
-from .kernels import NO_TRACK, TokenSource
-from .tokens import TokenUnavailable
-from .transport import RequestFailed, Transport
+from gpuspawner.culler.hub import ServerRecord
+from gpuspawner.culler.kernels import NO_TRACK, TokenSource
+from gpuspawner.culler.tokens import TokenUnavailable
+from gpuspawner.culler.transport import RequestFailed, Transport
 
 #: the extension's endpoint, under the server's base URL
 NOTICE_PATH = "api/gpuspawner/culler"

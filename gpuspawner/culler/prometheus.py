@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from .gpu_metrics import GpuQuerySettings, GpuView, build_query, parse_query_response, unavailable
-from .transport import RequestFailed, Transport
+from gpuspawner.culler.gpu_metrics import GpuQuerySettings, GpuView, build_query, parse_query_response, unavailable
+from gpuspawner.culler.transport import RequestFailed, Transport
 
 
 class PrometheusClient:

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .hub import HubClient, ServerRecord
-from .metrics import CullerMetrics
-from .transport import RequestFailed
+from gpuspawner.culler.hub import HubClient, ServerRecord
+from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.transport import RequestFailed
 
 #: the hub does not count API use of tokens whose note starts so as the user's
 #: own activity (JupyterHub's handlers/base.py): the kernel view is not the user's

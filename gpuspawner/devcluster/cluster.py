@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import build
-from .certs import write_certificates
-from .nodes import standard_nodes
+from gpuspawner.devcluster import build
+from gpuspawner.devcluster.certs import write_certificates
+from gpuspawner.devcluster.nodes import standard_nodes
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 #: Controllers the devcluster needs: default service accounts (pod admission needs

@@ -12,7 +12,7 @@ kwok nodes, so the real kube-scheduler allocates claims against them and kwok ru
 What is not simulated: the kubelet's prepare step (CDI devices, MPS daemons, time-slice
 settings); a pod's claim config is never applied to a GPU.
 
-Names come from :mod:`gpuspawner.dranames`; the products' numbers are NVML's.
+Names come from :mod:`gpuspawner.names.dranames`; the products' numbers are NVML's.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import dranames as dn
-from .nodes import node_manifest
+from gpuspawner.devcluster.nodes import node_manifest
+from gpuspawner.names import dranames as dn
 
 MIB = 1024 * 1024
 

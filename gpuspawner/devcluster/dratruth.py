@@ -3,7 +3,7 @@
 For each state (a seed) the simulated NVIDIA DRA driver (:mod:`.dradriver`) publishes a random
 set of nodes (H100s, L4s, A100s in MIG layouts; some pools split over several slices, some
 republished at a newer generation), and other users' pods already hold random devices through
-their own claims. A live :class:`gpuspawner.inventory.Inventory` (list and watch of nodes,
+their own claims. A live :class:`gpuspawner.hub.inventory.Inventory` (list and watch of nodes,
 pods, ResourceSlices, DeviceClasses and ResourceClaims) gives each discovered offering's free
 count; then, offering by offering, that many pods plus ``MORE`` are created, each with its own
 claim from the offering's ``DeviceClaim``, and the real scheduler decides: the offering agrees
@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import dranames as dn
-from .cluster import DevCluster, KubeHTTP
-from .dradriver import A100_40GB, H100_80GB, L4, DraNode, SimulatedDriver, node_devices
-from .truth import Result, _seeds, on_devcluster
+from gpuspawner.devcluster.cluster import DevCluster, KubeHTTP
+from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, SimulatedDriver, node_devices
+from gpuspawner.devcluster.truth import Result, _seeds, on_devcluster
+from gpuspawner.names import dranames as dn
 
 MORE = 2
 NAMESPACES = ("team-a", "probe")
@@ -85,7 +85,7 @@ class Harness:
     def __init__(self, cluster: DevCluster, log):
         from kubespawner.clients import load_config, shared_client
 
-        from ..inventory import Inventory
+        from gpuspawner.hub.inventory import Inventory
 
         load_config()
         self.kube: KubeHTTP = cluster.client()
@@ -171,7 +171,7 @@ class Harness:
         return dra.synced and allocated == seen and slices == {k.split("/", 1)[1] for k in dra.slices}
 
     async def check(self, state: State) -> list[Result]:
-        from ..dra import claim_spec
+        from gpuspawner.dra.devices import claim_spec
 
         await self._until(self._inventory_sees, "the inventory to see the state")
         results = []
@@ -200,7 +200,7 @@ class Harness:
         return results
 
     def _probes_settled(self) -> bool:
-        from ..scheduling import unschedulable_reason
+        from gpuspawner.hub.scheduling import unschedulable_reason
 
         return all(p["spec"].get("nodeName") or unschedulable_reason(p) for p in self._pods("probe"))
 

@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from .nodes import KWOK_ANNOTATION, pod_cidr
+from gpuspawner.devcluster.nodes import KWOK_ANNOTATION, pod_cidr
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
@@ -529,7 +529,7 @@ def random_pods(rng: random.Random, nodes: list[dict[str, Any]], namespaces=("te
     memory, daemon pods a little of both; all within what the node has (a kubelet refuses
     more). Pods go by ``spec.nodeName``, so they land without the scheduler.
     """
-    from ..fit import NodeFacts
+    from gpuspawner.core.fit import NodeFacts
 
     pods = []
     for raw in nodes:

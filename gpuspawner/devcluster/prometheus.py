@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import build
+from gpuspawner.devcluster import build
 
 #: The chart's recording/alerting rules and Grafana dashboard (loaded by the demo's Prometheus).
 MONITORING = Path(__file__).resolve().parents[2] / "charts" / "gpuspawner" / "monitoring"

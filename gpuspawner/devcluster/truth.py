@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .cluster import DevCluster
-from .generate import random_cluster, random_pods
+from gpuspawner.devcluster.cluster import DevCluster
+from gpuspawner.devcluster.generate import random_cluster, random_pods
 
 T = TypeVar("T")
 NAMESPACES = ("team-a", "team-b", "probe")
@@ -83,7 +83,7 @@ class Result:
 
 def draw_state(seed: int) -> State:
     """The nodes, pods and hub settings of one state, all from ``seed``."""
-    from ..discovery import discover
+    from gpuspawner.offerings.discovery import discover
 
     rng = random.Random(seed)
     generated = random_cluster(rng, prefix=f"s{seed}")
@@ -168,7 +168,7 @@ class Harness:
         from jupyterhub.objects import Hub
         from traitlets.config import Config
 
-        from ..spawner import GPUSpawner
+        from gpuspawner.spawner import GPUSpawner
 
         config = Config()
         config.KubeSpawner.namespace = "probe"
@@ -182,7 +182,7 @@ class Harness:
         return spawner
 
     async def check(self, state: State) -> list[Result]:
-        from ..choice import Choice
+        from gpuspawner.offerings.choice import Choice
 
         spawner = self.spawner(state)
         index = spawner.inventory.index
@@ -212,7 +212,7 @@ class Harness:
 
     async def place(self, manifest: dict[str, Any], count: int) -> int:
         """Create ``count`` copies of the pod; how many does the scheduler bind?"""
-        from ..scheduling import unschedulable_reason
+        from gpuspawner.hub.scheduling import unschedulable_reason
 
         prefix = manifest["metadata"]["name"][:40]
         bodies = []

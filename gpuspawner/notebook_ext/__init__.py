@@ -9,7 +9,7 @@ open ``{base_url}gpuspawner/``.
 
 ``pip install gpuspawner`` enables it (jupyter-config/jupyter_server_config.d/gpuspawner.json,
 installed as the wheel's shared data). It imports nothing of the hub side but
-gpuspawner.vocabulary (import-linter: "notebook-ext-apart").
+gpuspawner.names.vocabulary (import-linter: "notebook-ext-apart").
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     """Adds the routes to the running server (Jupyter Server calls this once at start)."""
-    from .handlers import SETTINGS_KEY, State, handlers
+    from gpuspawner.notebook_ext.handlers import SETTINGS_KEY, State, handlers
 
     state = State()
     web_app = serverapp.web_app

@@ -20,11 +20,11 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from .devices import Devices
-from .offering import offering_from_env
-from .plainpage import render_page
-from .status import status_body
-from .view import NoticeBoard, ViewError, parse_culler_view
+from gpuspawner.notebook_ext.devices import Devices
+from gpuspawner.notebook_ext.offering import offering_from_env
+from gpuspawner.notebook_ext.plainpage import render_page
+from gpuspawner.notebook_ext.status import status_body
+from gpuspawner.notebook_ext.view import NoticeBoard, ViewError, parse_culler_view
 
 #: The web app's settings key holding this extension's state.
 SETTINGS_KEY = "gpuspawner_notebook"

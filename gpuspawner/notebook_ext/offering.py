@@ -1,6 +1,6 @@
 """The offering this server holds, from the environment GPUSpawner gave the container. Pure.
 
-GPUSpawner sets ``GPUSPAWNER_*`` in the notebook container (gpuspawner.podspec); a server
+GPUSpawner sets ``GPUSPAWNER_*`` in the notebook container (gpuspawner.pod.podspec); a server
 not started by GPUSpawner has none, and its offering is ``None``. The values are the
 spawn page's words: the notebook says what the user chose, as they chose it. They are
 what the user's own pod says, shown to that user only; nothing trusts them.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..vocabulary import ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS
+from gpuspawner.names.vocabulary import ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS
 
 
 def offering_from_env(env: Mapping[str, str]) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from .summary import gb
+from gpuspawner.notebook_ext.summary import gb
 
 REFRESH_SECONDS = 30
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from .summary import notices, status_line
-from .view import NoticeBoard
+from gpuspawner.notebook_ext.summary import notices, status_line
+from gpuspawner.notebook_ext.view import NoticeBoard
 
 
 def status_body(

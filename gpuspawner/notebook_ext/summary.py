@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .view import CullerView, Reclaimed
+from gpuspawner.notebook_ext.view import CullerView, Reclaimed
 
 GIB = 2**30
 #: JupyterLab cuts a notification's message at 140 characters (``Notification`` in

@@ -7,8 +7,8 @@ GPU memory (and, where NVML samples it, the SM utilisation) per pod, container a
 device. See docs/probe.md for what it needs on a node and why.
 """
 
-from .cgroup import PodRef, pod_of
-from .collect import ProbeCollector, ProcReader
-from .nvml import NvmlReader
+from gpuspawner.probe.cgroup import PodRef, pod_of
+from gpuspawner.probe.collect import ProbeCollector, ProcReader
+from gpuspawner.probe.nvml import NvmlReader
 
 __all__ = ["NvmlReader", "PodRef", "ProbeCollector", "ProcReader", "pod_of"]

@@ -21,10 +21,10 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..vocabulary import PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL
-from .cgroup import PodRef, pod_of
-from .nvml import Device, NvmlReader, Pass, Problem
-from .pods import PodDirectory
+from gpuspawner.names.vocabulary import PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL
+from gpuspawner.probe.cgroup import PodRef, pod_of
+from gpuspawner.probe.nvml import Device, NvmlReader, Pass, Problem
+from gpuspawner.probe.pods import PodDirectory
 
 log = logging.getLogger("gpuspawner.probe")
 

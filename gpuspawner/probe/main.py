@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from .collect import ProbeCollector, ProcReader
-from .nvml import DEFAULT_WINDOW_S, NvmlReader
-from .pods import ApiPods, PodDirectory, StaticPods
+from gpuspawner.probe.collect import ProbeCollector, ProcReader
+from gpuspawner.probe.nvml import DEFAULT_WINDOW_S, NvmlReader
+from gpuspawner.probe.pods import ApiPods, PodDirectory, StaticPods
 
 DEFAULT_PORT = 9402
 METRICS_PATH = "/metrics"

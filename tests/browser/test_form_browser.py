@@ -32,8 +32,8 @@ import pytest
 from jinja2 import Environment, FileSystemLoader
 from jupyterhub._data import DATA_FILES_PATH
 
-from gpuspawner.form import render_form
-from gpuspawner.views import user_options_from_form
+from gpuspawner.hub.form import render_form
+from gpuspawner.page.views import user_options_from_form
 from tests.unit.test_form import example_view
 
 REPO = Path(__file__).resolve().parents[2]

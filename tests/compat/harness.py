@@ -18,7 +18,7 @@ from jupyterhub import orm
 from jupyterhub.objects import Hub, Server
 from traitlets.config import Config
 
-from gpuspawner.memguard import GUARD_ENV
+from gpuspawner.pod.memguard import GUARD_ENV
 
 #: KubeSpawner settings of a plausible zero-to-jupyterhub site (no GPU anywhere).
 SITE: dict[str, Any] = {

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from kubespawner import KubeSpawner
 
-from gpuspawner.inventory import Inventory
-from gpuspawner.scheduling import SpawnRefused
+from gpuspawner.hub.inventory import Inventory
+from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
 from tests.compat.harness import (
     DOCUMENTED_DIFFERENCES,

@@ -17,7 +17,7 @@ import pytest
 from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 
-from gpuspawner.scheduling import SpawnRefused
+from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
 from tests.compat.harness import (
     GPU_OFF,

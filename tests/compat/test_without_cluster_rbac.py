@@ -17,7 +17,7 @@ import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 
 from gpuspawner.devcluster.podrunner import PodRunner
-from gpuspawner.inventory import NEEDED_PERMISSIONS, Inventory
+from gpuspawner.hub.inventory import NEEDED_PERMISSIONS, Inventory
 from tests.api.gpuhub import GPUHub
 from tests.conftest import wait_for
 from tests.integration.test_examples import CHART, helm
@@ -134,7 +134,7 @@ async def test_inventory_names_the_missing_permissions_once_and_heals_when_grant
     conf.ssl_ca_cert = str(ca)
     client = ApiClient(conf)
     inventory = Inventory(CoreV1Api(client), forbidden_retry=0.2)
-    caplog.set_level(logging.INFO, logger="gpuspawner.inventory")
+    caplog.set_level(logging.INFO, logger="gpuspawner.hub.inventory")
     created: list[str] = []
     inventory.start()
     try:

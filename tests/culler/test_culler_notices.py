@@ -46,7 +46,7 @@ from tornado.netutil import bind_sockets
 from gpuspawner.culler.api import make_service_app
 from gpuspawner.culler.dates import parse_time
 from gpuspawner.culler.decide import KEEP, RECLAIM, STOP
-from gpuspawner.culleractions import when_words
+from gpuspawner.hub.culleractions import when_words
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -89,7 +89,7 @@ c.Spawner.options_form = "<input name='offering' value='t4-shared'>"
 import os
 os.environ["GPUSPAWNER_CULLER_PAGES_TOKEN"] = PAGES_TOKEN
 exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"))
-from gpuspawner.culleractions import READ_ALL_ACTIONS, template_vars
+from gpuspawner.hub.culleractions import READ_ALL_ACTIONS, template_vars
 svc = next(s for s in c.JupyterHub.services if s["name"] == "gpu-culler")
 del svc["command"]
 svc["url"] = "http://127.0.0.1:%d" % API_PORT

@@ -27,7 +27,7 @@ from gpuspawner.culler.gpu_metrics import (
     parse_query_response,
     unavailable,
 )
-from gpuspawner.vocabulary import PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL
+from gpuspawner.names.vocabulary import PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL
 
 S = GpuQuerySettings()
 MPS = "model-playground-stg"

@@ -14,7 +14,7 @@ from test_decide import NOW, P, gpu, kernel, kv, server
 from gpuspawner.culler import notices
 from gpuspawner.culler.actionlog import ActionLog
 from gpuspawner.culler.decide import KEEP, RECLAIM, STOP, decide, plan_kernel_view, upcoming
-from gpuspawner.culleractions import page_items, sentence
+from gpuspawner.hub.culleractions import page_items, sentence
 
 M = timedelta(minutes=1)
 

@@ -7,7 +7,7 @@ import secrets
 import socket
 from collections.abc import Iterator
 
-from gpuspawner.demo import Demo, running_demo
+from gpuspawner.tools.demo import Demo, running_demo
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""`python -m gpuspawner.demo`: prints where to go, and Ctrl-C leaves no process and no files behind."""
+"""`python -m gpuspawner.tools.demo`: prints where to go, and Ctrl-C leaves no process and no files behind."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuspawner.demo import descendants, process_stat
+from gpuspawner.tools.demo import descendants, process_stat
 
 pytestmark = pytest.mark.cluster
 
@@ -43,7 +43,7 @@ def processes_mentioning(text: str) -> list[str]:
 def test_demo_starts_and_ctrl_c_cleans_up(devcluster):  # devcluster: the binaries are built
     port = free_port()
     demo = subprocess.Popen(
-        [sys.executable, "-m", "gpuspawner.demo", "--port", str(port)],
+        [sys.executable, "-m", "gpuspawner.tools.demo", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -18,8 +18,8 @@ import urllib.request
 
 import pytest
 
-from gpuspawner.demo import NAMESPACE, running_demo
 from gpuspawner.devcluster.prometheus import DASHBOARD_FILE, Prometheus
+from gpuspawner.tools.demo import NAMESPACE, running_demo
 from tests.e2e.demo_stack import free_port
 
 pytestmark = pytest.mark.cluster

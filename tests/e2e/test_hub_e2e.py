@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuspawner.demo import NAMESPACE
+from gpuspawner.tools.demo import NAMESPACE
 from tests.conftest import ARTIFACTS, wait_for
 from tests.e2e.demo_stack import demo_with_token
 

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gpuspawner.demo import NAMESPACE
+from gpuspawner.tools.demo import NAMESPACE
 from tests.conftest import wait_for
 from tests.e2e.demo_stack import demo_with_token
 

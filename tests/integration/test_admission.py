@@ -9,9 +9,9 @@ from datetime import UTC
 
 import pytest
 
-from gpuspawner.inventory import Inventory
-from gpuspawner.reflector import VerdictPodReflector
-from gpuspawner.scheduling import SpawnRefused
+from gpuspawner.hub.inventory import Inventory
+from gpuspawner.hub.reflector import VerdictPodReflector
+from gpuspawner.hub.scheduling import SpawnRefused
 from tests.conftest import wait_for
 from tests.integration.test_spawner import make_spawner, pod_of
 

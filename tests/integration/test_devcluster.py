@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from gpuspawner.model import DEFAULT_GPU_TOLERATION
+from gpuspawner.core.model import DEFAULT_GPU_TOLERATION
 from tests.conftest import wait_for
 
 GPU_TOLERATION = dict(DEFAULT_GPU_TOLERATION)

@@ -3,8 +3,8 @@ its devices to ResourceClaims, and the resourceclaim controller makes claims fro
 
 from __future__ import annotations
 
-from gpuspawner import dranames as dn
 from gpuspawner.devcluster.dratruth import claim_pod
+from gpuspawner.names import dranames as dn
 from tests.conftest import wait_for
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
@@ -77,7 +77,7 @@ def test_template_claims_are_made_by_the_resourceclaim_controller(kube, dra_driv
 async def _inventory(devcluster):
     from kubespawner.clients import load_config, shared_client
 
-    from gpuspawner.inventory import Inventory
+    from gpuspawner.hub.inventory import Inventory
 
     load_config()
     inventory = Inventory(shared_client("CoreV1Api"))

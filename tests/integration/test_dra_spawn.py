@@ -15,11 +15,11 @@ import pytest
 from jupyterhub.objects import Hub, Server
 from traitlets.config import Config
 
-from gpuspawner.allocation import pod_claim_name
-from gpuspawner.dranames import ATTR_UUID, qualified
-from gpuspawner.orphans import HubRecords, OrphanReconciler
-from gpuspawner.podspec import user_key
-from gpuspawner.scheduling import SpawnRefused
+from gpuspawner.capacity.allocation import pod_claim_name
+from gpuspawner.hub.orphans import HubRecords, OrphanReconciler
+from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.names.dranames import ATTR_UUID, qualified
+from gpuspawner.pod.podspec import user_key
 from gpuspawner.spawner import GPUSpawner
 
 pytestmark = pytest.mark.cluster
@@ -176,7 +176,7 @@ async def test_a_template_whose_pod_was_never_made_is_removed_by_the_orphan_reco
     # The hub stops right after making the template, before the pod: only the template exists.
     pod = await spawner.get_pod_manifest()
     meta = pod.metadata
-    from gpuspawner.podspec import claim_template
+    from gpuspawner.pod.podspec import claim_template
 
     claim = spawner.choice.offering.claim
     await spawner._claim_templates.create(claim_template(claim, 1, spawner.pod_name, meta.labels, meta.annotations))
@@ -215,7 +215,7 @@ async def test_a_hub_that_may_not_create_templates_refuses_with_what_to_do(devcl
     refusal, the log says what to grant; nothing is left behind."""
     from kubernetes_asyncio.client.rest import ApiException
 
-    from gpuspawner.claims import ClaimTemplates
+    from gpuspawner.hub.claims import ClaimTemplates
 
     async def forbidden(self, manifest):
         raise ApiException(status=403, reason="Forbidden")

@@ -37,15 +37,15 @@ from jsonschema import Draft7Validator
 from traitlets.config import Config, LazyConfigValue
 from traitlets.config.loader import PyFileConfigLoader
 
-from gpuspawner.capacity import availability
-from gpuspawner.catalog import CatalogConfig, build_catalog
-from gpuspawner.choice import Choice
+from gpuspawner.capacity.counts import availability
+from gpuspawner.core.fit import amount
+from gpuspawner.core.model import Offering
+from gpuspawner.core.windows import window_state
 from gpuspawner.devcluster import build as devcluster_build
-from gpuspawner.fit import amount
-from gpuspawner.model import Offering
-from gpuspawner.selectors import terms_match
-from gpuspawner.vocabulary import Kind
-from gpuspawner.windows import window_state
+from gpuspawner.names.selectors import terms_match
+from gpuspawner.names.vocabulary import Kind
+from gpuspawner.offerings.catalog import CatalogConfig, build_catalog
+from gpuspawner.offerings.choice import Choice
 from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -284,7 +284,7 @@ def test_the_examples_are_there():
 
 def test_check_config_in_the_examples_stops_a_broken_gpu_config(tmp_path):
     """The check the examples end with really refuses: a broken copy does not load."""
-    from gpuspawner.checks import GPUSpawnerConfigError
+    from gpuspawner.capacity.checks import GPUSpawnerConfigError
 
     for name in ("site_mig_timeslicing.py", "gke.py", "vsphere_vgpu.py"):
         text = (HUB_CONFIG / name).read_text()
@@ -374,7 +374,7 @@ async def test_each_offering_makes_a_pod_the_api_server_accepts(example, nodes, 
 def test_offerings_cli_prints_the_same_catalog_as_json(example, nodes, nodes_json, tmp_path):
     env = {**os.environ, "GPUSPAWNER_DEMO_DIR": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuspawner.cli", "offerings", "--config", str(example), "--nodes", str(nodes_json), "--json"],
+        [sys.executable, "-m", "gpuspawner.tools.cli", "offerings", "--config", str(example), "--nodes", str(nodes_json), "--json"],
         capture_output=True,
         text=True,
         env=env,

@@ -22,8 +22,8 @@ from jupyterhub.objects import Hub as HubObject
 from jupyterhub.objects import Server
 from traitlets.config import Config
 
-from gpuspawner.admission import QuotaLedger
-from gpuspawner.orphans import OrphanReconciler, hub_servers_from_db
+from gpuspawner.capacity.admission import QuotaLedger
+from gpuspawner.hub.orphans import OrphanReconciler, hub_servers_from_db
 from gpuspawner.spawner import GPUSpawner
 from tests.conftest import fresh_namespace, wait_for
 

@@ -29,7 +29,7 @@ import sys
 import pytest
 
 from gpuspawner.devcluster.prometheus import Prometheus
-from gpuspawner.report import ACTIVE, DEVICE_ACTIVE, IDLE, PrometheusAPI, ReportError, build_report
+from gpuspawner.tools.report import ACTIVE, DEVICE_ACTIVE, IDLE, PrometheusAPI, ReportError, build_report
 
 HOUR = 3600
 STEP = 60
@@ -130,7 +130,16 @@ def test_gpu_hours_by_user_group_and_offering_as_worked_out_by_hand(backfilled):
 
 def test_the_command_prints_table_csv_and_json(backfilled):
     prom, end = backfilled
-    base = [sys.executable, "-m", "gpuspawner.cli", "report", f"--prometheus-url={prom.url}", "--since=10h", f"--until={end}", "--step=1m"]
+    base = [
+        sys.executable,
+        "-m",
+        "gpuspawner.tools.cli",
+        "report",
+        f"--prometheus-url={prom.url}",
+        "--since=10h",
+        f"--until={end}",
+        "--step=1m",
+    ]
     table = subprocess.run(base, capture_output=True, text=True, check=True).stdout
     lines = table.splitlines()
     assert lines[0].startswith("GPU use over the 10h up to ")
@@ -152,12 +161,14 @@ def test_no_data_and_unreachable_prometheus_are_clear_errors(backfilled, tmp_pat
         build_report(PrometheusAPI(prom.url), "user", HOUR, end - 11 * HOUR, STEP)
     gone = Prometheus(tmp_path / "p", [])  # a port nothing listens on
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuspawner.cli", "report", f"--prometheus-url={gone.url}"], capture_output=True, text=True
+        [sys.executable, "-m", "gpuspawner.tools.cli", "report", f"--prometheus-url={gone.url}"], capture_output=True, text=True
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"gpuspawner report: cannot reach Prometheus at {gone.url}")
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuspawner.cli", "report", "--since=week", f"--prometheus-url={prom.url}"], capture_output=True, text=True
+        [sys.executable, "-m", "gpuspawner.tools.cli", "report", "--since=week", f"--prometheus-url={prom.url}"],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 1 and "--since 'week' is not a duration" in proc.stderr
     with pytest.raises(ReportError, match="answered 400 Bad Request: .*parse error"):

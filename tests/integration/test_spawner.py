@@ -13,11 +13,11 @@ import pytest
 from jupyterhub.objects import Hub, Server
 from traitlets.config import Config
 
-from gpuspawner.capacity import availability
-from gpuspawner.catalog import build_catalog
-from gpuspawner.memguard import GUARD_ENV, path_prefix
-from gpuspawner.podspec import merge_affinity_terms
-from gpuspawner.scheduling import SpawnRefused
+from gpuspawner.capacity.counts import availability
+from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.offerings.catalog import build_catalog
+from gpuspawner.pod.memguard import GUARD_ENV, path_prefix
+from gpuspawner.pod.podspec import merge_affinity_terms
 from gpuspawner.spawner import GPUSpawner
 
 pytestmark = pytest.mark.cluster
@@ -178,7 +178,7 @@ async def test_cpu_spawn_after_gpu_spawn_on_the_same_spawner_has_no_gpu(devclust
 
 
 GUARD_VARIABLES = set(GUARD_ENV)  # (the exact values are spelled out in assert_guarded)
-HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "memguard_hook.py"
+HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "pod" / "memguard_hook.py"
 
 
 def assert_guarded(pod: dict, fraction: str, mib: str, **more: str) -> None:
@@ -288,7 +288,7 @@ async def test_a_broken_offering_config_is_named_and_never_a_server_error(devclu
     from traitlets.config import Config
 
     from gpuspawner import check_config
-    from gpuspawner.checks import GPUSpawnerConfigError
+    from gpuspawner.capacity.checks import GPUSpawnerConfigError
 
     broken = [{"slug": "a", "kind": "cpu"}, {"slug": "b", "kind": "mig", "profile": "huge"}]
     # At hub start-up: check_config(c) at the end of jupyterhub_config.py stops the hub.

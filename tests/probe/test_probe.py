@@ -15,13 +15,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuspawner.cli import main
 from gpuspawner.devcluster.nvmlstandin import GIB, RESERVED, FakeGpu, FakeMig, FakeNvmlLib, FakeProcess, ProcTree, cgroup_line, installed
 from gpuspawner.devcluster.prometheus import free_port
 from gpuspawner.probe.collect import ProbeCollector, ProcReader
 from gpuspawner.probe.main import server
 from gpuspawner.probe.nvml import NvmlReader
 from gpuspawner.probe.pods import StaticPods
+from gpuspawner.tools.cli import main
 
 MIB = 1 << 20
 ANN, BOB, CAT = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222", "33333333-3333-4333-8333-333333333333"

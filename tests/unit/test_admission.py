@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.admission import (
+from gpuspawner.capacity.admission import (
     ADMIT,
     QUEUE,
     REFUSE,
@@ -17,9 +17,8 @@ from gpuspawner.admission import (
     units_held,
     validate_quota,
 )
-from gpuspawner.capacity import UNCOUNTED, Availability
-from gpuspawner.model import CPU_OFFERING
-from gpuspawner.offerings import offering_from_config
+from gpuspawner.core.model import CPU_OFFERING, UNCOUNTED, Availability
+from gpuspawner.offerings.config import offering_from_config
 
 MIG3 = offering_from_config({"slug": "mig3", "kind": "mig", "profile": "3g.20gb", "display_name": "MIG 3g.20gb"}, 0)
 MIG1 = offering_from_config({"slug": "mig1", "kind": "mig", "profile": "1g.5gb", "display_name": "MIG 1g.5gb"}, 1)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.capacity import UNCOUNTED, Availability, availability, node_serves, units
+from gpuspawner.capacity.counts import availability, node_serves, units
+from gpuspawner.core.fit import PODS, NodeFacts, holds_resources, pod_requests, used_by_node
+from gpuspawner.core.model import CPU_OFFERING, UNCOUNTED, Availability
+from gpuspawner.core.nodeclass import GPU, PRODUCT_LABEL
 from gpuspawner.devcluster.nodes import standard_nodes
-from gpuspawner.discovery import discover
-from gpuspawner.fit import PODS, NodeFacts, holds_resources, pod_requests, used_by_node
-from gpuspawner.model import CPU_OFFERING
-from gpuspawner.nodeclass import GPU, PRODUCT_LABEL
-from gpuspawner.offerings import offering_from_config
-from gpuspawner.selectors import tolerates
+from gpuspawner.names.selectors import tolerates
+from gpuspawner.offerings.config import offering_from_config
+from gpuspawner.offerings.discovery import discover
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}

@@ -12,7 +12,7 @@ from gpuspawner.devcluster.nodes import standard_nodes
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "gpuspawner.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+    return subprocess.run([sys.executable, "-m", "gpuspawner.tools.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from gpuspawner.devcluster.nodes import standard_nodes
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "gpuspawner.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "gpuspawner.tools.cli", *args], capture_output=True, text=True, timeout=60)
 
 
 def write(path, items):

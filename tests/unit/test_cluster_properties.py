@@ -24,10 +24,10 @@ from collections import Counter
 
 import pytest
 
-from gpuspawner.capacity import Tally, availability, units, unreached
+from gpuspawner.capacity.counts import Tally, availability, units, unreached
+from gpuspawner.core.fit import NodeFacts
 from gpuspawner.devcluster.generate import random_cluster
-from gpuspawner.discovery import discover
-from gpuspawner.fit import NodeFacts
+from gpuspawner.offerings.discovery import discover
 
 CLUSTERS = int(os.environ.get("GPUSPAWNER_CLUSTERS", "1500"))
 SHARDS = 10

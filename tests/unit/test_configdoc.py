@@ -2,13 +2,13 @@
 
 from pathlib import Path
 
-from gpuspawner.configdoc import render
+from gpuspawner.tools.configdoc import render
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 
 
 def test_docs_config_md_is_up_to_date():
-    assert DOC.read_text() == render(), "docs/config.md is stale: run `python -m gpuspawner.configdoc > docs/config.md`"
+    assert DOC.read_text() == render(), "docs/config.md is stale: run `python -m gpuspawner.tools.configdoc > docs/config.md`"
 
 
 def test_every_gpuspawner_option_is_documented_with_help():

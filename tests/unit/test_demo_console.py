@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from gpuspawner.demo import console_line, follow
+from gpuspawner.tools.demo import console_line, follow
 
 SHOWN = [
     "[I 2026-11-23 20:49:07.101 GpuCuller cycle:344] cycle done in 0.02s: 1 servers; 0 stop, 0 reclaim (0 kernels), 0 held back, 1 keep",

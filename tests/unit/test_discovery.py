@@ -11,18 +11,18 @@ import copy
 
 import pytest
 
-from gpuspawner.capacity import availability, node_serves
+from gpuspawner.capacity.counts import availability, node_serves
+from gpuspawner.core.fit import NodeFacts
+from gpuspawner.core.model import DEFAULT_GPU_TOLERATION
+from gpuspawner.core.nodeclass import GPU, GPU_SHARED, PRODUCT_LABEL, hosts_pods, mig_settled
 from gpuspawner.devcluster.nodes import standard_nodes
-from gpuspawner.discovery import (
+from gpuspawner.names.vocabulary import Isolation, Kind
+from gpuspawner.offerings.discovery import (
     discover,
     gpu_tolerations,
     memory_mib,
     product_name,
 )
-from gpuspawner.fit import NodeFacts
-from gpuspawner.model import DEFAULT_GPU_TOLERATION
-from gpuspawner.nodeclass import GPU, GPU_SHARED, PRODUCT_LABEL, hosts_pods, mig_settled
-from gpuspawner.vocabulary import Isolation, Kind
 
 DEFAULT_TOL = dict(DEFAULT_GPU_TOLERATION)
 
@@ -803,7 +803,7 @@ def test_vgpu_class_and_guest_nodes_are_not_whole_gpus_of_their_product():
 
 
 def test_configured_whole_gpu_offering_keeps_off_shared_mig_and_vgpu_nodes():
-    from gpuspawner.offerings import offering_from_config
+    from gpuspawner.offerings.config import offering_from_config
 
     any_gpu = offering_from_config({"slug": "any", "kind": "full"}, 0)
     t4_whole = node("w", SEED_T4_LABELS, {GPU: "1"})

@@ -1,4 +1,4 @@
-"""DRA discovery and counts (gpuspawner.dra), on the simulated driver's real-format slices."""
+"""DRA discovery and counts (gpuspawner.dra.devices), on the simulated driver's real-format slices."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuspawner import dranames as dn
-from gpuspawner.cel import SelectorError, compile_selector, parse_quantity
+from gpuspawner.capacity.index import ClusterIndex
+from gpuspawner.core.cel import SelectorError, compile_selector, parse_quantity
+from gpuspawner.core.model import DeviceClaim, Offering
 from gpuspawner.devcluster import dradriver as d
-from gpuspawner.dra import DraState, build_pools, unmatched
-from gpuspawner.index import ClusterIndex
-from gpuspawner.model import DeviceClaim, Offering
-from gpuspawner.offerings import OfferingConfigError, offering_from_config
-from gpuspawner.vocabulary import Kind
+from gpuspawner.dra.devices import DraState, build_pools, unmatched
+from gpuspawner.names import dranames as dn
+from gpuspawner.names.vocabulary import Kind
+from gpuspawner.offerings.config import OfferingConfigError, offering_from_config
 
 H100, L4, A100 = d.DRA_NODES
 
@@ -296,8 +296,8 @@ def test_selectors_that_match_nothing_and_missing_classes_are_warned_about_once_
 def test_the_documented_dra_examples_are_valid_and_count_on_the_simulated_driver():
     from types import SimpleNamespace
 
-    from gpuspawner.configdoc import DRA_SECTION
-    from gpuspawner.offerings import offerings_from_config
+    from gpuspawner.offerings.config import offerings_from_config
+    from gpuspawner.tools.configdoc import DRA_SECTION
 
     code = DRA_SECTION.split("```python\n", 1)[1].split("```", 1)[0]
     c = SimpleNamespace(GPUSpawner=SimpleNamespace())

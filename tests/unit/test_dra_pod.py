@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.allocation import allocated_devices, pod_claim_name
-from gpuspawner.model import DeviceClaim, Offering
-from gpuspawner.podspec import claim_template, container_claim, pod_changes, pod_claim
-from gpuspawner.scheduling import unschedulable_reason
-from gpuspawner.vocabulary import Kind
+from gpuspawner.capacity.allocation import allocated_devices, pod_claim_name
+from gpuspawner.core.model import DeviceClaim, Offering
+from gpuspawner.hub.scheduling import unschedulable_reason
+from gpuspawner.names.vocabulary import Kind
+from gpuspawner.pod.podspec import claim_template, container_claim, pod_changes, pod_claim
 
 SHARING = {
     "driver": "gpu.nvidia.com",
@@ -175,7 +175,7 @@ def test_the_dra_plugins_reason_is_the_schedulers_words_without_what_post_filter
 
 
 def test_a_dra_offering_takes_units_so_quotas_and_admission_apply():
-    from gpuspawner.admission import units_held
+    from gpuspawner.capacity.admission import units_held
 
     assert DRA_H100.takes_units and not Offering(slug="cpu2", kind=Kind.CPU, display_name="x").takes_units
     assert units_held(DRA_H100, {}) == 1  # a bound DRA pod shows no requests: at least one unit

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.capacity import Tally, availability, offering_pod
-from gpuspawner.fit import PODS, NodeFacts, PodSpec, amount, blocked, room
-from gpuspawner.notebook import Notebook
-from gpuspawner.offerings import offering_from_config
-from gpuspawner.podspec import merge_affinity_terms, pod_changes
-from gpuspawner.selectors import (
+from gpuspawner.capacity.counts import Tally, availability, offering_pod
+from gpuspawner.core.fit import PODS, NodeFacts, PodSpec, amount, blocked, room
+from gpuspawner.names.selectors import (
     DOES_NOT_EXIST,
     EXISTS,
     GT,
@@ -31,6 +28,9 @@ from gpuspawner.selectors import (
     terms_to_k8s,
     with_default_tolerations,
 )
+from gpuspawner.offerings.config import offering_from_config
+from gpuspawner.pod.notebook import Notebook
+from gpuspawner.pod.podspec import merge_affinity_terms, pod_changes
 
 GPU = "nvidia.com/gpu"
 TS = "nvidia.com/gpu.shared"

@@ -1,4 +1,4 @@
-"""The spawn page's view layer: gpuspawner.form.render_form, parsed back with html.parser."""
+"""The spawn page's view layer: gpuspawner.hub.form.render_form, parsed back with html.parser."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from markupsafe import Markup
 
-from gpuspawner import form as form_module
-from gpuspawner.form import render_form, ui_dir
-from gpuspawner.views import FormView, GroupView, OptionView, group_options, user_options_from_form
-from gpuspawner.vocabulary import Isolation, Kind
-from gpuspawner.wording import group_title, isolation_phrase, memory_truth
+from gpuspawner.core.wording import group_title, isolation_phrase, memory_truth
+from gpuspawner.hub import form as form_module
+from gpuspawner.hub.form import render_form, ui_dir
+from gpuspawner.names.vocabulary import Isolation, Kind
+from gpuspawner.page.views import FormView, GroupView, OptionView, group_options, user_options_from_form
 
 KIND_ORDER = ("cpu", "shared", "mig", "full", "vgpu", "custom")
 XSS_NAME = "<script>alert(1)</script>"
@@ -511,17 +511,17 @@ def test_templates_are_read_from_the_installed_package_first(tmp_path, monkeypat
     (package / "ui" / "templates" / "gpuspawner_form.html").write_text("installed {{ view.selected }}")
     (package / "ui" / "static" / "gpuspawner.css").write_text("")
     (package / "ui" / "static" / "gpuspawner.js").write_text("")
-    monkeypatch.setattr(form_module, "__file__", str(package / "form.py"))
+    monkeypatch.setattr(form_module, "__file__", str(package / "hub" / "form.py"))
     assert ui_dir() == package / "ui"
     assert render_form(example_view(selected="h100")) == "installed h100"
 
 
 def test_repository_ui_folder_is_the_fallback():
-    assert ui_dir() == Path(form_module.__file__).resolve().parent.parent / "ui"
+    assert ui_dir() == Path(form_module.__file__).resolve().parents[2] / "ui"
 
 
 def test_missing_templates_say_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setattr(form_module, "__file__", str(tmp_path / "a" / "gpuspawner" / "form.py"))
+    monkeypatch.setattr(form_module, "__file__", str(tmp_path / "a" / "gpuspawner" / "hub" / "form.py"))
     with pytest.raises(FileNotFoundError, match="Reinstall gpuspawner"):
         ui_dir()
 

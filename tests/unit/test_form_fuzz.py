@@ -19,10 +19,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuspawner.choice import Choice, ChoiceError, parse_choice, parse_count
-from gpuspawner.model import CPU_OFFERING
-from gpuspawner.offerings import offering_from_config
-from gpuspawner.policy import Requester, allowed
+from gpuspawner.capacity.policy import Requester, allowed
+from gpuspawner.core.model import CPU_OFFERING
+from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice, parse_count
+from gpuspawner.offerings.config import offering_from_config
 
 #: Examples per fuzz test (the two narrow ones run a quarter of it); raise it for a deeper run:
 #: GPUSPAWNER_FUZZ_EXAMPLES=20000 pytest tests/unit/test_form_fuzz.py -s

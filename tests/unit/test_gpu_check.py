@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuspawner.memguard import GuardDefaults, guard_changes, guard_for
-from gpuspawner.offerings import offering_from_config
+from gpuspawner.offerings.config import offering_from_config
+from gpuspawner.pod.memguard import GuardDefaults, guard_changes, guard_for
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from gpuspawner.admission import Held, QuotaLedger, Quotas
-from gpuspawner.hubhooks import RefusalsOnOneLine
-from gpuspawner.model import Offering
-from gpuspawner.podspec import default_hub_id, hub_id_problem, hub_selector, identity, user_key
-from gpuspawner.useroptions import MAX_VALUE_CHARS, oversized
-from gpuspawner.vocabulary import Kind
+from gpuspawner.capacity.admission import Held, QuotaLedger, Quotas
+from gpuspawner.core.model import Offering
+from gpuspawner.hub.hubhooks import RefusalsOnOneLine
+from gpuspawner.names.vocabulary import Kind
+from gpuspawner.page.useroptions import MAX_VALUE_CHARS, oversized
+from gpuspawner.pod.podspec import default_hub_id, hub_id_problem, hub_selector, identity, user_key
 
 
 def test_zero_to_jupyterhubs_release_and_namespace_name_the_hub():
@@ -92,7 +92,7 @@ def test_what_counts_as_the_api_server_not_answering():
 
 
 async def test_a_failed_request_makes_live_looking_counts_not_live_until_one_answers():
-    from gpuspawner.inventory import Inventory
+    from gpuspawner.hub.inventory import Inventory
 
     inventory = Inventory(api=object(), dra_api=object())
     for kind in ("nodes", "pods"):

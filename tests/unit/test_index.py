@@ -12,13 +12,13 @@ import random
 
 import pytest
 
-from gpuspawner.capacity import availability
+from gpuspawner.capacity.counts import availability
+from gpuspawner.capacity.index import ClusterIndex
+from gpuspawner.core.fit import PODS
 from gpuspawner.devcluster.generate import random_cluster, random_pods
-from gpuspawner.discovery import discover
-from gpuspawner.fit import PODS
-from gpuspawner.index import ClusterIndex
-from gpuspawner.notebook import Notebook
-from gpuspawner.offerings import offering_from_config
+from gpuspawner.offerings.config import offering_from_config
+from gpuspawner.offerings.discovery import discover
+from gpuspawner.pod.notebook import Notebook
 
 NOTEBOOKS = [
     Notebook(),

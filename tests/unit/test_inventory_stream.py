@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from gpuspawner.inventory import Inventory
+from gpuspawner.hub.inventory import Inventory
 
 
 def pod(name: str, node: str, gpus: int, rv: str) -> dict:

@@ -15,10 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from gpuspawner.capacity import UNCOUNTED
-from gpuspawner.checks import config_problems
-from gpuspawner.discovery import discover
-from gpuspawner.memguard import (
+from gpuspawner.capacity.checks import config_problems
+from gpuspawner.capacity.policy import Requester
+from gpuspawner.core.model import UNCOUNTED, GuardSetting
+from gpuspawner.core.wording import memory_truth
+from gpuspawner.names.vocabulary import Kind
+from gpuspawner.offerings.config import OfferingConfigError, offering_from_config
+from gpuspawner.offerings.discovery import discover
+from gpuspawner.offerings.overrides import apply_overrides
+from gpuspawner.page.cards import option_views
+from gpuspawner.pod.memguard import (
     CONTEXT_MIB,
     DEFAULT_KINDS,
     PROCESSES,
@@ -29,17 +35,10 @@ from gpuspawner.memguard import (
     guarded_environment,
     path_prefix,
 )
-from gpuspawner.model import GuardSetting
-from gpuspawner.offerings import OfferingConfigError, offering_from_config
-from gpuspawner.overrides import apply_overrides
-from gpuspawner.page import option_views
-from gpuspawner.podspec import pod_changes
-from gpuspawner.policy import Requester
-from gpuspawner.vocabulary import Kind
-from gpuspawner.wording import memory_truth
+from gpuspawner.pod.podspec import pod_changes
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
-HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "memguard_hook.py"
+HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "pod" / "memguard_hook.py"
 ON = GuardDefaults()
 EVERY_KIND = GuardDefaults(kinds=frozenset({Kind.SHARED, Kind.CUSTOM, Kind.MIG, Kind.FULL, Kind.VGPU}))
 

@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 from jaxlib import xla_client
 
-from gpuspawner.memguard import guard_changes, guard_for, path_prefix
-from gpuspawner.podspec import POD_SETTINGS, layered_settings, pod_changes
+from gpuspawner.pod.memguard import guard_changes, guard_for, path_prefix
+from gpuspawner.pod.podspec import POD_SETTINGS, layered_settings, pod_changes
 from tests.unit.test_memguard import EVERY_KIND, ON, config, python_in_pod, shared
 
-HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "memguard_hook.py"
+HOOK = Path(__file__).resolve().parents[2] / "gpuspawner" / "pod" / "memguard_hook.py"
 
 
 def pod_environment(offering, defaults=ON, count=1, admin=None, profile=None) -> dict[str, str]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuspawner import metrics
-from gpuspawner.vocabulary import GPU_USERS_GROUP
+from gpuspawner.hub import metrics
+from gpuspawner.names.vocabulary import GPU_USERS_GROUP
 
 
 def test_the_first_group_alphabetically_and_none_without_groups():

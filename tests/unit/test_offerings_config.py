@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.catalog import CatalogConfig, build_catalog, merge
-from gpuspawner.devcluster.nodes import standard_nodes
-from gpuspawner.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION, Offering
-from gpuspawner.nodeclass import (
+from gpuspawner.core.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION, Offering
+from gpuspawner.core.nodeclass import (
     GKE_ACCELERATOR_LABEL,
     GKE_PARTITION_LABEL,
     GPU,
@@ -21,10 +19,12 @@ from gpuspawner.nodeclass import (
     mig_profile_parts,
     mig_resource_name,
 )
-from gpuspawner.offerings import OfferingConfigError, offering_from_config, offerings_from_config
-from gpuspawner.overrides import apply_overrides
-from gpuspawner.vocabulary import Isolation, Kind
-from gpuspawner.wording import memory_phrase, share_phrase
+from gpuspawner.core.wording import memory_phrase, share_phrase
+from gpuspawner.devcluster.nodes import standard_nodes
+from gpuspawner.names.vocabulary import Isolation, Kind
+from gpuspawner.offerings.catalog import CatalogConfig, build_catalog, merge
+from gpuspawner.offerings.config import OfferingConfigError, offering_from_config, offerings_from_config
+from gpuspawner.offerings.overrides import apply_overrides
 
 DEFAULT_TOL = dict(DEFAULT_GPU_TOLERATION)
 

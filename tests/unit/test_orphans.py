@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from gpuspawner.orphans import ORPHANS, HubRecords, OrphanReconciler, PodRef, find_orphans
+from gpuspawner.hub.orphans import ORPHANS, HubRecords, OrphanReconciler, PodRef, find_orphans
 
 
 def hub(servers: dict | None = None, users: tuple[str, ...] = ("ann", "bob")) -> HubRecords:

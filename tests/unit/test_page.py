@@ -5,11 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from gpuspawner.capacity import UNCOUNTED, Availability
-from gpuspawner.model import CPU_OFFERING
-from gpuspawner.offerings import offering_from_config
-from gpuspawner.page import availability_text, default_choice, option_views
-from gpuspawner.policy import Requester
+from gpuspawner.capacity.policy import Requester
+from gpuspawner.core.model import CPU_OFFERING, UNCOUNTED, Availability
+from gpuspawner.offerings.config import offering_from_config
+from gpuspawner.page.cards import availability_text, default_choice, option_views
 
 ZURICH = ZoneInfo("Europe/Zurich")
 TUESDAY_NOON = datetime(2026, 11, 24, 12, 0, tzinfo=ZURICH)

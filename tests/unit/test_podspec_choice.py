@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.choice import Choice, ChoiceError, parse_choice, parse_count, shown
-from gpuspawner.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION
-from gpuspawner.nodeclass import GPU, PRODUCT_LABEL
-from gpuspawner.offerings import offering_from_config
-from gpuspawner.podspec import FORBIDDEN_ENV, merge_tolerations, pod_changes
-from gpuspawner.policy import Requester, allowed, may_use
-from gpuspawner.vocabulary import (
+from gpuspawner.capacity.policy import Requester, allowed, may_use
+from gpuspawner.core.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION
+from gpuspawner.core.nodeclass import GPU, PRODUCT_LABEL
+from gpuspawner.names.vocabulary import (
     COUNT_KEY,
     ENV_COUNT,
     ENV_KIND,
@@ -20,6 +17,9 @@ from gpuspawner.vocabulary import (
     OFFERING_KEY,
     RECORD_KEY,
 )
+from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice, parse_count, shown
+from gpuspawner.offerings.config import offering_from_config
+from gpuspawner.pod.podspec import FORBIDDEN_ENV, merge_tolerations, pod_changes
 
 DEFAULT_TOL = dict(DEFAULT_GPU_TOLERATION)
 SKU_TOL = {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
@@ -119,7 +119,7 @@ def test_env_has_offering_and_never_device_visibility_even_if_admin_set_it():
 
 
 def test_overridden_env_still_cannot_set_visible_devices():
-    from gpuspawner.overrides import apply_overrides
+    from gpuspawner.offerings.overrides import apply_overrides
 
     (o,) = apply_overrides([H100], {"h100": {"env": {"NVIDIA_VISIBLE_DEVICES": "all"}}})
     assert dict(o.env) == {"NVIDIA_VISIBLE_DEVICES": "all"}

@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from gpuspawner.admission import ADMIT, REFUSE, Held, QuotaLedger, Quotas
-from gpuspawner.model import CPU_OFFERING
-from gpuspawner.offerings import offering_from_config
+from gpuspawner.capacity.admission import ADMIT, REFUSE, Held, QuotaLedger, Quotas
+from gpuspawner.core.model import CPU_OFFERING
+from gpuspawner.offerings.config import offering_from_config
 
 T4 = offering_from_config({"slug": "t4", "kind": "shared", "replicas": 4}, 0)
 MIG1 = offering_from_config({"slug": "mig1", "kind": "mig", "profile": "1g.5gb"}, 1)

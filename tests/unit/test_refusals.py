@@ -10,13 +10,13 @@ from zoneinfo import ZoneInfo
 import pytest
 from jupyterhub.spawner import SpawnException
 
-from gpuspawner.choice import MALFORMED, NOT_OFFERED, ChoiceError, parse_choice
-from gpuspawner.hubhooks import RefusalsOnOneLine
-from gpuspawner.index import Health
-from gpuspawner.model import CPU_OFFERING
-from gpuspawner.page import counts_notice, unreachable_message
-from gpuspawner.scheduling import REFUSAL_STATUS, SpawnRefused
-from gpuspawner.useroptions import check_profile, describe_keys, known_keys, split_known
+from gpuspawner.capacity.index import Health
+from gpuspawner.core.model import CPU_OFFERING
+from gpuspawner.hub.hubhooks import RefusalsOnOneLine
+from gpuspawner.hub.scheduling import REFUSAL_STATUS, SpawnRefused
+from gpuspawner.offerings.choice import MALFORMED, NOT_OFFERED, ChoiceError, parse_choice
+from gpuspawner.page.cards import counts_notice, unreachable_message
+from gpuspawner.page.useroptions import check_profile, describe_keys, known_keys, split_known
 
 ZURICH = ZoneInfo("Europe/Zurich")
 NOW = datetime(2026, 11, 24, 14, 3, 51, tzinfo=ZURICH)

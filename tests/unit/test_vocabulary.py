@@ -1,4 +1,4 @@
-"""Names that cross a module boundary are defined once, in gpuspawner/vocabulary.py.
+"""Names that cross a module boundary are defined once, in gpuspawner/names/vocabulary.py.
 
 A label, annotation or environment name spelled a second time drifts (the offering label
 once had two names); this test finds any string literal in the package that repeats one
@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from gpuspawner import vocabulary
-from gpuspawner.vocabulary import AdmissionPolicy, Kind
+from gpuspawner.names import vocabulary
+from gpuspawner.names.vocabulary import AdmissionPolicy, Kind
 
 PACKAGE = Path(vocabulary.__file__).resolve().parent
 #: The names whose literal value means nothing else anywhere in the package.
@@ -50,7 +50,7 @@ def string_literals(path: Path) -> set[str]:
 def test_each_boundary_name_is_spelled_only_in_the_vocabulary():
     values = {getattr(vocabulary, name): name for name in DISTINCT}
     repeated = [
-        f"{path.relative_to(PACKAGE.parent)} spells {values[text]} ({text!r}): import it from gpuspawner.vocabulary"
+        f"{path.relative_to(PACKAGE.parent)} spells {values[text]} ({text!r}): import it from gpuspawner.names.vocabulary"
         for path in sorted(PACKAGE.rglob("*.py"))
         if path != Path(vocabulary.__file__).resolve()
         for text in sorted(string_literals(path) & set(values))

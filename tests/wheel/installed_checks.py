@@ -81,7 +81,7 @@ def memory_guard_hook() -> None:
 
     source = spawner._hook_source()  # what a guarded pod's annotation carries (braces doubled for KubeSpawner)
     assert "class AfterImport" in source and source.replace("{{", "{").replace("}}", "}") == (
-        Path(spawner.__file__).with_name("memguard_hook.py").read_text()
+        Path(spawner.__file__).with_name("pod").joinpath("memguard_hook.py").read_text()
     ), source[:200]
     ok("memory guard hook read from the wheel")
 
@@ -89,7 +89,7 @@ def memory_guard_hook() -> None:
 def hub_page_templates() -> None:
     """The hub's home and spawn pages with the culler's actions (docs/culler.md): their
     templates come from the installed package, not from a repository."""
-    from gpuspawner.culleractions import hub_templates_dir
+    from gpuspawner.hub.culleractions import hub_templates_dir
 
     where = Path(hub_templates_dir()).resolve()
     site = Path(sysconfig.get_paths()["purelib"]).resolve()

@@ -54,9 +54,9 @@ def test_the_wheel_holds_the_package_and_its_files_only(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "gpuspawner/spawner.py" in names and "gpuspawner/culler/__main__.py" in names
     assert "gpuspawner/ui/templates/gpuspawner_form.html" in names
-    assert "gpuspawner/memguard_hook.py" in names  # the memory guard's start-up hook, mounted into pods
+    assert "gpuspawner/pod/memguard_hook.py" in names  # the memory guard's start-up hook, mounted into pods
     assert any(n.startswith("gpuspawner/ui/static/") for n in names)
-    # the hub's home and spawn pages with the culler's actions (gpuspawner.culleractions)
+    # the hub's home and spawn pages with the culler's actions (gpuspawner.hub.culleractions)
     assert {"gpuspawner/ui/hub_templates/home.html", "gpuspawner/ui/hub_templates/spawn.html"} <= names
     assert "gpuspawner/devcluster/nodes.yaml" in names and "gpuspawner/devcluster/gomod/go.mod" in names
     # the notebook's GPU view: the server extension enabled on install, the prebuilt JupyterLab extension
@@ -69,7 +69,7 @@ def test_the_wheel_holds_the_package_and_its_files_only(wheel):
         for n in names
         if n.startswith("gpuspawner/notebook_ext/labextension/") or "node_modules" in n or n.startswith("gpuspawner/ui/labextension")
     ]
-    assert "gpuspawner/demo.py" not in names  # needs the repository: run it from a clone (README.md)
+    assert "gpuspawner/tools/demo.py" not in names  # needs the repository: run it from a clone (README.md)
     assert not [n for n in names if n.startswith("tests/") or "/__pycache__/" in n or n.endswith(".pyc")]
 
 

@@ -1,0 +1,235 @@
+"""Admission: may this spawn go ahead now? Pure.
+
+Per offering, when nothing is free: ``block`` refuses at once, ``warn`` starts
+anyway and says it may wait, ``queue`` waits for capacity up to a time limit.
+An offering on an autoscaled pool (``scalable_nodes``) is never refused for
+lack of nodes: the pool grows when the pod asks. Quotas cap what a user (across
+all their named servers) and a group (all its members together) hold at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpuspawner.capacity.counts import units
+from gpuspawner.core.model import Availability, Offering
+from gpuspawner.core.wording import group_title
+from gpuspawner.names.vocabulary import AdmissionPolicy, Kind
+
+#: The decision's action. ``warn`` and ``queue`` are also the names of the admin's
+#: :class:`~gpuspawner.names.vocabulary.AdmissionPolicy` that leads to them; ``block`` leads to ``refuse``.
+ADMIT, WARN, QUEUE, REFUSE = "admit", "warn", "queue", "refuse"
+#: Quota keys: "total" counts every GPU unit, a kind name counts that kind only.
+QUOTA_KEYS = ("total", *(k.value for k in Kind if k is not Kind.CPU))
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Held:
+    """GPU units one server holds (or has been granted): its offering's kind, how many
+    units, and whose they are (the user's pod-label form, ``hub.jupyter.org/username``)."""
+
+    kind: str
+    units: int
+    user: str = ""
+
+
+def units_held(offering: Offering, requests: Mapping[str, int]) -> int:
+    """How many units of ``offering`` a pod with ``requests`` holds (at least 1 for a GPU pod).
+
+    A DRA pod requests no extended resource: its devices are in its claim, which the pod's
+    requests do not show, so a bound DRA pod counts as 1 unit (this hub process's own grant,
+    with the true count, overlays it until the server stops; see :class:`QuotaLedger`)."""
+    return max(units(offering, requests), 1) if offering.takes_units else 0
+
+
+def describe_free(offering: Offering, avail: Availability) -> str:
+    return f"{avail.free} of {avail.capacity}"
+
+
+def alternatives(options: Iterable[tuple[Offering, Availability]], exclude: str, limit: int = 4) -> str:
+    """ "MIG 1g.5gb (2), T4 1/4 share (3)": free GPU offerings the user may take instead."""
+    free = [f"{o.display_name} ({a.free})" for o, a in options if o.slug != exclude and o.is_gpu and not o.hidden and (a.free or 0) > 0]
+    return ", ".join(free[:limit])
+
+
+def admit(
+    offering: Offering,
+    count: int,
+    avail: Availability,
+    default_policy: AdmissionPolicy | str,
+    others: Iterable[tuple[Offering, Availability]] = (),
+) -> Decision:
+    """The decision for ``count`` units of ``offering`` given its availability now."""
+    if not offering.takes_units or not avail.counted:
+        return Decision(ADMIT)
+    if (avail.largest_free or 0) >= count:
+        return Decision(ADMIT)
+    what = offering.display_name if count == 1 else f"{count} x {offering.display_name} on one node"
+    if offering.scalable_nodes:
+        return Decision(
+            WARN,
+            f"No {what} is free right now; the pool can grow by up to {offering.scalable_nodes} node(s), "
+            f"so your server should start in about {offering.scale_up_minutes} minutes.",
+        )
+    instead = alternatives(others, offering.slug)
+    refusal = f"No {what} is free ({describe_free(offering, avail)} free)." + (f" Free now: {instead}." if instead else "")
+    policy = offering.admission or default_policy
+    if policy == AdmissionPolicy.WARN:
+        return Decision(WARN, f"No {what} is free right now; your server will start when one is. {refusal}")
+    if policy == AdmissionPolicy.QUEUE:
+        return Decision(QUEUE, f"No {what} is free right now: you are in the queue for the next one.")
+    return Decision(REFUSE, refusal)
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """``user``: {key: max units}; ``groups``: group -> {key: max units for all members together}."""
+
+    user: Mapping[str, int] = field(default_factory=dict)
+    groups: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+def _over(limits: Mapping[str, int], held: Iterable[Held], kind: str, count: int) -> tuple[str, int, int] | None:
+    held = list(held)
+    for key, limit in limits.items():
+        if key != "total" and key != kind:
+            continue
+        now = sum(h.units for h in held if key == "total" or h.kind == key)
+        if now + count > limit:
+            return key, now, limit
+    return None
+
+
+def _quota_words(key: str) -> str:
+    return "GPUs of any kind" if key == "total" else f"{group_title(key)} units"
+
+
+def check_quota(
+    offering: Offering,
+    count: int,
+    quotas: Quotas,
+    user_held: Iterable[Held],
+    group_held: Mapping[str, Iterable[Held]],
+) -> Decision:
+    """Refuse when this spawn would take a user or one of their groups over quota."""
+    if not offering.is_gpu or not offering.takes_units:
+        return Decision(ADMIT)
+    kind = offering.kind.value
+    over = _over(quotas.user, user_held, kind, count)
+    if over:
+        key, now, limit = over
+        return Decision(
+            REFUSE,
+            f"Over your quota: you may hold {limit} {_quota_words(key)} at once and already hold {now}. "
+            "Stop one of your other servers first.",
+        )
+    for group, held in group_held.items():
+        limits = quotas.groups.get(group) or {}
+        over = _over(limits, held, kind, count)
+        if over:
+            key, now, limit = over
+            return Decision(
+                REFUSE,
+                f"Over the quota of your group '{group}': its members may hold {limit} {_quota_words(key)} "
+                f"together and already hold {now}. Try again later or pick a smaller option.",
+            )
+    return Decision(ADMIT)
+
+
+def validate_quota(value: object, where: str) -> dict[str, int]:
+    """Check one quota dict from config; raises ValueError naming ``where``."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} must be a dict like {{'total': 2, 'full': 1}}, got {value!r}")
+    for key, limit in value.items():
+        if key not in QUOTA_KEYS:
+            raise ValueError(f"{where}: unknown key {key!r}; use one of {list(QUOTA_KEYS)}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"{where}[{key!r}] must be a whole number >= 0, got {limit!r}")
+    return dict(value)
+
+
+class QuotaLedger:
+    """The GPU units this hub process has granted and not yet taken back, by server.
+
+    A quota must count what a user *will* hold, not only what the cluster shows bound:
+    between admission and the scheduler binding the pod (and the inventory seeing it)
+    a spawn is visible nowhere else. Each grant is recorded under the server's key (the
+    pod's ``namespace/name``) until :meth:`release` (the server stopped or its start
+    failed); after a hub restart, running servers are counted from their bound pods.
+
+    :meth:`grant` checks and records in one synchronous step: under asyncio nothing can
+    run between the check and the record, so concurrent spawns of one user or group are
+    granted exactly up to the quota, in whatever order they interleave.
+
+    A hub that restarts with servers running starts with no grants; :meth:`restore` gives it
+    back what each running server's saved record says it holds (its kind and true count: a
+    DRA server's devices, a pod not bound yet), so a quota is the same before and after.
+    """
+
+    def __init__(self) -> None:
+        self.grants: dict[str, Held] = {}
+        #: Whether :meth:`restore` has run in this process.
+        self.restored = False
+
+    def restore(self, saved: Mapping[str, Held]) -> None:
+        """Grant what running servers held before this process began (by server key); a key
+        granted since (a spawn in this process) keeps its own grant."""
+        for key, held in saved.items():
+            self.grants.setdefault(key, held)
+        self.restored = True
+
+    def holdings(self, bound: Mapping[str, Held], exclude: str = "") -> dict[str, Held]:
+        """Everything held now, by server key: bound pods, overlaid by grants (one per key)."""
+        held = {**bound, **self.grants}
+        held.pop(exclude, None)
+        return held
+
+    def check(
+        self,
+        key: str,
+        offering: Offering,
+        count: int,
+        user: str,
+        quotas: Quotas,
+        group_members: Mapping[str, Iterable[str]],
+        bound: Mapping[str, Held],
+    ) -> Decision:
+        """Check ``count`` units of ``offering`` for ``user``'s server ``key`` against the
+        user's quota and that of each of ``group_members`` (group -> member users).
+        ``bound``: what bound pods hold, by server key. Records nothing."""
+        held = self.holdings(bound, exclude=key)
+        members = {group: set(users) for group, users in group_members.items()}
+        return check_quota(
+            offering,
+            count,
+            quotas,
+            [h for h in held.values() if h.user == user],
+            {group: [h for h in held.values() if h.user in names] for group, names in members.items()},
+        )
+
+    def grant(
+        self,
+        key: str,
+        offering: Offering,
+        count: int,
+        user: str,
+        quotas: Quotas,
+        group_members: Mapping[str, Iterable[str]],
+        bound: Mapping[str, Held],
+    ) -> Decision:
+        """:meth:`check`, and record the grant when admitted (a GPU offering that takes units)."""
+        decision = self.check(key, offering, count, user, quotas, group_members, bound)
+        if decision.action != REFUSE and offering.is_gpu and offering.takes_units:
+            self.grants[key] = Held(offering.kind.value, count, user)
+        return decision
+
+    def release(self, key: str) -> None:
+        """The server ``key`` holds nothing any more (stopped, or its start failed)."""
+        self.grants.pop(key, None)

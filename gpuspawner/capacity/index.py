@@ -1,0 +1,326 @@
+"""The cluster index: the slim facts of Nodes and Pods that the free counts need, kept per event. Pure.
+
+:class:`ClusterIndex` holds each node's labels, taints, cordon and allocatable (GPUs, cpu,
+memory, pods) and each bound non-terminal pod's requests (GPUs, cpu, memory, and the one
+pod it is) and, per tracked offering, capacity and free units kept up to date *per
+event*: an event touches one node, and only that node's rows are recomputed. A page view
+reads ready numbers. The counts are the scheduler's (:mod:`gpuspawner.capacity.counts`), for the
+pod the hub makes: :meth:`ClusterIndex.set_notebook` gives the notebook's own cpu and
+memory guarantees, selector and tolerations.
+
+It does no I/O: :class:`gpuspawner.hub.inventory.Inventory` feeds it from the API server's
+list and watch, and tests and benchmarks feed it node and pod dicts directly.
+:class:`Health` says how far its counts can be trusted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuspawner.capacity.counts import NO_NOTEBOOK, Row, Tally
+from gpuspawner.core.fit import NodeFacts, holds_resources, pod_requests
+from gpuspawner.core.model import UNCOUNTED, Availability, Offering
+from gpuspawner.dra.devices import DraState
+from gpuspawner.names.vocabulary import KUBESPAWNER_USER_LABEL, LABEL_HUB, LABEL_OFFERING, Kind
+from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS, aggregate, node_offerings
+from gpuspawner.pod.notebook import Notebook
+
+#: Pods of a cluster ask for few distinct request sets: each is kept once.
+_INTERNED: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
+_INTERN_LIMIT = 50_000
+#: Extended resources of NVIDIA's device plugin (``nvidia.com/gpu``, ``nvidia.com/mig-...``, ``.shared``).
+PLUGIN_PREFIX = "nvidia.com/"
+
+
+def _interned(requests: dict[str, int]) -> Mapping[str, int]:
+    key = tuple(sorted(requests.items()))
+    found = _INTERNED.get(key)
+    if found is None:
+        if len(_INTERNED) >= _INTERN_LIMIT:
+            return requests
+        found = _INTERNED[key] = requests
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    """What the counts need of one pod (never the whole object)."""
+
+    node: str
+    requests: Mapping[str, int]
+    user: str | None = None
+    offering: str | None = None
+    hub: str | None = None  #: the hub that made it (``vocabulary.LABEL_HUB``), None if unlabelled
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any]) -> PodFacts | None:
+        if not holds_resources(pod):
+            return None
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return cls(
+            node=pod["spec"]["nodeName"],
+            requests=_interned(pod_requests(pod)),
+            user=labels.get(KUBESPAWNER_USER_LABEL),
+            offering=labels.get(LABEL_OFFERING),
+            hub=labels.get(LABEL_HUB),
+        )
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class _OfferingRows:
+    """Capacity, allocated and free units of one offering, per node and in total."""
+
+    __slots__ = ("offering", "tally", "rows", "reach", "capacity", "allocated", "free", "largest_hist", "_cached")
+
+    def __init__(self, offering: Offering, notebook: Notebook):
+        self.offering = offering
+        self.tally = Tally(offering, notebook)
+        self.rows: dict[str, Row] = {}
+        #: node -> whether the offering's pod may land there at all (pod events do not change it)
+        self.reach: dict[str, bool] = {}
+        self.capacity = self.allocated = self.free = 0
+        self.largest_hist: Counter[int] = Counter()
+        self._cached: Availability | None = None
+
+    def set(self, node: str, row: Row | None) -> None:
+        old = self.rows.pop(node, None)
+        if old == row and row is not None:
+            self.rows[node] = row
+            return
+        self._cached = None
+        if old is not None:
+            self.capacity -= old[0]
+            self.allocated -= old[1]
+            self.free -= old[2]
+            self.largest_hist[old[3]] -= 1
+        if row is not None:
+            self.rows[node] = row
+            self.capacity += row[0]
+            self.allocated += row[1]
+            self.free += row[2]
+            self.largest_hist[row[3]] += 1
+
+    def availability(self) -> Availability:
+        """Cached until a row changes: a page view costs nothing per node."""
+        if self._cached is None:
+            largest = max((f for f, n in self.largest_hist.items() if n > 0), default=0)
+            self._cached = Availability(
+                capacity=self.capacity,
+                allocated=self.allocated,
+                free=self.free,
+                largest_free=largest,
+                nodes=tuple(sorted(self.rows)),
+            )
+        return self._cached
+
+
+class ClusterIndex:
+    """The incremental, pure part of the inventory."""
+
+    def __init__(self, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS):
+        self.class_labels = tuple(vgpu_class_labels)
+        self.notebook: Notebook = NO_NOTEBOOK
+        self.nodes: dict[str, NodeFacts] = {}
+        self.pods: dict[str, PodFacts] = {}
+        self.used: dict[str, Counter[str]] = {}
+        self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}
+        self.tracked: dict[str, _OfferingRows] = {}
+        self._node_offers: dict[str, list[tuple[Offering, int]]] = {}
+        self._discovered: list[Offering] | None = []
+        #: Devices of Dynamic Resource Allocation (ResourceSlices, DeviceClasses, ResourceClaims).
+        self.dra = DraState()
+
+    # ------------------------------------------------------------------ reads
+
+    def discovered(self) -> list[Offering]:
+        """Discovered offerings of the current nodes (recomputed only after a change in them)."""
+        if self._discovered is None:
+            self._discovered = aggregate(self._node_offers.values())
+        return self._discovered + self.dra.discovered()
+
+    def availability(self, offering: Offering) -> Availability:
+        """Capacity and free units of ``offering`` now (reservations count as taken)."""
+        if offering.claim is not None:
+            return self.dra.availability(offering)
+        if not offering.resources:
+            return UNCOUNTED
+        rows = self.tracked.get(offering.slug)
+        if rows is None or rows.offering != offering:
+            rows = self._track(offering)
+        return rows.availability()
+
+    # ------------------------------------------------------------------ writes
+
+    def set_notebook(self, notebook: Notebook) -> None:
+        """The hub's notebook pod (cpu/memory guarantees, selector, tolerations): every count fits it beside the GPU."""
+        if notebook != self.notebook:
+            self.notebook = notebook
+            for slug in list(self.tracked):
+                self._track(self.tracked[slug].offering)
+
+    def replace(self, nodes: Iterable[Mapping[str, Any]] | None = None, pods: Iterable[Mapping[str, Any]] | None = None) -> None:
+        """A (re)list: replace all nodes and/or all pods, then recompute every row."""
+        if nodes is not None:
+            self.nodes = {}
+            self._node_offers = {}
+            for raw in nodes:
+                facts = NodeFacts.from_node(raw)
+                self.nodes[facts.name] = facts
+                self._node_offers[facts.name] = list(node_offerings(facts, self.class_labels))
+            self._discovered = None
+            self._plugin_nodes_changed()
+        if pods is not None:
+            self.pods = {}
+            self.used = {}
+            for raw in pods:
+                pod = PodFacts.from_pod(raw)
+                if pod is not None:
+                    key = pod_key(raw)
+                    self.pods[key] = pod
+                    self._add_use(pod.node, pod.requests, +1)
+                    self.reservations.pop(key, None)
+            for node, requests in self.reservations.values():
+                self._add_use(node, requests, +1)
+        for slug in list(self.tracked):
+            self._track(self.tracked[slug].offering)
+
+    def node_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        name = (raw.get("metadata") or {}).get("name", "")
+        old_slugs = {o.slug for o, _ in self._node_offers.get(name, ())}
+        if kind == "DELETED":
+            self.nodes.pop(name, None)
+            offers = self._node_offers.pop(name, [])
+        else:
+            facts = NodeFacts.from_node(raw)
+            old = self.nodes.get(name)
+            self.nodes[name] = facts
+            if old == facts:
+                return  # a status heartbeat: nothing the counts use changed
+            offers = list(node_offerings(facts, self.class_labels))
+            self._node_offers[name] = offers
+        self._plugin_nodes_changed()
+        for rows in self.tracked.values():
+            rows.reach.pop(name, None)
+        new_slugs = {o.slug for o, _ in offers} if kind != "DELETED" else set()
+        if new_slugs != old_slugs or any(o.kind is Kind.FULL for o, _ in offers):
+            self._discovered = None
+        self._refresh_node(name)
+
+    def pod_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        key = pod_key(raw)
+        old = self.pods.pop(key, None)
+        new = None if kind == "DELETED" else PodFacts.from_pod(raw)
+        if old == new:
+            if new is not None:
+                self.pods[key] = new
+            return
+        touched = set()
+        if old is not None:
+            self._add_use(old.node, old.requests, -1)
+            touched.add(old.node)
+        if new is not None:
+            self.pods[key] = new
+            self._add_use(new.node, new.requests, +1)
+            touched.add(new.node)
+            # The pod is bound: its requests now count, so its reservation goes.
+            reserved = self.reservations.pop(key, None)
+            if reserved is not None:
+                self._add_use(reserved[0], reserved[1], -1)
+                touched.add(reserved[0])
+        for node in touched:
+            self._refresh_node(node)
+
+    def reserve(self, key: str, offering: Offering, count: int) -> str | None:
+        """Hold ``count`` units of ``offering`` for the pod ``key`` until it is bound (or released).
+
+        The units (and the notebook's cpu, memory and pod slot) are taken on the node with
+        the most free room for them, so every offering that shares that node sees them
+        taken. Returns the node, or None if no node has room (nothing is held then). A DRA
+        offering holds devices instead (:meth:`gpuspawner.dra.devices.DraState.reserve`).
+        """
+        self.release(key)
+        if offering.claim is not None:
+            return self.dra.reserve(key, offering, count)
+        self.availability(offering)
+        rows = self.tracked[offering.slug].rows
+        fits = [(largest, free, node) for node, (_cap, _alloc, free, largest) in rows.items() if largest >= count]
+        if not fits:
+            return None
+        *_, node = max(fits)
+        requests = dict(self.notebook.requests)
+        for name, amount in offering.limits_for(count).items():
+            requests[name] = requests.get(name, 0) + amount
+        self.reservations[key] = (node, requests)
+        self._add_use(node, requests, +1)
+        self._refresh_node(node)
+        return node
+
+    def release(self, key: str) -> None:
+        self.dra.release(key)
+        reserved = self.reservations.pop(key, None)
+        if reserved is not None:
+            self._add_use(reserved[0], reserved[1], -1)
+            self._refresh_node(reserved[0])
+
+    # ------------------------------------------------------------------ internals
+
+    def _plugin_nodes_changed(self) -> None:
+        """Nodes whose allocatable advertises NVIDIA extended resources are the device plugin's (never DRA-counted)."""
+        self.dra.set_plugin_nodes(
+            name for name, facts in self.nodes.items() if any(r.startswith(PLUGIN_PREFIX) and n > 0 for r, n in facts.allocatable.items())
+        )
+
+    def _add_use(self, node: str, requests: Mapping[str, int], sign: int) -> None:
+        bucket = self.used.setdefault(node, Counter())
+        for name, amount in requests.items():
+            bucket[name] += sign * amount
+            if not bucket[name]:
+                del bucket[name]
+
+    def _row(self, rows: _OfferingRows, node: str) -> Row | None:
+        facts = self.nodes.get(node)
+        if facts is None:
+            return None
+        reached = rows.reach.get(node)
+        if reached is None:
+            reached = rows.reach[node] = rows.tally.reaches(facts)
+        return rows.tally.row(facts, self.used.get(node, {}), reached)
+
+    def _refresh_node(self, node: str) -> None:
+        for rows in self.tracked.values():
+            rows.set(node, self._row(rows, node))
+
+    def _track(self, offering: Offering) -> _OfferingRows:
+        rows = _OfferingRows(offering, self.notebook)
+        for node in self.nodes:
+            row = self._row(rows, node)
+            if row is not None:
+                rows.set(node, row)
+        self.tracked[offering.slug] = rows
+        return rows
+
+
+@dataclass(frozen=True)
+class Health:
+    """How far the counts can be trusted now. Read without waiting.
+
+    ``ready``: both streams are synced, the counts are live. Otherwise ``answered``
+    says whether the API server has answered (or failed) at all since this process
+    started, ``as_of`` is the wall-clock time (``time.time()``) at which the counts
+    were last live (None: never), and ``error`` the last failure, for the log.
+    ``forbidden``: the API server answers, but the hub may not list/watch nodes and pods
+    (its RBAC; the logged message): there are no counts, yet pods can be made.
+    """
+
+    ready: bool
+    answered: bool = True
+    as_of: float | None = None
+    error: str = ""
+    forbidden: str = ""

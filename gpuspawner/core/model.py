@@ -1,0 +1,197 @@
+"""The offering model: one thing a user can pick on the spawn page. Pure.
+
+An :class:`Offering` is plain, immutable data: what Kubernetes resources a pod
+asks for, which nodes it may land on, what the user is told about it and who
+may take it. Offerings come from two places, both turned into this one type:
+
+* the admin's ``c.GPUSpawner.offerings`` (a list of dicts, validated by
+  :func:`gpuspawner.offerings.config.offering_from_config`, which names the entry and
+  field that is wrong);
+* discovery from the cluster's GPU labels (:mod:`gpuspawner.offerings.discovery`).
+
+The resource names, labels and taints are those of NVIDIA's device plugin and GPU
+Feature Discovery (:mod:`gpuspawner.core.nodeclass`; docs/architecture.md, "NVIDIA's
+conventions").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuspawner.core.nodeclass import GPU
+from gpuspawner.core.wording import isolation_phrase
+from gpuspawner.names.selectors import Terms, absent, all_of, and_terms, terms_to_k8s
+from gpuspawner.names.vocabulary import Isolation, Kind
+
+#: Kubernetes auto-tolerates only the exact extended resource a pod requests, so a
+#: MIG or ``.shared`` request still needs this to land on a ``nvidia.com/gpu``-tainted node.
+DEFAULT_GPU_TOLERATION: Mapping[str, str] = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+
+#: What an offering's slug may be: a DNS label (it becomes a pod label value).
+SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class DeviceClaim:
+    """What an offering served through Dynamic Resource Allocation asks for (``resource.k8s.io/v1``).
+
+    One request of a ResourceClaim: ``count`` devices (the user's count) of ``device_class``
+    that meet every CEL expression in ``selectors``; devices of one request share the values
+    of ``match_attributes`` (fully qualified attribute names, e.g.
+    ``gpu.nvidia.com/productName``); ``config`` holds the driver's opaque configurations
+    (``{"driver": ..., "parameters": {...}}``, e.g. NVIDIA's ``GpuConfig`` with a sharing
+    strategy). An offering with a claim asks for no extended resource and selects no node:
+    the scheduler's allocator places it. ``shares``: how many pods one device serves (an
+    admin's time-sliced or MPS share, where pods share one claim; 1: each claim has its devices
+    to itself).
+    """
+
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    match_attributes: tuple[str, ...] = ()
+    config: tuple[Mapping[str, Any], ...] = ()
+    shares: int = 1
+
+
+@dataclass(frozen=True)
+class GuardSetting:
+    """The admin's word on an offering's memory guard (its ``memory_guard`` field; see
+    :mod:`gpuspawner.pod.memguard`). ``None`` everywhere means "the spawner's default".
+
+    ``enabled``: guard this offering or not (default: whether its kind is in
+    ``c.GPUSpawner.memory_guard_kinds``); ``fraction``: the cap, as a fraction of each GPU's
+    memory (default: the offering's share, 1/replicas for a time-sliced or MPS share);
+    ``user_env``: whether a variable the user's chosen profile sets wins over the guard's
+    (default: ``c.GPUSpawner.memory_guard_user_env``).
+    """
+
+    enabled: bool | None = None
+    fraction: float | None = None
+    user_env: bool | None = None
+
+
+@dataclass(frozen=True)
+class Offering:
+    """One choice on the spawn page and everything needed to turn it into a pod.
+
+    ``resources`` is per unit; a user picks ``count`` units out of ``counts``
+    (whole GPUs only; every other kind is exactly one unit).
+    """
+
+    slug: str
+    kind: Kind
+    display_name: str
+    description: str = ""
+    resources: Mapping[str, int] = field(default_factory=dict)
+    counts: tuple[int, ...] = (1,)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    #: Node labels that must NOT be present (node affinity DoesNotExist), e.g. GKE's partition label
+    #: for whole GPUs on a pool whose accelerator label MIG pools share.
+    absent_labels: tuple[str, ...] = ()
+    #: Required node-affinity terms beyond ``node_selector`` (ORed terms of ANDed requirements):
+    #: what keeps a whole GPU off time-sliced, MPS, MIG and vGPU nodes of the same product.
+    node_affinity: Terms = ()
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    command_prefix: tuple[str, ...] = ()
+    #: Served through Dynamic Resource Allocation instead of extended resources (None: device plugin).
+    claim: DeviceClaim | None = None
+    # What the user is told.
+    product: str | None = None
+    memory_mib: int | None = None
+    compute_share: str = ""
+    isolation: Isolation = Isolation.EXCLUSIVE
+    #: A time-sliced or MPS share: how many users share one GPU (the node's replicas; None: unknown),
+    #: and how ("time-slicing" or "mps"; "" for other kinds). ``memory_mib`` is then the whole
+    #: GPU's memory for time-slicing (nothing splits it) and one client's limit for MPS.
+    share_count: int | None = None
+    sharing: str = ""
+    #: The admin's settings of the cooperative memory limits (docs/memory-guard.md).
+    memory_guard: GuardSetting = field(default_factory=GuardSetting)
+    # Who may take it (empty: everyone).
+    groups: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    hidden: bool = False
+    # What to do when none is free (None: the spawner's default), and autoscaled pools.
+    admission: str | None = None
+    queue_timeout: int | None = None
+    scalable_nodes: int = 0
+    scale_up_minutes: int = 0
+    windows: tuple[str, ...] = ()
+    source: str = "config"
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind is not Kind.CPU
+
+    @property
+    def takes_units(self) -> bool:
+        """Whether its pod takes counted GPU units -- extended resources, or devices through a
+        DRA claim -- so that capacity, admission and quotas apply (a CPU or command-prefix-only
+        offering takes none)."""
+        return bool(self.resources) or self.claim is not None
+
+    @property
+    def placement_terms(self) -> Terms:
+        """The required node-affinity terms of this offering's pod (``node_affinity`` and ``absent_labels``)."""
+        return and_terms(self.node_affinity, all_of(*(absent(k) for k in self.absent_labels)))
+
+    def limits_for(self, count: int) -> dict[str, int]:
+        """Extended-resource limits for ``count`` units (requests must equal limits)."""
+        return {name: qty * count for name, qty in self.resources.items()}
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready description (the CLI's ``--json`` and the spawn page use it)."""
+        return {
+            "slug": self.slug,
+            "kind": self.kind.value,
+            "display_name": self.display_name,
+            "description": self.description,
+            "limits": {k: str(v) for k, v in self.resources.items()},
+            "counts": list(self.counts),
+            "node_selector": dict(self.node_selector),
+            "node_affinity": terms_to_k8s(self.placement_terms),
+            "tolerations": [dict(t) for t in self.tolerations],
+            "memory_mib": self.memory_mib,
+            "compute_share": self.compute_share,
+            "isolation": self.isolation.value,
+            "isolation_phrase": isolation_phrase(self.isolation),
+            "groups": list(self.groups),
+            "users": list(self.users),
+            "hidden": self.hidden,
+            "source": self.source,
+        }
+
+
+CPU_OFFERING = Offering(
+    slug="cpu",
+    kind=Kind.CPU,
+    display_name="No GPU",
+    description="CPU only. Pick this for data preparation, plotting and anything that does not use CUDA.",
+    isolation=Isolation.NO_GPU,
+    compute_share="no GPU",
+    source="builtin",
+)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Units of one offering: how many exist, are taken and are free, and where."""
+
+    capacity: int | None
+    allocated: int | None
+    free: int | None
+    largest_free: int | None
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def counted(self) -> bool:
+        return self.capacity is not None
+
+
+UNCOUNTED = Availability(capacity=None, allocated=None, free=None, largest_free=None)

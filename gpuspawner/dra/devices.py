@@ -1,0 +1,517 @@
+"""ResourceSlices, DeviceClasses and ResourceClaims -> DRA offerings and their free devices. Pure.
+
+Dynamic Resource Allocation (``resource.k8s.io/v1``) publishes devices in ResourceSlices, not
+as extended resources on nodes. :class:`DraState` keeps the slim facts of the three kinds
+(fed per watch event by :class:`gpuspawner.hub.inventory.Inventory`, or from files by the CLI):
+
+* **Pools.** A driver publishes each pool (NVIDIA's: one per node, named after it) as
+  ``resourceSliceCount`` slices of one ``generation``. Only the highest generation of a pool
+  counts (older slices are being replaced); a pool with fewer slices of that generation than
+  its ``resourceSliceCount`` is *incomplete*: an offering with a device there has no free
+  count (unknown, never zero or full) until the rest arrive.
+* **Discovery.** NVIDIA's devices (driver ``gpu.nvidia.com``, :mod:`gpuspawner.names.dranames`)
+  become offerings grouped the way users choose: whole GPUs by product and memory (with
+  counts up to the most one node has), MIG devices by product and profile. Each asks for its
+  devices with CEL selectors on the driver's own attributes.
+* **Free devices.** A device is taken when any ResourceClaim in the cluster has it in
+  ``status.allocation.devices.results``, as the scheduler's allocator counts it, or when a
+  spawn holds it as a reservation between admission and allocation. A shared offering (the
+  admin's time-sliced or MPS share, ``DeviceClaim.shares`` > 1) serves ``shares`` consumers
+  per device: pods share one claim, and a claim with its sharing config has
+  ``len(status.reservedFor)`` of them.
+* **Device plugin beside DRA.** A node whose ``status.allocatable`` advertises an
+  ``nvidia.com/`` extended resource is a device-plugin node: its GPUs are counted by
+  :mod:`gpuspawner.capacity.counts` from allocatable, and any DRA devices published for it are left
+  out here (NVIDIA's driver and its device plugin must not manage the same GPUs). So no GPU
+  is counted twice.
+* **Not counted.** Partitionable devices (``consumesCounters``: NVIDIA's dynamic MIG
+  publishes every placement, and placements overlap) and devices that allow several
+  allocations (``allowMultipleAllocations``) are discovered but left uncounted: one device
+  taken does not mean one unit gone.
+* **The extended-resource mapping.** With ``extendedResourceName: nvidia.com/gpu`` on the
+  gpu class, the scheduler may serve a plain ``nvidia.com/gpu`` pod with a DRA GPU on a node
+  without that allocatable. It then writes a claim for the pod, so the device shows as taken
+  in the DRA offerings' counts; device-plugin offerings (counted from allocatable) never
+  count DRA devices: the inventory does not offer DRA GPUs under an extended-resource offering.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpuspawner.core.cel import Selector, SelectorError, compile_selector, device_activation, parse_quantity
+from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, UNCOUNTED, Availability, DeviceClaim, Offering
+from gpuspawner.core.nodeclass import mig_profile_parts
+from gpuspawner.core.wording import mig_compute_phrase
+from gpuspawner.names import dranames as dn
+from gpuspawner.names.vocabulary import Isolation, Kind
+from gpuspawner.offerings.discovery import product_name
+
+MIB = 1024 * 1024
+#: A device's identity in claim results: (driver, pool, device name).
+DeviceKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of a ResourceSlice, as selectors and the counts see it."""
+
+    driver: str
+    pool: str
+    name: str
+    node: str | None
+    attributes: Mapping[str, Mapping[str, Any]]
+    capacity: Mapping[str, Mapping[str, Any]]
+    activation: Any = field(default=None, compare=False, repr=False)
+    #: Partitionable (``consumesCounters``, e.g. dynamic MIG) or multi-allocatable
+    #: (``allowMultipleAllocations``): one claim does not simply take one device; not counted.
+    shared_counters: bool = False
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.driver, self.pool, self.name)
+
+    def attribute(self, name: str) -> Any:
+        """An attribute's value (string, int, bool or version text), by short or qualified name."""
+        raw = self.attributes.get(name) or self.attributes.get(dn.qualified(name)) or {}
+        for kind in ("string", "version", "int", "bool"):
+            if kind in raw:
+                return raw[kind]
+        return None
+
+    def quantity(self, name: str) -> str | None:
+        raw = self.capacity.get(name) or self.capacity.get(dn.qualified(name)) or {}
+        value = raw.get("value")
+        return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The current generation of one driver's pool."""
+
+    driver: str
+    name: str
+    generation: int
+    slice_count: int
+    slices_seen: int
+    devices: tuple[Device, ...]
+
+    @property
+    def complete(self) -> bool:
+        return self.slices_seen >= self.slice_count
+
+
+@dataclass(frozen=True)
+class ClaimFacts:
+    """What the counts need of one ResourceClaim."""
+
+    devices: tuple[DeviceKey, ...]
+    config: tuple[Mapping[str, Any], ...]
+    consumers: tuple[str, ...]
+
+    @classmethod
+    def from_claim(cls, claim: Mapping[str, Any]) -> ClaimFacts:
+        status = claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        spec_config = ((claim.get("spec") or {}).get("devices") or {}).get("config") or []
+        return cls(
+            devices=tuple((r.get("driver", ""), r.get("pool", ""), r.get("device", "")) for r in results),
+            config=tuple(_opaque(c) for c in spec_config if c.get("opaque")),
+            consumers=tuple(str(r.get("name", "")) for r in status.get("reservedFor") or []),
+        )
+
+
+def _opaque(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    opaque = config.get("opaque") or {}
+    return {"driver": opaque.get("driver", ""), "parameters": opaque.get("parameters") or {}}
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def slice_devices(raw: Mapping[str, Any]) -> tuple[Device, ...]:
+    """The devices of one ResourceSlice (``resource.k8s.io/v1``: devices are flat)."""
+    spec = raw.get("spec") or {}
+    driver = spec.get("driver", "")
+    pool = (spec.get("pool") or {}).get("name", "")
+    node = spec.get("nodeName")
+    out = []
+    for dev in spec.get("devices") or []:
+        attributes = dev.get("attributes") or {}
+        capacity = dev.get("capacity") or {}
+        partitioned = bool(dev.get("consumesCounters") or dev.get("allowMultipleAllocations"))
+        activation = device_activation(driver, attributes, capacity)
+        out.append(Device(driver, pool, dev.get("name", ""), node, attributes, capacity, activation, partitioned))
+    return tuple(out)
+
+
+def build_pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Pool]:
+    """Group slices into pools, keeping only each pool's highest generation."""
+    best: dict[tuple[str, str], tuple[int, int, list[Mapping[str, Any]]]] = {}
+    for raw in slices:
+        spec = raw.get("spec") or {}
+        pool = spec.get("pool") or {}
+        key = (spec.get("driver", ""), pool.get("name", ""))
+        generation = int(pool.get("generation") or 0)
+        count = int(pool.get("resourceSliceCount") or 1)
+        found = best.get(key)
+        if found is None or generation > found[0]:
+            best[key] = (generation, count, [raw])
+        elif generation == found[0]:
+            found[2].append(raw)
+            best[key] = (generation, max(found[1], count), found[2])
+    return {
+        key: Pool(key[0], key[1], gen, count, len(raws), tuple(d for raw in raws for d in slice_devices(raw)))
+        for key, (gen, count, raws) in best.items()
+    }
+
+
+def claim_spec(claim: DeviceClaim, count: int = 1, request: str = "gpu") -> dict[str, Any]:
+    """The ``spec`` of a ResourceClaim (a template's ``spec.spec``) asking for ``count`` devices of ``claim``."""
+    exactly: dict[str, Any] = {"deviceClassName": claim.device_class, "allocationMode": "ExactCount", "count": count}
+    if claim.selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in claim.selectors]
+    devices: dict[str, Any] = {"requests": [{"name": request, "exactly": exactly}]}
+    if claim.match_attributes:
+        devices["constraints"] = [{"requests": [request], "matchAttribute": a} for a in claim.match_attributes]
+    if claim.config:
+        devices["config"] = [{"requests": [request], "opaque": dict(c)} for c in claim.config]
+    return {"devices": devices}
+
+
+def _cel_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def attribute_equals(attribute: str, value: str) -> str:
+    """A CEL selector: the driver's ``attribute`` equals ``value``."""
+    return f"device.attributes[{_cel_string(dn.DRIVER)}].{attribute} == {_cel_string(value)}"
+
+
+def _slug(*parts: str) -> str:
+    text = re.sub(r"[^a-z0-9]+", "-", "-".join(p for p in parts if p).lower()).strip("-")
+    return text[:63].rstrip("-")
+
+
+def _display(product: str) -> str:
+    return product_name(product.replace(" ", "-"))
+
+
+def _gpu_offering(product: str, memory: str | None, most: int) -> Offering:
+    selectors = [attribute_equals(dn.ATTR_PRODUCT, product)]
+    if memory is not None:
+        selectors.append(f"device.capacity[{_cel_string(dn.DRIVER)}].{dn.CAP_MEMORY}.compareTo(quantity({_cel_string(memory)})) == 0")
+    name = _display(product)
+    return Offering(
+        slug=_slug("dra", "gpu", name),
+        kind=Kind.FULL,
+        display_name=name,
+        description=f"Whole {name} GPUs, not shared with anyone (allocated through Dynamic Resource Allocation).",
+        counts=tuple(c for c in (1, 2, 4, 8, 16) if c <= most) or (1,),
+        tolerations=(dict(DEFAULT_GPU_TOLERATION),),
+        claim=DeviceClaim(dn.CLASS_GPU, tuple(selectors), match_attributes=(dn.qualified(dn.ATTR_PRODUCT),)),
+        product=product,
+        memory_mib=_mib(memory),
+        compute_share="all of its compute",
+        isolation=Isolation.EXCLUSIVE,
+        source="dra",
+    )
+
+
+def _mig_offering(product: str, profile: str, memory: str | None) -> Offering:
+    name = _display(product)
+    parts = mig_profile_parts(profile)
+    return Offering(
+        slug=_slug("dra", "mig", name, profile),
+        kind=Kind.MIG,
+        display_name=f"{name} · MIG {profile}",
+        description=f"A MIG slice {profile} of an {name}: its own memory and compute, isolated in hardware.",
+        tolerations=(dict(DEFAULT_GPU_TOLERATION),),
+        claim=DeviceClaim(dn.CLASS_MIG, (attribute_equals(dn.ATTR_PRODUCT, product), attribute_equals(dn.ATTR_PROFILE, profile))),
+        product=product,
+        memory_mib=_mib(memory),
+        compute_share=mig_compute_phrase(parts[0]) if parts else "a MIG slice",
+        isolation=Isolation.HARDWARE,
+        source="dra",
+    )
+
+
+def _mib(quantity: str | None) -> int | None:
+    try:
+        return int(parse_quantity(quantity) // MIB) if quantity is not None else None
+    except SelectorError:
+        return None
+
+
+class DraState:
+    """The DRA part of the cluster index: slices, classes and claims, kept per event."""
+
+    def __init__(self) -> None:
+        self.slices: dict[str, Mapping[str, Any]] = {}
+        self.classes: dict[str, tuple[Selector, ...]] = {}
+        self.class_errors: dict[str, str] = {}
+        self.claims: dict[str, ClaimFacts] = {}
+        #: Nodes whose GPUs the device plugin serves (their DRA devices are not counted).
+        self.plugin_nodes: frozenset[str] = frozenset()
+        #: Reservations: pod key -> (devices held, shared units held per offering slug).
+        self.reservations: dict[str, tuple[tuple[DeviceKey, ...], str | None]] = {}
+        #: Whether slices, classes and claims are all listed (False: DRA counts are unknown).
+        self.synced = False
+        self._pools: dict[tuple[str, str], Pool] | None = None
+        self._taken: Counter[DeviceKey] | None = None
+        self._matches: dict[tuple[Any, ...], tuple[Device, ...]] = {}
+        self._discovered: list[Offering] | None = None
+
+    # ------------------------------------------------------------------ writes
+
+    def replace(
+        self,
+        slices: Iterable[Mapping[str, Any]] | None = None,
+        classes: Iterable[Mapping[str, Any]] | None = None,
+        claims: Iterable[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """A (re)list of any of the three kinds."""
+        if slices is not None:
+            self.slices = {_key(s): s for s in slices}
+            self._changed_devices()
+        if classes is not None:
+            self.classes, self.class_errors = {}, {}
+            for raw in classes:
+                self.class_event("ADDED", raw)
+        if claims is not None:
+            self.claims = {_key(c): ClaimFacts.from_claim(c) for c in claims}
+            self._taken = None
+            for raw in claims:
+                self._release_for(raw)
+
+    def slice_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        if kind == "DELETED":
+            self.slices.pop(_key(raw), None)
+        else:
+            self.slices[_key(raw)] = raw
+        self._changed_devices()
+
+    def class_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        name = (raw.get("metadata") or {}).get("name", "")
+        self.classes.pop(name, None)
+        self.class_errors.pop(name, None)
+        self._matches = {}
+        if kind == "DELETED":
+            return
+        expressions = [((s.get("cel") or {}).get("expression") or "") for s in (raw.get("spec") or {}).get("selectors") or []]
+        try:
+            self.classes[name] = tuple(compile_selector(e) for e in expressions if e)
+        except SelectorError as exc:
+            self.class_errors[name] = str(exc)
+
+    def claim_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        key = _key(raw)
+        if kind == "DELETED":
+            self.claims.pop(key, None)
+        else:
+            self.claims[key] = ClaimFacts.from_claim(raw)
+            self._release_for(raw)
+        self._taken = None
+
+    def set_plugin_nodes(self, nodes: Iterable[str]) -> None:
+        nodes = frozenset(nodes)
+        if nodes != self.plugin_nodes:
+            self.plugin_nodes = nodes
+            self._matches = {}
+            self._discovered = None
+
+    def reserve(self, key: str, offering: Offering, count: int) -> str | None:
+        """Hold ``count`` free devices of ``offering`` on one node for the pod ``key`` until its claim is allocated.
+
+        A shared offering holds one unit of its share instead of devices. Returns the node
+        (``""`` for a share or devices that belong to no node), or None if nothing fits.
+        """
+        self.release(key)
+        avail = self.availability(offering)
+        if not avail.free or (avail.largest_free or 0) < count:
+            return None
+        claim = offering.claim
+        assert claim is not None
+        if claim.shares > 1:
+            self.reservations[key] = ((), offering.slug)
+            return ""
+        by_node: dict[str | None, list[Device]] = {}
+        for device in self._free_devices(offering):
+            by_node.setdefault(device.node, []).append(device)
+        node, devices = max(by_node.items(), key=lambda item: (len(item[1]), item[0] or ""))
+        self.reservations[key] = (tuple(d.key for d in devices[:count]), None)
+        self._taken = None
+        return node or ""
+
+    def release(self, key: str) -> None:
+        if self.reservations.pop(key, None) is not None:
+            self._taken = None
+
+    # ------------------------------------------------------------------ reads
+
+    def pools(self) -> dict[tuple[str, str], Pool]:
+        if self._pools is None:
+            self._pools = build_pools(self.slices.values())
+        return self._pools
+
+    def devices(self, complete_only: bool = True) -> list[Device]:
+        """The devices the counts see: current generations, off device-plugin nodes."""
+        return [
+            d
+            for pool in self.pools().values()
+            if pool.complete or not complete_only
+            for d in pool.devices
+            if d.node not in self.plugin_nodes
+        ]
+
+    def discovered(self) -> list[Offering]:
+        """NVIDIA's whole GPUs and MIG devices as offerings (complete or not: an incomplete pool still names them)."""
+        if self._discovered is None:
+            self._discovered = self._discover()
+        return self._discovered
+
+    def _discover(self) -> list[Offering]:
+        gpus: dict[tuple[str, str | None], Counter[str | None]] = {}
+        migs: dict[tuple[str, str], str | None] = {}
+        for device in self.devices(complete_only=False):
+            if device.driver != dn.DRIVER:
+                continue
+            kind, product = device.attribute(dn.ATTR_TYPE), device.attribute(dn.ATTR_PRODUCT)
+            if not isinstance(product, str):
+                continue
+            if kind == dn.TYPE_GPU:
+                gpus.setdefault((product, device.quantity(dn.CAP_MEMORY)), Counter())[device.node] += 1
+            elif kind == dn.TYPE_MIG and isinstance(profile := device.attribute(dn.ATTR_PROFILE), str):
+                migs.setdefault((product, profile), device.quantity(dn.CAP_MEMORY))
+        out = [_gpu_offering(product, memory, max(per_node.values())) for (product, memory), per_node in gpus.items()]
+        out += [_mig_offering(product, profile, memory) for (product, profile), memory in migs.items()]
+        seen: set[str] = set()
+        unique = []
+        for offering in sorted(out, key=lambda o: (o.kind is not Kind.MIG, o.memory_mib or 0, o.slug)):
+            if offering.slug in seen:  # same product name, other memory: keep both apart
+                offering = replace(offering, slug=_slug(offering.slug, str(offering.memory_mib)))
+            seen.add(offering.slug)
+            unique.append(offering)
+        return unique
+
+    def matching(self, offering: Offering, complete_only: bool = True) -> tuple[Device, ...]:
+        """The devices ``offering``'s claim selects: its class's selectors and its own, all true."""
+        claim = offering.claim
+        if claim is None:
+            return ()
+        cache_key = (claim.device_class, claim.selectors, complete_only)
+        found = self._matches.get(cache_key)
+        if found is None:
+            class_selectors = self.classes.get(claim.device_class)
+            if class_selectors is None:
+                found = ()
+            else:
+                selectors = class_selectors + tuple(compile_selector(s) for s in claim.selectors)
+                found = tuple(d for d in self.devices(complete_only) if all(s.matches(d.activation) for s in selectors))
+            self._matches[cache_key] = found
+        return found
+
+    def availability(self, offering: Offering) -> Availability:
+        """Capacity and free units of a DRA offering now (reservations count as taken)."""
+        claim = offering.claim
+        if claim is None or not self.synced:
+            return UNCOUNTED
+        complete = {d.key for d in self.matching(offering)}
+        if any(d.key not in complete for d in self.matching(offering, complete_only=False)):
+            return UNCOUNTED  # a pool of its devices is incomplete: unknown, never zero or full
+        devices = self.matching(offering)
+        if any(d.shared_counters for d in devices):
+            return UNCOUNTED  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
+        taken = self.taken()
+        if claim.shares > 1:
+            return self._shared_availability(offering, devices, taken)
+        free_by_node: Counter[str | None] = Counter()
+        for d in devices:
+            if not taken[d.key]:
+                free_by_node[d.node] += 1
+        free = sum(free_by_node.values())
+        largest = min(max(free_by_node.values(), default=0), max(offering.counts))
+        nodes = tuple(sorted({d.node or "" for d in devices}))
+        return Availability(capacity=len(devices), allocated=len(devices) - free, free=free, largest_free=largest, nodes=nodes)
+
+    def taken(self) -> Counter[DeviceKey]:
+        """How many claims (and reservations) hold each device."""
+        if self._taken is None:
+            taken: Counter[DeviceKey] = Counter()
+            for claim in self.claims.values():
+                taken.update(set(claim.devices))
+            for devices, _ in self.reservations.values():
+                taken.update(devices)
+            self._taken = taken
+        return self._taken
+
+    # ------------------------------------------------------------------ internals
+
+    def _free_devices(self, offering: Offering) -> list[Device]:
+        taken = self.taken()
+        return [d for d in self.matching(offering) if not taken[d.key]]
+
+    def _shared_availability(self, offering: Offering, devices: tuple[Device, ...], taken: Counter[DeviceKey]) -> Availability:
+        claim = offering.claim
+        assert claim is not None
+        keys = {d.key for d in devices}
+        config = tuple(claim.config)
+        used = 0
+        shared_devices: set[DeviceKey] = set()
+        for facts in self.claims.values():
+            mine = [k for k in facts.devices if k in keys]
+            if mine and facts.config == config:
+                shared_devices.update(mine)
+                used += min(max(len(facts.consumers), 1), claim.shares)
+        exclusive = sum(1 for k in keys if taken[k] and k not in shared_devices)
+        used += exclusive * claim.shares + sum(1 for _, slug in self.reservations.values() if slug == offering.slug)
+        capacity = len(keys) * claim.shares
+        free = max(capacity - used, 0)
+        nodes = tuple(sorted({d.node or "" for d in devices}))
+        return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=min(free, 1), nodes=nodes)
+
+    def _changed_devices(self) -> None:
+        self._pools = None
+        self._matches = {}
+        self._discovered = None
+
+    def _release_for(self, raw: Mapping[str, Any]) -> None:
+        """An allocated claim reserved for a pod ends that pod's reservation (its devices now count as allocated)."""
+        status = raw.get("status") or {}
+        if not (status.get("allocation") or {}):
+            return
+        namespace = (raw.get("metadata") or {}).get("namespace", "")
+        for consumer in status.get("reservedFor") or []:
+            if self.reservations.pop(f"{namespace}/{consumer.get('name', '')}", None) is not None:
+                self._taken = None
+
+
+def unmatched(offerings: Iterable[Offering], state: DraState) -> list[str]:
+    """Warnings for the admin's DRA offerings that select no device the cluster publishes now.
+
+    Only said when it can be known: the slices and classes are listed. A selector may match
+    later (nodes not up yet, an autoscaled pool), so this is a warning, not an error.
+    """
+    if not state.synced:
+        return []
+    published = len(state.devices(complete_only=False))
+    out = []
+    for offering in offerings:
+        claim = offering.claim
+        if claim is None or offering.source != "config":
+            continue
+        if claim.device_class not in state.classes:
+            problem = state.class_errors.get(claim.device_class) or "no such DeviceClass in the cluster (is the DRA driver installed?)"
+            out.append(f"offering {offering.slug!r}: device class {claim.device_class!r}: {problem}")
+        elif not state.matching(offering, complete_only=False):
+            out.append(
+                f"offering {offering.slug!r}: its DRA selectors match none of the {published} devices published now "
+                f"(device class {claim.device_class!r}; selectors {list(claim.selectors)}): nobody can get one until such a device appears"
+            )
+    return out

@@ -1,0 +1,172 @@
+"""The culler's recent actions on the hub's own pages: "Your server 'train' was
+stopped at 14:02: the whole GPU was idle for 30 minutes (limit 30)."
+
+Hub side, in the hub's process: ``c.JupyterHub.template_vars`` gets a callable
+(:func:`template_vars`) that JupyterHub calls with the *logged-in user* of each
+page; it returns a coroutine function the page's template calls (JupyterHub
+renders its templates with Jinja's async mode, which awaits it), so the hub's
+event loop never blocks. That function asks the culler's ``api/actions`` for
+**that user's** actions only (``?user=<the page's user>``), with a hub-side token
+whose role holds ``custom:gpu-culler:read-actions`` -- a token that never leaves
+the hub. The user's name comes from the hub's own session, never from the
+request, so a page can only ever show its own user's actions. The templates
+(``ui/hub_templates``: ``home.html``, ``spawn.html``) extend JupyterHub's own.
+
+If the culler is down or slow, the page shows nothing about it (logged once),
+never an error: the pages must work without the culler.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+#: the name templates use
+TEMPLATE_VAR = "gpuspawner_culler_actions"
+log = logging.getLogger("gpuspawner.hub.culleractions")
+
+
+def hub_templates_dir() -> str:
+    """The template folder for ``c.JupyterHub.template_paths``: inside the installed
+    package (wheel), else the repository's."""
+    package = Path(__file__).resolve().parents[1]  # gpuspawner/
+    for candidate in (package / "ui" / "hub_templates", package.parent / "ui" / "hub_templates"):
+        if (candidate / "gpuspawner_culler_actions.html").is_file():
+            return str(candidate)
+    raise FileNotFoundError(f"gpuspawner's hub page templates are missing under {package}: reinstall gpuspawner.")
+
+
+def when_words(iso: str, now: datetime) -> str:
+    """ "14:02 UTC" today, "Nov 23 14:02 UTC" before."""
+    try:
+        when = datetime.fromisoformat(iso).astimezone(UTC)
+    except (TypeError, ValueError):
+        return "an unknown time"
+    if when.date() == now.astimezone(UTC).date():
+        return when.strftime("%H:%M UTC")
+    return when.strftime("%b %d %H:%M UTC")
+
+
+def sentence(record: Mapping[str, Any], at: str) -> str:
+    """ "Your server 'train' was stopped at 14:02: the whole GPU was idle for 30
+    minutes (limit 30).\""""
+    return f"{record.get('what', 'The culler acted on your server')} at {at}: {record.get('why', 'idle')}."
+
+
+def page_items(records: list[Mapping[str, Any]], now: datetime, days: float) -> list[dict[str, str]]:
+    """What the page shows: the sentence and its time, for actions of the last ``days``."""
+    out = []
+    for r in records:
+        try:
+            when = datetime.fromisoformat(str(r.get("time"))).astimezone(UTC)
+        except ValueError:
+            continue
+        if now - when > timedelta(days=days):
+            continue
+        out.append({"text": sentence(r, when_words(str(r.get("time")), now)), "time": when.isoformat()})
+    return out
+
+
+class CullerActions:
+    """Fetches one user's recent actions from the culler, for the hub's pages."""
+
+    def __init__(self, url: str, token: str, *, limit: int = 5, days: float = 7.0, timeout: float = 3.0) -> None:
+        if not url or not token:
+            raise ValueError("CullerActions needs the culler's api/actions URL and a hub token that may read actions")
+        self.url = url
+        self.token = token
+        self.limit = limit
+        self.days = days
+        self.timeout = timeout
+        self._failing = False
+
+    async def for_user(self, name: str) -> list[dict[str, str]]:
+        req = HTTPRequest(
+            f"{self.url}?{urlencode({'user': name, 'limit': self.limit})}",
+            headers={"Authorization": f"token {self.token}"},
+            request_timeout=self.timeout,
+            connect_timeout=self.timeout,
+            follow_redirects=False,
+        )
+        try:
+            resp = await AsyncHTTPClient().fetch(req)
+            body = json.loads(resp.body)
+            records = [r for r in body.get("actions", []) if isinstance(r, dict) and r.get("user") == name]
+        except (HTTPClientError, OSError, ValueError, AttributeError) as e:
+            if not self._failing:
+                log.warning("the culler's actions are not shown on the hub's pages: %s %s", self.url, e)
+            self._failing = True
+            return []
+        self._failing = False
+        return page_items(records, datetime.now(UTC), self.days)
+
+
+def template_vars(url: str, token: str, **kw: Any) -> dict[str, Callable[[Any], Callable[[], Awaitable[list[dict[str, str]]]]]]:
+    """``c.JupyterHub.template_vars.update(template_vars(url, token))``: the pages'
+    ``gpuspawner_culler_actions()``, bound to each page's logged-in user."""
+    source = CullerActions(url, token, **kw)
+
+    def bind(user: Any) -> Callable[[], Awaitable[list[dict[str, str]]]]:
+        async def actions() -> list[dict[str, str]]:
+            if user is None or not getattr(user, "name", None):
+                return []
+            return await source.for_user(user.name)
+
+        return actions
+
+    return {TEMPLATE_VAR: bind}
+
+
+#: the custom scope that reads every user's actions (the culler's ``actions_read_all_scopes``)
+READ_ALL_ACTIONS = "custom:gpu-culler:read-actions"
+
+
+def _configured(section: Any, name: str, empty: Any) -> Any:
+    """What the config already set for ``section.<name>`` (appended to or not), or ``empty``."""
+    value = section[name] if name in section else empty
+    return value.get_value(empty) if hasattr(value, "get_value") else value
+
+
+def configure_hub(c: Any, actions_url: str, *, service: str = "gpu-culler", pages_token: str | None = None) -> str:
+    """Wire the culler's action log into a hub's config ``c``: the custom scope
+    that reads every user's actions, access to the culler's service for every
+    user (who then read their own), a ``<service>-pages`` service whose token the
+    hub's pages use (``$GPUSPAWNER_CULLER_PAGES_TOKEN``, else a new one at each
+    hub start), and the page templates and ``template_vars``. Returns the pages'
+    token. ``actions_url``: the culler's ``api/actions`` as the hub's process reaches it."""
+    hub = c.JupyterHub
+    access = f"access:services!service={service}"
+    hub.custom_scopes = {
+        **_configured(hub, "custom_scopes", {}),
+        READ_ALL_ACTIONS: {"description": f"Read every user's actions in the {service} service's action log."},
+    }
+    roles = list(_configured(hub, "load_roles", []))
+    user_role = next((r for r in roles if r["name"] == "user"), None)
+    if user_role is None:
+        roles.append({"name": "user", "scopes": ["self", access]})
+    elif access not in user_role.get("scopes", []):
+        user_role["scopes"] = [*user_role.get("scopes", ["self"]), access]
+    token = pages_token or os.environ.get("GPUSPAWNER_CULLER_PAGES_TOKEN") or secrets.token_hex(32)
+    pages = f"{service}-pages"
+    roles.append(
+        {
+            "name": pages,
+            "description": f"the hub's pages read each user's {service} actions",
+            "scopes": [READ_ALL_ACTIONS, access],
+            "services": [pages],
+        }
+    )
+    hub.load_roles = roles
+    hub.services = [*_configured(hub, "services", []), {"name": pages, "api_token": token, "display": False}]
+    hub.template_paths = [hub_templates_dir(), *_configured(hub, "template_paths", [])]
+    hub.template_vars = {**_configured(hub, "template_vars", {}), **template_vars(actions_url, token)}
+    return token

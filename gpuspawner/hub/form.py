@@ -1,0 +1,92 @@
+"""The spawn page's view layer: plain view data in, an HTML fragment out.
+
+JupyterHub's ``spawn.html`` puts :attr:`Spawner.options_form` inside its own
+``<form method="post">`` with its own Start button, so :func:`render_form`
+returns a fragment with neither. The spawner builds a :class:`FormView` (what
+is offered, what is free, what is selected, why something cannot be picked)
+and this module only displays it: Jinja2 with autoescaping, the template in
+``ui/templates/gpuspawner_form.html``, a little CSS and JS from ``ui/static``
+inlined (JupyterHub does not serve our static folder).
+
+The view models and the fields the form posts are :mod:`gpuspawner.page.views`'s (pure);
+this is the one module that uses a template engine.
+
+The page refreshes free counts by itself (``ui/static/gpuspawner.js``): it
+re-fetches the spawn page's path *without its query string* (JupyterHub spawns
+on a GET that carries query arguments) and copies availability, disabled state,
+reasons, count choices and the notice about the counts' age (when the cluster
+cannot be reached) into the page without touching the user's selection.
+The server re-validates everything on submit.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
+
+from gpuspawner.names.vocabulary import OFFERING_KEY
+from gpuspawner.page.views import FormView, OptionView
+
+TEMPLATE = "gpuspawner_form.html"
+
+
+def ui_dir() -> Path:
+    """The ``ui`` folder: inside the installed package (wheel), else the repository's."""
+    package = Path(__file__).resolve().parents[1]  # gpuspawner/
+    for candidate in (package / "ui", package.parent / "ui"):
+        if (candidate / "templates" / TEMPLATE).is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"gpuspawner's spawn-page templates are missing: looked for {TEMPLATE} in "
+        f"{package / 'ui' / 'templates'} and {package.parent / 'ui' / 'templates'}. Reinstall gpuspawner."
+    )
+
+
+@lru_cache(maxsize=1)
+def _environment(templates: str) -> Environment:
+    return Environment(
+        loader=FileSystemLoader(templates),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _static(name: str) -> str:
+    return (ui_dir() / "static" / name).read_text(encoding="utf-8")
+
+
+def render_form(view: FormView) -> str:
+    """The options-form fragment for ``view`` (no ``<form>``, no submit button)."""
+    env = _environment(str(ui_dir() / "templates"))
+    selected = _selected_option(view)
+    script = _static("gpuspawner.js").replace("</", "<\\/")  # cannot close the <script> early
+    return env.get_template(TEMPLATE).render(
+        view=view,
+        checked=selected.slug if selected else None,
+        count_for=lambda option: _initial_count(option, view),
+        style=Markup(_static("gpuspawner.css")),
+        script=Markup(script),
+        offering_field=OFFERING_KEY,
+    )
+
+
+def _selected_option(view: FormView) -> OptionView | None:
+    """The option to check: the selected one, unless it cannot be picked right now."""
+    for group in view.groups:
+        for option in group.options:
+            if option.slug == view.selected and not option.disabled:
+                return option
+    return None
+
+
+def _initial_count(option: OptionView, view: FormView) -> int | None:
+    if not option.counts:
+        return None
+    if option.slug == view.selected and view.selected_count in option.counts:
+        return view.selected_count
+    return option.counts[0]

@@ -1,0 +1,409 @@
+"""Live GPU inventory: one list-then-watch of Nodes and Pods per hub process, at the edge.
+
+:class:`Inventory` feeds a :class:`~gpuspawner.capacity.index.ClusterIndex` (the pure part, in
+the core) from the API server with kubernetes_asyncio (list, then watch from the list's
+resourceVersion; relist on ``410 Gone``; reconnect with backoff when the API server goes
+away). ``ready`` is true while both streams are synced; :attr:`Inventory.health` says,
+without waiting, how old the counts are and why when they are not live (the spawn page
+shows it, spawns are refused with it).
+
+RBAC it needs, and nothing more: ``get``, ``list``, ``watch`` on ``nodes`` and
+``list``, ``watch`` on ``pods`` (cluster-wide: pods of other namespaces use GPUs, cpu,
+memory and pod slots too); charts/gpuspawner grants exactly that.
+
+Dynamic Resource Allocation adds three more streams (``resource.k8s.io/v1``:
+``resourceslices``, ``deviceclasses`` and ``resourceclaims`` in all namespaces, ``list`` and
+``watch``). They never hold up the node and pod counts: a cluster that does not serve the
+API (404) or a hub that may not read it (403) has DRA offerings without free counts, said
+once in the log, and the streams are asked again every ``forbidden_retry`` seconds. Without it (a stock
+zero-to-jupyterhub hub) the API server answers 403: the inventory logs one error naming
+the missing permissions, says so in :attr:`Inventory.forbidden` and ``health.forbidden``
+(nobody waits for counts that cannot come; pods can still be made), and tries again
+every ``forbidden_retry`` seconds, quietly, so that granting them later makes the counts
+live without a hub restart.
+
+A watch can outlive the API server's will to answer: on SIGTERM kube-apiserver refuses new
+connections but keeps established watches open for a while, so the streams look live while
+every new request fails. :meth:`Inventory.call_failed` (the spawner calls it when a Kubernetes
+call on the spawn path cannot connect or times out) makes the counts not live at once, with
+that reason, until a request answers again (a probe, with backoff) or the streams relist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from gpuspawner.capacity.index import ClusterIndex, Health
+from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS
+
+log = logging.getLogger("gpuspawner.hub.inventory")
+
+#: Only pods that hold node resources matter; the API server filters the rest out.
+POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+#: What the hub's ServiceAccount must be allowed for the counts (said in the log when it is not).
+NEEDED_PERMISSIONS = "list/watch nodes, list/watch pods (cluster-wide)"
+_STREAM_WHAT = {
+    "nodes": "nodes",
+    "pods": "pods in all namespaces",
+    "slices": "resourceslices",
+    "classes": "deviceclasses",
+    "claims": "resourceclaims in all namespaces",
+}
+#: The Dynamic Resource Allocation streams (optional: see the module's docstring).
+DRA_STREAMS = ("slices", "classes", "claims")
+NEEDED_DRA_PERMISSIONS = "list/watch resourceslices, deviceclasses and resourceclaims (resource.k8s.io/v1, cluster-wide)"
+
+
+def _resource_api(api: Any) -> Any:
+    """``resource.k8s.io/v1`` on the same connection as ``api`` (None for a stand-in without one)."""
+    client = getattr(api, "api_client", None)
+    if client is None:
+        return None
+    from kubernetes_asyncio.client import ResourceV1Api
+
+    return ResourceV1Api(client)
+
+
+class Refused(Exception):
+    """The API server answered a list or watch with an HTTP error (not a stream)."""
+
+    def __init__(self, status: int, what: str, message: str):
+        super().__init__(f"{status} {what}: {message}")
+        self.status = status
+        self.what = what
+
+
+async def _raise_for_status(resp: Any, what: str) -> None:
+    """Raw (``_preload_content=False``) answers are not checked by kubernetes_asyncio: do it here."""
+    status = getattr(resp, "status", 200)
+    if status < 400:
+        return
+    try:
+        message = json.loads(await resp.read()).get("message") or ""
+    except (ValueError, AttributeError):
+        message = ""
+    finally:
+        release = getattr(resp, "release", None)
+        if release is not None:
+            release()
+    raise Refused(status, what, message[:300])
+
+
+def forbidden_message(refused: Refused) -> str:
+    """The one error a hub without the inventory's RBAC logs: what is missing, and the fix."""
+    return (
+        f"GPUSpawner cannot count free GPUs: the hub's service account may not {NEEDED_PERMISSIONS} "
+        f"(the API server answered {refused.status} to {refused.what}). Install charts/gpuspawner beside "
+        "zero-to-jupyterhub (see its README), or bind a ClusterRole with those permissions to the hub's "
+        "service account. Until then the spawn page shows 'free count unavailable', GPU offerings are not "
+        "discovered, and spawns go ahead without a capacity check."
+    )
+
+
+class Inventory:
+    """Keeps a :class:`ClusterIndex` in sync with the API server (list, then watch)."""
+
+    _instances: dict[str, Inventory] = {}
+
+    def __init__(
+        self,
+        api: Any,
+        vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS,
+        page_size: int = 500,
+        forbidden_retry: float = 60.0,
+        dra_api: Any = None,
+    ):
+        self.api = api
+        #: The resource.k8s.io/v1 API (None: no DRA streams; DRA offerings then have no counts).
+        self.dra_api = dra_api if dra_api is not None else _resource_api(api)
+        self._dra_synced = dict.fromkeys(DRA_STREAMS, False)
+        self._dra_unavailable = ""
+        self.index = ClusterIndex(vgpu_class_labels)
+        self.page_size = page_size
+        self.forbidden_retry = forbidden_retry
+        self._synced = {"nodes": False, "pods": False}
+        self._tasks: list[asyncio.Task] = []
+        self._ready_event = asyncio.Event()
+        self._answered = asyncio.Event()  # set by the first sync or the first failure
+        self._lost_at: float | None = None  # when the counts stopped being live (None: live, or never were)
+        self._ever_ready = False
+        self.relists = Counter()
+        self.last_error: str = ""
+        #: How often a stream has failed (the API server gone, say): others use it to notice outages.
+        self.stream_failures = 0
+        #: Why the hub may not read the cluster (its RBAC), as logged once; "" when it may.
+        self.forbidden: str = ""
+        self._forbidden_streams: set[str] = set()
+        #: Why a request on the spawn path failed to reach the API server ("" when none has, or it answers again).
+        self.unreachable: str = ""
+        self._probe_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def shared(cls, api: Any, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS) -> Inventory:
+        """The one inventory of this process for the API server ``api`` talks to (started on first use)."""
+        host = getattr(getattr(api, "api_client", None), "configuration", None)
+        key = getattr(host, "host", "default")
+        inventory = cls._instances.get(key)
+        if inventory is None or inventory.stopped:
+            inventory = cls._instances[key] = cls(api, vgpu_class_labels)
+            inventory.start()
+        return inventory
+
+    @classmethod
+    def running(cls, api: Any) -> Inventory | None:
+        """This process's inventory for ``api``'s API server if one runs (never starts one)."""
+        host = getattr(getattr(api, "api_client", None), "configuration", None)
+        inventory = cls._instances.get(getattr(host, "host", "default"))
+        return inventory if inventory is not None and not inventory.stopped else None
+
+    @property
+    def ready(self) -> bool:
+        return all(self._synced.values())
+
+    @property
+    def health(self) -> Health:
+        if self.ready and not self.forbidden and not self.unreachable:
+            return Health(ready=True)
+        return Health(
+            ready=False,
+            answered=self._answered.is_set(),
+            as_of=self._lost_at,
+            error=self.unreachable or self.last_error,
+            forbidden="" if self.unreachable else self.forbidden,
+        )
+
+    def call_failed(self, reason: str, probe: Callable[[], Awaitable[Any]], retry: float = 0.5) -> None:
+        """A request to the API server failed to connect or timed out (``reason``, for the log)
+        while the streams may still look live: the counts are not live from now on (the page
+        says so, spawns get 503) until ``probe()`` (a cheap request) answers or the streams
+        relist. ``retry``: the probe's first wait, doubled up to 10 s."""
+        if self.unreachable:
+            return
+        self.unreachable = reason
+        if self._lost_at is None:
+            self._lost_at = time.time()
+        self._answered.set()
+        log.warning("inventory: a request to the API server failed (%s); the counts are not live until it answers", reason)
+        self._probe_task = asyncio.ensure_future(self._probe(probe, retry))
+
+    async def _probe(self, probe: Callable[[], Awaitable[Any]], wait: float) -> None:
+        while self.unreachable:
+            await asyncio.sleep(wait)
+            try:
+                await probe()
+            except Exception:
+                wait = min(wait * 2, 10.0)
+                continue
+            self._answers_again()
+
+    def _answers_again(self) -> None:
+        if self.unreachable:
+            self.unreachable = ""
+            if self.ready:
+                self._lost_at = None
+            log.info("inventory: the API server answers requests again")
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self._tasks) and all(t.done() for t in self._tasks)
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.ensure_future(self._run("nodes", self.api.list_node, {})),
+                asyncio.ensure_future(self._run("pods", self.api.list_pod_for_all_namespaces, {"field_selector": POD_FIELD_SELECTOR})),
+            ]
+            if self.dra_api is not None:
+                methods = {
+                    "slices": self.dra_api.list_resource_slice,
+                    "classes": self.dra_api.list_device_class,
+                    "claims": self.dra_api.list_resource_claim_for_all_namespaces,
+                }
+                self._tasks += [asyncio.ensure_future(self._run(kind, method, {})) for kind, method in methods.items()]
+
+    async def stop(self) -> None:
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def wait_ready(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._ready_event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return self.ready
+
+    async def wait_answered(self, timeout: float) -> Health:
+        """Wait (at most ``timeout`` s) until the API server has answered once, then say how things are.
+
+        Returns at once after the first sync or the first failure: a cluster that cannot
+        be reached never makes a caller wait longer than it takes to find that out.
+        """
+        if not self._answered.is_set():
+            try:
+                await asyncio.wait_for(self._answered.wait(), timeout)
+            except TimeoutError:
+                pass
+        return self.health
+
+    def _set_synced(self, kind: str, value: bool) -> None:
+        if kind in DRA_STREAMS:
+            self._dra_synced[kind] = value
+            self.index.dra.synced = all(self._dra_synced.values())
+            return
+        self._synced[kind] = value
+        if value:
+            self._answers_again()  # a list was answered
+        if self.ready:
+            self._ever_ready = True
+            self._lost_at = None
+            self._ready_event.set()
+            self._answered.set()
+        else:
+            if self._ever_ready and self._lost_at is None:
+                self._lost_at = time.time()
+            self._ready_event.clear()
+            if not value:
+                self._answered.set()
+
+    def _allowed(self, kind: str) -> None:
+        """The ``kind`` stream's watch was accepted: it may read what it needs (again)."""
+        if kind in self._forbidden_streams:
+            self._forbidden_streams.discard(kind)
+            if not self._forbidden_streams:
+                self.forbidden = ""
+                log.info("inventory: the hub may %s now; free counts are live", NEEDED_PERMISSIONS)
+
+    def _refused(self, kind: str, refused: Refused) -> None:
+        """A 403: say it once (one error for both streams), and let nobody wait."""
+        self._forbidden_streams.add(kind)
+        if not self.forbidden:
+            self.forbidden = forbidden_message(refused)
+            log.error("%s", self.forbidden)
+        self._set_synced(kind, False)
+
+    async def _list(self, kind: str, method, kwargs: dict) -> tuple[list[dict], str]:
+        items: list[dict] = []
+        cont = None
+        while True:
+            extra = {"_continue": cont} if cont else {}
+            resp = await method(limit=self.page_size, _preload_content=False, _request_timeout=60, **kwargs, **extra)
+            await _raise_for_status(resp, f"listing {_STREAM_WHAT[kind]}")
+            body = json.loads(await resp.read())
+            items.extend(body.get("items") or [])
+            cont = (body.get("metadata") or {}).get("continue")
+            if not cont:
+                return items, body["metadata"]["resourceVersion"]
+
+    def _dra_refused(self, kind: str, refused: Refused) -> None:
+        """DRA not served (404) or not readable (403): DRA offerings go uncounted; the rest is untouched."""
+        self._set_synced(kind, False)
+        if not self._dra_unavailable:
+            if refused.status == 404:
+                self._dra_unavailable = "the API server does not serve resource.k8s.io/v1 (Kubernetes 1.34+ does)"
+                log.info("inventory: %s; no DRA offerings are counted", self._dra_unavailable)
+            else:
+                self._dra_unavailable = f"the hub's service account may not {NEEDED_DRA_PERMISSIONS}"
+                log.warning(
+                    "GPUSpawner cannot count DRA devices: %s (the API server answered %d to %s). "
+                    "Grant those permissions (the gpuspawner Helm chart's ClusterRole has them); until then DRA offerings show no free count.",
+                    self._dra_unavailable,
+                    refused.status,
+                    refused.what,
+                )
+
+    def _apply(self, kind: str):
+        dra = self.index.dra
+        return {
+            "nodes": self.index.node_event,
+            "pods": self.index.pod_event,
+            "slices": dra.slice_event,
+            "classes": dra.class_event,
+            "claims": dra.claim_event,
+        }[kind]
+
+    def _replace(self, kind: str, items: list[dict]) -> None:
+        if kind in ("nodes", "pods"):
+            self.index.replace(**{kind: items})
+        else:
+            self.index.dra.replace(**{kind: items})
+
+    async def _run(self, kind: str, method, kwargs: dict) -> None:
+        apply = self._apply(kind)
+        backoff = 0.2
+        while True:
+            try:
+                started = time.monotonic()
+                items, version = await self._list(kind, method, kwargs)
+                self._replace(kind, items)
+                self.relists[kind] += 1
+                self._set_synced(kind, True)
+                log.info("inventory: listed %d %s in %.2fs", len(items), kind, time.monotonic() - started)
+                backoff = 0.2
+                while True:  # watch until the server ends it, then resume from the last version
+                    version = await self._watch(kind, method, kwargs, version, apply)
+                    if version is None:
+                        break  # 410 Gone: relist
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the API server went away, refused, or answered garbage: reconnect
+                if kind in DRA_STREAMS and isinstance(exc, Refused) and exc.status in (403, 404):
+                    self._dra_refused(kind, exc)
+                    await asyncio.sleep(self.forbidden_retry)
+                    continue
+                self.stream_failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, Refused) and exc.status == 403:
+                    self._refused(kind, exc)
+                    log.debug("inventory: %s refused (%s); asking again in %.0fs", kind, exc, self.forbidden_retry)
+                    await asyncio.sleep(self.forbidden_retry)
+                    continue
+                self._set_synced(kind, False)
+                log.warning("inventory: %s stream failed (%s); retrying in %.1fs", kind, self.last_error, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    async def _watch(self, kind: str, method, kwargs: dict, version: str, apply) -> str | None:
+        resp = await method(
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=240,
+            _preload_content=False,
+            _request_timeout=300,
+            **kwargs,
+        )
+        await _raise_for_status(resp, f"watching {_STREAM_WHAT[kind]}")
+        if kind in DRA_STREAMS:
+            self._dra_unavailable = ""
+        else:
+            self._allowed(kind)
+        buffer = b""
+        try:
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    kind = event.get("type")
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            return None
+                        raise RuntimeError(f"watch error: {obj.get('message')}")
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        apply(kind, obj)
+        finally:
+            resp.release()
+        return version

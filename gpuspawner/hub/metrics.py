@@ -1,0 +1,123 @@
+"""Prometheus metrics in the hub's own ``/metrics`` (JupyterHub serves prometheus_client's
+default registry): capacity and free units per offering, admissions and refusals by
+reason, how long pods take to be scheduled, and who holds which GPU units now
+(``gpuspawner_server_gpus``: the join key between dcgm-exporter's per-pod series and
+users, groups and offerings, for the dashboard, the rules and ``gpuspawner report``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from gpuspawner.core.model import Offering
+from gpuspawner.names.vocabulary import GPU_USERS_GROUP
+
+if TYPE_CHECKING:
+    from gpuspawner.capacity.index import ClusterIndex
+
+ADMISSIONS = Counter(
+    "gpuspawner_admissions", "Spawns admitted, by offering and decision (admit, warn, queue)", ["offering", "kind", "decision"]
+)
+REFUSALS = Counter(
+    "gpuspawner_refusals",
+    "Spawns refused, by offering and reason (no_capacity, quota, unschedulable, queue_timeout, invalid)",
+    ["offering", "kind", "reason"],
+)
+TIME_TO_SCHEDULE = Histogram(
+    "gpuspawner_time_to_schedule_seconds",
+    "From pod creation to the pod running, by offering kind",
+    ["kind"],
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+
+
+def admitted(offering: Offering, decision: str) -> None:
+    ADMISSIONS.labels(offering.slug, offering.kind.value, decision).inc()
+
+
+def refused(offering: Offering | None, reason: str) -> None:
+    REFUSALS.labels(offering.slug if offering else "", offering.kind.value if offering else "", reason).inc()
+
+
+class _CapacityCollector:
+    """Reads capacity and free units from the inventory at scrape time (no bookkeeping here)."""
+
+    def __init__(self) -> None:
+        self.source: tuple[ClusterIndex, list[Offering]] | None = None
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        capacity = GaugeMetricFamily("gpuspawner_offering_capacity", "Units of each offering the cluster has", labels=["offering", "kind"])
+        free = GaugeMetricFamily("gpuspawner_offering_free", "Units of each offering free now", labels=["offering", "kind"])
+        if self.source is not None:
+            index, offerings = self.source
+            for offering in offerings:
+                avail = index.availability(offering)
+                if avail.counted:
+                    capacity.add_metric([offering.slug, offering.kind.value], avail.capacity)
+                    free.add_metric([offering.slug, offering.kind.value], avail.free)
+        yield capacity
+        yield free
+
+
+CAPACITY = _CapacityCollector()
+REGISTRY.register(CAPACITY)
+
+#: user (as the pods' hub.jupyter.org/username label writes it) -> the group their GPU use
+#: is reported under (the first of their groups, alphabetically, but the culler's access
+#: group; "" for none). Filled as the spawner meets users (form, spawn).
+USER_GROUPS: dict[str, str] = {}
+
+
+def observe_groups(user: str, groups: Iterable[str]) -> None:
+    USER_GROUPS[user] = min((g for g in groups if g != GPU_USERS_GROUP), default="")
+
+
+class _HoldingsCollector:
+    """One ``gpuspawner_server_gpus`` series per notebook pod that holds GPU units, read at
+    scrape time from the cluster inventory (the pods the API server lists, whoever made
+    them), valued in units of its offering. ``namespace``/``pod`` match dcgm-exporter's
+    labels; scrape the hub with honor_labels so that they are kept as they are."""
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        from gpuspawner.capacity.admission import units_held
+
+        held = GaugeMetricFamily(
+            "gpuspawner_server_gpus",
+            "GPU units held by each notebook pod, by user, group and offering",
+            labels=["namespace", "pod", "user", "group", "offering", "kind"],
+        )
+        if CAPACITY.source is not None:
+            index, offerings = CAPACITY.source
+            catalog = {o.slug: o for o in offerings}
+            for key, pod in list(index.pods.items()):
+                offering = catalog.get(pod.offering or "")
+                if not pod.user or offering is None or not offering.resources:
+                    continue
+                namespace, _, name = key.partition("/")
+                labels = [namespace, name, pod.user, USER_GROUPS.get(pod.user, ""), offering.slug, offering.kind.value]
+                held.add_metric(labels, units_held(offering, pod.requests))
+        yield held
+
+
+REGISTRY.register(_HoldingsCollector())
+
+
+#: what metrics.refused() and admitted() are called with (spawner.py)
+REFUSAL_REASONS = ("no_capacity", "quota", "window", "unschedulable", "queue_timeout")
+ADMISSION_DECISIONS = ("admit", "warn", "queue")
+
+
+def observe_catalog(index: ClusterIndex, offerings: list[Offering]) -> None:
+    """Remember the latest catalog so a scrape reports its offerings; each offering's
+    admission, refusal and time-to-schedule series exist from then on at 0, so that
+    Prometheus' increase()/rate() see the first event (a series born at 1 shows none)."""
+    CAPACITY.source = (index, list(offerings))
+    for offering in offerings:
+        for reason in REFUSAL_REASONS:
+            REFUSALS.labels(offering.slug, offering.kind.value, reason)
+        for decision in ADMISSION_DECISIONS:
+            ADMISSIONS.labels(offering.slug, offering.kind.value, decision)
+        TIME_TO_SCHEDULE.labels(offering.kind.value)

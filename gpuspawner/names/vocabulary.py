@@ -1,0 +1,150 @@
+"""The names that cross a module boundary, each defined once. Pure; imports nothing of gpuspawner.
+
+What one part of gpuspawner writes and another reads (the spawner and the culler, the
+spawner and the inventory or the orphan reconciler, the spawn form and the choice) must
+agree on a name; a name spelled twice drifts. So every such name lives here: the offering
+kinds, the pod's labels, annotations and environment, the ``user_options`` keys, the
+record GPUSpawner keeps of a server, and the admin's admission policies. The words are
+those of the spawn page and docs/config.md.
+
+Tests spell the literals out on purpose where they check the wire format.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """What sort of GPU an offering gives (docs/config.md, ``kind``); the spawn page groups by it.
+
+    The order is the spawn page's (no GPU first, then the cheapest GPU share).
+    A ``StrEnum``: a kind is written into JSON, pod labels and metrics as its plain value.
+    """
+
+    CPU = "cpu"  #: no GPU
+    SHARED = "shared"  #: a time-sliced or MPS share of a GPU
+    MIG = "mig"  #: a MIG slice
+    FULL = "full"  #: whole GPUs
+    VGPU = "vgpu"  #: a vGPU class
+    CUSTOM = "custom"  #: a site's own resource (fractional GPUs, Bitfusion, ...)
+
+
+#: The kinds whose pod holds (part of) a GPU.
+GPU_KINDS: frozenset[Kind] = frozenset(k for k in Kind if k is not Kind.CPU)
+
+
+class Isolation(StrEnum):
+    """How well a user is protected from the neighbours on the same GPU (docs/config.md, ``isolation``)."""
+
+    EXCLUSIVE = "exclusive"
+    HARDWARE = "hardware"
+    PARTIAL = "partial"
+    NONE = "none"
+    VM = "vm"
+    SITE = "site"
+    NO_GPU = "no-gpu"
+
+
+class AdmissionPolicy(StrEnum):
+    """What the admin wants when no unit of an offering is free (``c.GPUSpawner.admission``,
+    an offering's ``admission``). Not to be confused with the decision admission takes
+    (:mod:`gpuspawner.capacity.admission`: admit, warn, queue or refuse)."""
+
+    BLOCK = "block"  #: refuse at once
+    WARN = "warn"  #: start anyway and say it may wait
+    QUEUE = "queue"  #: wait in line for the next free unit, up to a time limit
+
+
+# --------------------------------------------------------------------------- groups
+
+#: The hub group whose members' servers the GPU culler may read kernels of: its role's
+#: ``tokens`` scope is filtered to it (docs/culler.md, Threat model). An access group, not
+#: a team: GPU use is never reported under it (gpuspawner.hub.metrics).
+GPU_USERS_GROUP = "gpu-users"
+
+# --------------------------------------------------------------------- user_options
+
+#: ``user_options`` key (and spawn-form field) holding the chosen offering's slug.
+OFFERING_KEY = "offering"
+#: ``user_options`` key (and spawn-form field) holding how many units (whole GPUs only).
+COUNT_KEY = "count"
+#: Prefix of the spawn form's per-offering count field, ``count-<slug>``.
+COUNT_FIELD_PREFIX = "count-"
+#: ``user_options`` key (and spawner-state key) of the record GPUSpawner writes at start;
+#: never read back as the user's choice. Its keys are the ``RECORD_*`` names below.
+RECORD_KEY = "gpuspawner"
+
+# Keys inside the record (docs/culler.md, "The contract"); the culler reads them.
+RECORD_OFFERING = OFFERING_KEY  #: the offering's slug
+RECORD_KIND = "kind"  #: a :class:`Kind` value
+RECORD_COUNT = COUNT_KEY  #: units taken
+RECORD_RESOURCES = "resources"  #: extended-resource limits, name -> quantity string
+RECORD_POD = "pod"  #: the pod's name
+RECORD_NAMESPACE = "namespace"  #: the pod's namespace
+RECORD_URL = "url"  #: the server's direct address (for the culler's kernel view), or None
+#: Dynamic Resource Allocation only: the ResourceClaimTemplate the spawner made for the pod
+#: (deleted when the server stops, also after a hub restart).
+RECORD_CLAIM_TEMPLATE = "claim_template"
+#: Dynamic Resource Allocation, a shared offering only: the ResourceClaim the pod shares with
+#: the other servers of that offering on the same device (owned by all their pods).
+RECORD_SHARED_CLAIM = "shared_claim"
+#: Dynamic Resource Allocation only: the devices the scheduler allocated to the pod's claim, as
+#: read from the claim's status and the driver's ResourceSlice at start (the culler matches
+#: them to dcgm-exporter's series). A list of dicts with the ``DEVICE_*`` keys below.
+RECORD_DEVICES = "devices"
+DEVICE_DRIVER = "driver"  #: the DRA driver, e.g. gpu.nvidia.com
+DEVICE_POOL = "pool"  #: the pool (NVIDIA's driver: the node's name)
+DEVICE_NAME = "device"  #: the device's name in its pool, e.g. gpu-0
+DEVICE_UUID = "uuid"  #: the GPU's UUID (a MIG device: its parent GPU's), as dcgm-exporter's UUID label
+DEVICE_MIG_PROFILE = "mig_profile"  #: a MIG device's profile (dcgm-exporter's GPU_I_PROFILE), else absent
+
+# ------------------------------------------------------------------------ the pod
+
+#: Pod label: the offering's slug (the inventory and the orphan reconciler select on it).
+LABEL_OFFERING = "gpuspawner.io/offering"
+#: The name of the pod's device claim (``spec.resourceClaims[].name``) and of its one request.
+CLAIM_NAME = "gpuspawner-gpu"
+#: Pod label: the offering's :class:`Kind`.
+LABEL_KIND = "gpuspawner.io/kind"
+#: Pod, claim template and claim label: the hub that made it (``c.GPUSpawner.hub_id``). The
+#: orphan reconciler, the shared claims and the quotas' count of bound pods select on it, so
+#: one hub never counts nor deletes another's. Absent where the hub has no identity.
+LABEL_HUB = "gpuspawner.io/hub"
+#: Pod (and claim template) annotation: whose server it is in the hub's database, as
+#: ``<user id>/<the user's creation time>`` (``podspec.user_key``). JupyterHub keeps a user's id
+#: and creation time through a rename, and a new database never repeats both: the orphan
+#: reconciler follows a renamed user's pods and never touches a pod its database did not make.
+ANNOTATION_HUB_USER = "gpuspawner.io/hub-user"
+#: Environment of the notebook container: what it was given (docs/kubespawner-compat.md).
+ENV_OFFERING = "GPUSPAWNER_OFFERING"
+ENV_KIND = "GPUSPAWNER_KIND"
+ENV_COUNT = "GPUSPAWNER_GPU_COUNT"
+#: Environment of the notebook container: the offering in the spawn page's words, for the
+#: notebook's own GPU view (gpuspawner.notebook_ext, docs/user-gpu-view.md).
+ENV_DISPLAY_NAME = "GPUSPAWNER_DISPLAY_NAME"
+ENV_WORDS = "GPUSPAWNER_OFFERING_WORDS"
+
+#: KubeSpawner's names for whose pod it is, which gpuspawner reads: the user as a pod
+#: label (KubeSpawner's escaped form) and the user and server name as annotations.
+KUBESPAWNER_USER_LABEL = "hub.jupyter.org/username"
+KUBESPAWNER_USER_ANNOTATION = "hub.jupyter.org/username"
+KUBESPAWNER_SERVER_ANNOTATION = "hub.jupyter.org/servername"
+
+# ------------------------------------------------------------------ the memory guard (docs/memory-guard.md)
+
+#: Environment of a guarded pod: the cap as a fraction of each GPU's memory, and in MiB where
+#: the GPU's memory is known. The start-up hook (gpuspawner/pod/memguard_hook.py) reads them.
+ENV_MEMORY_FRACTION = "GPUSPAWNER_MEMORY_FRACTION"
+ENV_MEMORY_MIB = "GPUSPAWNER_MEMORY_MIB"
+#: Pod annotation holding the start-up hook's source, projected into the pod as a file.
+ANNOTATION_MEMGUARD_HOOK = "gpuspawner.io/memguard-hook"
+
+#: Kinds whose pods share one GPU's memory and engines with other pods, unisolated
+#: (time-slicing, MPS, a site's fractional resource): the GPU's own numbers are not the pod's.
+SHARING_KINDS: frozenset[Kind] = frozenset({Kind.SHARED, Kind.CUSTOM})
+
+#: The per-pod GPU probe's metrics (gpuspawner.probe writes them; the culler reads them).
+PROBE_POD_MEMORY = "gpuspawner_probe_pod_gpu_memory_bytes"
+PROBE_POD_SM_UTIL = "gpuspawner_probe_pod_sm_utilization_ratio"
+PROBE_DEVICE_TOTAL = "gpuspawner_probe_device_memory_total_bytes"

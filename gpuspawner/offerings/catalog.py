@@ -1,0 +1,95 @@
+"""The full list of offerings a hub shows: configured + discovered + overrides. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuspawner.core.model import CPU_OFFERING, Offering
+from gpuspawner.names.vocabulary import Kind
+from gpuspawner.offerings.config import OfferingConfigError, offerings_from_config
+from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS, discover
+from gpuspawner.offerings.overrides import apply_overrides
+
+#: GPUSpawner trait -> CatalogConfig field.
+TRAITS = {
+    "offerings": "offerings",
+    "offering_overrides": "overrides",
+    "discover_offerings": "discover",
+    "include_cpu_offering": "include_cpu",
+    "vgpu_class_labels": "vgpu_class_labels",
+}
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """The admin's settings that decide which offerings exist (see GPUSpawner's traits)."""
+
+    offerings: Sequence[Mapping[str, Any]] = ()
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    discover: bool = True
+    include_cpu: bool = True
+    vgpu_class_labels: Sequence[str] = DEFAULT_VGPU_CLASS_LABELS
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> CatalogConfig:
+        """From GPUSpawner's settings by trait name (a spawner's, or a loaded config's section)."""
+        return cls(**{field: settings[trait] for trait, field in TRAITS.items() if trait in settings})
+
+    def configured(self) -> list[Offering]:
+        """The admin's own offerings, validated (raises :class:`OfferingConfigError`)."""
+        configured = offerings_from_config(list(self.offerings), self.vgpu_class_labels)
+        # Overrides are validated even when no discovered slug matches yet.
+        apply_overrides([], self.overrides)
+        return configured
+
+    def needs_inventory(self) -> bool:
+        """Whether this hub needs the cluster-wide watch of Nodes and Pods: to discover
+        offerings, or to count the free units of a configured offering that asks for a
+        Kubernetes resource. Otherwise nothing is watched (a stock zero-to-jupyterhub hub
+        may not list nodes or pods outside its namespace).
+        Raises :class:`OfferingConfigError` if the offerings are wrong."""
+        return self.discover or any(o.takes_units for o in self.configured())
+
+
+def merge(configured: list[Offering], discovered: list[Offering]) -> list[Offering]:
+    """Configured offerings first, then discovered ones whose slug is not configured."""
+    taken = {o.slug for o in configured}
+    return [*configured, *(o for o in discovered if o.slug not in taken)]
+
+
+def gpu_offerings_in_play(catalog: Iterable[Offering]) -> bool:
+    """Whether the hub offers anything but the built-in "No GPU" choice: a configured
+    offering, a discovered one, or a CPU offering the admin changed.
+
+    Without, GPUSpawner is KubeSpawner: its spawn page, user_options, pod and state are
+    KubeSpawner's own (docs/kubespawner-compat.md).
+    """
+    return any(o != CPU_OFFERING for o in catalog)
+
+
+def build_catalog(
+    config: CatalogConfig,
+    nodes: Iterable[Mapping[str, Any]] | None = None,
+    discovered: list[Offering] | None = None,
+) -> list[Offering]:
+    """Every offering, in display order.
+
+    Discovered offerings come from ``discovered`` (the inventory keeps them) or are
+    computed from ``nodes``; neither is needed when discovery is off.
+    """
+    offerings = config.configured()
+    if config.discover:
+        if discovered is None and nodes is not None:
+            discovered = discover(nodes, config.vgpu_class_labels)
+        offerings = merge(offerings, discovered or [])
+    offerings = apply_overrides(offerings, config.overrides)
+    if config.include_cpu and not any(o.kind is Kind.CPU for o in offerings):
+        offerings = [CPU_OFFERING, *offerings]
+    if not offerings:
+        raise OfferingConfigError(
+            "GPUSpawner has nothing to offer: no offerings configured, none discovered, and the CPU option is off. "
+            "Set c.GPUSpawner.offerings or c.GPUSpawner.include_cpu_offering = True."
+        )
+    return offerings

@@ -1,0 +1,533 @@
+"""The admin's offerings: ``c.GPUSpawner.offerings`` entries -> :class:`~gpuspawner.core.model.Offering`. Pure.
+
+:func:`offering_from_config` is the reference for every field of an entry (docs/config.md
+points here); each error names the entry and the field that is wrong, and what to write
+instead. ``c.GPUSpawner.offering_overrides`` is read by :mod:`gpuspawner.offerings.overrides` with
+the same field reader.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, overload
+
+from gpuspawner.core.cel import SelectorError, compile_selector
+from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, SLUG_RE, DeviceClaim, GuardSetting, Offering
+from gpuspawner.core.nodeclass import (
+    GKE_ACCELERATOR_LABEL,
+    GKE_PARTITION_LABEL,
+    GPU,
+    GPU_SHARED,
+    PRODUCT_LABEL,
+    mig_profile_parts,
+    mig_resource_name,
+    whole_gpu_terms,
+)
+from gpuspawner.core.windows import parse_window
+from gpuspawner.core.wording import mig_compute_phrase, share_phrase
+from gpuspawner.names import dranames as dn
+from gpuspawner.names.vocabulary import AdmissionPolicy, Isolation, Kind
+
+LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+
+
+class OfferingConfigError(ValueError):
+    """An admin's offering entry is wrong. The message names the entry and field."""
+
+
+_COMMON_FIELDS = {
+    "slug",
+    "kind",
+    "display_name",
+    "description",
+    "resources",
+    "counts",
+    "node_selector",
+    "tolerations",
+    "extra_tolerations",
+    "env",
+    "labels",
+    "annotations",
+    "command_prefix",
+    "product",
+    "memory_mib",
+    "compute_share",
+    "isolation",
+    "groups",
+    "users",
+    "hidden",
+    "admission",
+    "queue_timeout",
+    "scalable_nodes",
+    "scale_up_minutes",
+    "windows",
+    "absent_labels",
+    "dra",
+    "memory_guard",
+}
+_KIND_FIELDS = {
+    Kind.CPU: set(),
+    Kind.FULL: set(),
+    Kind.MIG: {"profile", "mig_strategy"},
+    Kind.SHARED: {"sharing", "replicas", "rename_by_default"},
+    Kind.VGPU: set(),
+    Kind.CUSTOM: set(),
+}
+_DEFAULT_ISOLATION = {
+    Kind.CPU: Isolation.NO_GPU,
+    Kind.FULL: Isolation.EXCLUSIVE,
+    Kind.MIG: Isolation.HARDWARE,
+    Kind.VGPU: Isolation.VM,
+    Kind.CUSTOM: Isolation.SITE,
+}
+
+_EXAMPLE = (
+    "Example: {'slug': 'a100-mig-3g', 'kind': 'mig', 'display_name': 'A100 · MIG 3g.20gb', "
+    "'profile': '3g.20gb', 'product': 'NVIDIA-A100-SXM4-40GB'}"
+)
+
+
+class Entry:
+    """Reads one config dict, raising errors that name the entry and field."""
+
+    def __init__(self, raw: Any, where: str):
+        self.where = where
+        if not isinstance(raw, Mapping):
+            raise OfferingConfigError(f"{where}: must be a dict, got {type(raw).__name__}. {_EXAMPLE}")
+        self.raw = raw
+
+    def fail(self, name: str, problem: str) -> OfferingConfigError:
+        return OfferingConfigError(f"{self.where}: field '{name}' {problem}")
+
+    @overload
+    def text(self, name: str, default: str, required: bool = False) -> str: ...
+    @overload
+    def text(self, name: str, *, required: Literal[True]) -> str: ...
+    @overload
+    def text(self, name: str, default: None = None, required: bool = False) -> str | None: ...
+
+    def text(self, name: str, default: str | None = None, required: bool = False) -> str | None:
+        value = self.raw.get(name, default)
+        if value is None:
+            if required:
+                raise self.fail(name, f"is required. {_EXAMPLE}")
+            return None
+        if not isinstance(value, str) or (required and not value.strip()):
+            raise self.fail(name, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.raw.get(name, default)
+        if not isinstance(value, bool):
+            raise self.fail(name, f"must be true or false, got {value!r}")
+        return value
+
+    def positive_int(self, name: str, value: Any = None) -> int:
+        value = self.raw.get(name) if value is None else value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(name, f"must be a positive integer, got {value!r}")
+        return value
+
+    def str_list(self, name: str) -> tuple[str, ...]:
+        value = self.raw.get(name, [])
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(name, f"must be a list of non-empty strings, got {value!r}")
+        return tuple(value)
+
+    def str_map(self, name: str) -> dict[str, str]:
+        value = self.raw.get(name, {})
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()):
+            raise self.fail(name, f"must be a dict of strings to strings, got {value!r}")
+        return dict(value)
+
+    def memory_guard(self) -> GuardSetting:
+        """The ``memory_guard`` field: false (off), true (on, sized from the offering's share) or a
+        dict of ``enabled``, ``fraction`` (0 < f <= 1, of each GPU's memory) and ``user_env``."""
+        value = self.raw.get("memory_guard")
+        if value is None:
+            return GuardSetting()
+        if isinstance(value, bool):
+            return GuardSetting(enabled=value)
+        example = "e.g. false, true or {'fraction': 0.25, 'user_env': false}"
+        if not isinstance(value, Mapping):
+            raise self.fail("memory_guard", f"must be true, false or a dict, {example}; got {value!r}")
+        unknown = sorted(str(k) for k in value if k not in ("enabled", "fraction", "user_env"))
+        if unknown:
+            raise self.fail("memory_guard", f"has unknown key(s) {unknown}; the keys are 'enabled', 'fraction' and 'user_env', {example}")
+        flags: dict[str, bool | None] = {}
+        for key in ("enabled", "user_env"):
+            flag = value.get(key)
+            if flag is not None and not isinstance(flag, bool):
+                raise self.fail("memory_guard", f"['{key}'] must be true or false, got {flag!r}")
+            flags[key] = flag
+        fraction = value.get("fraction")
+        if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1):
+            raise self.fail(
+                "memory_guard", f"['fraction'] must be a number above 0 and at most 1 (of each GPU's memory, e.g. 0.25), got {fraction!r}"
+            )
+        enabled = flags["enabled"]
+        if enabled is None and fraction is not None:
+            enabled = True  # a fraction is asked for: the guard is on
+        return GuardSetting(enabled=enabled, fraction=None if fraction is None else float(fraction), user_env=flags["user_env"])
+
+    def resources(self) -> dict[str, int] | None:
+        if "resources" not in self.raw:
+            return None
+        value = self.raw["resources"]
+        if not isinstance(value, Mapping) or not value:
+            raise self.fail("resources", f"must be a non-empty dict like {{'nvidia.com/gpu': 1}}, got {value!r}")
+        out = {}
+        for name, qty in value.items():
+            if not isinstance(name, str) or "/" not in name:
+                raise self.fail("resources", f"has {name!r}: extended resource names look like 'vendor.com/name'")
+            if isinstance(qty, str) and qty.isdigit():
+                qty = int(qty)
+            out[name] = self.positive_int(f"resources['{name}']", qty) if isinstance(qty, int) else self._bad_qty(name, qty)
+        return out
+
+    def _bad_qty(self, name: str, qty: Any) -> int:
+        raise self.fail("resources", f"['{name}'] must be a positive whole number (extended resources cannot be fractional), got {qty!r}")
+
+    def tolerations(self, name: str) -> tuple[dict[str, Any], ...]:
+        value = self.raw.get(name, [])
+        if not isinstance(value, (list, tuple)):
+            raise self.fail(name, f"must be a list of toleration dicts, got {value!r}")
+        allowed = {"key", "operator", "value", "effect", "tolerationSeconds"}
+        for tol in value:
+            if (
+                not isinstance(tol, Mapping)
+                or not set(tol) <= allowed
+                or tol.get("operator", "Equal") not in ("Equal", "Exists")
+                or tol.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+            ):
+                raise self.fail(
+                    name,
+                    f"has {tol!r}: a toleration is a dict with keys {sorted(allowed)}, operator Equal or Exists and "
+                    "effect NoSchedule, PreferNoSchedule or NoExecute (or none), "
+                    "e.g. {'key': 'sku', 'operator': 'Equal', 'value': 'gpu', 'effect': 'NoSchedule'}",
+                )
+        return tuple(dict(t) for t in value)
+
+
+def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] = ("vgpu.type",)) -> Offering:
+    """Validate one entry of ``c.GPUSpawner.offerings`` and build its :class:`Offering`.
+
+    Every entry has ``slug`` (lower-case, digits, '-') and ``kind``; the rest is optional.
+
+    What the user sees:
+      display_name, description   text (shown as text: markup is escaped)
+      memory_mib, compute_share   e.g. 20480, "3/7 of the GPU's compute" (MIG fills both in)
+      isolation                   exclusive | hardware | partial | none | vm | site | no-gpu
+
+    What the pod gets (kind shortcuts fill these in; explicit values win):
+      resources                   {"nvidia.com/gpu": 1} per unit; limits = requests
+      counts                      whole GPUs only: the counts a user may pick, e.g. [1, 2, 4]
+      node_selector               {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+      absent_labels               labels a node must NOT have, e.g. ["cloud.google.com/gke-gpu-partition-size"]
+      tolerations                 replaces the default nvidia.com/gpu Exists/NoSchedule toleration
+      extra_tolerations           added to it (AKS: sku=gpu, some sites: node-role.kubernetes.io/gpu)
+      env, labels, annotations    added to the pod (never NVIDIA_VISIBLE_DEVICES: the device plugin's job)
+      command_prefix              wraps the server command, e.g. ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"]
+      memory_guard                false | true | {"fraction": 0.25, "user_env": false}: the cooperative
+                                  memory limits frameworks honour (docs/memory-guard.md); default:
+                                  on for the kinds in c.GPUSpawner.memory_guard_kinds, sized from the share
+
+    Kind shortcuts:
+      full     product -> nvidia.com/gpu on nodes of that product; never on time-sliced, MPS, MIG
+               or vGPU nodes (node affinity keeps them out, also without a product)
+      mig      profile ("3g.20gb", "1g.10gb+me"); mig_strategy mixed (default) | single (needs product) | gke
+      shared   sharing time-slicing | mps; replicas; rename_by_default (true: nvidia.com/gpu.shared;
+               false: nvidia.com/gpu on "<product>-SHARED" nodes, needs product)
+      vgpu     node_selector naming the vGPU node class (or product)
+      custom   resources and/or command_prefix
+      cpu      nothing
+
+    Who and when:
+      groups, users               only these may take it (admins always may); empty: everyone
+      hidden                      not shown on the spawn page
+      windows                     ["Mon-Fri 19:00-07:00", "Sat,Sun 00:00-24:00"] in c.GPUSpawner.site_timezone
+      admission                   block | warn | queue when none is free (default: c.GPUSpawner.admission)
+      queue_timeout               seconds a queued spawn waits
+      scalable_nodes, scale_up_minutes   an autoscaled pool: never refused, "free after scale-up, about M min"
+
+    Dynamic Resource Allocation (kinds full, mig, shared; instead of resources and node_selector):
+      dra                         {"device_class": "gpu.nvidia.com" (mig.nvidia.com for mig),
+                                   "selector": CEL over device.attributes / device.capacity (or a list),
+                                   "match_attributes": ["gpu.nvidia.com/productName"],
+                                   "interval": Default | Short | Medium | Long (time-slicing),
+                                   "mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"}}
+                                  product and profile add selectors on productName and profile; a shared
+                                  offering needs replicas (pods per device) and sharing (time-slicing | mps)
+    """
+    label = raw.get("slug") if isinstance(raw, Mapping) else None
+    where = f"c.GPUSpawner.offerings[{index}]" + (f" (slug {label!r})" if isinstance(label, str) else "")
+    entry = Entry(raw, where)
+    slug = entry.text("slug", required=True)
+    if not SLUG_RE.match(slug):
+        raise entry.fail("slug", f"must be lower-case letters, digits and '-', at most 63 characters, got {slug!r}")
+    kind_value = entry.text("kind", required=True)
+    try:
+        kind = Kind(kind_value)
+    except ValueError:
+        raise entry.fail("kind", f"must be one of {[k.value for k in Kind]}, got {kind_value!r}") from None
+    known = _COMMON_FIELDS | _KIND_FIELDS[kind]
+    for name in raw:
+        if name not in known:
+            near = difflib.get_close_matches(str(name), sorted(known), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; fields for kind {kind.value!r} are {sorted(known)}"
+            raise OfferingConfigError(f"{where}: unknown field {name!r}{hint}")
+
+    if "dra" in raw and kind not in _DRA_KINDS:
+        raise entry.fail("dra", f"applies to kinds {[k.value for k in _DRA_KINDS]} only, not {kind.value!r}")
+    product = entry.text("product")
+    resources = entry.resources()
+    selector = entry.str_map("node_selector") if "node_selector" in raw else None
+    for key, value in (selector or {}).items():
+        if not LABEL_VALUE_RE.match(value):
+            raise entry.fail(
+                "node_selector",
+                f"has {key}={value!r}, which is not a valid label value "
+                "(at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+            )
+    counts = tuple(entry.positive_int("counts", c) for c in as_list(entry, "counts", [1]))
+    if kind is not Kind.FULL and counts != (1,):
+        raise entry.fail("counts", f"applies to whole GPUs only; a {kind.value} offering is always exactly 1 unit")
+    fields: dict[str, Any] = {}
+    derived_resources, derived_selector = _derive(kind, entry, product, fields)
+    resources = derived_resources if resources is None else resources
+    selector = derived_selector if selector is None else selector
+    if kind is Kind.CUSTOM and not resources and not entry.raw.get("command_prefix"):
+        raise entry.fail(
+            "resources", "is required for a custom offering (or give a command_prefix such as ['bitfusion', 'run', '-n', '1', '--'])"
+        )
+    if kind is Kind.VGPU and not selector:
+        raise entry.fail(
+            "node_selector", "is required for a vgpu offering: it names the vGPU node class, e.g. {'vgpu.type': 'v100-8g-8GB'}"
+        )
+    if kind is Kind.CPU and resources:
+        raise entry.fail("resources", "must be empty for a cpu offering")
+    if kind is Kind.CPU and "memory_guard" in raw:
+        raise entry.fail("memory_guard", "applies to GPU offerings only: a cpu offering has no GPU memory to guard")
+
+    if "tolerations" in raw:
+        tolerations = entry.tolerations("tolerations")
+    else:
+        tolerations = (dict(DEFAULT_GPU_TOLERATION),) if kind is not Kind.CPU else ()
+    tolerations += entry.tolerations("extra_tolerations")
+
+    isolation_value = entry.text("isolation")
+    if isolation_value is None:
+        isolation = fields.pop("isolation", None) or _DEFAULT_ISOLATION[kind]
+    else:
+        try:
+            isolation = Isolation(isolation_value)
+        except ValueError:
+            raise entry.fail("isolation", f"must be one of {[i.value for i in Isolation]}, got {isolation_value!r}") from None
+    claim = dra_claim(entry, kind, product) if "dra" in raw else None
+    if claim is not None:
+        for name in ("resources", "node_selector", "absent_labels"):
+            if raw.get(name):
+                raise entry.fail(name, "cannot be combined with 'dra': a DRA offering's devices are chosen by its claim, not by node")
+        resources, selector = {}, {}
+    memory = raw.get("memory_mib")
+    if memory is not None:
+        memory = entry.positive_int("memory_mib")
+    command_prefix = entry.str_list("command_prefix")
+    scaling = admission_fields(entry)
+    return Offering(
+        slug=slug,
+        kind=kind,
+        display_name=entry.text("display_name", default=slug),
+        description=entry.text("description", default="") or "",
+        resources=resources,
+        counts=tuple(sorted(set(counts))),
+        node_selector=selector,
+        absent_labels=entry.str_list("absent_labels"),
+        node_affinity=whole_gpu_terms(vgpu_class_labels) if kind is Kind.FULL and claim is None else (),
+        claim=claim,
+        tolerations=tolerations,
+        env=entry.str_map("env"),
+        labels=entry.str_map("labels"),
+        annotations=entry.str_map("annotations"),
+        command_prefix=command_prefix,
+        product=product,
+        memory_mib=memory if memory is not None else fields.get("memory_mib"),
+        compute_share=entry.text("compute_share", default=fields.get("compute_share", "")) or "",
+        isolation=isolation,
+        groups=entry.str_list("groups"),
+        users=entry.str_list("users"),
+        hidden=entry.flag("hidden", False),
+        share_count=fields.get("share_count"),
+        sharing=fields.get("sharing", ""),
+        memory_guard=entry.memory_guard(),
+        source="config",
+        **scaling,
+    )
+
+
+_DRA_FIELDS = {"device_class", "selector", "match_attributes", "interval", "mps"}
+_DRA_KINDS = (Kind.FULL, Kind.MIG, Kind.SHARED)
+
+
+def dra_claim(entry: Entry, kind: Kind, product: str | None) -> DeviceClaim:
+    """An entry's ``dra`` field -> the :class:`DeviceClaim` its pods ask for; every CEL selector compiled now."""
+    raw = entry.raw["dra"]
+    if not isinstance(raw, Mapping) or not set(raw) <= _DRA_FIELDS:
+        raise entry.fail(
+            "dra",
+            f"must be a dict with keys among {sorted(_DRA_FIELDS)}, got {raw!r}. Example: "
+            "{'device_class': 'gpu.nvidia.com', 'selector': \"device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0\"}",
+        )
+    default_class = dn.CLASS_MIG if kind is Kind.MIG else dn.CLASS_GPU
+    device_class = raw.get("device_class", default_class)
+    if not isinstance(device_class, str) or not device_class:
+        raise entry.fail("dra", f"['device_class'] must be a DeviceClass name such as {default_class!r}, got {device_class!r}")
+    given = raw.get("selector", [])
+    selectors = [given] if isinstance(given, str) else given
+    if not isinstance(selectors, (list, tuple)) or not all(isinstance(e, str) and e.strip() for e in selectors):
+        raise entry.fail("dra", f"['selector'] must be a CEL expression or a list of them, got {given!r}")
+    selectors = list(selectors)
+    if product:
+        selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PRODUCT} == {_quoted(product)}")
+    if kind is Kind.MIG and "profile" in entry.raw:
+        selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PROFILE} == {_quoted(entry.text('profile', required=True))}")
+    for i, expression in enumerate(selectors):
+        try:
+            compile_selector(expression)
+        except SelectorError as exc:
+            raise entry.fail("dra", f"['selector'][{i}] {exc}") from None
+    match = raw.get("match_attributes", [])
+    if not isinstance(match, (list, tuple)) or not all(isinstance(a, str) and a for a in match):
+        raise entry.fail(
+            "dra", f"['match_attributes'] must be a list of attribute names such as 'gpu.nvidia.com/productName', got {match!r}"
+        )
+    config: tuple[Mapping[str, Any], ...] = ()
+    shares = 1
+    if kind is Kind.SHARED:
+        shares = entry.positive_int("replicas") if "replicas" in entry.raw else 0
+        if not shares:
+            raise entry.fail(
+                "replicas", "is required for a DRA shared offering: how many notebooks share one device (they share one claim)"
+            )
+        sharing = entry.text("sharing", default="time-slicing")
+        strategy = {"time-slicing": dn.SHARING_TIME_SLICING, "mps": dn.SHARING_MPS}.get(sharing)
+        if strategy is None:
+            raise entry.fail("sharing", f"must be 'time-slicing' or 'mps', got {sharing!r}")
+        settings: dict[str, Any] = {}
+        if strategy == dn.SHARING_TIME_SLICING and "interval" in raw:
+            if raw["interval"] not in dn.TIME_SLICE_INTERVALS:
+                raise entry.fail("dra", f"['interval'] must be one of {list(dn.TIME_SLICE_INTERVALS)}, got {raw['interval']!r}")
+            settings = {"interval": raw["interval"]}
+        if "mps" in raw:
+            if strategy != dn.SHARING_MPS or not isinstance(raw["mps"], Mapping):
+                raise entry.fail("dra", "['mps'] is a dict of NVIDIA's mpsConfig and needs sharing 'mps'")
+            settings = dict(raw["mps"])
+        parameters = dn.sharing_config(strategy, settings, mig=device_class == dn.CLASS_MIG)
+        config = ({"driver": dn.DRIVER, "parameters": parameters},)
+    return DeviceClaim(device_class, tuple(selectors), tuple(match), config, shares)
+
+
+def _quoted(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def admission_fields(entry: Entry) -> dict[str, Any]:
+    """``admission``, ``queue_timeout``, ``scalable_nodes``, ``scale_up_minutes`` of an entry."""
+    out: dict[str, Any] = {}
+    if "admission" in entry.raw:
+        policy = entry.text("admission", required=True)
+        if policy not in tuple(AdmissionPolicy):
+            raise entry.fail("admission", f"must be one of {[p.value for p in AdmissionPolicy]}, got {policy!r}")
+        out["admission"] = policy
+    for name in ("queue_timeout", "scalable_nodes", "scale_up_minutes"):
+        if name in entry.raw:
+            out[name] = entry.positive_int(name)
+    if "windows" in entry.raw:
+        windows = entry.str_list("windows")
+        for text in windows:
+            try:
+                parse_window(text)
+            except ValueError as exc:
+                raise entry.fail("windows", f"has an entry that is wrong: {exc}") from None
+        out["windows"] = windows
+    if out.get("scalable_nodes") and not out.get("scale_up_minutes"):
+        raise entry.fail("scale_up_minutes", "is required with scalable_nodes: how long a new node takes, e.g. 5")
+    return out
+
+
+def as_list(entry: Entry, name: str, default: list[Any]) -> list[Any]:
+    """``entry[name]`` as a non-empty list (``default`` when absent)."""
+    value = entry.raw.get(name, default)
+    if not isinstance(value, (list, tuple)) or not value:
+        raise entry.fail(name, f"must be a non-empty list, e.g. [1, 2, 4], got {value!r}")
+    return list(value)
+
+
+def _derive(kind: Kind, entry: Entry, product: str | None, fields: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+    """The Kubernetes form a kind's shortcuts stand for: (resources, node_selector)."""
+    selector: dict[str, str] = {PRODUCT_LABEL: product} if product else {}
+    if kind is Kind.CPU:
+        return {}, {}
+    if kind in (Kind.FULL, Kind.VGPU, Kind.CUSTOM):
+        return ({GPU: 1} if kind is not Kind.CUSTOM else {}), selector
+    if kind is Kind.MIG:
+        profile = entry.text("profile", required=True)
+        parts = mig_profile_parts(profile)
+        if parts is None:
+            raise entry.fail("profile", f"must be a MIG profile such as '1g.5gb', '3g.20gb' or '1g.10gb+me', got {profile!r}")
+        fields["memory_mib"] = parts[1] * 1024
+        fields["compute_share"] = mig_compute_phrase(parts[0])
+        strategy = entry.text("mig_strategy", default="mixed")
+        if strategy == "mixed":
+            return {mig_resource_name(profile): 1}, selector
+        if strategy == "single":
+            if not product:
+                raise entry.fail(
+                    "product",
+                    "is required with mig_strategy 'single': slices are told apart only by the product label (e.g. 'A100-SXM4-40GB')",
+                )
+            return {GPU: 1}, {PRODUCT_LABEL: f"{product}-MIG-{profile}"}
+        if strategy == "gke":
+            gke = {GKE_PARTITION_LABEL: profile}
+            if product:
+                gke[GKE_ACCELERATOR_LABEL] = product
+            return {GPU: 1}, gke
+        raise entry.fail("mig_strategy", f"must be 'mixed', 'single' or 'gke', got {strategy!r}")
+    # shared
+    sharing = entry.text("sharing", default="time-slicing")
+    if sharing not in ("time-slicing", "mps"):
+        raise entry.fail("sharing", f"must be 'time-slicing' or 'mps', got {sharing!r}")
+    replicas = entry.positive_int("replicas") if "replicas" in entry.raw else None
+    rename = entry.flag("rename_by_default", True)
+    fields["isolation"] = Isolation.PARTIAL if sharing == "mps" else Isolation.NONE
+    fields["sharing"], fields["share_count"] = sharing, replicas
+    if replicas:
+        fields["compute_share"] = share_phrase(replicas, sharing)
+    if rename:
+        return {GPU_SHARED: 1}, selector
+    if not product and "node_selector" not in entry.raw:
+        raise entry.fail(
+            "product",
+            "is required with rename_by_default false (or give a node_selector): "
+            "shared GPUs are then plain nvidia.com/gpu, told apart only by the '-SHARED' product label",
+        )
+    return {GPU: 1}, ({PRODUCT_LABEL: f"{product}-SHARED"} if product else {})
+
+
+def offerings_from_config(raw: Any, vgpu_class_labels: Iterable[str] = ("vgpu.type",)) -> list[Offering]:
+    """Validate the whole ``c.GPUSpawner.offerings`` list (slugs must be unique)."""
+    if not isinstance(raw, (list, tuple)):
+        raise OfferingConfigError(f"c.GPUSpawner.offerings must be a list of dicts, got {type(raw).__name__}")
+    seen: dict[str, int] = {}
+    out = []
+    for index, entry in enumerate(raw):
+        offering = offering_from_config(entry, index, vgpu_class_labels)
+        if offering.slug in seen:
+            raise OfferingConfigError(
+                f"c.GPUSpawner.offerings[{index}]: slug {offering.slug!r} is already used by entry {seen[offering.slug]}; slugs must be unique"
+            )
+        seen[offering.slug] = index
+        out.append(offering)
+    return out

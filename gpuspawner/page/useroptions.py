@@ -1,0 +1,145 @@
+"""Which ``user_options`` keys a spawn may carry, and KubeSpawner's profile choice, checked. Pure.
+
+JupyterHub takes a REST API request's ``user_options`` as they come and stores
+them in its database, where every ``/hub/api/users`` answer repeats them. The
+form path only ever produces the keys the spawner reads; the API path must not
+be a way around that. So the keys kept are:
+
+* gpuspawner's own: ``offering`` and ``count``;
+* KubeSpawner's, when a ``profile_list`` is configured: ``profile`` and, for each
+  profile option, ``<option>`` and ``<option>--unlisted-choice`` (KubeSpawner's
+  ``user_options`` names for the form's ``profile-option-*`` fields);
+* keys the admin declares: the keys of a dict ``Spawner.apply_user_options``
+  (JupyterHub's own way to name them) and ``GPUSpawner.extra_user_options``
+  (for a callable ``apply_user_options`` or a ``pre_spawn_hook``).
+
+Everything else is dropped, before JupyterHub stores or serves it. The values of
+the kept keys are bounded: options with a value longer than :data:`MAX_VALUE_CHARS`
+(as JSON) are not stored at all -- the hub's row keeps what it held -- and a start
+with them is refused (400). Within the bound, values are stored as they are:
+JupyterHub reuses stored options for a start without any (``PUT`` then ``POST``),
+and that start must get the same answer as the first one (never a default in the
+place of a value that was refused).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY
+from gpuspawner.offerings.choice import MALFORMED, ChoiceError, shown
+
+PROFILE_KEY = "profile"
+UNLISTED_SUFFIX = "--unlisted-choice"
+#: The longest unlisted profile choice (e.g. an image name) accepted.
+MAX_UNLISTED_CHARS = 1024
+#: The longest value (as JSON) of any kept key that is stored: an offering's slug, a count, a
+#: profile choice and an unlisted one (MAX_UNLISTED_CHARS) fit many times over.
+MAX_VALUE_CHARS = 4096
+#: Option names of a callable ``profile_list`` are unknown until it is called: keys shaped like one are kept.
+_OPTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class KnownKeys:
+    """The ``user_options`` keys a spawn may carry (see the module docstring)."""
+
+    names: frozenset[str]
+    #: The profile_list is a callable (its option names are not known here): keep option-shaped keys.
+    profile_options_unknown: bool = False
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        if key in self.names:
+            return True
+        if self.profile_options_unknown:
+            name = key[: -len(UNLISTED_SUFFIX)] if key.endswith(UNLISTED_SUFFIX) else key
+            return bool(_OPTION_NAME.match(name))
+        return False
+
+
+def known_keys(profile_list: Any, declared: Iterable[str] = ()) -> KnownKeys:
+    """The keys kept for a spawner whose ``profile_list`` is ``profile_list`` (a list, a callable or empty)."""
+    names = {OFFERING_KEY, COUNT_KEY, *declared}
+    if callable(profile_list):
+        return KnownKeys(frozenset(names | {PROFILE_KEY}), profile_options_unknown=True)
+    if profile_list:
+        names.add(PROFILE_KEY)
+        for profile in profile_list:
+            for option in profile.get("profile_options") or {}:
+                names.update((option, f"{option}{UNLISTED_SUFFIX}"))
+    return KnownKeys(frozenset(names))
+
+
+def split_known(options: Mapping[str, Any] | None, keys: KnownKeys) -> tuple[dict[str, Any], list[str]]:
+    """(the options with known keys, the other keys in their order)."""
+    kept, dropped = {}, []
+    for key, value in (options or {}).items():
+        if key in keys:
+            kept[key] = value
+        else:
+            dropped.append(key)
+    return kept, dropped
+
+
+def oversized(options: Mapping[str, Any]) -> list[str]:
+    """The keys of ``options`` whose value is longer than :data:`MAX_VALUE_CHARS` as JSON."""
+    return [key for key, value in options.items() if len(json.dumps(value, default=str)) > MAX_VALUE_CHARS]
+
+
+def too_long_message(keys: Iterable[Any]) -> str:
+    """The 400's words for options whose values under ``keys`` are over the bound."""
+    return (
+        f"The value of {describe_keys(keys)} is too long (at most {MAX_VALUE_CHARS} characters as JSON). "
+        "Pick one of the options on the spawn page."
+    )
+
+
+def describe_keys(keys: Iterable[Any], limit: int = 8) -> str:
+    """Keys for a log line: each quoted safely and short, at most ``limit`` of them, then a count."""
+    keys = list(keys)
+    shown_keys = ", ".join(repr(shown(k, 40)) for k in keys[:limit])
+    return shown_keys + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def check_profile(options: Mapping[str, Any], profile_list: list[dict[str, Any]]) -> None:
+    """Refuse a profile, or a profile option choice, that ``profile_list`` does not have.
+
+    ``profile_list`` is KubeSpawner's initialized list (every profile has a ``slug``,
+    one is the default). KubeSpawner itself answers these with a ValueError naming
+    every profile, a KeyError or a TypeError; here they are :class:`ChoiceError`
+    (400) with a short message. The unlisted-choice checks (enabled? matches the
+    regex?) stay KubeSpawner's.
+    """
+    if not profile_list:
+        return
+    slug = options.get(PROFILE_KEY)
+    slugs = [p["slug"] for p in profile_list]
+    if slug is None or slug == "":
+        profile = next((p for p in profile_list if p.get("default")), profile_list[0])
+    elif not isinstance(slug, str):
+        raise ChoiceError(f"The profile must be the name of one profile: {', '.join(slugs[:8])}.", MALFORMED)
+    elif slug not in slugs:
+        raise ChoiceError(f"The profile '{shown(slug)}' does not exist on this hub. Profiles: {', '.join(slugs[:8])}.", MALFORMED)
+    else:
+        profile = profile_list[slugs.index(slug)]
+    for name, option in (profile.get("profile_options") or {}).items():
+        title = option.get("display_name") or name
+        unlisted = options.get(f"{name}{UNLISTED_SUFFIX}")
+        choice = options.get(name)
+        if unlisted is not None and unlisted != "":
+            if not isinstance(unlisted, str) or len(unlisted) > MAX_UNLISTED_CHARS:
+                raise ChoiceError(f"The value for {title} must be a short text, not '{shown(unlisted)}'.", MALFORMED)
+        elif choice is not None and choice != "":
+            choices = list(option.get("choices") or {})
+            if not isinstance(choice, str) or choice not in choices:
+                raise ChoiceError(
+                    f"'{shown(choice)}' is not a choice for {title} in the profile {profile.get('display_name') or profile['slug']}. "
+                    f"Choices: {', '.join(choices[:8]) or 'none'}.",
+                    MALFORMED,
+                )

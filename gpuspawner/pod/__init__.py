@@ -1,0 +1,1 @@
+"""The pod: what a chosen offering adds to KubeSpawner's pod, and the memory guard laid into it. Pure."""

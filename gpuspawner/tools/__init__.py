@@ -1,0 +1,1 @@
+"""Tools around the product: the ``gpuspawner`` command, the demo, the configuration reference and the usage report."""

@@ -1,0 +1,332 @@
+"""The ``gpuspawner`` admin command.
+
+gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
+gpuspawner offerings [--nodes F] [--pods F] [--slices F --device-classes F [--claims F]] [--config F]
+                     [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
+gpuspawner report [--since 7d] [--by user|group|offering] [--format table|csv|json] --prometheus-url URL
+gpuspawner probe [--once] [--port N] [--node NAME] [--namespace NS] [--proc DIR]   the per-pod GPU probe (docs/probe.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"gpuspawner: {message}", file=sys.stderr)
+    return code
+
+
+# --------------------------------------------------------------------------- devcluster
+
+
+def _devcluster(args: argparse.Namespace) -> int:
+    from gpuspawner.devcluster import build
+    from gpuspawner.devcluster.cluster import DevCluster, DevClusterError
+    from gpuspawner.devcluster.nodes import many_nodes, standard_nodes
+
+    cluster = DevCluster(Path(args.dir) if args.dir else None)
+    try:
+        if args.verb == "build":
+            build.build(force=args.force)
+        elif args.verb == "up":
+            nodes = list(standard_nodes())
+            if args.extra_nodes:
+                nodes += list(many_nodes(args.extra_nodes))
+            cluster.up(nodes=nodes, log=lambda msg: print(msg, file=sys.stderr))
+            _print_env(cluster)
+        elif args.verb == "down":
+            cluster.down()
+        elif args.verb == "status":
+            running = cluster.running()
+            for name, alive in running.items():
+                print(f"{name:26s} {'running' if alive else 'stopped'}")
+            if cluster.state and all(running.values()):
+                print(f"API server: {cluster.state.server}\nKUBECONFIG={cluster.kubeconfig}")
+            return 0 if all(running.values()) else 1
+        elif args.verb == "env":
+            if cluster.state is None:
+                return _fail(f"no devcluster in {cluster.directory}; run `gpuspawner devcluster up`")
+            _print_env(cluster)
+    except (DevClusterError, build.BuildError) as exc:
+        return _fail(str(exc), 1)
+    return 0
+
+
+def _print_env(cluster) -> None:
+    for key, value in cluster.env().items():
+        print(f"export {key}={value}")
+
+
+# --------------------------------------------------------------------------- offerings
+
+
+def _read_items(path: str, what: str) -> list[dict[str, Any]]:
+    """Read ``kubectl get <what> -o json`` output (a List) or a bare JSON list."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}); expected `kubectl get {what} -o json` output") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror}") from None
+    items = data.get("items") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise ValueError(f"{path}: expected a JSON object with an 'items' list, as `kubectl get {what} -o json` prints")
+    return items
+
+
+def _config_from_file(path: str):
+    """Load a jupyterhub_config.py the way JupyterHub does and return its GPUSpawner section."""
+    from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
+
+    file = Path(path)
+    try:
+        loader = PyFileConfigLoader(file.name, path=str(file.parent.resolve()))
+        config = loader.load_config()
+    except ConfigFileNotFound:
+        raise ValueError(f"{path}: no such file") from None
+    except Exception as exc:  # the admin's own Python: report it, do not crash
+        raise ValueError(f"{path}: could not load it: {type(exc).__name__}: {exc}") from None
+    return config
+
+
+def _notebook(config, args: argparse.Namespace) -> tuple[Any, str]:
+    """The notebook pod's own requests and placement from the config (c.Spawner < c.KubeSpawner
+    < c.GPUSpawner, as JupyterHub resolves them), then --cpu-guarantee/--mem-guarantee.
+
+    Returns (Notebook, where its cpu/memory came from).
+    """
+    from traitlets.config import LazyConfigValue
+
+    from gpuspawner.pod.notebook import NOTEBOOK_TRAITS, Notebook
+
+    settings: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    dicts = {"node_selector", "extra_resource_guarantees", "extra_resource_limits"}
+    for section in ("Spawner", "KubeSpawner", "GPUSpawner"):
+        if config is not None and section in config:
+            for name in NOTEBOOK_TRAITS:
+                if name in config[section]:
+                    value = config[section][name]
+                    if isinstance(value, LazyConfigValue):  # c.KubeSpawner.tolerations.append(...)
+                        value = value.get_value(settings.get(name, {} if name in dicts else []))
+                    settings[name] = value
+                    origin[name] = f"c.{section}.{name}"
+    for name in ("cpu_guarantee", "mem_guarantee"):
+        value = getattr(args, name)
+        if value is not None:
+            settings[name] = value
+            origin[name] = f"--{name.replace('_', '-')}"
+    notebook = Notebook.from_settings(settings, origin)
+    sources = [origin[n] for n in ("cpu_guarantee", "mem_guarantee", "cpu_limit", "mem_limit") if n in origin]
+    return notebook, ", ".join(sources) or "none set"
+
+
+def _catalog_config(config) -> Any:
+    """The catalog settings of a loaded config; ValueError listing every problem in it."""
+    from gpuspawner.capacity.checks import config_problems, gpuspawner_section
+    from gpuspawner.offerings.catalog import CatalogConfig
+
+    section = gpuspawner_section(config)
+    problems = config_problems(section)
+    if problems:
+        raise ValueError("the GPUSpawner settings are wrong:\n  - " + "\n  - ".join(problems))
+    return CatalogConfig.from_settings(section)
+
+
+def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict[str, list[dict]] | None]:
+    """Nodes, pods and (where the cluster serves resource.k8s.io/v1 and we may read it) the
+    DRA slices, classes and claims from the cluster of the current kubeconfig (or in-cluster config)."""
+    import asyncio
+
+    from kubernetes_asyncio import client, config
+
+    async def fetch():
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            await config.load_kube_config(config_file=args.kubeconfig)
+        async with client.ApiClient() as api_client:
+            api = client.CoreV1Api(api_client)
+            nodes = await api.list_node(_preload_content=False)
+            pods = await api.list_pod_for_all_namespaces(_preload_content=False)
+            items = json.loads(await nodes.read())["items"], json.loads(await pods.read())["items"]
+            resource = client.ResourceV1Api(api_client)
+            dra: dict[str, list[dict]] | None = {}
+            for kind, method in (
+                ("slices", resource.list_resource_slice),
+                ("classes", resource.list_device_class),
+                ("claims", resource.list_resource_claim_for_all_namespaces),
+            ):
+                try:
+                    answer = await method(_preload_content=False)
+                    dra[kind] = json.loads(await answer.read())["items"]
+                except client.ApiException as exc:  # 404: no DRA in this cluster; 403: not ours to read
+                    print(f"gpuspawner: no DRA offerings: listing {kind} answered {exc.status} {exc.reason}", file=sys.stderr)
+                    dra = None
+                    break
+            return (*items, dra)
+
+    return asyncio.run(fetch())
+
+
+def _dra_files(args: argparse.Namespace) -> dict[str, list[dict]] | None:
+    """``--slices``/``--device-classes``/``--claims`` files (``kubectl get ... -o json``), or None."""
+    if not (args.slices or args.device_classes or args.claims):
+        return None
+    if not (args.slices and args.device_classes):
+        raise ValueError(
+            "--slices and --device-classes go together (`kubectl get resourceslices -o json`, "
+            "`kubectl get deviceclasses -o json`): a class's selectors decide which devices it has"
+        )
+    return {
+        "slices": _read_items(args.slices, "resourceslices"),
+        "classes": _read_items(args.device_classes, "deviceclasses"),
+        "claims": _read_items(args.claims, "resourceclaims -A") if args.claims else [],
+    }
+
+
+def _dra_state(nodes: list[dict], dra: dict[str, list[dict]] | None):
+    """The DRA part of the counts (uncounted when there is nothing to read)."""
+    from gpuspawner.capacity.index import ClusterIndex
+    from gpuspawner.dra.devices import DraState
+
+    if dra is None:
+        return DraState()
+    index = ClusterIndex()
+    index.replace(nodes=nodes)  # marks the device plugin's nodes, whose DRA devices are not counted
+    index.dra.replace(**dra)
+    index.dra.synced = True
+    return index.dra
+
+
+def _offerings(args: argparse.Namespace) -> int:
+    from gpuspawner.capacity.counts import availability, unreached
+    from gpuspawner.dra.devices import unmatched
+    from gpuspawner.offerings.catalog import build_catalog
+    from gpuspawner.offerings.config import OfferingConfigError
+    from gpuspawner.offerings.discovery import discover
+
+    try:
+        config = _config_from_file(args.config) if args.config else None
+        notebook, source = _notebook(config, args)
+        if args.nodes:
+            nodes = _read_items(args.nodes, "nodes")
+            pods = _read_items(args.pods, "pods -A") if args.pods else []
+            dra = _dra_files(args)
+        elif args.pods or args.slices or args.device_classes or args.claims:
+            return _fail("--pods, --slices, --device-classes and --claims need --nodes (or none of them, to read the live cluster)")
+        else:
+            try:
+                nodes, pods, dra = _live_items(args)
+            except Exception as exc:
+                return _fail(f"could not read the cluster ({type(exc).__name__}: {exc}); give --nodes FILE to work offline", 1)
+        catalog_config = _catalog_config(config)
+        dra_state = _dra_state(nodes, dra)
+        discovered = discover(nodes, catalog_config.vgpu_class_labels) + dra_state.discovered()
+        catalog = build_catalog(catalog_config, nodes, discovered)
+    except (ValueError, OfferingConfigError) as exc:
+        return _fail(str(exc))
+    for warning in unmatched(catalog, dra_state):
+        print(f"gpuspawner: warning: {warning}", file=sys.stderr)
+    rows = []
+    for offering in catalog:
+        avail = dra_state.availability(offering) if offering.claim is not None else availability(offering, nodes, pods, notebook)
+        extra = {"dra": f"DRA claim: {offering.claim.device_class}"} if offering.claim is not None else {}
+        rows.append(
+            {
+                **offering.summary(),
+                **extra,
+                "capacity": avail.capacity,
+                "free": avail.free,
+                "largest_free": avail.largest_free,
+                "nodes": avail.nodes,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"# Free: notebooks the scheduler would still place, each with its GPU and {notebook.describe()} ({source}).")
+    print(f"{'SLUG':44s} {'KIND':7s} {'FREE':>5s} {'CAP':>5s}  NAME / LIMITS")
+    for row in rows:
+        cap = "-" if row["capacity"] is None else str(row["capacity"])
+        free = "-" if row["free"] is None else str(row["free"])
+        limits = ", ".join(f"{k}={v}" for k, v in row["limits"].items()) or row.get("dra") or "no GPU"
+        flags = " [hidden]" if row["hidden"] else ""
+        who = f" (groups: {', '.join(row['groups'])})" if row["groups"] else ""
+        print(f"{row['slug']:44s} {row['kind']:7s} {free:>5s} {cap:>5s}  {row['display_name']}{flags}{who}")
+        print(f"{'':44s} {'':7s} {'':>5s} {'':>5s}    {limits}; {row['isolation_phrase']}")
+    hidden = unreached(nodes, catalog, notebook, catalog_config.vgpu_class_labels)
+    if hidden:
+        print("\nGPUs no offering can use:")
+        for node, resource, amount, reason in hidden:
+            print(f"  {node}: {amount} x {resource}: {reason}")
+    return 0
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="gpuspawner", description="GPU offerings for JupyterHub on Kubernetes.")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser("devcluster", help="a local Kubernetes control plane with simulated GPU nodes")
+    dev.add_argument("verb", choices=["build", "up", "down", "status", "env"])
+    dev.add_argument("--dir", help="state folder (default: ~/.cache/gpuspawner/devcluster/run/default)")
+    dev.add_argument("--force", action="store_true", help="build: rebuild every binary")
+    dev.add_argument("--extra-nodes", type=int, default=0, metavar="N", help="up: also load N generated nodes")
+    dev.set_defaults(func=_devcluster)
+
+    off = sub.add_parser("offerings", help="print the offerings the spawner would show, with capacity and free counts")
+    off.add_argument("--nodes", metavar="FILE", help="`kubectl get nodes -o json` output (offline mode)")
+    off.add_argument("--pods", metavar="FILE", help="`kubectl get pods -A -o json` output, for free counts")
+    off.add_argument("--slices", metavar="FILE", help="`kubectl get resourceslices -o json` output: DRA devices (with --nodes)")
+    off.add_argument("--device-classes", metavar="FILE", help="`kubectl get deviceclasses -o json` output (with --slices)")
+    off.add_argument("--claims", metavar="FILE", help="`kubectl get resourceclaims -A -o json` output, for DRA free counts")
+    off.add_argument("--config", metavar="FILE", help="a jupyterhub_config.py to read c.GPUSpawner from")
+    off.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for live mode (default: $KUBECONFIG)")
+    off.add_argument(
+        "--cpu-guarantee",
+        type=float,
+        metavar="CORES",
+        help="CPU cores each notebook requests (default: c.KubeSpawner.cpu_guarantee from --config)",
+    )
+    off.add_argument(
+        "--mem-guarantee",
+        metavar="SIZE",
+        help="memory each notebook requests, e.g. 1G (zero-to-jupyterhub's default; default: c.KubeSpawner.mem_guarantee)",
+    )
+    off.add_argument("--json", action="store_true", help="print a JSON list")
+    off.set_defaults(func=_offerings)
+
+    from gpuspawner.tools import report
+
+    rep = sub.add_parser("report", help="GPU-hours held, active and idle per user, group or offering, from Prometheus")
+    report.add_arguments(rep)
+    rep.set_defaults(func=report.run)
+
+    from gpuspawner.probe import main as probe
+
+    pro = sub.add_parser("probe", help="per-pod GPU memory from NVML as Prometheus metrics (a node agent; docs/probe.md)")
+    probe.add_arguments(pro)
+    pro.set_defaults(func=probe.run)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

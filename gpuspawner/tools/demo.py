@@ -1,0 +1,320 @@
+"""The demo: a JupyterHub with GPUSpawner on the simulated GPU cluster, in one command.
+
+    python -m gpuspawner.tools.demo            (or: make demo)
+
+Starts the devcluster (building it once), puts some GPU pods of another team on
+it, runs the local pod runner (so spawned pods become real JupyterLab servers on
+their pod IPs), a dcgm-exporter stand-in reporting those pods' GPUs (there is no GPU
+here), the real Prometheus scraping it, the hub's /hub/metrics and the culler's
+metrics (with the chart's recording and alerting rules loaded), and JupyterHub with
+hub_config/demo_config.py behind a real configurable-http-proxy; then prints the URLs
+and who to log in as. Logs go to files in the scratch folder. Ctrl-C stops
+everything and removes the scratch folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuspawner.devcluster.cluster import DevCluster, KubeHTTP
+from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
+from gpuspawner.devcluster.fakedcgm import SimulatedDCGM
+from gpuspawner.devcluster.podrunner import PodRunner
+from gpuspawner.devcluster.prometheus import RULES_FILE, Prometheus, ScrapeJob
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "hub_config" / "demo_config.py"
+NAMESPACE = "jhub"
+
+#: Another team's jobs, already holding GPUs when the demo starts (so free counts are not all full).
+OTHER_TEAM = [
+    ("finetune-llm", {"nvidia.com/gpu": "4"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+    ("embeddings", {"nvidia.com/mig-3g.20gb": "1"}, {}),
+    ("course-grader", {"nvidia.com/gpu.shared": "1"}, {}),
+]
+
+
+@dataclass
+class Demo:
+    url: str
+    api_url: str
+    state: Path
+    cluster: DevCluster
+    runner: PodRunner
+    hub: subprocess.Popen
+    telemetry: SimulatedDCGM
+    prometheus: Prometheus
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_http(url: str, timeout: float, proc: subprocess.Popen, log_file: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"JupyterHub exited with {proc.returncode}; see {log_file}:\n{log_file.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return  # 200: the proxy routes to a hub that answers
+        except (urllib.error.URLError, OSError):  # incl. the proxy's 404 before the hub's route exists
+            time.sleep(0.2)
+    raise RuntimeError(f"JupyterHub did not answer at {url} within {timeout:.0f}s; see {log_file}")
+
+
+def seed_other_team(kube: KubeHTTP) -> None:
+    kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "research-team"}})
+    for name, limits, selector in OTHER_TEAM:
+        spec = {
+            "containers": [{"name": "job", "image": "pytorch/pytorch", "resources": {"limits": limits}}],
+            "tolerations": [{"operator": "Exists"}],
+            "nodeSelector": selector,
+        }
+        kube.request(
+            "POST", "/api/v1/namespaces/research-team/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        )
+
+
+@contextlib.contextmanager
+def running_demo(
+    port: int = 8000,
+    hub_port: int = 8081,
+    culler: bool = True,
+    quiet: bool = False,
+    extra_env: dict[str, str] | None = None,
+    scrape_interval: str = "5s",
+) -> Iterator[Demo]:
+    """Everything the demo runs, torn down on exit (also on errors and Ctrl-C)."""
+    if not (REPO / "node_modules" / ".bin" / "configurable-http-proxy").exists():
+        raise RuntimeError("configurable-http-proxy is missing: run `npm install` (or `make demo`) in the repository first")
+    state = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
+    cluster = DevCluster(state / "cluster")
+    runner = None
+    telemetry = None
+    standin = None
+    prometheus = None
+    hub = None
+    try:
+        cluster.up(log=(lambda m: None) if quiet else print)
+        kube = cluster.client()
+        kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        seed_other_team(kube)
+        runner = PodRunner(kube, root=state / "pods")
+        runner.start()
+        # no GPU here: dcgm-exporter's rows for the GPU pods, from a stand-in
+        standin = DcgmStandIn(access_log=state / "dcgm-exporter.access.log").start()
+        telemetry = SimulatedDCGM(kube, standin, step=1.0)
+        telemetry.start()
+        culler_metrics_port = _free_port()
+        prometheus_token = secrets.token_hex(16)  # the hub's "prometheus" service: read:metrics only
+        (state / "prometheus-token").write_text(prometheus_token)
+        prometheus = Prometheus(
+            state / "prometheus",
+            [
+                ScrapeJob("dcgm-exporter", [standin.target]),
+                ScrapeJob("jupyterhub", [f"127.0.0.1:{hub_port}"], metrics_path="/hub/metrics", token_file=state / "prometheus-token"),
+                ScrapeJob("gpu-culler", [f"127.0.0.1:{culler_metrics_port}"]),
+            ],
+            rule_files=[RULES_FILE],
+            scrape_interval=scrape_interval,
+        ).start()
+        env = {
+            **os.environ,
+            **cluster.env(),
+            "GPUSPAWNER_DEMO_DIR": str(state),
+            "GPUSPAWNER_DEMO_PORT": str(port),
+            "GPUSPAWNER_DEMO_HUB_PORT": str(hub_port),
+            "GPUSPAWNER_DEMO_PROXY_API_PORT": str(_free_port()),
+            "GPUSPAWNER_DEMO_NAMESPACE": NAMESPACE,
+            "GPUSPAWNER_DEMO_CULLER": "1" if culler else "0",
+            "GPUSPAWNER_DEMO_PROMETHEUS_URL": prometheus.url,
+            "GPUSPAWNER_DEMO_PROMETHEUS_TOKEN": prometheus_token,
+            "GPUSPAWNER_DEMO_CULLER_METRICS_PORT": str(culler_metrics_port),
+            **(extra_env or {}),
+        }
+        log_file = state / "jupyterhub.log"
+        with open(log_file, "ab") as out:
+            hub = subprocess.Popen(
+                [sys.executable, "-m", "jupyterhub", "-f", str(CONFIG)],
+                cwd=state,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(f"{url}/hub/health", 90, hub, log_file)
+        yield Demo(
+            url=url,
+            api_url=f"{url}/hub/api",
+            state=state,
+            cluster=cluster,
+            runner=runner,
+            hub=hub,
+            telemetry=telemetry,
+            prometheus=prometheus,
+        )
+    finally:
+        managed: list[tuple[int, int]] = []
+        if hub is not None and hub.poll() is None:
+            # The hub's managed services and its proxy run in sessions of their own: note them
+            # now, so that each is ended even if the hub does not stop it on its way out.
+            managed = descendants(hub.pid)
+            os.killpg(hub.pid, signal.SIGTERM)  # the hub stops the proxy and its services
+            try:
+                hub.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(hub.pid, signal.SIGKILL)
+                hub.wait()
+        _end_proxy(state / "proxy.pid")
+        for pid, started in managed:
+            if (process_stat(pid) or (0, None))[1] == started:  # still the same process
+                _end_process(pid)
+        if runner is not None:
+            runner.stop()
+        if telemetry is not None:
+            telemetry.stop()
+        if prometheus is not None:
+            prometheus.stop()
+        if standin is not None:
+            standin.stop()
+        cluster.down(quiet=True)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+#: a JupyterHub access-log line for a request that went well ("[I ... JupyterHub log:192] 200 GET ...")
+_ACCESS_OK = re.compile(r"^\[[DI] [^\]]* JupyterHub log:\d+\] [123]\d\d ")
+
+
+def console_line(line: str) -> bool:
+    """Whether the demo's console shows this hub log line: the hub's own messages and the
+    culler's decisions, not the access log of requests that went well (Prometheus' scrapes
+    and the form's refreshes would drown everything; they stay in jupyterhub.log)."""
+    return bool(line.strip()) and not _ACCESS_OK.match(line)
+
+
+def follow(path: Path, stop: threading.Event, start: int, show=print) -> None:
+    """Print the lines ``path`` gains after byte ``start`` that :func:`console_line` keeps."""
+    with open(path, errors="replace") as f:
+        f.seek(start)
+        while not stop.is_set():
+            line = f.readline()
+            if not line:
+                stop.wait(0.3)
+            elif console_line(line):
+                show(line.rstrip("\n"), flush=True)
+
+
+def process_stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of a live process, from /proc/PID/stat; None
+    for one that is gone or a zombie (dead, waiting for its parent to read its exit)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # the name may hold ')'
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every live process below ``pid``, as (pid, start time): the start time tells a
+    process from a later one that got the same pid."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in Path("/proc").iterdir():
+        stat = process_stat(int(entry.name)) if entry.name.isdigit() else None
+        if stat is not None:
+            children.setdefault(stat[0], []).append((int(entry.name), stat[1]))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        found.append(child)
+        todo.extend(children.get(child[0], []))
+    return found
+
+
+def _end_proxy(pid_file: Path) -> None:
+    """The hub stops its proxy on a clean exit; make sure of it (no process left behind)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    _end_process(pid)
+
+
+def _end_process(pid: int) -> None:
+    """SIGTERM, then SIGKILL after 5 s, unless it is already gone."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="JupyterHub with GPUSpawner on a simulated GPU cluster")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--no-culler", action="store_true", help="do not run the GPU-aware culler service")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        with running_demo(port=args.port, hub_port=_free_port(), culler=not args.no_culler) as demo:
+            print(
+                f"\nJupyterHub with GPUSpawner is running: {demo.url}\n\n"
+                "Log in (password: gpu) as\n"
+                "  student1     shared GPUs and MIG 1g slices\n"
+                "  researcher1  everything, whole GPUs too\n"
+                "  admin        everything, and the admin page\n\n"
+                f"Prometheus: {demo.prometheus.url}   (dashboard and rules: charts/gpuspawner/monitoring/;\n"
+                f"  usage: gpuspawner report --prometheus-url={demo.prometheus.url} --since 1h --by user)\n"
+                f"Hub log: {demo.state / 'jupyterhub.log'}   KUBECONFIG={demo.cluster.kubeconfig}\n"
+                f"Other logs (Prometheus, dcgm-exporter stand-in, pods): {demo.state}\n"
+                "Press Ctrl-C to stop everything. The hub's log and the culler's decisions follow.\n",
+                flush=True,
+            )
+            stop = threading.Event()
+            log = demo.state / "jupyterhub.log"
+            threading.Thread(target=follow, args=(log, stop, log.stat().st_size), daemon=True).start()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: stop.set())
+            while not stop.wait(1.0):
+                if demo.hub.poll() is not None:
+                    print(f"gpuspawner demo: JupyterHub exited; see {demo.state / 'jupyterhub.log'}", file=sys.stderr)
+                    return 1
+    except KeyboardInterrupt:
+        pass
+    except RuntimeError as exc:
+        print(f"gpuspawner demo: {exc}", file=sys.stderr)
+        return 1
+    print("demo stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
