@@ -13,12 +13,13 @@ from jupyterhub_idle_culler import format_td, utcnow
 
 from gpuspawner.culler import notices
 from gpuspawner.culler.actionlog import ActionLog
-from gpuspawner.culler.decide import GPU_IDLE_LIMIT, HELD_BACK, KEEP, RECLAIM, STOP, UNRESPONSIVE, Decision, Policy
+from gpuspawner.culler.decide import HELD_BACK, KEEP, RECLAIM, STOP, Decision, Policy
 from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView
-from gpuspawner.culler.hub import HubClient, ServerRecord
+from gpuspawner.culler.hub import HubClient
 from gpuspawner.culler.kernels import KernelClient, KernelShutdown
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
+from gpuspawner.culler.records import GPU_IDLE_LIMIT, UNRESPONSIVE, ServerRecord
 from gpuspawner.culler.transport import RequestFailed
 
 

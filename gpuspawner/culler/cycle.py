@@ -45,11 +45,12 @@ from gpuspawner.culler.decide import (
     upcoming,
 )
 from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView, expect_devices, unavailable
-from gpuspawner.culler.hub import HubClient, ServerRecord, server_record
-from gpuspawner.culler.kernels import KernelClient, KernelView
+from gpuspawner.culler.hub import HubClient, server_record
+from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
 from gpuspawner.culler.prometheus import PrometheusClient
+from gpuspawner.culler.records import KernelView, ServerRecord
 from gpuspawner.culler.tokens import ServerTokens
 from gpuspawner.culler.transport import RequestFailed
 from gpuspawner.names.vocabulary import Kind

@@ -37,8 +37,7 @@ from jupyterhub_idle_culler import format_td
 
 from gpuspawner.culler.contract import ServerOffering
 from gpuspawner.culler.gpu_metrics import PodGpuView
-from gpuspawner.culler.hub import ServerRecord
-from gpuspawner.culler.kernels import KernelView
+from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, IDLE, MAX_AGE, UNRESPONSIVE, KernelView, ServerRecord
 from gpuspawner.names.vocabulary import Kind
 
 DEFAULT_KIND_TIMEOUTS: Mapping[str, int] = {
@@ -53,12 +52,6 @@ DEFAULT_KIND_TIMEOUTS: Mapping[str, int] = {
 DEFAULT_RECLAIM_KINDS: tuple[str, ...] = (Kind.SHARED.value, Kind.CUSTOM.value)
 
 STOP, RECLAIM, KEEP, HELD_BACK = "stop", "reclaim", "keep", "held_back"
-#: why a server is stopped
-IDLE, MAX_AGE, GPU_IDLE_LIMIT = "idle", "max_age", "gpu_idle_limit"
-#: its pod stalled the culler cycle after cycle, and GPU telemetry shows its GPU idle
-UNRESPONSIVE = "unresponsive"
-#: the server has held its GPU for its kind's GPU lease: the hard maximum nothing vetoes
-GPU_LEASE = "gpu_lease"
 #: what a user cannot prevent by any activity but GPU use (gpu_idle_limit) or at all
 #: (gpu_lease, unresponsive): no "Keep" is offered for them
 NOT_KEEPABLE: frozenset[str] = frozenset({GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE})

@@ -12,37 +12,17 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from tornado.httputil import url_concat
 
-from gpuspawner.culler.contract import ServerOffering, parse_offering
+from gpuspawner.culler.contract import parse_offering
 from gpuspawner.culler.dates import parse_time
+from gpuspawner.culler.records import ServerRecord
 from gpuspawner.culler.transport import RequestFailed, Transport
 
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
-
-
-@dataclass(frozen=True)
-class ServerRecord:
-    """One running (or pending) server, as listed by the hub."""
-
-    user: str
-    name: str
-    admin: bool
-    ready: bool
-    pending: str | None
-    started: datetime | None
-    last_activity: datetime | None
-    offering: ServerOffering
-    #: the raw server model, for ``cull_arbiter_hook``
-    model: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def label(self) -> str:
-        return f"{self.user}/{self.name}" if self.name else self.user
 
 
 def server_record(user: Mapping[str, Any], name: str, server: Mapping[str, Any]) -> ServerRecord:

@@ -18,49 +18,11 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from gpuspawner.culler.dates import parse_time
-from gpuspawner.culler.hub import ServerRecord
+from gpuspawner.culler.records import KernelInfo, KernelView, ServerRecord
 from gpuspawner.culler.tokens import TokenDeferred, TokenUnavailable
 from gpuspawner.culler.transport import RequestFailed, Transport
 
 NO_TRACK = "no_track_activity=1"
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    id: str
-    name: str
-    execution_state: str
-    last_activity: datetime | None
-    connections: int
-
-    @property
-    def busy(self) -> bool:
-        """Running code now. Other states are judged by ``last_activity``: a
-        kernel nobody ever connected to stays "starting" in jupyter_server, and a
-        (re)starting one has a fresh ``last_activity``."""
-        return self.execution_state == "busy"
-
-    @property
-    def reclaimable(self) -> bool:
-        """Ran code and finished: the state in which idle GPU memory is held."""
-        return self.execution_state == "idle"
-
-
-@dataclass(frozen=True)
-class KernelView:
-    """What a server's own API says; ``ok`` False means it could not be asked."""
-
-    ok: bool
-    kernels: tuple[KernelInfo, ...] = ()
-    #: ``/api/status`` last_activity: the server's own idea (kernels, API, terminals)
-    server_last_activity: datetime | None = None
-    error: str | None = None
-    #: not asked this cycle for want of a token (the mint budget was spent)
-    deferred: bool = False
-
-    @property
-    def busy_kernels(self) -> tuple[KernelInfo, ...]:
-        return tuple(k for k in self.kernels if k.busy)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from prometheus_client import (
 )
 from tornado import web
 
+from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, IDLE, MAX_AGE, UNRESPONSIVE
 from gpuspawner.names.vocabulary import Kind
 
 PREFIX = "gpuspawner_culler"
@@ -95,8 +96,6 @@ class CullerMetrics:
             self.server_tokens.labels(action)
         # Every kind's stop, shutdown and reclaim counters exist from the start at 0, so that
         # Prometheus' increase()/rate() see the first one (a series born at 1 shows no increase).
-        from gpuspawner.culler.decide import GPU_IDLE_LIMIT, GPU_LEASE, IDLE, MAX_AGE, UNRESPONSIVE
-
         for kind in (k.value for k in Kind):
             for reason in (IDLE, MAX_AGE, GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE):
                 self.server_stops.labels(reason, kind)

@@ -12,20 +12,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuspawner.culler.decide import (
-    GPU_IDLE_LIMIT,
-    GPU_LEASE,
-    MAX_AGE,
-    NOT_KEEPABLE,
-    RECLAIM,
-    STOP,
-    UNRESPONSIVE,
-    Decision,
-    Policy,
-    Upcoming,
-)
+from gpuspawner.culler.decide import NOT_KEEPABLE, RECLAIM, STOP, Decision, Policy, Upcoming
 from gpuspawner.culler.gpu_metrics import PodGpuView
-from gpuspawner.culler.hub import ServerRecord
+from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, MAX_AGE, UNRESPONSIVE, ServerRecord
 from gpuspawner.names.vocabulary import Kind
 
 #: what is held, as the user picked it on the spawn page
@@ -154,7 +143,7 @@ def notice(
     if coming is None:
         return {"idle_since": _iso(idle_since), "action": None, "act_at": None, "warning": False}
     d = coming.decision
-    body = {
+    body: dict[str, Any] = {
         "idle_since": _iso(idle_since),
         "action": NOTICE_ACTION[coming.action],
         "act_at": _iso(coming.at),
@@ -178,7 +167,7 @@ def acting(
 ) -> dict[str, Any]:
     """The notice put just before the culler acts: what it does now, and (for
     kernels) which ones, so that the notebook can say "reclaimed for idleness"."""
-    body = {
+    body: dict[str, Any] = {
         "idle_since": _iso(idle_since),
         "action": NOTICE_ACTION[decision.action],
         "act_at": _iso(now),

@@ -18,8 +18,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuspawner.culler.hub import ServerRecord
 from gpuspawner.culler.kernels import NO_TRACK, TokenSource
+from gpuspawner.culler.records import ServerRecord
 from gpuspawner.culler.tokens import TokenUnavailable
 from gpuspawner.culler.transport import RequestFailed, Transport
 

@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspawner.culler.hub import HubClient, ServerRecord
+from gpuspawner.culler.hub import HubClient
 from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.records import ServerRecord
 from gpuspawner.culler.transport import RequestFailed
 
 #: the hub does not count API use of tokens whose note starts so as the user's

@@ -23,8 +23,7 @@ from gpuspawner.culler.decide import (
     track_gpu_idle,
 )
 from gpuspawner.culler.gpu_metrics import PodGpuView
-from gpuspawner.culler.hub import ServerRecord
-from gpuspawner.culler.kernels import KernelInfo, KernelView
+from gpuspawner.culler.records import KernelInfo, KernelView, ServerRecord
 
 NOW = datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)
 H = timedelta(hours=1)

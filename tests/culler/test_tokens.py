@@ -17,8 +17,9 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from gpuspawner.culler.contract import parse_offering
-from gpuspawner.culler.hub import HubClient, ServerRecord
+from gpuspawner.culler.hub import HubClient
 from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.records import ServerRecord
 from gpuspawner.culler.tokens import ServerTokens, TokenDeferred, TokenRefused, TokenUnavailable, server_scope
 from gpuspawner.culler.transport import RetryPolicy, Transport
 

@@ -13,9 +13,10 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from gpuspawner.culler.contract import parse_offering
-from gpuspawner.culler.hub import HubClient, ServerRecord
+from gpuspawner.culler.hub import HubClient
 from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.records import ServerRecord
 from gpuspawner.culler.transport import RequestFailed, RetryPolicy, Transport
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
