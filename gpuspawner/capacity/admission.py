@@ -9,13 +9,13 @@ all their named servers) and a group (all its members together) hold at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpuspawner.capacity.counts import units
 from gpuspawner.core.model import Availability, Offering
 from gpuspawner.core.wording import group_title
-from gpuspawner.names.vocabulary import AdmissionPolicy, Kind
+from gpuspawner.names.vocabulary import AdmissionPolicy, Kind, Refusal
 
 #: The decision's action. ``warn`` and ``queue`` are also the names of the admin's
 #: :class:`~gpuspawner.names.vocabulary.AdmissionPolicy` that leads to them; ``block`` leads to ``refuse``.
@@ -155,6 +155,22 @@ def validate_quota(value: object, where: str) -> dict[str, int]:
     return dict(value)
 
 
+@dataclass(frozen=True)
+class QuotaRequest:
+    """One server's quota question: ``count`` units of ``offering`` for ``user``'s server ``key``.
+
+    ``group_members``: the user's groups that have a quota -> their member users;
+    ``bound``: what bound pods hold now, by server key (the ledger adds its grants)."""
+
+    key: str
+    offering: Offering
+    count: int
+    user: str
+    quotas: Quotas
+    group_members: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    bound: Mapping[str, Held] = field(default_factory=dict)
+
+
 class QuotaLedger:
     """The GPU units this hub process has granted and not yet taken back, by server.
 
@@ -191,45 +207,54 @@ class QuotaLedger:
         held.pop(exclude, None)
         return held
 
-    def check(
-        self,
-        key: str,
-        offering: Offering,
-        count: int,
-        user: str,
-        quotas: Quotas,
-        group_members: Mapping[str, Iterable[str]],
-        bound: Mapping[str, Held],
-    ) -> Decision:
-        """Check ``count`` units of ``offering`` for ``user``'s server ``key`` against the
-        user's quota and that of each of ``group_members`` (group -> member users).
-        ``bound``: what bound pods hold, by server key. Records nothing."""
-        held = self.holdings(bound, exclude=key)
-        members = {group: set(users) for group, users in group_members.items()}
+    def check(self, request: QuotaRequest) -> Decision:
+        """Check ``request`` against its user's quota and that of each of its groups. Records nothing."""
+        held = self.holdings(request.bound, exclude=request.key)
+        members = {group: set(users) for group, users in request.group_members.items()}
         return check_quota(
-            offering,
-            count,
-            quotas,
-            [h for h in held.values() if h.user == user],
+            request.offering,
+            request.count,
+            request.quotas,
+            [h for h in held.values() if h.user == request.user],
             {group: [h for h in held.values() if h.user in names] for group, names in members.items()},
         )
 
-    def grant(
-        self,
-        key: str,
-        offering: Offering,
-        count: int,
-        user: str,
-        quotas: Quotas,
-        group_members: Mapping[str, Iterable[str]],
-        bound: Mapping[str, Held],
-    ) -> Decision:
+    def grant(self, request: QuotaRequest) -> Decision:
         """:meth:`check`, and record the grant when admitted (a GPU offering that takes units)."""
-        decision = self.check(key, offering, count, user, quotas, group_members, bound)
+        decision = self.check(request)
+        offering = request.offering
         if decision.action != REFUSE and offering.is_gpu and offering.takes_units:
-            self.grants[key] = Held(offering.kind.value, count, user)
+            self.grants[request.key] = Held(offering.kind.value, request.count, request.user)
         return decision
 
     def release(self, key: str) -> None:
         """The server ``key`` holds nothing any more (stopped, or its start failed)."""
         self.grants.pop(key, None)
+
+
+def in_order(
+    offering: Offering,
+    count: int,
+    closed: str,
+    quota: Callable[[], Decision],
+    availability: Callable[[Offering], Availability],
+    others: Callable[[], Iterable[Offering]],
+    policy: AdmissionPolicy | str,
+) -> tuple[str, Decision]:
+    """What stands in the way of ``count`` units of ``offering`` now, checked in order: its
+    time window (``closed``: why it is closed now, "" when open; every kind, also those
+    without a Kubernetes resource), then ``quota`` (called only when the window is open and
+    the offering takes units: it may record a grant), then capacity (the ``availability``
+    of the offering and of the ``others`` this user may take, for the alternatives).
+
+    Returns (the refusal reason for the metrics, the decision); the reason is "" unless refused.
+    """
+    if closed:
+        return Refusal.WINDOW, Decision(REFUSE, f"{offering.display_name} is {closed}.")
+    if not offering.takes_units:
+        return "", Decision(ADMIT)
+    decision = quota()
+    if decision.action == REFUSE:
+        return Refusal.QUOTA, decision
+    decision = admit(offering, count, availability(offering), policy, [(o, availability(o)) for o in others()])
+    return (Refusal.NO_CAPACITY if decision.action == REFUSE else ""), decision

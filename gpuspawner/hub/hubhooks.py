@@ -30,6 +30,7 @@ import weakref
 from typing import Any
 
 from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.names.vocabulary import Refusal
 
 _ATTRIBUTE = "_gpuspawner_owner"
 #: How JupyterHub's PATCH handler begins its log line, which goes on with the request's user_options.
@@ -83,7 +84,7 @@ def _filter_stored(target: Any, value: Any, oldvalue: Any, initiator: Any) -> An
         stored = spawner.storable_user_options(value)
     except NotStored as exc:
         if getattr(target, "server", None) is None:  # a PUT or PATCH of a server that does not run: answer 400
-            raise SpawnRefused(str(exc), "malformed") from None
+            raise SpawnRefused(str(exc), Refusal.MALFORMED) from None
         # a start (User.spawn stores the options after it made the server): keep the row as it was
         return oldvalue if isinstance(oldvalue, dict) else {}
     if getattr(target, "server", None) is not None:  # a start's options: put back if it refuses them

@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from gpuspawner.core.model import Offering
-from gpuspawner.names.vocabulary import GPU_USERS_GROUP
+from gpuspawner.names.vocabulary import GPU_USERS_GROUP, Refusal
 
 if TYPE_CHECKING:
     from gpuspawner.capacity.index import ClusterIndex
@@ -106,7 +106,7 @@ REGISTRY.register(_HoldingsCollector())
 
 
 #: what metrics.refused() and admitted() are called with (spawner.py)
-REFUSAL_REASONS = ("no_capacity", "quota", "window", "unschedulable", "queue_timeout")
+REFUSAL_REASONS = (Refusal.NO_CAPACITY, Refusal.QUOTA, Refusal.WINDOW, Refusal.UNSCHEDULABLE, Refusal.QUEUE_TIMEOUT)
 ADMISSION_DECISIONS = ("admit", "warn", "queue")
 
 

@@ -44,10 +44,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes_asyncio.client.rest import ApiException
 from prometheus_client import Counter
 
-from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, KUBESPAWNER_SERVER_ANNOTATION, KUBESPAWNER_USER_ANNOTATION
-from gpuspawner.pod.podspec import user_key
+from gpuspawner.hub.claims import KIND as CLAIM_TEMPLATE_KIND
+from gpuspawner.hub.claims import ClaimTemplates
+from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, KUBESPAWNER_SERVER_ANNOTATION, KUBESPAWNER_USER_ANNOTATION, LABEL_OFFERING
+from gpuspawner.pod.podspec import hub_id_problem, hub_selector, user_key
 
 ORPHANS = Counter(
     "gpuspawner_orphan_pods",
@@ -239,3 +242,75 @@ def _short(exc: BaseException) -> str:
     except (ValueError, AttributeError):
         pass
     return text.splitlines()[0][:200]
+
+
+# --------------------------------------------------------------------------- the spawner's wiring
+
+
+def start_reconciler(spawner: Any, holder: Any) -> None:
+    """Start the hub process's orphan reconciler from one of its spawners (``spawner``), inside
+    a hub (with its database and loop); ``holder`` (the spawner class) keeps the one
+    reconciler of the process in ``_orphans``."""
+    db = getattr(spawner.user, "db", None)
+    if not spawner.reconcile_orphan_pods or db is None or holder._orphans is not None:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if not spawner.hub_id and spawner.enable_user_namespaces:
+        if not holder._orphans_refused:
+            holder._orphans_refused = True
+            spawner.log.error(
+                "GPUSpawner: the orphan reconciler does not run: with enable_user_namespaces other hubs' pods may be "
+                "anywhere, and this hub has no identity to tell its own (set c.GPUSpawner.hub_id; docs/config.md)."
+            )
+        return
+    if hub_id_problem(spawner.hub_id):
+        return  # config_problems refuses every spawn and says why
+    list_objects, delete_object = cluster_io(spawner)
+    holder._orphans = OrphanReconciler(
+        list_objects,
+        lambda: hub_servers_from_db(db),
+        delete_object,
+        grace=spawner.orphan_pod_grace_seconds,
+        interval=spawner.orphan_pod_check_seconds,
+        dry_run=spawner.orphan_pod_dry_run,
+        log=spawner.log,
+    )
+    holder._orphans.start()
+
+
+def cluster_io(spawner: Any) -> tuple[Callable[[], Awaitable[list[dict[str, Any]]]], Callable[[str, str, str], Awaitable[None]]]:
+    """The orphan reconciler's two calls to the cluster: list GPUSpawner's pods and the
+    claim templates of its DRA pods (each with its ``kind``), and delete one of them."""
+    namespace, api = spawner.namespace, spawner.api
+    every_namespace, grace = spawner.enable_user_namespaces, spawner.delete_grace_period
+    claims = ClaimTemplates(api.api_client, namespace, spawner.log, spawner.hub_id)
+    selector = hub_selector(spawner.hub_id, LABEL_OFFERING)  # this hub's GPU pods only
+
+    async def list_objects() -> list[dict[str, Any]]:
+        if every_namespace:
+            response = await api.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False)
+        else:
+            response = await api.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+        pods = json.loads(await response.read()).get("items") or []
+        try:
+            templates = await claims.list(selector, all_namespaces=every_namespace)
+        except ApiException as exc:
+            if exc.status not in (403, 404):  # 404: no DRA in this cluster; 403: the hub may not read templates
+                raise
+            templates = []
+        return pods + [{**template, "kind": CLAIM_TEMPLATE_KIND} for template in templates]
+
+    async def delete_object(kind: str, object_namespace: str, name: str) -> None:
+        try:
+            if kind == CLAIM_TEMPLATE_KIND:
+                await claims.delete(name, object_namespace)
+            else:
+                await api.delete_namespaced_pod(name, object_namespace, grace_period_seconds=grace)
+        except ApiException as exc:
+            if exc.status != 404:  # already gone is what we wanted
+                raise
+
+    return list_objects, delete_object

@@ -67,3 +67,35 @@ class VerdictPodReflector(PodReflector):
         for future in list(waiters or ()) if reason else ():
             if not future.done():
                 future.set_result(reason)
+
+
+async def scheduler_verdict(reflector_of: Callable[[], Any], key: str) -> str:
+    """The scheduler's words as soon as it marks pod ``key`` Unschedulable.
+
+    Event-driven with a :class:`VerdictPodReflector`; ``reflector_of`` gives the spawner's
+    current reflector, looked at again now and then (an outage replaces it). A KubeSpawner's
+    reflector in the same process is read as it is."""
+    scheduler_says = None
+    while not scheduler_says:
+        reflector = reflector_of()
+        if not isinstance(reflector, VerdictPodReflector):
+            pod = reflector.pods.get(key) if reflector is not None else None
+            scheduler_says = unschedulable_reason(pod) if pod else None
+            await asyncio.sleep(0 if scheduler_says else 0.1)
+            continue
+        verdict = reflector.unschedulable(key)
+        try:
+            scheduler_says = await asyncio.wait_for(asyncio.shield(verdict), timeout=5)
+        except TimeoutError:
+            pass
+        finally:
+            verdict.cancel()
+    return scheduler_says
+
+
+def needs_restart(reflector: Any, outages: int, seen_outages: int) -> bool:
+    """Whether KubeSpawner's pod reflector must be started afresh: its watch gave up (it stops
+    for good after about 30 s of errors), or the inventory (which reconnects on its own) has
+    seen an outage since it was started (``outages`` vs the ``seen_outages`` then)."""
+    task = getattr(reflector, "watch_task", None)
+    return reflector is not None and ((task is not None and task.done()) or outages != seen_outages)

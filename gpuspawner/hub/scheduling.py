@@ -9,7 +9,10 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from tornado.web import HTTPError
+
+from gpuspawner.names.vocabulary import Refusal
 
 try:
     from jupyterhub.spawner import SpawnException  # JupyterHub >= 6
@@ -27,16 +30,16 @@ _PREEMPTION_TAIL = re.compile(r"\s*(?:[^.,:]+,\s*)*preemption:.*$", re.S)
 #: status for each would tell a user which offerings exist that they may not see.
 #: Over quota is 429, as JupyterHub answers its own per-hub server limit; nothing free
 #: now is 409 (the request is fine, the cluster's state conflicts with it).
-REFUSAL_STATUS = {
-    "malformed": 400,
-    "not_offered": 403,
-    "window": 403,
-    "no_capacity": 409,
-    "queue_timeout": 409,
-    "unschedulable": 409,
-    "quota": 429,
-    "unreachable": 503,
-    "misconfigured": 503,
+REFUSAL_STATUS: dict[str, int] = {
+    Refusal.MALFORMED: 400,
+    Refusal.NOT_OFFERED: 403,
+    Refusal.WINDOW: 403,
+    Refusal.NO_CAPACITY: 409,
+    Refusal.QUEUE_TIMEOUT: 409,
+    Refusal.UNSCHEDULABLE: 409,
+    Refusal.QUOTA: 429,
+    Refusal.UNREACHABLE: 503,
+    Refusal.MISCONFIGURED: 503,
 }
 #: Seconds a client is told to wait before trying again after a 503.
 RETRY_AFTER_SECONDS = 30
@@ -55,7 +58,7 @@ class SpawnRefused(SpawnException):
     #: Nothing more for tornado to log: the hub already logged ``str(self)``.
     log_message = ""
 
-    def __init__(self, message: str, reason: str = "no_capacity"):
+    def __init__(self, message: str, reason: str = Refusal.NO_CAPACITY):
         status = REFUSAL_STATUS.get(reason, 409)
         HTTPError.__init__(self, status, None, reason=reason)
         self.status_code = status
@@ -77,7 +80,7 @@ class ProfileRefused(SpawnRefused, ValueError):
     """
 
     def __init__(self, message: str):
-        super().__init__(message, "malformed")
+        super().__init__(message, Refusal.MALFORMED)
 
 
 def unschedulable_reason(pod: Mapping[str, Any]) -> str | None:
@@ -133,3 +136,42 @@ class WaitQueue:
             yield Place(self, key)
         finally:
             self.waiting.pop(key, None)
+
+
+#: The message of every refusal for a hub whose GPU settings are wrong (the log says what).
+MISCONFIGURED_MESSAGE = "This hub's GPU options are misconfigured; please tell your administrator."
+
+
+def refusal(reason: str, decision: Any) -> SpawnRefused:
+    """A refused window, quota or capacity decision (an admission ``Decision``), with what the
+    user can do about it."""
+    advice = {Refusal.WINDOW: " Please pick another option.", Refusal.NO_CAPACITY: " Your choice was taken just now; please pick again."}
+    return SpawnRefused(decision.message + advice.get(reason, ""), reason)
+
+
+#: The start of KubeSpawner's message when a Kubernetes call kept timing out until
+#: ``k8s_api_request_retry_timeout`` (JupyterHub's ``exponential_backoff`` raises it as a
+#: TimeoutError: "Could not create pod <namespace>/<name>", "... PVC ...", "... service ...").
+_KUBESPAWNER_GAVE_UP = "Could not create "
+
+
+def unreachable_cause(exc: BaseException | None) -> BaseException | None:
+    """The exception in ``exc``'s chain that says the API server could not be reached: a
+    connection refused, reset or timed out (aiohttp's, the OS's), or KubeSpawner giving up on
+    a call that kept timing out. None for anything else (an answer with an HTTP error is an
+    answer; a pod that does not start in ``start_timeout`` is not the API server's fault)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (aiohttp.ClientConnectionError, ConnectionError)):
+            return exc
+        if isinstance(exc, TimeoutError) and str(exc).startswith(_KUBESPAWNER_GAVE_UP):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def brief(exc: BaseException) -> str:
+    """One line about a failed Kubernetes call, for the hub log."""
+    text = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+    return str(text).splitlines()[0][:200]

@@ -56,6 +56,21 @@ class AdmissionPolicy(StrEnum):
     QUEUE = "queue"  #: wait in line for the next free unit, up to a time limit
 
 
+class Refusal(StrEnum):
+    """Why a spawn was refused: the ``reason`` of a :class:`~gpuspawner.hub.scheduling.SpawnRefused`,
+    the key of its HTTP status (``hub.scheduling.REFUSAL_STATUS``) and the metrics' label."""
+
+    MALFORMED = "malformed"  #: the request itself is wrong (400)
+    NOT_OFFERED = "not_offered"  #: unknown or forbidden to this user, never said which (403)
+    WINDOW = "window"  #: outside the offering's time window (403)
+    NO_CAPACITY = "no_capacity"  #: nothing free now (409)
+    QUEUE_TIMEOUT = "queue_timeout"  #: waited in the queue past its limit (409)
+    UNSCHEDULABLE = "unschedulable"  #: the scheduler says the pod cannot run (409)
+    QUOTA = "quota"  #: over the user's or a group's quota (429)
+    UNREACHABLE = "unreachable"  #: the Kubernetes API cannot be reached (503)
+    MISCONFIGURED = "misconfigured"  #: the hub's GPU settings are wrong (503)
+
+
 # --------------------------------------------------------------------------- groups
 
 #: The hub group whose members' servers the GPU culler may read kernels of: its role's

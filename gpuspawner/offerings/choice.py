@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.core.model import SLUG_RE, Offering
-from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY
+from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY, Refusal
 
 # gpuspawner reads the ``user_options`` keys OFFERING_KEY and COUNT_KEY; everything else
 # (e.g. a KubeSpawner profile, the record under RECORD_KEY) passes through untouched.
@@ -22,8 +22,8 @@ from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY
 
 #: ChoiceError reasons: the request is malformed (a count of "1e9", a list for an
 #: offering), or it names nothing this user may take (unknown and forbidden alike).
-MALFORMED = "malformed"
-NOT_OFFERED = "not_offered"
+MALFORMED = Refusal.MALFORMED
+NOT_OFFERED = Refusal.NOT_OFFERED
 
 
 class ChoiceError(ValueError):

@@ -36,7 +36,7 @@ train.py`` in a terminal); it imports no framework, it waits for one to be impor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -293,3 +293,14 @@ def guarded_environment(
     result = {k: v for k, v in result.items() if k not in JAX_FRACTIONS}
     result[JAX_FRACTION] = value
     return result
+
+
+def guarded(offering: Offering, count: int, kinds: Any, user_env: bool, hook_source: Callable[[], str]) -> tuple[GuardChanges | None, bool]:
+    """The memory guard of ``count`` units of ``offering`` under the admin's
+    ``memory_guard_kinds`` and ``memory_guard_user_env`` (None: no guard), and whether the
+    user's profile environment wins over it; ``hook_source`` gives the start-up hook as
+    shipped. Raises GuardConfigError for settings ``config_problems`` refuses."""
+    guard = guard_for(offering, GuardDefaults.from_settings(kinds, user_env))
+    if guard is None:
+        return None, False
+    return guard_changes(guard, count, hook_source()), guard.user_env

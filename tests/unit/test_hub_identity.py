@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from gpuspawner.capacity.admission import Held, QuotaLedger, Quotas
+from gpuspawner.capacity.admission import Held, QuotaLedger, QuotaRequest, Quotas
 from gpuspawner.core.model import Offering
 from gpuspawner.hub.hubhooks import RefusalsOnOneLine
 from gpuspawner.names.vocabulary import Kind
@@ -49,7 +49,7 @@ def test_restored_grants_count_what_the_saved_records_hold():
     GPUs, a pod not bound yet) and refuses as the hub before the restart did."""
     ledger = QuotaLedger()
     ledger.restore({"jhub/jupyter-ann": Held("full", 4, "ann")})
-    decision = ledger.check("jhub/jupyter-ann--two", H100, 1, "ann", Quotas({"total": 4}), {}, {})
+    decision = ledger.check(QuotaRequest("jhub/jupyter-ann--two", H100, 1, "ann", Quotas({"total": 4}), {}, {}))
     assert decision.action == "refuse" and "already hold 4" in decision.message
     ledger.grants["jhub/jupyter-bob"] = Held("full", 1, "bob")
     ledger.restore({"jhub/jupyter-bob": Held("full", 2, "bob")})  # a grant made in this process wins
@@ -73,7 +73,7 @@ def test_what_counts_as_the_api_server_not_answering():
     import aiohttp
     from kubernetes_asyncio.client.rest import ApiException
 
-    from gpuspawner.spawner import unreachable_cause
+    from gpuspawner.hub.scheduling import unreachable_cause
 
     refused = ConnectionRefusedError(111, "Connection refused")
     assert unreachable_cause(refused) is refused

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from gpuspawner.capacity.admission import ADMIT, REFUSE, Held, QuotaLedger, Quotas
+from gpuspawner.capacity.admission import ADMIT, REFUSE, Held, QuotaLedger, QuotaRequest, Quotas
 from gpuspawner.core.model import CPU_OFFERING
 from gpuspawner.offerings.config import offering_from_config
 
@@ -30,41 +30,41 @@ def members_of(user: str) -> dict[str, list[str]]:
 def test_a_grant_counts_before_the_pod_is_bound():
     ledger = QuotaLedger()
     quotas = Quotas(user={"total": 2})
-    granted = [ledger.grant(f"ns/p{i}", T4, 1, "ann", quotas, {}, {}).action for i in range(20)]
+    granted = [ledger.grant(QuotaRequest(f"ns/p{i}", T4, 1, "ann", quotas, {}, {})).action for i in range(20)]
     assert granted.count(ADMIT) == 2 and granted.count(REFUSE) == 18
     assert (
         "Over your quota: you may hold 2 GPUs of any kind at once and already hold 2."
-        in ledger.grant("ns/p99", T4, 1, "ann", quotas, {}, {}).message
+        in ledger.grant(QuotaRequest("ns/p99", T4, 1, "ann", quotas, {}, {})).message
     )
 
 
 def test_bound_pods_and_grants_of_one_server_count_once():
     ledger = QuotaLedger()
     quotas = Quotas(user={"total": 2})
-    assert ledger.grant("ns/a", H100, 2, "ann", quotas, {}, {}).action == ADMIT
+    assert ledger.grant(QuotaRequest("ns/a", H100, 2, "ann", quotas, {}, {})).action == ADMIT
     bound = {"ns/a": Held("full", 2, "ann")}  # the same server, now bound: not 4 units
-    assert ledger.check("ns/b", T4, 1, "ann", quotas, {}, bound).action == REFUSE
+    assert ledger.check(QuotaRequest("ns/b", T4, 1, "ann", quotas, {}, bound)).action == REFUSE
     ledger.release("ns/a")
-    assert ledger.check("ns/b", T4, 1, "ann", quotas, {}, bound).action == REFUSE  # still bound
-    assert ledger.check("ns/b", T4, 1, "ann", quotas, {}, {}).action == ADMIT  # stopped: free again
+    assert ledger.check(QuotaRequest("ns/b", T4, 1, "ann", quotas, {}, bound)).action == REFUSE  # still bound
+    assert ledger.check(QuotaRequest("ns/b", T4, 1, "ann", quotas, {}, {})).action == ADMIT  # stopped: free again
     # A re-spawn of the same server does not count its own old pod.
-    assert ledger.check("ns/a", H100, 2, "ann", quotas, {}, bound).action == ADMIT
+    assert ledger.check(QuotaRequest("ns/a", H100, 2, "ann", quotas, {}, bound)).action == ADMIT
 
 
 def test_group_quota_counts_every_members_grants():
     ledger = QuotaLedger()
     quotas = Quotas(user={"total": 10}, groups={"students": {"total": 6}})
     students = {"students": ["ann", "bob"]}
-    results = [ledger.grant(f"ns/{u}{i}", MIG1, 1, u, quotas, students, {}).action for i in range(10) for u in ("ann", "bob")]
+    results = [ledger.grant(QuotaRequest(f"ns/{u}{i}", MIG1, 1, u, quotas, students, {})).action for i in range(10) for u in ("ann", "bob")]
     assert results.count(ADMIT) == 6
-    refusal = ledger.check("ns/x", MIG1, 1, "ann", quotas, students, {})
+    refusal = ledger.check(QuotaRequest("ns/x", MIG1, 1, "ann", quotas, students, {}))
     assert refusal.action == REFUSE and "group 'students'" in refusal.message
 
 
 def test_cpu_and_refusals_are_never_recorded():
     ledger = QuotaLedger()
-    assert ledger.grant("ns/c", CPU_OFFERING, 1, "ann", Quotas(user={"total": 0}), {}, {}).action == ADMIT
-    assert ledger.grant("ns/g", T4, 1, "ann", Quotas(user={"total": 0}), {}, {}).action == REFUSE
+    assert ledger.grant(QuotaRequest("ns/c", CPU_OFFERING, 1, "ann", Quotas(user={"total": 0}), {}, {})).action == ADMIT
+    assert ledger.grant(QuotaRequest("ns/g", T4, 1, "ann", Quotas(user={"total": 0}), {}, {})).action == REFUSE
     assert ledger.grants == {}
 
 
@@ -96,7 +96,7 @@ class Interleavings(RuleBasedStateMachine):
         fits = mine + count <= USER_LIMITS["total"] and all(n + count <= GROUP_LIMITS["total"] for n in by_group.values())
         if offering.kind.value == "full":
             fits = fits and full + count <= USER_LIMITS["full"]
-        decision = self.ledger.grant(key, offering, count, user, QUOTAS, groups, self.bound)
+        decision = self.ledger.grant(QuotaRequest(key, offering, count, user, QUOTAS, groups, self.bound))
         assert (decision.action == ADMIT) == fits, (decision, mine, by_group, count)
         if fits:
             self.alive[key] = Held(offering.kind.value, count, user)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from gpuspawner.hub.scheduling import REFUSAL_STATUS, SpawnRefused
 from gpuspawner.names import vocabulary
-from gpuspawner.names.vocabulary import AdmissionPolicy, Kind
+from gpuspawner.names.vocabulary import AdmissionPolicy, Kind, Refusal
 
-PACKAGE = Path(vocabulary.__file__).resolve().parent
+PACKAGE = Path(vocabulary.__file__).resolve().parents[1]  # gpuspawner/, every folder of it
 #: The names whose literal value means nothing else anywhere in the package.
 DISTINCT = (
     "LABEL_OFFERING",
@@ -71,3 +72,31 @@ def test_the_wire_format_of_the_names():
     )
     assert (vocabulary.ENV_DISPLAY_NAME, vocabulary.ENV_WORDS) == ("GPUSPAWNER_DISPLAY_NAME", "GPUSPAWNER_OFFERING_WORDS")
     assert f"{Kind.MIG}" == "mig"  # written into labels, JSON and metrics as its plain value
+
+
+def test_every_refusal_reason_has_its_status():
+    # The REST API's answer for each reason (docs/api.md): the statuses are the wire format.
+    assert {str(r): REFUSAL_STATUS[r] for r in Refusal} == {
+        "malformed": 400,
+        "not_offered": 403,
+        "window": 403,
+        "no_capacity": 409,
+        "queue_timeout": 409,
+        "unschedulable": 409,
+        "quota": 429,
+        "unreachable": 503,
+        "misconfigured": 503,
+    }
+    assert SpawnRefused("x", Refusal.QUOTA).status_code == 429
+    assert SpawnRefused("x").reason == Refusal.NO_CAPACITY  # nothing free now, unless said otherwise
+
+
+def test_no_refusal_reason_is_a_string_literal_at_a_call_site():
+    # SpawnRefused(message, reason) and ChoiceError(reason, ...) take a vocabulary.Refusal.
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "SpawnRefused":
+                reasons = node.args[1:2] + [k.value for k in node.keywords if k.arg == "reason"]
+                found += [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}" for r in reasons if isinstance(r, ast.Constant)]
+    assert found == []

@@ -1,0 +1,171 @@
+"""One spawn's admission on this hub: the window -> quota -> capacity order
+(:func:`gpuspawner.capacity.admission.in_order`) fed with this hub's live counts, its quota
+ledger and its wait queue; then queue, warn or go, and reserve the units on a node.
+
+The spawner passes itself (``spawner``: a :class:`gpuspawner.spawner.GPUSpawner`) for what
+only it knows: the user, the traits, the live counts and the spawn's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from gpuspawner.capacity.admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaRequest, Quotas, in_order, units_held
+from gpuspawner.capacity.policy import allowed, named
+from gpuspawner.core.model import Offering
+from gpuspawner.core.windows import window_state
+from gpuspawner.hub import hubhooks, metrics
+from gpuspawner.hub.inventory import Inventory
+from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
+from gpuspawner.hub.spawnstate import saved_holdings, user_label
+from gpuspawner.names.vocabulary import RECORD_KEY, Refusal
+from gpuspawner.offerings.choice import Choice
+
+
+def reservation_key(spawner: Any) -> str:
+    """The key of ``spawner``'s server in the quota ledger and the index's reservations."""
+    return f"{spawner.namespace}/{spawner.pod_name}"
+
+
+def release_reservation(spawner: Any) -> None:
+    """Give back units reserved for this pod, in the inventory if one runs (never starts one)."""
+    inventory = Inventory.running(spawner.api)
+    if inventory is not None:
+        inventory.index.release(reservation_key(spawner))
+
+
+def bound_holdings(spawner: Any, catalog: dict[str, Offering]) -> dict[str, Held]:
+    """GPU units that bound pods of this hub's users hold now (from the inventory), by pod key.
+    Without counts: none (quotas then count the grants this hub process made)."""
+    out = {}
+    index = spawner.counts()
+    for key, pod in (index.pods if index is not None else {}).items():
+        offering = catalog.get(pod.offering or "")
+        if pod.user and offering is not None and (pod.hub or "") == spawner.hub_id:  # another hub's users are not ours
+            out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user)
+    return out
+
+
+def group_members(spawner: Any) -> dict[str, list[str]]:
+    """Members (as pod labels) of this user's groups that have a quota."""
+    out: dict[str, list[str]] = {}
+    for name, group in spawner.user_groups():
+        if name in spawner.group_quotas:
+            out[name] = [user_label(member) for member, _ in named(getattr(group, "users", None))]
+    return out
+
+
+def check_quota(
+    spawner: Any, offering: Offering, count: int, bound: dict[str, Held], members: dict[str, list[str]], grant: bool = False
+) -> Decision:
+    """This server's quota decision, counting bound pods and every grant not yet bound.
+    With ``grant``, an admitted decision is recorded in the same step (see QuotaLedger)."""
+    ledger = spawner.quota_ledger
+    if not ledger.restored:
+        restore_grants(spawner)
+    quotas = Quotas(spawner.user_quota, spawner.group_quotas)
+    request = QuotaRequest(reservation_key(spawner), offering, count, user_label(spawner.user.name), quotas, members, bound)
+    return ledger.grant(request) if grant else ledger.check(request)
+
+
+def restore_grants(spawner: Any) -> None:
+    """Give the quota ledger what this hub's running servers hold, from each one's saved
+    record (once per hub process, at the first quota check): a restarted hub counts a DRA
+    server's true count, a pod not bound yet, and every server when it may not read the
+    cluster, as the hub that started them did."""
+    db = getattr(spawner.user, "db", None)
+    if db is None:  # no hub database (a script, a test): nothing was saved
+        spawner.quota_ledger.restored = True
+        return
+    saved = saved_holdings(hubhooks.saved_records(db, RECORD_KEY))
+    spawner.quota_ledger.restore(saved)
+    if saved:
+        spawner.log.info("GPUSpawner: quotas count %d running server(s) from their saved records", len(saved))
+
+
+def obstacle_now(spawner: Any, choice: Choice, offerings: list[Offering], grant: bool = False) -> tuple[str, Decision]:
+    """What stands in the way of ``choice`` now, in the one order (window, quota, capacity),
+    in one step: nothing else runs between the quota check and its grant. With ``grant`` (at
+    start), the quota check also records the grant: release it if the spawn does not go on."""
+    offering, count = choice.offering, choice.count
+    catalog = {o.slug: o for o in offerings}
+
+    def quota() -> Decision:
+        return check_quota(spawner, offering, count, bound_holdings(spawner, catalog), group_members(spawner), grant=grant)
+
+    return in_order(
+        offering,
+        count,
+        window_state(offering.windows, spawner.now()),
+        quota,
+        spawner.availability,
+        lambda: allowed(catalog.values(), spawner.requester()).values(),
+        spawner.admission,
+    )
+
+
+async def admit(spawner: Any, choice: Choice, catalog: list[Offering]) -> None:
+    """Quotas, then capacity: refuse, warn, queue, or go. Holds a reservation when admitted."""
+    offering, count = choice.offering, choice.count
+    key = reservation_key(spawner)
+    reason, decision = obstacle_now(spawner, choice, catalog, grant=True)
+    if decision.action == REFUSE:
+        spawner.quota_ledger.release(key)
+        metrics.refused(offering, reason)
+        raise refusal(reason, decision)
+    if not offering.takes_units:
+        return
+    try:
+        await _take(spawner, offering, count, decision)
+    except BaseException:
+        spawner.quota_ledger.release(key)
+        raise
+
+
+async def _take(spawner: Any, offering: Offering, count: int, decision: Decision) -> None:
+    """Queue, warn or go for ``decision``, then reserve the units on a node."""
+    state = spawner.spawn_state
+    index = spawner.counts()
+    if index is None:  # the hub may not read the cluster: the scheduler decides alone
+        metrics.admitted(offering, decision.action)
+        state.messages.append(f"Starting {count} x {offering.display_name} (free count unavailable).")
+        return
+    if decision.action == QUEUE:
+        await _wait_in_queue(spawner, offering, count, decision.message)
+    elif decision.action == WARN:
+        state.expect_wait = True
+        state.messages.append(decision.message)
+    # (nothing to reserve where the counts do not know, e.g. a DRA pool being republished: the scheduler decides)
+    counted = spawner.availability(offering).counted
+    if (
+        decision.action != WARN
+        and counted
+        and index.reserve(reservation_key(spawner), offering, count) is None
+        and decision.action == ADMIT
+    ):
+        # Counted free but no single node fits now (a race with another spawn): say so now.
+        metrics.refused(offering, Refusal.NO_CAPACITY)
+        raise SpawnRefused(f"The last {offering.display_name} was just taken by another spawn. Please pick again.")
+    metrics.admitted(offering, decision.action)
+    state.messages.append(f"Reserved {count} x {offering.display_name}.")
+
+
+async def _wait_in_queue(spawner: Any, offering: Offering, count: int, message: str) -> None:
+    queue = WaitQueue.for_offering(offering.slug)
+    timeout = offering.queue_timeout or spawner.queue_timeout
+    spawner.spawn_state.messages.append(message)
+    async with queue.place(reservation_key(spawner)) as place:
+        deadline = time.monotonic() + timeout
+        while True:
+            if place.first and (spawner.availability(offering).largest_free or 0) >= count:
+                return  # admit() reserves before anyone else can run
+            if time.monotonic() > deadline:
+                metrics.refused(offering, Refusal.QUEUE_TIMEOUT)
+                raise SpawnRefused(
+                    f"No {offering.display_name} became free within {timeout // 60 or 1} minute(s). Please try again later.",
+                    Refusal.QUEUE_TIMEOUT,
+                )
+            spawner.spawn_state.queue_position = place.position
+            await asyncio.sleep(0.25)

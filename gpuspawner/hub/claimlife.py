@@ -1,0 +1,153 @@
+"""The life of a DRA server's GPU claim: made before its pod, owned by the pod, shared where
+the offering shares devices, read for the devices the scheduler allocated, deleted at stop.
+
+The claim itself (its spec and template) is :mod:`gpuspawner.pod.podspec`'s; the calls to the
+cluster are :class:`gpuspawner.hub.claims.ClaimTemplates`'. The spawner passes itself
+(``spawner``) for its pod's name, namespace, API client, log and spawn state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubernetes_asyncio.client.rest import ApiException
+
+from gpuspawner.core.model import Offering
+from gpuspawner.hub.claims import ClaimTemplates
+from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, brief
+from gpuspawner.names.vocabulary import (
+    CLAIM_NAME,
+    LABEL_HUB,
+    LABEL_KIND,
+    LABEL_OFFERING,
+    RECORD_CLAIM_TEMPLATE,
+    RECORD_OFFERING,
+    RECORD_SHARED_CLAIM,
+    Refusal,
+)
+from gpuspawner.pod.podspec import claim_template, container_claim, pod_claim
+
+#: KubeSpawner's pod creation (the spawner's ``super()._make_create_pod_request``).
+CreatePod = Callable[[Any, int], Awaitable[bool]]
+
+#: One lock per shared offering (and namespace) in this hub process: choosing a claim with room
+#: and becoming its owner happen together, so two spawns never overfill one claim.
+_shared_locks: dict[str, asyncio.Lock] = {}
+
+
+def claimed(spawner: Any) -> Offering | None:
+    """The current spawn's offering when it is served through Dynamic Resource Allocation."""
+    choice = spawner.choice
+    return choice.offering if choice is not None and choice.offering.claim is not None else None
+
+
+def claim_templates(spawner: Any) -> ClaimTemplates:
+    return ClaimTemplates(spawner.api.api_client, spawner.namespace, spawner.log, spawner.hub_id)
+
+
+def add_claim(pod: Any, pod_name: str) -> None:
+    """The GPU claim added to KubeSpawner's pod: in the pod's ``resourceClaims`` and the
+    notebook container's ``resources.claims``, after whatever the admin's
+    ``extra_pod_config``/``extra_container_config`` put there."""
+    pod.spec.resource_claims = [*(pod.spec.resource_claims or []), pod_claim(pod_name)]
+    notebook = next(c for c in pod.spec.containers if c.name == "notebook")  # KubeSpawner's name for it
+    resources = notebook.resources  # a model, or a plain dict where extra_container_config set it
+    if isinstance(resources, dict):
+        resources["claims"] = [*(resources.get("claims") or []), container_claim()]
+    elif resources is not None:
+        resources.claims = [*(resources.claims or []), container_claim()]
+    else:
+        notebook.resources = {"claims": [container_claim()]}
+
+
+async def create_pod(spawner: Any, offering: Offering, pod: Any, request_timeout: int, create: CreatePod) -> bool:
+    """Create a DRA server's pod with ``create``: its claim template first (the pod cannot be
+    scheduled without it), given the pod as its owner after; a shared offering's pod joins a
+    claim with room instead."""
+    assert offering.claim is not None and spawner.choice is not None
+    if offering.claim.shares > 1:
+        return await _create_sharing(spawner, offering, pod, request_timeout, create)
+    meta, templates = pod.metadata, claim_templates(spawner)
+    template = claim_template(offering.claim, spawner.choice.count, spawner.pod_name, meta.labels or {}, meta.annotations or {})
+    try:
+        await templates.create(template)
+    except ApiException as exc:
+        if exc.status not in (403, 404):
+            raise
+        fix = (
+            "grant it with charts/gpuspawner's dra.enabled=true (docs/dra.md)"
+            if exc.status == 403
+            else "this cluster serves no resource.k8s.io/v1 (Kubernetes 1.34 or newer, with DRA)"
+        )
+        spawner.log.error(
+            "%s: cannot create ResourceClaimTemplate %s/%s for offering %s (%s): %s",
+            spawner._log_name,
+            spawner.namespace,
+            spawner.pod_name,
+            offering.slug,
+            brief(exc),
+            fix,
+        )
+        raise SpawnRefused(MISCONFIGURED_MESSAGE, Refusal.MISCONFIGURED) from None
+    spawner.spawn_state.claim_template = spawner.pod_name
+    created = await create(pod, request_timeout)
+    if created:
+        try:
+            response = await spawner.api.read_namespaced_pod(spawner.pod_name, spawner.namespace, _preload_content=False)
+            await templates.own(spawner.pod_name, json.loads(await response.read()))
+        except Exception as exc:  # the stop (or the orphan reconciler) still deletes it
+            spawner.log.warning(
+                "%s: could not make pod %s the owner of its claim template (%s)", spawner._log_name, spawner.pod_name, brief(exc)
+            )
+    return created
+
+
+async def _create_sharing(spawner: Any, offering: Offering, pod: Any, request_timeout: int, create: CreatePod) -> bool:
+    """A shared DRA offering's pod joins a claim of that offering with room (or a new one;
+    see :meth:`gpuspawner.hub.claims.ClaimTemplates.shared_with_room`)."""
+    assert offering.claim is not None
+    async with _shared_locks.setdefault(f"{spawner.namespace}/{offering.slug}", asyncio.Lock()):
+        labels = {k: v for k, v in (pod.metadata.labels or {}).items() if k in (LABEL_OFFERING, LABEL_KIND, LABEL_HUB)}
+        name = await claim_templates(spawner).shared_with_room(offering.slug, offering.claim, labels)
+        spawner.spawn_state.shared_claim = name
+        pod.spec.resource_claims = [
+            {"name": CLAIM_NAME, "resourceClaimName": name} if _claim_name_of(ref) == CLAIM_NAME else ref
+            for ref in pod.spec.resource_claims or ()
+        ]
+        return await create(pod, request_timeout)
+
+
+async def delete_claims(spawner: Any, record: dict[str, Any]) -> None:
+    """Delete this server's claim template (this spawn's, or the saved ``record``'s after a hub
+    restart); a shared claim once no pod uses it."""
+    state = spawner.spawn_state
+    templates = claim_templates(spawner)
+    name = state.claim_template or (state.saved_record or {}).get(RECORD_CLAIM_TEMPLATE)
+    if name:
+        await templates.delete(name)
+        state.claim_template = None
+    shared, slug = state.shared_claim or record.get(RECORD_SHARED_CLAIM), record.get(RECORD_OFFERING)
+    if shared and slug:
+        async with _shared_locks.setdefault(f"{spawner.namespace}/{slug}", asyncio.Lock()):
+            await templates.delete_if_unused(slug, shared)
+        state.shared_claim = None
+
+
+async def record_devices(spawner: Any) -> None:
+    """Note which devices the scheduler allocated to the pod's claim (for the record the
+    culler reads). Best effort: without them the culler never calls the GPU idle."""
+    if claimed(spawner) is None or spawner.pod_reflector is None:
+        return
+    pod = spawner.pod_reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}")
+    try:
+        spawner.spawn_state.devices = await claim_templates(spawner).devices(pod) if pod else None
+    except Exception as exc:
+        spawner.log.warning("%s: could not read the devices allocated to pod %s (%s)", spawner._log_name, spawner.pod_name, brief(exc))
+
+
+def _claim_name_of(ref: Any) -> str | None:
+    """The ``name`` of a pod's ``resourceClaims`` entry, a dict or a Kubernetes model."""
+    return ref.get("name") if isinstance(ref, dict) else getattr(ref, "name", None)

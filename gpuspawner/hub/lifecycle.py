@@ -1,0 +1,185 @@
+"""One server's start and stop on this hub, around KubeSpawner's own: the start raced against
+the scheduler's verdict (a pod it marks Unschedulable is refused in seconds with its reason),
+a start whose Kubernetes call cannot connect refused with a 503, the stop retried while the
+pod cannot be deleted, and the spawn's own progress steps between KubeSpawner's events.
+
+The spawner passes itself (``spawner``) and KubeSpawner's call (its ``super()``'s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from gpuspawner.capacity.admission import REFUSE, admit
+from gpuspawner.capacity.index import Health
+from gpuspawner.capacity.policy import allowed
+from gpuspawner.hub import admitting, claimlife, metrics
+from gpuspawner.hub.inventory import Inventory
+from gpuspawner.hub.reflector import scheduler_verdict
+from gpuspawner.hub.scheduling import SpawnRefused, brief, unreachable_cause
+from gpuspawner.hub.spawnstate import SpawnState
+from gpuspawner.names.vocabulary import RECORD_KEY, AdmissionPolicy, Refusal
+from gpuspawner.page.cards import unreachable_message
+from gpuspawner.page.useroptions import too_long_message
+
+
+async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -> Any:
+    """KubeSpawner's start (``kubespawner_start``) raced against the scheduler's verdict on its
+    pod; a refusal of the options themselves puts the hub's stored options back."""
+    spawner.spawn_state = SpawnState(started_at=time.monotonic())
+    before, spawner._options_before = spawner._options_before, None
+    if spawner._too_long:  # (left out of user_options: see storedoptions.validated)
+        spawner.spawn_state.refused = True
+        refused = SpawnRefused(too_long_message(spawner._too_long), Refusal.MALFORMED)
+        refused.during_start = True
+        raise refused
+    starting = asyncio.ensure_future(kubespawner_start())
+    watch = asyncio.ensure_future(watch_scheduling(spawner))
+    try:
+        done, _ = await asyncio.wait({starting, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if starting in done:
+            url = starting.result()
+            await claimlife.record_devices(spawner)
+            state = spawner.spawn_state
+            if state.choice is not None and state.started_at is not None:
+                metrics.TIME_TO_SCHEDULE.labels(state.choice.offering.kind.value).observe(time.monotonic() - state.started_at)
+        else:
+            reason = watch.result()
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            await spawner.stop(now=True)
+            raise SpawnRefused(reason, Refusal.UNSCHEDULABLE)
+    except BaseException as exc:
+        spawner.quota_ledger.release(admitting.reservation_key(spawner))
+        refused = exc if isinstance(exc, SpawnRefused) else unreachable_refusal(spawner, exc) if isinstance(exc, Exception) else None
+        if refused is None:
+            raise
+        refused.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
+        spawner._put_back_options(before, refused)
+        if refused is exc:
+            raise
+        raise refused from None
+    finally:
+        watch.cancel()
+        starting.cancel()  # an interrupted spawn must not go on to create its pod after the stop
+        admitting.release_reservation(spawner)
+    if spawner.choice is not None:
+        # Without the hub's Server object (a script, a test) there is no base URL to name.
+        spawner.spawn_state.record_url = f"{url.rstrip('/')}{spawner.server.base_url}" if url and spawner.server else None
+        spawner.user_options = {**spawner.user_options, RECORD_KEY: spawner.record()}
+        if spawner.orm_spawner is not None:
+            # The hub's REST API serves orm_spawner.user_options; the hub commits after start returns.
+            spawner.orm_spawner.user_options = dict(spawner.user_options)
+    return url
+
+
+def unreachable_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None:
+    """The 503 for a start whose Kubernetes call could not connect or timed out (None for
+    any other failure). The inventory is told, so the page and later spawns say the cluster
+    cannot be reached even while its watches still look live (an API server shutting down
+    keeps them open); the hub polls this server as refused, so its cleanup asks the cluster
+    nothing (a pod made by a request whose answer never came is the orphan reconciler's)."""
+    cause = unreachable_cause(exc)
+    if cause is None:
+        return None
+    reason = f"{type(cause).__name__}: {brief(cause)}"
+    api, namespace = spawner.api, spawner.namespace
+
+    async def probe() -> None:
+        await api.list_namespaced_pod(namespace, limit=1, _request_timeout=5)
+
+    spawner.log.warning(
+        "%s: a Kubernetes request failed (%s); refusing the spawn as the cluster cannot be reached", spawner._log_name, reason
+    )
+    inventory = Inventory.running(api)  # (none where no offering needs counts: nothing to tell)
+    if inventory is not None:
+        inventory.call_failed(reason, probe)
+    health = inventory.health if inventory is not None else Health(ready=False, as_of=time.time(), error=reason)
+    spawner.spawn_state.refused = True
+    return SpawnRefused(unreachable_message(health, spawner.now()), Refusal.UNREACHABLE)
+
+
+async def watch_scheduling(spawner: Any) -> str:
+    """Return the user's reason as soon as the real scheduler says the pod cannot run.
+
+    Event-driven: KubeSpawner's pod reflector (see :mod:`gpuspawner.hub.reflector`) tells it
+    the moment its watch sees the pod marked Unschedulable.
+    """
+    state = spawner.spawn_state
+    await state.decided.wait()  # load_user_options runs inside KubeSpawner's _start
+    choice = state.choice
+    if choice is None or state.expect_wait:
+        await asyncio.Future()  # nothing to watch: warned users (or no GPU) wait it out
+    scheduler_says = await scheduler_verdict(lambda: spawner.pod_reflector, f"{spawner.namespace}/{spawner.pod_name}")
+    offering = choice.offering
+    admitting.release_reservation(spawner)  # this pod will not run: its own units are not what stands in the way
+    catalog = allowed(await spawner.catalog(), spawner.requester()).values()
+    availability = spawner.availability
+    decision = admit(offering, choice.count, availability(offering), AdmissionPolicy.BLOCK, [(o, availability(o)) for o in catalog])
+    metrics.refused(offering, Refusal.UNSCHEDULABLE)
+    head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."
+    return f"{head} The scheduler says: {scheduler_says}"
+
+
+async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> None:
+    """KubeSpawner's stop (``kubespawner_stop``), retried while the pod cannot be deleted (see
+    ``stop_retry_timeout``), then the server's DRA claims deleted."""
+    admitting.release_reservation(spawner)
+    key = admitting.reservation_key(spawner)
+    deadline = time.monotonic() + spawner.stop_retry_timeout
+    attempt = 0
+    try:
+        while True:
+            try:
+                await kubespawner_stop()
+                record = spawner.record() if spawner.choice is not None else (spawner.spawn_state.saved_record or {})
+                return await claimlife.delete_claims(spawner, record)
+            except Exception as exc:  # the API server down, refusing, or the pod not going away
+                attempt += 1
+                what = f"{spawner._log_name}: could not delete pod {key} ({brief(exc)})"
+                if time.monotonic() >= deadline:
+                    spawner.log.error(
+                        "%s; giving up after %d attempts. The hub will show the server stopped; "
+                        "the orphan reconciler deletes the pod once the cluster answers.",
+                        what,
+                        attempt,
+                    )
+                    raise
+                delay = min(30, 2**attempt)
+                spawner.log.warning(
+                    "%s; retrying in %ds (attempt %d). The server stays 'stopping' until its pod is gone.", what, delay, attempt
+                )
+                await asyncio.sleep(delay)
+    finally:
+        spawner.quota_ledger.release(key)
+
+
+async def progress(state_of: Callable[[], SpawnState], events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """KubeSpawner's pod ``events``, with the spawn's own steps (admission, reservation, queue
+    position) between; ``state_of`` gives the spawn's current state."""
+    sent, position = 0, None
+    inner = events.__aiter__()
+    pending = asyncio.ensure_future(inner.__anext__())
+    try:
+        while True:
+            state = state_of()
+            for message in state.messages[sent:]:
+                sent += 1
+                yield {"progress": 2, "message": message}
+            now = state.queue_position
+            if now is not None and now != position:
+                position = now
+                yield {"progress": 1, "message": f"Waiting for a free GPU: number {now} in the queue."}
+            done, _ = await asyncio.wait({pending}, timeout=0.5)
+            if pending in done:
+                try:
+                    event = pending.result()
+                except StopAsyncIteration:
+                    return
+                yield event
+                pending = asyncio.ensure_future(inner.__anext__())
+    finally:
+        pending.cancel()

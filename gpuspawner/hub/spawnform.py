@@ -1,0 +1,110 @@
+"""The spawn page on the hub: the GPU choice rendered for one user now (with KubeSpawner's
+profile form inside it), and a posted choice refused at once where the start would refuse it.
+
+What each row says is :mod:`gpuspawner.page.cards`'; the HTML is :mod:`gpuspawner.hub.form`'s.
+The spawner passes itself (``spawner``) for the user, the traits and the live counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyterhub.utils import maybe_future
+from kubespawner import KubeSpawner
+from markupsafe import Markup
+
+from gpuspawner.capacity.admission import REFUSE
+from gpuspawner.core.model import Offering
+from gpuspawner.hub.admitting import bound_holdings, check_quota, group_members, obstacle_now
+from gpuspawner.hub.form import render_form
+from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, WaitQueue, refusal
+from gpuspawner.names.vocabulary import Kind
+from gpuspawner.offerings.catalog import gpu_offerings_in_play
+from gpuspawner.offerings.choice import ChoiceError
+from gpuspawner.offerings.config import OfferingConfigError
+from gpuspawner.page.cards import counts_notice, default_choice, option_views
+from gpuspawner.page.useroptions import check_profile
+from gpuspawner.page.views import FormView, group_options
+
+
+async def render_gpu_form(spawner: Any) -> str:
+    """The spawn page: the GPU choice with KubeSpawner's profile form inside it, or
+    KubeSpawner's form alone while no GPU offering is in play."""
+    try:
+        catalog = await spawner.catalog()
+    except OfferingConfigError as exc:
+        spawner.log.error("GPUSpawner configuration error: %s", exc)
+        return render_form(FormView(groups=(), selected=None, selected_count=1, message=MISCONFIGURED_MESSAGE))
+    if not gpu_offerings_in_play(catalog):
+        return await kubespawner_form(spawner)
+    by_slug = {o.slug: o for o in catalog}
+    bound, members = bound_holdings(spawner, by_slug), group_members(spawner)
+
+    def quota_reason(offering: Offering) -> str:
+        decision = check_quota(spawner, offering, offering.counts[0], bound, members)
+        return "over your quota" if decision.action == REFUSE else ""
+
+    now = spawner.now()
+    rows = option_views(
+        catalog,
+        spawner.requester(),
+        spawner.availability,
+        now,
+        spawner.admission,
+        quota_reason,
+        WaitQueue.length,
+        spawner.hide_forbidden_offerings,
+    )
+    last = spawner.user_options or (spawner.orm_spawner.user_options if spawner.orm_spawner else None)
+    # (JupyterHub shows the form again after a refusal: refused_options selects the refused choice)
+    selected, count = default_choice(rows, spawner.default_offering, last, by_slug, spawner.refused_options)
+    return render_form(
+        FormView(
+            groups=group_options(rows, [k.value for k in Kind]),
+            selected=selected,
+            selected_count=count,
+            extra_html=Markup(await kubespawner_form(spawner)),
+            refresh_seconds=spawner.form_refresh_seconds,
+            notice=counts_notice(spawner.health(), now),
+        )
+    )
+
+
+async def kubespawner_form(spawner: Any) -> str:
+    """KubeSpawner's own spawn form (its profile list); "" without a profile_list."""
+    form = KubeSpawner._options_form_default(spawner)
+    return await maybe_future(form(spawner)) if callable(form) else form
+
+
+def check_profile_choice(options: dict[str, Any], profile_list: list[dict]) -> None:
+    """KubeSpawner's profile choice in ``options`` checked against ``profile_list`` (400)."""
+    try:
+        check_profile(options, profile_list)
+    except ChoiceError as exc:
+        raise SpawnRefused(str(exc), exc.reason) from None
+
+
+def refuse_now(spawner: Any, options: dict[str, Any]) -> None:
+    """Refuse at once what the start would refuse, from what is known without waiting.
+
+    JupyterHub shows the form again with a start's refusal only if the start fails within
+    a second of the POST; on a busy hub it takes longer and the user lands on the
+    spawn-pending page instead. So a posted choice is also checked here, in the start's
+    order (profile, cluster, choice, window, quota, capacity), recording nothing; the
+    start checks it all again, as the cluster may change in between. Left to the start:
+    a callable profile_list (it may need awaiting), and everything while the hub has not
+    heard from the cluster yet.
+    """
+    if spawner.profile_list and not callable(spawner.profile_list):
+        check_profile_choice(options, spawner._get_initialized_profile_list(spawner._sorted_dict_values(spawner.profile_list)))
+    try:
+        if not spawner.config_problems() and spawner.catalog_config.needs_inventory() and not spawner.inventory.health.answered:
+            return
+        catalog = spawner.catalog_now()
+    except OfferingConfigError as exc:
+        raise spawner.misconfigured(exc) from None
+    choice = spawner.choose(options, catalog)
+    if gpu_offerings_in_play(catalog):
+        reason, decision = obstacle_now(spawner, choice, catalog)
+        if decision.action == REFUSE:
+            raise refusal(reason, decision)

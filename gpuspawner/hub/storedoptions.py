@@ -1,0 +1,77 @@
+"""Which ``user_options`` a server keeps: the keys a spawn may carry (gpuspawner's, the
+profile's, the site's ``extra_user_options``), what the hub may store, values over the bound
+left out, and the hub's stored options put back after a refusal of the options themselves.
+
+What the keys are is :mod:`gpuspawner.page.useroptions`'; the spawner passes itself
+(``spawner``) for its traits, its record and the hub's database row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuspawner.hub import hubhooks
+from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.names.vocabulary import RECORD_KEY, Refusal
+from gpuspawner.page.useroptions import KnownKeys, describe_keys, known_keys, oversized, split_known, too_long_message
+
+
+def known(spawner: Any) -> KnownKeys:
+    """The ``user_options`` keys a spawn may carry."""
+    declared = list(spawner.extra_user_options)
+    if isinstance(spawner.apply_user_options, dict):
+        declared += list(spawner.apply_user_options)
+    return known_keys(spawner._sorted_dict_values(spawner.profile_list), declared)
+
+
+def storable(spawner: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """What of ``options`` the hub may store for this server (called as it is stored; see
+    :mod:`gpuspawner.hub.hubhooks`). The other keys are named in one log line. Raises
+    :class:`~gpuspawner.hub.hubhooks.NotStored` when a kept key's value is over the bound
+    (``useroptions.MAX_VALUE_CHARS``): then nothing of ``options`` is stored."""
+    kept, dropped = split(spawner, options, stored_record_is_ours=False)
+    if dropped:
+        spawner.log.warning("%s: user_options keys dropped, not stored: %s", spawner._log_name, describe_keys(dropped))
+    too_long = oversized({k: v for k, v in kept.items() if k != RECORD_KEY})
+    if too_long:
+        spawner.log.warning("%s: user_options not stored: the value of %s is too long", spawner._log_name, describe_keys(too_long))
+        raise hubhooks.NotStored(too_long_message(too_long))
+    return kept
+
+
+def validated(spawner: Any, options: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``options`` as ``spawner.user_options`` may hold them, whoever sets them (the hub serves
+    them in its REST API while the spawner lives): known keys only, and no value over the
+    bound (left out; returned second, and the start refuses); the other values are checked at
+    start."""
+    kept = split(spawner, options)[0]
+    too_long = tuple(oversized({k: v for k, v in kept.items() if k != RECORD_KEY}))
+    return {k: v for k, v in kept.items() if k not in too_long}, too_long
+
+
+def split(spawner: Any, options: dict[str, Any], stored_record_is_ours: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """Split ``options`` into known keys and the rest; the ``gpuspawner`` record is kept only
+    when this spawner wrote it: it is the running server's record, or (for the hub's copy)
+    the one in the database row, which only this spawner stores (see :func:`storable`)."""
+    kept, dropped = split_known(options, known(spawner))
+    if RECORD_KEY in dropped:
+        record = options[RECORD_KEY]
+        ours = getattr(spawner, "choice", None) is not None and record == spawner.record()
+        if not ours and stored_record_is_ours and spawner.orm_spawner is not None:
+            ours = record == (spawner.orm_spawner.user_options or {}).get(RECORD_KEY)
+        if ours:
+            kept[RECORD_KEY] = record
+            dropped.remove(RECORD_KEY)
+    return kept, dropped
+
+
+def put_back(spawner: Any, before: dict[str, Any] | None, refusal: SpawnRefused) -> None:
+    """After a refusal of the options themselves (malformed, not offered), the hub's row and
+    the spawner hold what they held before the refused request; a refusal for the state of
+    things (quota, capacity, window, the cluster) keeps them, for the next try."""
+    if before is None or refusal.reason not in (Refusal.MALFORMED, Refusal.NOT_OFFERED):
+        return
+    spawner.user_options = before
+    if spawner.orm_spawner is not None:
+        spawner.orm_spawner.user_options = dict(spawner.user_options)  # the hub commits as it cleans up
+    spawner._options_before = None
