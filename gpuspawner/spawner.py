@@ -43,7 +43,7 @@ from gpuspawner.names.vocabulary import COUNT_FIELD_PREFIX, COUNT_KEY, OFFERING_
 from gpuspawner.offerings.catalog import TRAITS as CATALOG_TRAITS
 from gpuspawner.offerings.catalog import CatalogConfig, gpu_offerings_in_play
 from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice
-from gpuspawner.offerings.config import OfferingConfigError
+from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.page.cards import unreachable_message
 from gpuspawner.page.useroptions import KnownKeys
 from gpuspawner.page.views import user_options_from_form

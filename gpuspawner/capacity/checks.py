@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from gpuspawner.capacity.admission import validate_quota
 from gpuspawner.names.vocabulary import AdmissionPolicy
 from gpuspawner.offerings.catalog import CatalogConfig
-from gpuspawner.offerings.config import OfferingConfigError
+from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.pod.memguard import DEFAULT_KINDS, GuardConfigError, GuardDefaults
 
 

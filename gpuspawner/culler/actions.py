@@ -13,12 +13,12 @@ from jupyterhub_idle_culler import format_td, utcnow
 
 from gpuspawner.culler import notices
 from gpuspawner.culler.actionlog import ActionLog
-from gpuspawner.culler.decide import HELD_BACK, KEEP, RECLAIM, STOP, Decision, Policy
 from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView
 from gpuspawner.culler.hub import HubClient
 from gpuspawner.culler.kernels import KernelClient, KernelShutdown
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
+from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP, CullDecision, Policy
 from gpuspawner.culler.records import GPU_IDLE_LIMIT, UNRESPONSIVE, ServerRecord
 from gpuspawner.culler.transport import RequestFailed
 
@@ -120,7 +120,7 @@ class Actions:
         self.tracker = ReclaimTracker(metrics, log)
         self._held: dict[tuple[str, str], tuple[str, ...]] = {}
 
-    def _log_decision(self, server: ServerRecord, d: Decision) -> None:
+    def _log_decision(self, server: ServerRecord, d: CullDecision) -> None:
         if d.action != HELD_BACK:
             self._held.pop((server.user, server.name), None)
         o = server.offering
@@ -166,19 +166,21 @@ class Actions:
         else:
             self.log.debug("keeping %s: %s", what, d.summary())
 
-    async def _tell(self, server: ServerRecord, d: Decision, now: datetime, idle_since: datetime | None, gpu: PodGpuView | None) -> None:
+    async def _tell(
+        self, server: ServerRecord, d: CullDecision, now: datetime, idle_since: datetime | None, gpu: PodGpuView | None
+    ) -> None:
         """Tell the notebook what is reclaimed now (before it goes), best effort."""
         if self.notifier is not None:
             await self.notifier.put(server, notices.acting(server, d, self.policy, now, idle_since, gpu), force=True)
 
-    def _keep(self, server: ServerRecord, d: Decision, now: datetime, gpu: PodGpuView | None, kernels: list[str]) -> None:
+    def _keep(self, server: ServerRecord, d: CullDecision, now: datetime, gpu: PodGpuView | None, kernels: list[str]) -> None:
         if self.action_log is not None:
             self.action_log.add(notices.action_record(server, d, self.policy, now, gpu, kernels))
 
     async def apply(
         self,
         server: ServerRecord,
-        d: Decision,
+        d: CullDecision,
         *,
         gpu: PodGpuView | None = None,
         idle_since: datetime | None = None,

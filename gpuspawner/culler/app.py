@@ -31,12 +31,12 @@ from gpuspawner.culler.actionlog import ActionLog
 from gpuspawner.culler.api import make_service_app
 from gpuspawner.culler.config import DEFAULT_GPU_KIND_TIMEOUTS, USER_CULLING_SCOPES, CullerSettings, help_text, scope_problems
 from gpuspawner.culler.cycle import Culler
-from gpuspawner.culler.decide import DEFAULT_GPU_LEASES, Policy
 from gpuspawner.culler.gpu_metrics import GpuQuerySettings
 from gpuspawner.culler.hub import HubClient
 from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
+from gpuspawner.culler.policy import DEFAULT_GPU_LEASES, Policy
 from gpuspawner.culler.prometheus import PrometheusClient
 from gpuspawner.culler.tokens import ServerTokens
 from gpuspawner.culler.transport import RequestFailed, RetryPolicy, Transport

@@ -12,7 +12,8 @@ from textwrap import dedent
 
 from traitlets import Bool, Dict, Float, HasTraits, Int, List, TraitError, Unicode, default, validate
 
-from gpuspawner.culler.decide import (
+from gpuspawner.culler.gpu_metrics import DEFAULT_ENGINE_THRESHOLD, DEFAULT_UTIL_THRESHOLD
+from gpuspawner.culler.policy import (
     DEFAULT_GPU_IDLE_LIMIT,
     DEFAULT_GPU_LEASES,
     DEFAULT_KERNEL_SHUTDOWNS_PER_CYCLE,
@@ -20,7 +21,6 @@ from gpuspawner.culler.decide import (
     DEFAULT_RECLAIM_KINDS,
     DEFAULT_STALLS_BEFORE_TELEMETRY,
 )
-from gpuspawner.culler.gpu_metrics import DEFAULT_ENGINE_THRESHOLD, DEFAULT_UTIL_THRESHOLD
 from gpuspawner.names.vocabulary import GPU_USERS_GROUP, Kind
 
 #: the scopes the culler's role needs, and no more (see docs/culler.md). No

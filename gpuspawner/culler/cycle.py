@@ -27,28 +27,14 @@ from gpuspawner.culler import notices
 from gpuspawner.culler.actionlog import ActionLog
 from gpuspawner.culler.actions import ActionResult, Actions
 from gpuspawner.culler.dates import parse_time
-from gpuspawner.culler.decide import (
-    GPU_IDLE_LIMIT,
-    GPU_LEASE,
-    RECLAIM,
-    STOP,
-    Decision,
-    GpuIdleStreak,
-    KernelMemo,
-    Policy,
-    decide,
-    decide_unresponsive,
-    kernel_memo,
-    last_seen,
-    plan_kernel_view,
-    track_gpu_idle,
-    upcoming,
-)
+from gpuspawner.culler.decide import GPU_IDLE_LIMIT, GPU_LEASE, decide, decide_unresponsive, upcoming
 from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView, expect_devices, unavailable
 from gpuspawner.culler.hub import HubClient, server_record
 from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
+from gpuspawner.culler.observations import GpuIdleStreak, KernelMemo, kernel_memo, last_seen, plan_kernel_view, track_gpu_idle
+from gpuspawner.culler.policy import RECLAIM, STOP, CullDecision, Policy
 from gpuspawner.culler.prometheus import PrometheusClient
 from gpuspawner.culler.records import KernelView, ServerRecord
 from gpuspawner.culler.tokens import ServerTokens
@@ -65,7 +51,7 @@ _UNLESS = {
 @dataclass
 class ServerOutcome:
     server: ServerRecord
-    decision: Decision
+    decision: CullDecision
     result: ActionResult
     kernel_view: KernelView | None = None
     #: its pod's work missed the cycle's deadline and goes on in the background

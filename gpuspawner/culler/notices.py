@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuspawner.culler.decide import NOT_KEEPABLE, RECLAIM, STOP, Decision, Policy, Upcoming
+from gpuspawner.culler.decide import Upcoming
 from gpuspawner.culler.gpu_metrics import PodGpuView
+from gpuspawner.culler.policy import NOT_KEEPABLE, RECLAIM, STOP, CullDecision, Policy
 from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, MAX_AGE, UNRESPONSIVE, ServerRecord
 from gpuspawner.names.vocabulary import Kind
 
@@ -54,7 +55,7 @@ def _idle_and_limit(idle_s: float, limit_s: float) -> str:
     return f"{duration_words(idle_s)} (limit {duration_words(limit_s)})"
 
 
-def why_words(server: ServerRecord, decision: Decision, policy: Policy, earlier: timedelta = timedelta(0)) -> str:
+def why_words(server: ServerRecord, decision: CullDecision, policy: Policy, earlier: timedelta = timedelta(0)) -> str:
     """Why the culler acts, e.g. "the whole GPU was idle for 30 minutes (limit
     30)" -- or, for a warning ``earlier`` than the action, why it will: "the whole
     GPU has been idle for 25 minutes (limit 30)"."""
@@ -94,7 +95,7 @@ def why_words(server: ServerRecord, decision: Decision, policy: Policy, earlier:
     return f"{what} {was} idle for {idle(decision.inactive, policy.timeout_for(o))}"
 
 
-def limit_seconds(server: ServerRecord, decision: Decision, policy: Policy) -> int:
+def limit_seconds(server: ServerRecord, decision: CullDecision, policy: Policy) -> int:
     """The limit that applies to this decision."""
     if decision.action == RECLAIM and decision.shutdown:
         return int(decision.shutdown[0].limit_s or policy.kernel_timeout_for(server.offering))
@@ -107,7 +108,7 @@ def limit_seconds(server: ServerRecord, decision: Decision, policy: Policy) -> i
     return policy.timeout_for(server.offering)
 
 
-def keepable(decision: Decision) -> bool:
+def keepable(decision: CullDecision) -> bool:
     """Whether the user's activity (Keep, a cell, a request) can prevent the action: not
     a stop by ``gpu_idle_limit`` (only GPU use counts) or by the GPU lease (nothing does)."""
     return decision.stop_reason not in NOT_KEEPABLE
@@ -117,7 +118,7 @@ def _iso(when: datetime | None) -> str | None:
     return when.isoformat() if when is not None else None
 
 
-def observed(decision: Decision, gpu: PodGpuView | None) -> dict[str, Any]:
+def observed(decision: CullDecision, gpu: PodGpuView | None) -> dict[str, Any]:
     """The GPU figures the culler saw (the same in the notice, the log and the record)."""
     out: dict[str, Any] = {}
     if gpu is not None:
@@ -159,7 +160,7 @@ def notice(
 
 def acting(
     server: ServerRecord,
-    decision: Decision,
+    decision: CullDecision,
     policy: Policy,
     now: datetime,
     idle_since: datetime | None,
@@ -192,7 +193,7 @@ def what_words(server: ServerRecord, action: str, kernels: Sequence[str]) -> str
 
 def action_record(
     server: ServerRecord,
-    decision: Decision,
+    decision: CullDecision,
     policy: Policy,
     when: datetime,
     gpu: PodGpuView | None,

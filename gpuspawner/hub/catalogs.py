@@ -14,7 +14,7 @@ from gpuspawner.core.model import Offering
 from gpuspawner.dra.devices import unmatched
 from gpuspawner.hub import metrics
 from gpuspawner.offerings.catalog import build_catalog
-from gpuspawner.offerings.config import OfferingConfigError
+from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.pod.notebook import NOTEBOOK_TRAITS, Notebook
 
 #: The warnings about the admin's DRA selectors this hub process has logged (each once).

@@ -21,7 +21,7 @@ from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, WaitQ
 from gpuspawner.names.vocabulary import Kind
 from gpuspawner.offerings.catalog import gpu_offerings_in_play
 from gpuspawner.offerings.choice import ChoiceError
-from gpuspawner.offerings.config import OfferingConfigError
+from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.page.cards import counts_notice, default_choice, option_views
 from gpuspawner.page.useroptions import check_profile
 from gpuspawner.page.views import FormView, group_options

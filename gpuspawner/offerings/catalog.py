@@ -8,8 +8,9 @@ from typing import Any
 
 from gpuspawner.core.model import CPU_OFFERING, Offering
 from gpuspawner.names.vocabulary import Kind
-from gpuspawner.offerings.config import OfferingConfigError, offerings_from_config
+from gpuspawner.offerings.config import offerings_from_config
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS, discover
+from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.offerings.overrides import apply_overrides
 
 #: GPUSpawner trait -> CatalogConfig field.

@@ -1,9 +1,59 @@
 """The admin's offerings: ``c.GPUSpawner.offerings`` entries -> :class:`~gpuspawner.core.model.Offering`. Pure.
 
-:func:`offering_from_config` is the reference for every field of an entry (docs/config.md
+:func:`offering_from_config` reads an entry; the reference for every field is below (docs/config.md
 points here); each error names the entry and the field that is wrong, and what to write
 instead. ``c.GPUSpawner.offering_overrides`` is read by :mod:`gpuspawner.offerings.overrides` with
 the same field reader.
+
+The fields of an entry
+----------------------
+
+Every entry has ``slug`` (lower-case, digits, '-') and ``kind``; the rest is optional.
+
+What the user sees:
+  display_name, description   text (shown as text: markup is escaped)
+  memory_mib, compute_share   e.g. 20480, "3/7 of the GPU's compute" (MIG fills both in)
+  isolation                   exclusive | hardware | partial | none | vm | site | no-gpu
+
+What the pod gets (kind shortcuts fill these in; explicit values win):
+  resources                   {"nvidia.com/gpu": 1} per unit; limits = requests
+  counts                      whole GPUs only: the counts a user may pick, e.g. [1, 2, 4]
+  node_selector               {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+  absent_labels               labels a node must NOT have, e.g. ["cloud.google.com/gke-gpu-partition-size"]
+  tolerations                 replaces the default nvidia.com/gpu Exists/NoSchedule toleration
+  extra_tolerations           added to it (AKS: sku=gpu, some sites: node-role.kubernetes.io/gpu)
+  env, labels, annotations    added to the pod (never NVIDIA_VISIBLE_DEVICES: the device plugin's job)
+  command_prefix              wraps the server command, e.g. ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"]
+  memory_guard                false | true | {"fraction": 0.25, "user_env": false}: the cooperative
+                              memory limits frameworks honour (docs/memory-guard.md); default:
+                              on for the kinds in c.GPUSpawner.memory_guard_kinds, sized from the share
+
+Kind shortcuts:
+  full     product -> nvidia.com/gpu on nodes of that product; never on time-sliced, MPS, MIG
+           or vGPU nodes (node affinity keeps them out, also without a product)
+  mig      profile ("3g.20gb", "1g.10gb+me"); mig_strategy mixed (default) | single (needs product) | gke
+  shared   sharing time-slicing | mps; replicas; rename_by_default (true: nvidia.com/gpu.shared;
+           false: nvidia.com/gpu on "<product>-SHARED" nodes, needs product)
+  vgpu     node_selector naming the vGPU node class (or product)
+  custom   resources and/or command_prefix
+  cpu      nothing
+
+Who and when:
+  groups, users               only these may take it (admins always may); empty: everyone
+  hidden                      not shown on the spawn page
+  windows                     ["Mon-Fri 19:00-07:00", "Sat,Sun 00:00-24:00"] in c.GPUSpawner.site_timezone
+  admission                   block | warn | queue when none is free (default: c.GPUSpawner.admission)
+  queue_timeout               seconds a queued spawn waits
+  scalable_nodes, scale_up_minutes   an autoscaled pool: never refused, "free after scale-up, about M min"
+
+Dynamic Resource Allocation (kinds full, mig, shared; instead of resources and node_selector):
+  dra                         {"device_class": "gpu.nvidia.com" (mig.nvidia.com for mig),
+                               "selector": CEL over device.attributes / device.capacity (or a list),
+                               "match_attributes": ["gpu.nvidia.com/productName"],
+                               "interval": Default | Short | Medium | Long (time-slicing),
+                               "mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"}}
+                              product and profile add selectors on productName and profile; a shared
+                              offering needs replicas (pods per device) and sharing (time-slicing | mps)
 """
 
 from __future__ import annotations
@@ -11,10 +61,10 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, overload
+from typing import Any
 
 from gpuspawner.core.cel import SelectorError, compile_selector
-from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, SLUG_RE, DeviceClaim, GuardSetting, Offering
+from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, SLUG_RE, DeviceClaim, Offering
 from gpuspawner.core.nodeclass import (
     GKE_ACCELERATOR_LABEL,
     GKE_PARTITION_LABEL,
@@ -29,12 +79,9 @@ from gpuspawner.core.windows import parse_window
 from gpuspawner.core.wording import mig_compute_phrase, share_phrase
 from gpuspawner.names import dranames as dn
 from gpuspawner.names.vocabulary import AdmissionPolicy, Isolation, Kind
+from gpuspawner.offerings.entry import Entry, OfferingConfigError, as_list
 
 LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
-
-
-class OfferingConfigError(ValueError):
-    """An admin's offering entry is wrong. The message names the entry and field."""
 
 
 _COMMON_FIELDS = {
@@ -83,184 +130,12 @@ _DEFAULT_ISOLATION = {
     Kind.CUSTOM: Isolation.SITE,
 }
 
-_EXAMPLE = (
-    "Example: {'slug': 'a100-mig-3g', 'kind': 'mig', 'display_name': 'A100 · MIG 3g.20gb', "
-    "'profile': '3g.20gb', 'product': 'NVIDIA-A100-SXM4-40GB'}"
-)
-
-
-class Entry:
-    """Reads one config dict, raising errors that name the entry and field."""
-
-    def __init__(self, raw: Any, where: str):
-        self.where = where
-        if not isinstance(raw, Mapping):
-            raise OfferingConfigError(f"{where}: must be a dict, got {type(raw).__name__}. {_EXAMPLE}")
-        self.raw = raw
-
-    def fail(self, name: str, problem: str) -> OfferingConfigError:
-        return OfferingConfigError(f"{self.where}: field '{name}' {problem}")
-
-    @overload
-    def text(self, name: str, default: str, required: bool = False) -> str: ...
-    @overload
-    def text(self, name: str, *, required: Literal[True]) -> str: ...
-    @overload
-    def text(self, name: str, default: None = None, required: bool = False) -> str | None: ...
-
-    def text(self, name: str, default: str | None = None, required: bool = False) -> str | None:
-        value = self.raw.get(name, default)
-        if value is None:
-            if required:
-                raise self.fail(name, f"is required. {_EXAMPLE}")
-            return None
-        if not isinstance(value, str) or (required and not value.strip()):
-            raise self.fail(name, f"must be a non-empty string, got {value!r}")
-        return value
-
-    def flag(self, name: str, default: bool) -> bool:
-        value = self.raw.get(name, default)
-        if not isinstance(value, bool):
-            raise self.fail(name, f"must be true or false, got {value!r}")
-        return value
-
-    def positive_int(self, name: str, value: Any = None) -> int:
-        value = self.raw.get(name) if value is None else value
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.fail(name, f"must be a positive integer, got {value!r}")
-        return value
-
-    def str_list(self, name: str) -> tuple[str, ...]:
-        value = self.raw.get(name, [])
-        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
-            raise self.fail(name, f"must be a list of non-empty strings, got {value!r}")
-        return tuple(value)
-
-    def str_map(self, name: str) -> dict[str, str]:
-        value = self.raw.get(name, {})
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()):
-            raise self.fail(name, f"must be a dict of strings to strings, got {value!r}")
-        return dict(value)
-
-    def memory_guard(self) -> GuardSetting:
-        """The ``memory_guard`` field: false (off), true (on, sized from the offering's share) or a
-        dict of ``enabled``, ``fraction`` (0 < f <= 1, of each GPU's memory) and ``user_env``."""
-        value = self.raw.get("memory_guard")
-        if value is None:
-            return GuardSetting()
-        if isinstance(value, bool):
-            return GuardSetting(enabled=value)
-        example = "e.g. false, true or {'fraction': 0.25, 'user_env': false}"
-        if not isinstance(value, Mapping):
-            raise self.fail("memory_guard", f"must be true, false or a dict, {example}; got {value!r}")
-        unknown = sorted(str(k) for k in value if k not in ("enabled", "fraction", "user_env"))
-        if unknown:
-            raise self.fail("memory_guard", f"has unknown key(s) {unknown}; the keys are 'enabled', 'fraction' and 'user_env', {example}")
-        flags: dict[str, bool | None] = {}
-        for key in ("enabled", "user_env"):
-            flag = value.get(key)
-            if flag is not None and not isinstance(flag, bool):
-                raise self.fail("memory_guard", f"['{key}'] must be true or false, got {flag!r}")
-            flags[key] = flag
-        fraction = value.get("fraction")
-        if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1):
-            raise self.fail(
-                "memory_guard", f"['fraction'] must be a number above 0 and at most 1 (of each GPU's memory, e.g. 0.25), got {fraction!r}"
-            )
-        enabled = flags["enabled"]
-        if enabled is None and fraction is not None:
-            enabled = True  # a fraction is asked for: the guard is on
-        return GuardSetting(enabled=enabled, fraction=None if fraction is None else float(fraction), user_env=flags["user_env"])
-
-    def resources(self) -> dict[str, int] | None:
-        if "resources" not in self.raw:
-            return None
-        value = self.raw["resources"]
-        if not isinstance(value, Mapping) or not value:
-            raise self.fail("resources", f"must be a non-empty dict like {{'nvidia.com/gpu': 1}}, got {value!r}")
-        out = {}
-        for name, qty in value.items():
-            if not isinstance(name, str) or "/" not in name:
-                raise self.fail("resources", f"has {name!r}: extended resource names look like 'vendor.com/name'")
-            if isinstance(qty, str) and qty.isdigit():
-                qty = int(qty)
-            out[name] = self.positive_int(f"resources['{name}']", qty) if isinstance(qty, int) else self._bad_qty(name, qty)
-        return out
-
-    def _bad_qty(self, name: str, qty: Any) -> int:
-        raise self.fail("resources", f"['{name}'] must be a positive whole number (extended resources cannot be fractional), got {qty!r}")
-
-    def tolerations(self, name: str) -> tuple[dict[str, Any], ...]:
-        value = self.raw.get(name, [])
-        if not isinstance(value, (list, tuple)):
-            raise self.fail(name, f"must be a list of toleration dicts, got {value!r}")
-        allowed = {"key", "operator", "value", "effect", "tolerationSeconds"}
-        for tol in value:
-            if (
-                not isinstance(tol, Mapping)
-                or not set(tol) <= allowed
-                or tol.get("operator", "Equal") not in ("Equal", "Exists")
-                or tol.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
-            ):
-                raise self.fail(
-                    name,
-                    f"has {tol!r}: a toleration is a dict with keys {sorted(allowed)}, operator Equal or Exists and "
-                    "effect NoSchedule, PreferNoSchedule or NoExecute (or none), "
-                    "e.g. {'key': 'sku', 'operator': 'Equal', 'value': 'gpu', 'effect': 'NoSchedule'}",
-                )
-        return tuple(dict(t) for t in value)
-
 
 def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] = ("vgpu.type",)) -> Offering:
     """Validate one entry of ``c.GPUSpawner.offerings`` and build its :class:`Offering`.
 
-    Every entry has ``slug`` (lower-case, digits, '-') and ``kind``; the rest is optional.
-
-    What the user sees:
-      display_name, description   text (shown as text: markup is escaped)
-      memory_mib, compute_share   e.g. 20480, "3/7 of the GPU's compute" (MIG fills both in)
-      isolation                   exclusive | hardware | partial | none | vm | site | no-gpu
-
-    What the pod gets (kind shortcuts fill these in; explicit values win):
-      resources                   {"nvidia.com/gpu": 1} per unit; limits = requests
-      counts                      whole GPUs only: the counts a user may pick, e.g. [1, 2, 4]
-      node_selector               {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-      absent_labels               labels a node must NOT have, e.g. ["cloud.google.com/gke-gpu-partition-size"]
-      tolerations                 replaces the default nvidia.com/gpu Exists/NoSchedule toleration
-      extra_tolerations           added to it (AKS: sku=gpu, some sites: node-role.kubernetes.io/gpu)
-      env, labels, annotations    added to the pod (never NVIDIA_VISIBLE_DEVICES: the device plugin's job)
-      command_prefix              wraps the server command, e.g. ["bitfusion", "run", "-n", "1", "-p", "0.5", "--"]
-      memory_guard                false | true | {"fraction": 0.25, "user_env": false}: the cooperative
-                                  memory limits frameworks honour (docs/memory-guard.md); default:
-                                  on for the kinds in c.GPUSpawner.memory_guard_kinds, sized from the share
-
-    Kind shortcuts:
-      full     product -> nvidia.com/gpu on nodes of that product; never on time-sliced, MPS, MIG
-               or vGPU nodes (node affinity keeps them out, also without a product)
-      mig      profile ("3g.20gb", "1g.10gb+me"); mig_strategy mixed (default) | single (needs product) | gke
-      shared   sharing time-slicing | mps; replicas; rename_by_default (true: nvidia.com/gpu.shared;
-               false: nvidia.com/gpu on "<product>-SHARED" nodes, needs product)
-      vgpu     node_selector naming the vGPU node class (or product)
-      custom   resources and/or command_prefix
-      cpu      nothing
-
-    Who and when:
-      groups, users               only these may take it (admins always may); empty: everyone
-      hidden                      not shown on the spawn page
-      windows                     ["Mon-Fri 19:00-07:00", "Sat,Sun 00:00-24:00"] in c.GPUSpawner.site_timezone
-      admission                   block | warn | queue when none is free (default: c.GPUSpawner.admission)
-      queue_timeout               seconds a queued spawn waits
-      scalable_nodes, scale_up_minutes   an autoscaled pool: never refused, "free after scale-up, about M min"
-
-    Dynamic Resource Allocation (kinds full, mig, shared; instead of resources and node_selector):
-      dra                         {"device_class": "gpu.nvidia.com" (mig.nvidia.com for mig),
-                                   "selector": CEL over device.attributes / device.capacity (or a list),
-                                   "match_attributes": ["gpu.nvidia.com/productName"],
-                                   "interval": Default | Short | Medium | Long (time-slicing),
-                                   "mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"}}
-                                  product and profile add selectors on productName and profile; a shared
-                                  offering needs replicas (pods per device) and sharing (time-slicing | mps)
-    """
+    Every entry has ``slug`` (lower-case, digits, '-') and ``kind``; the fields are this
+    module's reference (its docstring, "The fields of an entry")."""
     label = raw.get("slug") if isinstance(raw, Mapping) else None
     where = f"c.GPUSpawner.offerings[{index}]" + (f" (slug {label!r})" if isinstance(label, str) else "")
     entry = Entry(raw, where)
@@ -282,55 +157,7 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
     if "dra" in raw and kind not in _DRA_KINDS:
         raise entry.fail("dra", f"applies to kinds {[k.value for k in _DRA_KINDS]} only, not {kind.value!r}")
     product = entry.text("product")
-    resources = entry.resources()
-    selector = entry.str_map("node_selector") if "node_selector" in raw else None
-    for key, value in (selector or {}).items():
-        if not LABEL_VALUE_RE.match(value):
-            raise entry.fail(
-                "node_selector",
-                f"has {key}={value!r}, which is not a valid label value "
-                "(at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
-            )
-    counts = tuple(entry.positive_int("counts", c) for c in as_list(entry, "counts", [1]))
-    if kind is not Kind.FULL and counts != (1,):
-        raise entry.fail("counts", f"applies to whole GPUs only; a {kind.value} offering is always exactly 1 unit")
-    fields: dict[str, Any] = {}
-    derived_resources, derived_selector = _derive(kind, entry, product, fields)
-    resources = derived_resources if resources is None else resources
-    selector = derived_selector if selector is None else selector
-    if kind is Kind.CUSTOM and not resources and not entry.raw.get("command_prefix"):
-        raise entry.fail(
-            "resources", "is required for a custom offering (or give a command_prefix such as ['bitfusion', 'run', '-n', '1', '--'])"
-        )
-    if kind is Kind.VGPU and not selector:
-        raise entry.fail(
-            "node_selector", "is required for a vgpu offering: it names the vGPU node class, e.g. {'vgpu.type': 'v100-8g-8GB'}"
-        )
-    if kind is Kind.CPU and resources:
-        raise entry.fail("resources", "must be empty for a cpu offering")
-    if kind is Kind.CPU and "memory_guard" in raw:
-        raise entry.fail("memory_guard", "applies to GPU offerings only: a cpu offering has no GPU memory to guard")
-
-    if "tolerations" in raw:
-        tolerations = entry.tolerations("tolerations")
-    else:
-        tolerations = (dict(DEFAULT_GPU_TOLERATION),) if kind is not Kind.CPU else ()
-    tolerations += entry.tolerations("extra_tolerations")
-
-    isolation_value = entry.text("isolation")
-    if isolation_value is None:
-        isolation = fields.pop("isolation", None) or _DEFAULT_ISOLATION[kind]
-    else:
-        try:
-            isolation = Isolation(isolation_value)
-        except ValueError:
-            raise entry.fail("isolation", f"must be one of {[i.value for i in Isolation]}, got {isolation_value!r}") from None
-    claim = dra_claim(entry, kind, product) if "dra" in raw else None
-    if claim is not None:
-        for name in ("resources", "node_selector", "absent_labels"):
-            if raw.get(name):
-                raise entry.fail(name, "cannot be combined with 'dra': a DRA offering's devices are chosen by its claim, not by node")
-        resources, selector = {}, {}
+    resources, selector, counts, tolerations, isolation, claim, fields = _placement(entry, kind, product)
     memory = raw.get("memory_mib")
     if memory is not None:
         memory = entry.positive_int("memory_mib")
@@ -457,14 +284,6 @@ def admission_fields(entry: Entry) -> dict[str, Any]:
     return out
 
 
-def as_list(entry: Entry, name: str, default: list[Any]) -> list[Any]:
-    """``entry[name]`` as a non-empty list (``default`` when absent)."""
-    value = entry.raw.get(name, default)
-    if not isinstance(value, (list, tuple)) or not value:
-        raise entry.fail(name, f"must be a non-empty list, e.g. [1, 2, 4], got {value!r}")
-    return list(value)
-
-
 def _derive(kind: Kind, entry: Entry, product: str | None, fields: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
     """The Kubernetes form a kind's shortcuts stand for: (resources, node_selector)."""
     selector: dict[str, str] = {PRODUCT_LABEL: product} if product else {}
@@ -531,3 +350,62 @@ def offerings_from_config(raw: Any, vgpu_class_labels: Iterable[str] = ("vgpu.ty
         seen[offering.slug] = index
         out.append(offering)
     return out
+
+
+def _placement(
+    entry: Entry, kind: Kind, product: str | None
+) -> tuple[dict[str, int], dict[str, str], tuple[int, ...], tuple[Any, ...], Isolation, DeviceClaim | None, dict[str, Any]]:
+    """What an entry of ``kind`` asks of the cluster: its resources, node selector, counts,
+    tolerations, isolation and DRA claim (the kind shortcuts fill in what is not given), and
+    the fields the shortcuts derived (memory, compute share, pods per GPU, sharing)."""
+    raw = entry.raw
+    resources = entry.resources()
+    selector = entry.str_map("node_selector") if "node_selector" in raw else None
+    for key, value in (selector or {}).items():
+        if not LABEL_VALUE_RE.match(value):
+            raise entry.fail(
+                "node_selector",
+                f"has {key}={value!r}, which is not a valid label value "
+                "(at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+            )
+    counts = tuple(entry.positive_int("counts", c) for c in as_list(entry, "counts", [1]))
+    if kind is not Kind.FULL and counts != (1,):
+        raise entry.fail("counts", f"applies to whole GPUs only; a {kind.value} offering is always exactly 1 unit")
+    fields: dict[str, Any] = {}
+    derived_resources, derived_selector = _derive(kind, entry, product, fields)
+    resources = derived_resources if resources is None else resources
+    selector = derived_selector if selector is None else selector
+    if kind is Kind.CUSTOM and not resources and not entry.raw.get("command_prefix"):
+        raise entry.fail(
+            "resources", "is required for a custom offering (or give a command_prefix such as ['bitfusion', 'run', '-n', '1', '--'])"
+        )
+    if kind is Kind.VGPU and not selector:
+        raise entry.fail(
+            "node_selector", "is required for a vgpu offering: it names the vGPU node class, e.g. {'vgpu.type': 'v100-8g-8GB'}"
+        )
+    if kind is Kind.CPU and resources:
+        raise entry.fail("resources", "must be empty for a cpu offering")
+    if kind is Kind.CPU and "memory_guard" in raw:
+        raise entry.fail("memory_guard", "applies to GPU offerings only: a cpu offering has no GPU memory to guard")
+
+    if "tolerations" in raw:
+        tolerations = entry.tolerations("tolerations")
+    else:
+        tolerations = (dict(DEFAULT_GPU_TOLERATION),) if kind is not Kind.CPU else ()
+    tolerations += entry.tolerations("extra_tolerations")
+
+    isolation_value = entry.text("isolation")
+    if isolation_value is None:
+        isolation = fields.pop("isolation", None) or _DEFAULT_ISOLATION[kind]
+    else:
+        try:
+            isolation = Isolation(isolation_value)
+        except ValueError:
+            raise entry.fail("isolation", f"must be one of {[i.value for i in Isolation]}, got {isolation_value!r}") from None
+    claim = dra_claim(entry, kind, product) if "dra" in raw else None
+    if claim is not None:
+        for name in ("resources", "node_selector", "absent_labels"):
+            if raw.get(name):
+                raise entry.fail(name, "cannot be combined with 'dra': a DRA offering's devices are chosen by its claim, not by node")
+        resources, selector = {}, {}
+    return resources, selector, counts, tolerations, isolation, claim, fields

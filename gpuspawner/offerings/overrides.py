@@ -12,7 +12,8 @@ from typing import Any
 
 from gpuspawner.core.model import Offering
 from gpuspawner.names.vocabulary import Kind
-from gpuspawner.offerings.config import Entry, OfferingConfigError, admission_fields, as_list
+from gpuspawner.offerings.config import admission_fields
+from gpuspawner.offerings.entry import Entry, OfferingConfigError, as_list
 
 _OVERRIDABLE = {
     "display_name",

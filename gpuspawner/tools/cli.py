@@ -213,8 +213,8 @@ def _offerings(args: argparse.Namespace) -> int:
     from gpuspawner.capacity.counts import availability, unreached
     from gpuspawner.dra.devices import unmatched
     from gpuspawner.offerings.catalog import build_catalog
-    from gpuspawner.offerings.config import OfferingConfigError
     from gpuspawner.offerings.discovery import discover
+    from gpuspawner.offerings.entry import OfferingConfigError
 
     try:
         config = _config_from_file(args.config) if args.config else None

@@ -81,6 +81,11 @@ device another claim holds.
 """
 
 
+#: Where the reference of an offering's fields begins in gpuspawner.offerings.config's docstring.
+FIELDS_HEADING = "The fields of an entry\n----------------------\n"
+FIELDS_INTRO = "Validate one entry of ``c.GPUSpawner.offerings`` and build its :class:`Offering`.\n"
+
+
 def render() -> str:
     out = [HEADER]
     own = GPUSpawner.class_own_traits(config=True)
@@ -90,10 +95,11 @@ def render() -> str:
         out.append(f"\n## `{name}`\n")
         out.append(f"{type(trait).__name__}, default `{default}`\n")
         out.append(inspect.cleandoc(trait.help or "").strip() + "\n")
-    from gpuspawner.offerings.config import offering_from_config
+    from gpuspawner.offerings import config as offering_config
 
+    fields = (offering_config.__doc__ or "").split(FIELDS_HEADING, 1)[-1].rstrip()
     out.append("\n## Offering fields (`offerings` entries)\n")
-    out.append("```\n" + inspect.cleandoc(offering_from_config.__doc__ or "") + "\n```\n")
+    out.append("```\n" + inspect.cleandoc(FIELDS_INTRO + fields) + "\n```\n")
     out.append(DRA_SECTION)
     from gpuspawner.core import cel
 

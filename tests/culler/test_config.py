@@ -6,7 +6,7 @@ import pytest
 from traitlets.config import Config
 
 from gpuspawner.culler import REQUIRED_SCOPES, GpuCuller
-from gpuspawner.culler.decide import DEFAULT_KIND_TIMEOUTS
+from gpuspawner.culler.policy import DEFAULT_KIND_TIMEOUTS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "hub_config" / "culler_service_example.py"
 

@@ -22,7 +22,7 @@ from culler_hub import in_process_culler
 from jupyterhub_idle_culler import utcnow
 from loopback_pods import GpuAnswers, Pod, loopback_hub
 
-from gpuspawner.culler.decide import KEEP, STOP
+from gpuspawner.culler.policy import KEEP, STOP
 from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, IDLE
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -45,7 +45,7 @@ from tornado.netutil import bind_sockets
 
 from gpuspawner.culler.api import make_service_app
 from gpuspawner.culler.dates import parse_time
-from gpuspawner.culler.decide import KEEP, RECLAIM, STOP
+from gpuspawner.culler.policy import KEEP, RECLAIM, STOP
 from gpuspawner.hub.culleractions import when_words
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

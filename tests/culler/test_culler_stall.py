@@ -26,7 +26,7 @@ from culler_hub import in_process_culler
 from jupyterhub_idle_culler import utcnow
 from loopback_pods import GpuAnswers, Pod, idle_kernels, loopback_hub
 
-from gpuspawner.culler.decide import HELD_BACK, RECLAIM, STOP
+from gpuspawner.culler.policy import HELD_BACK, RECLAIM, STOP
 from gpuspawner.culler.records import UNRESPONSIVE
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

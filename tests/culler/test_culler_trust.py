@@ -41,7 +41,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from gpuspawner.culler import GpuCuller
 from gpuspawner.culler.config import scope_problems
 from gpuspawner.culler.cycle import Culler
-from gpuspawner.culler.decide import HELD_BACK, KEEP, RECLAIM, STOP
+from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP
 from gpuspawner.culler.records import GPU_IDLE_LIMIT
 from gpuspawner.culler.tokens import NOTE_PREFIX
 

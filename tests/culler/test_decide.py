@@ -9,20 +9,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from gpuspawner.culler.contract import parse_offering
-from gpuspawner.culler.decide import (
-    GPU_IDLE_LIMIT,
-    HELD_BACK,
-    KEEP,
-    RECLAIM,
-    STOP,
-    GpuIdleStreak,
-    Policy,
-    decide,
-    kernel_memo,
-    plan_kernel_view,
-    track_gpu_idle,
-)
+from gpuspawner.culler.decide import GPU_IDLE_LIMIT, decide
 from gpuspawner.culler.gpu_metrics import PodGpuView
+from gpuspawner.culler.observations import GpuIdleStreak, kernel_memo, plan_kernel_view, track_gpu_idle
+from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP, Policy
 from gpuspawner.culler.records import KernelInfo, KernelView, ServerRecord
 
 NOW = datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)

@@ -13,7 +13,9 @@ from test_decide import NOW, P, gpu, kernel, kv, server
 
 from gpuspawner.culler import notices
 from gpuspawner.culler.actionlog import ActionLog
-from gpuspawner.culler.decide import KEEP, RECLAIM, STOP, decide, plan_kernel_view, upcoming
+from gpuspawner.culler.decide import decide, upcoming
+from gpuspawner.culler.observations import plan_kernel_view
+from gpuspawner.culler.policy import KEEP, RECLAIM, STOP
 from gpuspawner.hub.culleractions import page_items, sentence
 
 M = timedelta(minutes=1)

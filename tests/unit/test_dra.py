@@ -15,7 +15,8 @@ from gpuspawner.devcluster import dradriver as d
 from gpuspawner.dra.devices import DraState, build_pools, unmatched
 from gpuspawner.names import dranames as dn
 from gpuspawner.names.vocabulary import Kind
-from gpuspawner.offerings.config import OfferingConfigError, offering_from_config
+from gpuspawner.offerings.config import offering_from_config
+from gpuspawner.offerings.entry import OfferingConfigError
 
 H100, L4, A100 = d.DRA_NODES
 

@@ -20,8 +20,9 @@ from gpuspawner.capacity.policy import Requester
 from gpuspawner.core.model import UNCOUNTED, GuardSetting
 from gpuspawner.core.wording import memory_truth
 from gpuspawner.names.vocabulary import Kind
-from gpuspawner.offerings.config import OfferingConfigError, offering_from_config
+from gpuspawner.offerings.config import offering_from_config
 from gpuspawner.offerings.discovery import discover
+from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.offerings.overrides import apply_overrides
 from gpuspawner.page.cards import option_views
 from gpuspawner.pod.memguard import (

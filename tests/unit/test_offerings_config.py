@@ -23,7 +23,8 @@ from gpuspawner.core.wording import memory_phrase, share_phrase
 from gpuspawner.devcluster.nodes import standard_nodes
 from gpuspawner.names.vocabulary import Isolation, Kind
 from gpuspawner.offerings.catalog import CatalogConfig, build_catalog, merge
-from gpuspawner.offerings.config import OfferingConfigError, offering_from_config, offerings_from_config
+from gpuspawner.offerings.config import offering_from_config, offerings_from_config
+from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.offerings.overrides import apply_overrides
 
 DEFAULT_TOL = dict(DEFAULT_GPU_TOLERATION)

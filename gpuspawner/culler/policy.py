@@ -1,0 +1,154 @@
+"""The culler's settings as its decisions read them (Policy), the actions and the decision record (CullDecision), and the defaults. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from gpuspawner.culler.contract import ServerOffering
+from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE
+from gpuspawner.names.vocabulary import Kind
+
+DEFAULT_KIND_TIMEOUTS: Mapping[str, int] = {
+    Kind.FULL.value: 30 * 60,
+    Kind.MIG.value: 60 * 60,
+    Kind.SHARED.value: 2 * 60 * 60,
+    Kind.VGPU.value: 60 * 60,
+    Kind.CUSTOM.value: 60 * 60,
+    Kind.CPU.value: 8 * 60 * 60,
+}
+
+
+#: Kinds whose GPU memory other users share: their idle kernels are shut down to reclaim it.
+DEFAULT_RECLAIM_KINDS: tuple[str, ...] = (Kind.SHARED.value, Kind.CUSTOM.value)
+
+
+STOP, RECLAIM, KEEP, HELD_BACK = "stop", "reclaim", "keep", "held_back"
+
+
+#: what a user cannot prevent by any activity but GPU use (gpu_idle_limit) or at all
+#: (gpu_lease, unresponsive): no "Keep" is offered for them
+NOT_KEEPABLE: frozenset[str] = frozenset({GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE})
+
+
+#: the longest a GPU server may run, per GPU kind (seconds): its GPU lease
+DEFAULT_GPU_LEASES: Mapping[str, int] = {
+    Kind.FULL.value: 24 * 60 * 60,
+    Kind.MIG.value: 24 * 60 * 60,
+    Kind.SHARED.value: 24 * 60 * 60,
+    Kind.VGPU.value: 24 * 60 * 60,
+    Kind.CUSTOM.value: 24 * 60 * 60,
+}
+
+
+DEFAULT_GPU_IDLE_LIMIT = 4 * 60 * 60
+
+
+#: kernels of one server shut down in one cycle, at most (the rest: next cycle)
+DEFAULT_KERNEL_SHUTDOWNS_PER_CYCLE = 20
+
+
+#: consecutive cycles a server's pod may miss its deadline before telemetry alone judges it
+DEFAULT_STALLS_BEFORE_TELEMETRY = 3
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the admin configured, as plain data. Timeouts in seconds; a timeout of
+    0 or less disables that action for that kind or offering."""
+
+    kind_timeouts: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_KIND_TIMEOUTS))
+    #: used for kinds absent from ``kind_timeouts``
+    default_timeout: int = 8 * 60 * 60
+    #: per offering slug; wins over the kind
+    offering_timeouts: Mapping[str, int] = field(default_factory=dict)
+    kernel_timeout: int = 30 * 60
+    offering_kernel_timeouts: Mapping[str, int] = field(default_factory=dict)
+    reclaim_kinds: frozenset[str] = frozenset(DEFAULT_RECLAIM_KINDS)
+    stop_kinds: frozenset[str] = frozenset(k.value for k in Kind)
+    max_age: int = 0
+    #: a pod "holds GPU memory" from this many MiB (FB_USED) on
+    memory_held_mib: float = 64.0
+    require_kernel_view: bool = True
+    reclaim_connected_kernels: bool = True
+    gpu_activity_blocks_kernel_reclaim: bool = True
+    cull_default_servers: bool = True
+    cull_named_servers: bool = True
+    #: seconds of continuous, telemetry-known GPU idleness after which a GPU
+    #: server is stopped whatever its pod claims; 0 or less: off
+    gpu_idle_limit: int = DEFAULT_GPU_IDLE_LIMIT
+    #: per offering slug; wins over ``gpu_idle_limit``
+    offering_gpu_idle_limits: Mapping[str, int] = field(default_factory=dict)
+    #: kernels of one server shut down per cycle, at most; 0 or less: no cap
+    kernel_shutdowns_per_cycle: int = DEFAULT_KERNEL_SHUTDOWNS_PER_CYCLE
+    #: consecutive cycles whose deadline a server's pod missed, after which the
+    #: server is judged by GPU telemetry alone (:func:`decide_unresponsive`)
+    stalls_before_telemetry: int = DEFAULT_STALLS_BEFORE_TELEMETRY
+    #: per GPU kind, the longest (seconds) a server may hold its GPU, whatever it does;
+    #: a kind absent or at 0 has none (:meth:`gpu_lease_for`)
+    gpu_leases: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_GPU_LEASES))
+
+    def timeout_for(self, offering: ServerOffering) -> int:
+        if offering.slug and offering.slug in self.offering_timeouts:
+            return int(self.offering_timeouts[offering.slug])
+        return int(self.kind_timeouts.get(offering.kind, self.default_timeout))
+
+    def kernel_timeout_for(self, offering: ServerOffering) -> int:
+        if offering.slug and offering.slug in self.offering_kernel_timeouts:
+            return int(self.offering_kernel_timeouts[offering.slug])
+        return int(self.kernel_timeout)
+
+    def gpu_lease_for(self, offering: ServerOffering) -> int:
+        """The server's GPU lease in seconds (0: none): how long it may hold its GPU from
+        its start, whatever it does. One place decides it, so that a per-server lease
+        (granted in turns, say) can replace the per-kind one here."""
+        if not offering.is_gpu:
+            return 0
+        return max(0, int(self.gpu_leases.get(offering.kind, 0)))
+
+    def gpu_idle_limit_for(self, offering: ServerOffering) -> int:
+        """The bound after which GPU idleness wins, in seconds; 0: none. Never
+        shorter than the offering's idle timeout, and none where that timeout
+        is off (the admin said "never stop this for idleness")."""
+        if not offering.is_gpu:
+            return 0
+        if offering.slug and offering.slug in self.offering_gpu_idle_limits:
+            limit = int(self.offering_gpu_idle_limits[offering.slug])
+        else:
+            limit = int(self.gpu_idle_limit)
+        timeout = self.timeout_for(offering)
+        if limit <= 0 or timeout <= 0:
+            return 0
+        return max(limit, timeout)
+
+
+@dataclass(frozen=True)
+class KernelAction:
+    kernel_id: str
+    reason: str
+    #: how long the kernel had been idle, and its kernel timeout (for the user's words)
+    idle_for: timedelta | None = None
+    limit_s: int | None = None
+
+
+@dataclass(frozen=True)
+class CullDecision:
+    action: str
+    #: "idle" or "max_age" when action is stop
+    stop_reason: str | None = None
+    shutdown: tuple[KernelAction, ...] = ()
+    reasons: tuple[str, ...] = ()
+    held_back: tuple[str, ...] = ()
+    memory_mib: float | None = None
+    inactive: timedelta | None = None
+    #: with stop_reason "gpu_idle_limit": what the pod claimed, overruled
+    overruled: tuple[str, ...] = ()
+    #: with stop_reason "gpu_idle_limit": how long telemetry has shown the GPU idle
+    gpu_idle_for: timedelta | None = None
+
+    def summary(self) -> str:
+        parts = list(self.reasons)
+        if self.held_back:
+            parts.append("held back: " + "; ".join(self.held_back))
+        return "; ".join(parts)
