@@ -201,7 +201,7 @@ async def main(args: argparse.Namespace) -> None:
     from tornado.httpclient import AsyncHTTPClient
 
     from gpuspawner.culler import REQUIRED_SCOPES, GpuCuller
-    from gpuspawner.culler.gpu_metrics import GpuQuerySettings
+    from gpuspawner.culler.gpu_query import GpuQuerySettings
     from gpuspawner.devcluster.fakedcgm import reference_labels
     from gpuspawner.devcluster.hub import Hub
     from gpuspawner.devcluster.prometheus import free_port
@@ -490,7 +490,8 @@ class Telemetry:
         self.standin.set(key, labels, **values)
 
     def wait_view(self, settings, ready, what: str, timeout: float):
-        from gpuspawner.culler.gpu_metrics import build_query, parse_query_response
+        from gpuspawner.culler.gpu_metrics import parse_query_response
+        from gpuspawner.culler.gpu_query import build_query
 
         query = build_query(settings)
 

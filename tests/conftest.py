@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuspawner.devcluster.cluster import DevCluster, KubeHTTP
+from gpuspawner.devcluster.cluster import DevCluster
+from gpuspawner.devcluster.clusterstate import KubeHTTP
 
 ARTIFACTS = Path(os.environ.get("GPUSPAWNER_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
 

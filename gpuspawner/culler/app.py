@@ -29,9 +29,10 @@ from tornado.httpserver import HTTPServer
 
 from gpuspawner.culler.actionlog import ActionLog
 from gpuspawner.culler.api import make_service_app
-from gpuspawner.culler.config import DEFAULT_GPU_KIND_TIMEOUTS, USER_CULLING_SCOPES, CullerSettings, help_text, scope_problems
+from gpuspawner.culler.config import DEFAULT_GPU_KIND_TIMEOUTS, USER_CULLING_SCOPES, CullerSettings, scope_problems
+from gpuspawner.culler.connections import help_text
 from gpuspawner.culler.cycle import Culler
-from gpuspawner.culler.gpu_metrics import GpuQuerySettings
+from gpuspawner.culler.gpu_query import GpuQuerySettings
 from gpuspawner.culler.hub import HubClient
 from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.metrics import CullerMetrics

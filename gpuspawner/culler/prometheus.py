@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from gpuspawner.culler.gpu_metrics import GpuQuerySettings, GpuView, build_query, parse_query_response, unavailable
+from gpuspawner.culler.gpu_metrics import GpuView, parse_query_response, unavailable
+from gpuspawner.culler.gpu_query import GpuQuerySettings, build_query
 from gpuspawner.culler.transport import RequestFailed, Transport
 
 

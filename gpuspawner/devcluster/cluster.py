@@ -9,24 +9,31 @@ groups), so it is safe on a shared machine.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
-import signal
-import socket
-import ssl
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gpuspawner.devcluster import build
 from gpuspawner.devcluster.certs import write_certificates
+from gpuspawner.devcluster.clusterstate import (
+    ClusterState,
+    ComponentExited,
+    DevClusterError,
+    KubeHTTP,
+    alive,
+    default_dir,
+    free_ports,
+    http_ok,
+    kubeconfig_text,
+    log_tail,
+    terminate,
+)
 from gpuspawner.devcluster.nodes import standard_nodes
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -36,93 +43,6 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 #: The resourceclaim controller makes a pod's ResourceClaims from its ResourceClaimTemplates
 #: and removes them with the pod (Dynamic Resource Allocation).
 KCM_CONTROLLERS = "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller"
-
-
-class DevClusterError(RuntimeError):
-    """The devcluster could not do what was asked; the message says why and what to do."""
-
-
-class ComponentExited(DevClusterError):
-    """A component died while starting (say, another process took its port in between)."""
-
-
-def default_dir() -> Path:
-    return build.cache_root() / "devcluster" / "run" / "default"
-
-
-def _free_ports(names: Iterable[str]) -> dict[str, int]:
-    """Distinct free loopback ports, one per name (all sockets held open while choosing)."""
-    sockets = []
-    try:
-        for _ in names:
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return {name: sock.getsockname()[1] for name, sock in zip(names, sockets, strict=True)}
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-@dataclass
-class ClusterState:
-    """What ``up`` wrote down: enough for ``down``, ``status`` and ``env``."""
-
-    directory: str
-    ports: dict[str, int] = field(default_factory=dict)
-    pids: dict[str, int] = field(default_factory=dict)
-    token: str = ""
-    started_at: float = 0.0
-
-    @property
-    def path(self) -> Path:
-        return Path(self.directory)
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.path / "kubeconfig"
-
-    @property
-    def server(self) -> str:
-        return f"https://127.0.0.1:{self.ports['apiserver']}"
-
-    def save(self) -> None:
-        tmp = self.path / "cluster.json.tmp"
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        os.replace(tmp, self.path / "cluster.json")
-
-    @classmethod
-    def load(cls, directory: Path) -> ClusterState | None:
-        try:
-            return cls(**json.loads((directory / "cluster.json").read_text()))
-        except (FileNotFoundError, json.JSONDecodeError, TypeError):
-            return None
-
-
-class KubeHTTP:
-    """A minimal JSON client for the devcluster's API server (admin token, our CA)."""
-
-    def __init__(self, state: ClusterState):
-        self.state = state
-        self.context = ssl.create_default_context(cafile=str(state.path / "pki" / "ca.crt"))
-
-    def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.state.server + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {self.state.token}")
-        if data is not None:
-            ctype = "application/merge-patch+json" if method == "PATCH" else "application/json"
-            req.add_header("Content-Type", ctype)
-        with urllib.request.urlopen(req, context=self.context, timeout=timeout) as resp:
-            raw = resp.read()
-        return json.loads(raw) if raw and raw[:1] in b"{[" else raw.decode()
-
-    def ok(self, path: str) -> bool:
-        try:
-            self.request("GET", path, timeout=2.0)
-            return True
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
 
 
 class DevCluster:
@@ -142,7 +62,7 @@ class DevCluster:
         """Component -> whether its recorded process is alive."""
         if self.state is None:
             return {name: False for name in COMPONENTS}
-        return {name: _alive(self.state.pids.get(name)) for name in COMPONENTS}
+        return {name: alive(self.state.pids.get(name)) for name in COMPONENTS}
 
     def client(self) -> KubeHTTP:
         if self.state is None:
@@ -186,18 +106,18 @@ class DevCluster:
             (self.directory / sub).mkdir(exist_ok=True)
         state = ClusterState(
             directory=str(self.directory),
-            ports=_free_ports(("etcd", "etcd-peer", "apiserver", "scheduler", "kcm", "kwok")),
+            ports=free_ports(("etcd", "etcd-peer", "apiserver", "scheduler", "kcm", "kwok")),
             token=secrets.token_hex(24),
             started_at=time.time(),
         )
         self.state = state
         pki = write_certificates(self.directory / "pki")
         (self.directory / "tokens.csv").write_text(f'{state.token},gpuspawner-admin,gpuspawner-admin,"system:masters"\n')
-        self.kubeconfig.write_text(_kubeconfig(state, pki / "ca.crt"))
+        self.kubeconfig.write_text(kubeconfig_text(state, pki / "ca.crt"))
         state.save()
         try:
             self._start(bins, "etcd", self._etcd_args(state))
-            self._wait(lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), "etcd", timeout)
+            self._wait(lambda: http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), "etcd", timeout)
             self._start(bins, "kube-apiserver", self._apiserver_args(state, pki))
             client = KubeHTTP(state)
             self._wait(lambda client=client: client.ok("/readyz"), "kube-apiserver", timeout)
@@ -224,8 +144,8 @@ class DevCluster:
             return
         for name in reversed(COMPONENTS):
             pid = state.pids.get(name)
-            if pid and _alive(pid):
-                _terminate(pid)
+            if pid and alive(pid):
+                terminate(pid)
         state.pids = {}
         if state.path.is_dir():
             state.save()
@@ -247,8 +167,8 @@ class DevCluster:
         state = self._require_state()
         for name in reversed(self._ordered(components)):
             pid = state.pids.pop(name, None)
-            if pid and _alive(pid):
-                _terminate(pid)
+            if pid and alive(pid):
+                terminate(pid)
         state.save()
 
     def start_components(self, components: Iterable[str], timeout: float = 60.0) -> None:
@@ -266,7 +186,7 @@ class DevCluster:
         for name in self._ordered(components):
             self._start(bins, name, args[name]())
             if name == "etcd":
-                self._wait(lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), "etcd", timeout)
+                self._wait(lambda: http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), "etcd", timeout)
             if name == "kube-apiserver":
                 client = KubeHTTP(state)
                 self._wait(lambda client=client: client.ok("/readyz"), "kube-apiserver", timeout)
@@ -308,9 +228,9 @@ class DevCluster:
         while time.monotonic() < deadline:
             if check():
                 return
-            dead = [n for n, pid in self.state.pids.items() if not _alive(pid)]
+            dead = [n for n, pid in self.state.pids.items() if not alive(pid)]
             if dead:
-                tail = _log_tail(self.directory / "logs" / f"{dead[0]}.log")
+                tail = log_tail(self.directory / "logs" / f"{dead[0]}.log")
                 raise ComponentExited(
                     f"{', '.join(dead)} exited while waiting for {what} (see {self.directory / 'logs'}); its log ends: {tail}"
                 )
@@ -395,68 +315,3 @@ class DevCluster:
             "--node-ip=127.0.0.1",
             "--node-lease-duration-seconds=0",
         ]
-
-
-def _kubeconfig(state: ClusterState, ca: Path) -> str:
-    import base64
-
-    ca_data = base64.b64encode(ca.read_bytes()).decode()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "devcluster", "cluster": {"server": state.server, "certificate-authority-data": ca_data}}],
-        "users": [{"name": "devcluster-admin", "user": {"token": state.token}}],
-        "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": "devcluster-admin", "namespace": "default"}}],
-        "current-context": "devcluster",
-    }
-    return json.dumps(config, indent=2)
-
-
-def _log_tail(path: Path, lines: int = 3) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])[-600:]
-    except OSError:
-        return "(no log)"
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _terminate(pid: int, grace: float = 10.0) -> None:
-    """SIGTERM the process group ``pid`` leads, then SIGKILL what is left after ``grace``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            if not _alive(pid):
-                return
-            time.sleep(0.05)

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuspawner.devcluster.cluster import DevCluster, KubeHTTP
+from gpuspawner.devcluster.cluster import DevCluster
+from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, SimulatedDriver, node_devices
 from gpuspawner.devcluster.truth import Result, _seeds, on_devcluster
 from gpuspawner.names import dranames as dn

@@ -22,100 +22,27 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuspawner.devcluster.gputables import (
+    AKS_SIZES,
+    EKS_ACCELERATORS,
+    FOREIGN_TAINT,
+    GFD_COMMON,
+    GKE_ACCELERATORS,
+    GKE_PARTITIONS,
+    GPU_TAINTS,
+    MIG_PRODUCTS,
+    NOT_READY,
+    PRODUCTS,
+    SITE_CLASSES,
+    SOFT_TAINT,
+    UNREACHABLE,
+    USER_POOL_TAINT,
+    VGPU_PROFILES,
+)
 from gpuspawner.devcluster.nodes import KWOK_ANNOTATION, pod_cidr
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
-
-#: product -> (memory MiB, family, compute capability, MIG layouts {name: {profile: slices per GPU}})
-PRODUCTS: dict[str, tuple[int, str, str, dict[str, dict[str, int]]]] = {
-    "NVIDIA-A100-SXM4-40GB": (
-        40960,
-        "ampere",
-        "8.0",
-        {
-            "all-1g.5gb": {"1g.5gb": 7},
-            "all-balanced": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
-            "all-3g.20gb": {"3g.20gb": 2},
-            "all-7g.40gb": {"7g.40gb": 1},
-            "me": {"1g.5gb+me": 1, "1g.5gb": 6},
-        },
-    ),
-    "NVIDIA-A100-80GB-PCIe": (
-        81920,
-        "ampere",
-        "8.0",
-        {"all-1g.10gb": {"1g.10gb": 7}, "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
-    ),
-    "NVIDIA-H100-80GB-HBM3": (
-        81559,
-        "hopper",
-        "9.0",
-        {"all-1g.10gb": {"1g.10gb": 7}, "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}, "all-1g.20gb": {"1g.20gb": 4}},
-    ),
-    "NVIDIA-A30": (24576, "ampere", "8.0", {"all-1g.6gb": {"1g.6gb": 4}, "all-balanced": {"1g.6gb": 2, "2g.12gb": 1}}),
-    "Tesla-T4": (15360, "turing", "7.5", {}),
-    "NVIDIA-L4": (23034, "ada-lovelace", "8.9", {}),
-    "NVIDIA-A10": (23028, "ampere", "8.6", {}),
-    "NVIDIA-A10G": (23028, "ampere", "8.6", {}),
-    "Tesla-V100-SXM2-16GB": (16384, "volta", "7.0", {}),
-    "NVIDIA-L40S": (46068, "ada-lovelace", "8.9", {}),
-    "NVIDIA-GeForce-RTX-4090": (24564, "ada-lovelace", "8.9", {}),
-}
-MIG_PRODUCTS = [p for p, spec in PRODUCTS.items() if spec[3]]
-VGPU_PROFILES = ["NVIDIA-A10-24Q", "NVIDIA-A10-12Q", "GRID-V100-8C", "NVIDIA-A30-12C", "NVIDIA-L4-24Q"]
-SITE_CLASSES = ["v100-8g-8GB", "a10-12g", "a30-6g"]
-GKE_ACCELERATORS = {
-    "nvidia-tesla-t4": "n1-standard-8",
-    "nvidia-l4": "g2-standard-8",
-    "nvidia-tesla-a100": "a2-highgpu-1g",
-    "nvidia-a100-80gb": "a2-ultragpu-1g",
-    "nvidia-h100-80gb": "a3-highgpu-8g",
-}
-GKE_PARTITIONS = {
-    "nvidia-tesla-a100": ["1g.5gb", "2g.10gb", "3g.20gb"],
-    "nvidia-a100-80gb": ["1g.10gb", "3g.40gb"],
-    "nvidia-h100-80gb": ["1g.10gb", "3g.40gb"],
-}
-EKS_ACCELERATORS = {
-    "nvidia-tesla-t4": ("g4dn.xlarge", "Tesla-T4", 29),
-    "nvidia-a10g": ("g5.2xlarge", "NVIDIA-A10G", 58),
-    "nvidia-tesla-v100": ("p3.2xlarge", "Tesla-V100-SXM2-16GB", 58),
-}
-AKS_SIZES = {
-    "Standard_NC4as_T4_v3": "Tesla-T4",
-    "Standard_NC24ads_A100_v4": "NVIDIA-A100-80GB-PCIe",
-    "Standard_NC6s_v3": "Tesla-V100-SXM2-16GB",
-}
-
-GFD_COMMON = {
-    "nvidia.com/cuda.driver-version.full": "550.54.15",
-    "nvidia.com/cuda.driver-version.major": "550",
-    "nvidia.com/cuda.runtime-version.full": "12.4",
-    "nvidia.com/cuda.runtime-version.major": "12",
-    "nvidia.com/gfd.timestamp": "1728992460",
-    "nvidia.com/gpu.deploy.device-plugin": "true",
-    "nvidia.com/gpu.present": "true",
-    "nvidia.com/gpu.mode": "compute",
-    "feature.node.kubernetes.io/pci-10de.present": "true",
-}
-GPU_TAINTS = [
-    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
-    {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
-    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"},
-    {"key": "node-role.kubernetes.io/gpu", "value": "true", "effect": "NoSchedule"},
-]
-FOREIGN_TAINT = {"key": "dedicated", "value": "ml-team", "effect": "NoSchedule"}
-SOFT_TAINT = {"key": "dedicated", "value": "gpu", "effect": "PreferNoSchedule"}
-USER_POOL_TAINT = {"key": "hub.jupyter.org/dedicated", "value": "user", "effect": "NoSchedule"}
-NOT_READY = [
-    {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
-]
-UNREACHABLE = [
-    {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
-]
 
 
 @dataclass
@@ -520,69 +447,3 @@ def random_cluster(rng: random.Random, size: tuple[int, int] = (4, 12), prefix: 
 
 
 # -------------------------------------------------------------------------------- pods
-
-
-def random_pods(rng: random.Random, nodes: list[dict[str, Any]], namespaces=("team-a", "team-b", "kube-system")) -> list[dict[str, Any]]:
-    """Pods other users already run, bound to nodes (as the scheduler or a DaemonSet would have).
-
-    GPU jobs take some of a node's GPU resources, cpu/memory hogs a share of its cpu and
-    memory, daemon pods a little of both; all within what the node has (a kubelet refuses
-    more). Pods go by ``spec.nodeName``, so they land without the scheduler.
-    """
-    from gpuspawner.core.fit import NodeFacts
-
-    pods = []
-    for raw in nodes:
-        facts = NodeFacts.from_node(raw)
-        if raw["spec"].get("unschedulable") and rng.random() < 0.5:
-            continue
-        left = dict(facts.allocatable)
-        for _ in range(rng.choice([0, 0, 1, 2, 3, 5])):
-            if left.get("pods", 0) <= 1 and rng.random() < 0.7:
-                break  # leave the notebook a slot now and then, take the last one sometimes
-            if left.get("pods", 0) <= 0:
-                break
-            gpus = [r for r, v in left.items() if "/" in r and v > 0]
-            kind = rng.choice(["gpu", "gpu", "hog", "daemon"]) if gpus else rng.choice(["hog", "daemon"])
-            requests: dict[str, str] = {}
-            limits: dict[str, str] = {}
-            if kind == "gpu":
-                resource = rng.choice(gpus)
-                amount = rng.randint(1, left[resource])
-                limits[resource] = str(amount)
-                left[resource] -= amount
-                cpu = min(left.get("cpu", 0), rng.choice([500, 1000, 4000]))
-                if cpu > 0:
-                    requests["cpu"] = f"{cpu}m"
-                    left["cpu"] -= cpu
-            elif kind == "hog":
-                cpu = int(left.get("cpu", 0) * rng.choice([0.5, 0.9, 1.0]))
-                mem = int(left.get("memory", 0) * rng.choice([0.3, 0.9, 1.0]))
-                if cpu > 0:
-                    requests["cpu"] = f"{cpu}m"
-                if mem > 0:
-                    requests["memory"] = str(mem)
-                left["cpu"] = left.get("cpu", 0) - cpu
-                left["memory"] = left.get("memory", 0) - mem
-            else:
-                requests.update({"cpu": "100m", "memory": "128Mi"})
-                left["cpu"] = left.get("cpu", 0) - 100
-                left["memory"] = left.get("memory", 0) - 128 * 2**20
-            left["pods"] = left.get("pods", 0) - 1
-            if left.get("cpu", 0) < 0 or left.get("memory", 0) < 0:
-                break
-            resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
-            pods.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"{kind}-{len(pods)}", "namespace": rng.choice(namespaces), "labels": {"app": kind}},
-                    "spec": {
-                        "nodeName": facts.name,
-                        "containers": [{"name": "main", "image": "busybox", "resources": resources}],
-                        "tolerations": [{"operator": "Exists"}],
-                    },
-                    "status": {"phase": "Running"},
-                }
-            )
-    return pods

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
-from gpuspawner.devcluster.cluster import KubeHTTP
+from gpuspawner.devcluster.clusterstate import KubeHTTP
 
 log = logging.getLogger("gpuspawner.podrunner")
 SELECTOR = "component=singleuser-server"

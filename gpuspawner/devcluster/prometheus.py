@@ -144,7 +144,7 @@ class Prometheus:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise PrometheusError(f"prometheus exited with {self.proc.returncode}; see {self.log_file}:\n{self._log_tail()}")
+                raise PrometheusError(f"prometheus exited with {self.proc.returncode}; see {self.log_file}:\n{self.log_tail()}")
             if self._ready():
                 return self
             time.sleep(0.1)
@@ -181,7 +181,7 @@ class Prometheus:
         except (urllib.error.URLError, OSError):
             return False
 
-    def _log_tail(self) -> str:
+    def log_tail(self) -> str:
         try:
             return self.log_file.read_text()[-3000:]
         except OSError:
@@ -242,7 +242,7 @@ class Prometheus:
             if last and not isinstance(last, Exception):
                 return last
             time.sleep(every)
-        raise PrometheusError(f"waited {timeout:.0f}s for {what}; last answer: {last!r}; log: {self._log_tail()[-800:]}")
+        raise PrometheusError(f"waited {timeout:.0f}s for {what}; last answer: {last!r}; log: {self.log_tail()[-800:]}")
 
     def scraped_after(self, job: str, after: float) -> bool:
         """True once every target of ``job`` has been scraped (successfully) since ``after``."""

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpuspawner.devcluster.cluster import DevCluster
-from gpuspawner.devcluster.generate import random_cluster, random_pods
+from gpuspawner.devcluster.generate import random_cluster
+from gpuspawner.devcluster.generate_pods import random_pods
 
 T = TypeVar("T")
 NAMESPACES = ("team-a", "team-b", "probe")

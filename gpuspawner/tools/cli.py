@@ -29,7 +29,8 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
 
 def _devcluster(args: argparse.Namespace) -> int:
     from gpuspawner.devcluster import build
-    from gpuspawner.devcluster.cluster import DevCluster, DevClusterError
+    from gpuspawner.devcluster.cluster import DevCluster
+    from gpuspawner.devcluster.clusterstate import DevClusterError
     from gpuspawner.devcluster.nodes import many_nodes, standard_nodes
 
     cluster = DevCluster(Path(args.dir) if args.dir else None)

@@ -34,7 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuspawner.devcluster.cluster import DevCluster, KubeHTTP
+from gpuspawner.devcluster.cluster import DevCluster
+from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
 from gpuspawner.devcluster.fakedcgm import SimulatedDCGM
 from gpuspawner.devcluster.podrunner import PodRunner

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from culler_fakes import FaultyProxy
 
-from gpuspawner.culler.gpu_metrics import GpuQuerySettings, GpuView, build_query, parse_query_response
+from gpuspawner.culler.gpu_metrics import GpuView, parse_query_response
+from gpuspawner.culler.gpu_query import GpuQuerySettings, build_query
 from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
 from gpuspawner.devcluster.prometheus import Prometheus, ScrapeJob
 
@@ -122,7 +123,7 @@ async def user_gpu(prom: Telemetry, user: str, shared: bool, engine: float, fb: 
 
     from culler_fakes import SHARED_A100, template
 
-    from gpuspawner.culler.gpu_metrics import FB_USED
+    from gpuspawner.culler.gpu_query import FB_USED
 
     if shared:
         labels = template(SHARED_A100, FB_USED, 1)

@@ -30,7 +30,7 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from gpuspawner.culler.gpu_metrics import ENGINE, FB_USED, SERIES_LABEL
+from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL
 
 
 def _iso(t: datetime) -> str:

@@ -34,7 +34,7 @@ from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient
 
 from gpuspawner.culler.cycle import Culler
-from gpuspawner.culler.gpu_metrics import ENGINE, FB_USED, GpuQuerySettings
+from gpuspawner.culler.gpu_query import ENGINE, FB_USED, GpuQuerySettings
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP
 from gpuspawner.culler.prometheus import PrometheusClient

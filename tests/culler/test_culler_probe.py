@@ -21,7 +21,7 @@ from culler_prom import Telemetry
 from prometheus_client import CollectorRegistry, start_http_server
 from test_culler_integration import SPAWNER
 
-from gpuspawner.culler.gpu_metrics import FB_USED, GpuQuerySettings
+from gpuspawner.culler.gpu_query import FB_USED, GpuQuerySettings
 from gpuspawner.culler.policy import KEEP, RECLAIM
 from gpuspawner.devcluster.nvmlstandin import GIB, FakeGpu, FakeNvmlLib, FakeProcess, ProcTree, cgroup_line, installed
 from gpuspawner.devcluster.prometheus import ScrapeJob

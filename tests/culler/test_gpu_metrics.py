@@ -17,16 +17,8 @@ from culler_prom import Telemetry, pod_labels
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuspawner.culler.gpu_metrics import (
-    ENGINE,
-    FB_USED,
-    SERIES_LABEL,
-    UTIL,
-    GpuQuerySettings,
-    build_query,
-    parse_query_response,
-    unavailable,
-)
+from gpuspawner.culler.gpu_metrics import parse_query_response, unavailable
+from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL, UTIL, GpuQuerySettings, build_query
 from gpuspawner.names.vocabulary import PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL
 
 S = GpuQuerySettings()

@@ -15,7 +15,8 @@ import pytest
 from gpuspawner.capacity.counts import availability
 from gpuspawner.capacity.index import ClusterIndex
 from gpuspawner.core.fit import PODS
-from gpuspawner.devcluster.generate import random_cluster, random_pods
+from gpuspawner.devcluster.generate import random_cluster
+from gpuspawner.devcluster.generate_pods import random_pods
 from gpuspawner.offerings.config import offering_from_config
 from gpuspawner.offerings.discovery import discover
 from gpuspawner.pod.notebook import Notebook

@@ -1,0 +1,170 @@
+"""The dev cluster on disk and on the wire: its saved state (ports, pids, folder, kubeconfig), a small HTTP client of its API server, and the process helpers the cluster uses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuspawner.devcluster import build
+
+
+class DevClusterError(RuntimeError):
+    """The devcluster could not do what was asked; the message says why and what to do."""
+
+
+class ComponentExited(DevClusterError):
+    """A component died while starting (say, another process took its port in between)."""
+
+
+def default_dir() -> Path:
+    return build.cache_root() / "devcluster" / "run" / "default"
+
+
+def free_ports(names: Iterable[str]) -> dict[str, int]:
+    """Distinct free loopback ports, one per name (all sockets held open while choosing)."""
+    sockets = []
+    try:
+        for _ in names:
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return {name: sock.getsockname()[1] for name, sock in zip(names, sockets, strict=True)}
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass
+class ClusterState:
+    """What ``up`` wrote down: enough for ``down``, ``status`` and ``env``."""
+
+    directory: str
+    ports: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    token: str = ""
+    started_at: float = 0.0
+
+    @property
+    def path(self) -> Path:
+        return Path(self.directory)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.path / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    def save(self) -> None:
+        tmp = self.path / "cluster.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, self.path / "cluster.json")
+
+    @classmethod
+    def load(cls, directory: Path) -> ClusterState | None:
+        try:
+            return cls(**json.loads((directory / "cluster.json").read_text()))
+        except (FileNotFoundError, json.JSONDecodeError, TypeError):
+            return None
+
+
+class KubeHTTP:
+    """A minimal JSON client for the devcluster's API server (admin token, our CA)."""
+
+    def __init__(self, state: ClusterState):
+        self.state = state
+        self.context = ssl.create_default_context(cafile=str(state.path / "pki" / "ca.crt"))
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.state.server + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.state.token}")
+        if data is not None:
+            ctype = "application/merge-patch+json" if method == "PATCH" else "application/json"
+            req.add_header("Content-Type", ctype)
+        with urllib.request.urlopen(req, context=self.context, timeout=timeout) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw and raw[:1] in b"{[" else raw.decode()
+
+    def ok(self, path: str) -> bool:
+        try:
+            self.request("GET", path, timeout=2.0)
+            return True
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+
+def kubeconfig_text(state: ClusterState, ca: Path) -> str:
+    import base64
+
+    ca_data = base64.b64encode(ca.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "devcluster", "cluster": {"server": state.server, "certificate-authority-data": ca_data}}],
+        "users": [{"name": "devcluster-admin", "user": {"token": state.token}}],
+        "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": "devcluster-admin", "namespace": "default"}}],
+        "current-context": "devcluster",
+    }
+    return json.dumps(config, indent=2)
+
+
+def log_tail(path: Path, lines: int = 3) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])[-600:]
+    except OSError:
+        return "(no log)"
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def terminate(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM the process group ``pid`` leads, then SIGKILL what is left after ``grace``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not alive(pid):
+                return
+            time.sleep(0.05)
