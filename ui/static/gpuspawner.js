@@ -75,13 +75,18 @@
       return;
     }
     var current = select.value;
-    var currentText = select.selectedIndex >= 0 ? select.options[select.selectedIndex].textContent : "";
+    var currentText =
+      select.selectedIndex >= 0 ? select.options[select.selectedIndex].textContent : "";
     var wanted = choices(fresh);
-    var values = wanted.map(function (pair) { return pair[0]; });
+    var values = wanted.map(function (pair) {
+      return pair[0];
+    });
     if (current !== "" && values.indexOf(current) < 0) {
       // Keep the user's count; the hub tells them on submit if it no longer fits.
       wanted.push([current, currentText]);
-      wanted.sort(function (x, y) { return Number(x[0]) - Number(y[0]); });
+      wanted.sort(function (x, y) {
+        return Number(x[0]) - Number(y[0]);
+      });
     }
     if (JSON.stringify(wanted) !== JSON.stringify(choices(select))) {
       while (select.options.length) {
