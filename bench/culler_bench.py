@@ -204,7 +204,7 @@ async def main(args: argparse.Namespace) -> None:
     from gpuspawner.culler.gpu_query import GpuQuerySettings
     from gpuspawner.devcluster.fakedcgm import reference_labels
     from gpuspawner.devcluster.hub import Hub
-    from gpuspawner.devcluster.prometheus import free_port
+    from gpuspawner.devcluster.ports import free_port
 
     logging.basicConfig(level=logging.WARNING)
     n = args.servers

@@ -28,13 +28,13 @@ from gpuspawner.devcluster.clusterstate import (
     KubeHTTP,
     alive,
     default_dir,
-    free_ports,
     http_ok,
     kubeconfig_text,
     log_tail,
     terminate,
 )
 from gpuspawner.devcluster.nodes import standard_nodes
+from gpuspawner.devcluster.ports import free_ports
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 #: Controllers the devcluster needs: default service accounts (pod admission needs

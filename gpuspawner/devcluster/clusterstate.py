@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,20 +26,6 @@ class ComponentExited(DevClusterError):
 
 def default_dir() -> Path:
     return build.cache_root() / "devcluster" / "run" / "default"
-
-
-def free_ports(names: Iterable[str]) -> dict[str, int]:
-    """Distinct free loopback ports, one per name (all sockets held open while choosing)."""
-    sockets = []
-    try:
-        for _ in names:
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return {name: sock.getsockname()[1] for name, sock in zip(names, sockets, strict=True)}
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @dataclass

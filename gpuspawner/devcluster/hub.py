@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from gpuspawner.devcluster.prometheus import free_port
+from gpuspawner.devcluster.ports import free_port
 
 #: the repository (this module runs from a clone only: it is left out of the wheel, like the demo)
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuspawner.devcluster import build
+from gpuspawner.devcluster.ports import free_port
 
 #: The chart's recording/alerting rules and Grafana dashboard (loaded by the demo's Prometheus).
 MONITORING = Path(__file__).resolve().parents[2] / "charts" / "gpuspawner" / "monitoring"
@@ -61,12 +61,6 @@ class ScrapeJob:
         if self.token_file is not None:
             cfg["authorization"] = {"type": "Bearer", "credentials_file": str(self.token_file)}
         return cfg
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Prometheus:

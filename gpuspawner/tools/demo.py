@@ -22,7 +22,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
 from gpuspawner.devcluster.fakedcgm import SimulatedDCGM
 from gpuspawner.devcluster.podrunner import PodRunner
+from gpuspawner.devcluster.ports import free_port
 from gpuspawner.devcluster.prometheus import RULES_FILE, Prometheus, ScrapeJob
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,12 +63,6 @@ class Demo:
     hub: subprocess.Popen
     telemetry: SimulatedDCGM
     prometheus: Prometheus
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen, log_file: Path) -> None:
@@ -127,7 +121,7 @@ def running_demo(
         standin = DcgmStandIn(access_log=state / "dcgm-exporter.access.log").start()
         telemetry = SimulatedDCGM(kube, standin, step=1.0)
         telemetry.start()
-        culler_metrics_port = _free_port()
+        culler_metrics_port = free_port()
         prometheus_token = secrets.token_hex(16)  # the hub's "prometheus" service: read:metrics only
         (state / "prometheus-token").write_text(prometheus_token)
         prometheus = Prometheus(
@@ -146,7 +140,7 @@ def running_demo(
             "GPUSPAWNER_DEMO_DIR": str(state),
             "GPUSPAWNER_DEMO_PORT": str(port),
             "GPUSPAWNER_DEMO_HUB_PORT": str(hub_port),
-            "GPUSPAWNER_DEMO_PROXY_API_PORT": str(_free_port()),
+            "GPUSPAWNER_DEMO_PROXY_API_PORT": str(free_port()),
             "GPUSPAWNER_DEMO_NAMESPACE": NAMESPACE,
             "GPUSPAWNER_DEMO_CULLER": "1" if culler else "0",
             "GPUSPAWNER_DEMO_PROMETHEUS_URL": prometheus.url,
@@ -285,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        with running_demo(port=args.port, hub_port=_free_port(), culler=not args.no_culler) as demo:
+        with running_demo(port=args.port, hub_port=free_port(), culler=not args.no_culler) as demo:
             print(
                 f"\nJupyterHub with GPUSpawner is running: {demo.url}\n\n"
                 "Log in (password: gpu) as\n"

@@ -21,7 +21,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -33,6 +32,8 @@ from typing import Any
 from urllib.parse import quote, urljoin
 
 import requests
+
+from gpuspawner.devcluster.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CHP = REPO / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -102,12 +103,6 @@ PROFILES = [
 
 def policy(user: str) -> dict[str, Allowed]:
     return RESEARCHER_OFFERINGS if user.startswith("researcher") else STUDENT_OFFERINGS
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

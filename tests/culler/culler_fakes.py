@@ -13,7 +13,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.httpserver import HTTPServer
 
 from gpuspawner.devcluster.fakedcgm import parse_exposition
-from gpuspawner.devcluster.prometheus import free_port
+from gpuspawner.devcluster.ports import free_port
 
 DATA = Path(__file__).parent / "data"
 

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import socket
 from collections.abc import Iterator
 
+from gpuspawner.devcluster.ports import free_port
 from gpuspawner.tools.demo import Demo, running_demo
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,15 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuspawner.devcluster.ports import free_port
 from gpuspawner.tools.demo import descendants, process_stat
 
 pytestmark = pytest.mark.cluster
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def processes_mentioning(text: str) -> list[str]:

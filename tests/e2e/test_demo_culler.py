@@ -18,9 +18,9 @@ import urllib.request
 
 import pytest
 
+from gpuspawner.devcluster.ports import free_port
 from gpuspawner.devcluster.prometheus import DASHBOARD_FILE, Prometheus
 from gpuspawner.tools.demo import NAMESPACE, running_demo
-from tests.e2e.demo_stack import free_port
 
 pytestmark = pytest.mark.cluster
 CULLER_ARGS = (

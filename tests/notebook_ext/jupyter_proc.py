@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from gpuspawner.devcluster.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -27,12 +28,6 @@ MIG_ENV = {
     "GPUSPAWNER_DISPLAY_NAME": "MIG 1g.10gb",
     "GPUSPAWNER_OFFERING_WORDS": "10 GB GPU memory · 1/7 of the GPU's compute · hardware isolated (own memory and compute)",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Response:

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuspawner.devcluster.nvmlstandin import GIB, RESERVED, FakeGpu, FakeMig, FakeNvmlLib, FakeProcess, ProcTree, cgroup_line, installed
-from gpuspawner.devcluster.prometheus import free_port
+from gpuspawner.devcluster.ports import free_port
 from gpuspawner.probe.collect import ProbeCollector, ProcReader
 from gpuspawner.probe.main import server
 from gpuspawner.probe.nvml import NvmlReader
