@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import logging
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).parent
-if str(HERE) not in sys.path:  # culler_fakes, culler_hub (works under any import mode)
-    sys.path.insert(0, str(HERE))
 
 
 @pytest.fixture

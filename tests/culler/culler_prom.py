@@ -18,12 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from culler_fakes import FaultyProxy
-
 from gpuspawner.culler.gpu_metrics import GpuView, parse_query_response
 from gpuspawner.culler.gpu_query import GpuQuerySettings, build_query
 from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
 from gpuspawner.devcluster.prometheus import Prometheus, ScrapeJob
+from tests.culler.culler_fakes import FaultyProxy
 
 #: the labels Prometheus gives a dcgm-exporter pod it scrapes through a Service
 EXPORTER_TARGET = {"pod": "nvidia-dcgm-exporter-7xk2p", "namespace": "gpu-operator", "container": "nvidia-dcgm-exporter"}
@@ -121,9 +120,8 @@ async def user_gpu(prom: Telemetry, user: str, shared: bool, engine: float, fb: 
     of them for the culler's query."""
     import asyncio
 
-    from culler_fakes import SHARED_A100, template
-
     from gpuspawner.culler.gpu_query import FB_USED
+    from tests.culler.culler_fakes import SHARED_A100, template
 
     if shared:
         labels = template(SHARED_A100, FB_USED, 1)

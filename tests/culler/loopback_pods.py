@@ -25,12 +25,12 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from culler_hub import CONTRACT, EXAMPLE_ROLE, Hub, join_gpu_users
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL
+from tests.culler.culler_hub import CONTRACT, EXAMPLE_ROLE, Hub, join_gpu_users
 
 
 def _iso(t: datetime) -> str:

@@ -9,7 +9,6 @@ import socket
 
 import pytest
 import pytest_asyncio
-from culler_fakes import free_port
 from jupyterhub.services.auth import HubAuth
 from tornado.httpclient import AsyncHTTPClient
 from tornado.httpserver import HTTPServer
@@ -17,6 +16,7 @@ from tornado.httpserver import HTTPServer
 from gpuspawner.culler.actionlog import ActionLog
 from gpuspawner.culler.api import make_service_app
 from gpuspawner.culler.metrics import CullerMetrics
+from tests.culler.culler_fakes import free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -18,12 +18,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import pytest_asyncio
-from culler_hub import in_process_culler
 from jupyterhub_idle_culler import utcnow
-from loopback_pods import GpuAnswers, Pod, loopback_hub
 
 from gpuspawner.culler.policy import KEEP, STOP
 from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, IDLE
+from tests.culler.culler_hub import in_process_culler
+from tests.culler.loopback_pods import GpuAnswers, Pod, loopback_hub
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

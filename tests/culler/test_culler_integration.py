@@ -20,16 +20,6 @@ from datetime import timedelta
 
 import pytest
 import pytest_asyncio
-from culler_fakes import (
-    H100_MIG,
-    MIXED_LOWER,
-    SHARED_A100,
-    FaultyProxy,
-    free_port,
-    template,
-)
-from culler_hub import Hub, Jupyter, Records, in_process_culler, join_gpu_users
-from culler_prom import Telemetry
 from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient
 
@@ -40,6 +30,16 @@ from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP
 from gpuspawner.culler.prometheus import PrometheusClient
 from gpuspawner.culler.transport import RetryPolicy, Transport
 from gpuspawner.devcluster.prometheus import ScrapeJob
+from tests.culler.culler_fakes import (
+    H100_MIG,
+    MIXED_LOWER,
+    SHARED_A100,
+    FaultyProxy,
+    free_port,
+    template,
+)
+from tests.culler.culler_hub import Hub, Jupyter, Records, in_process_culler, join_gpu_users
+from tests.culler.culler_prom import Telemetry
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -35,10 +35,7 @@ from urllib.parse import quote
 
 import pytest
 import pytest_asyncio
-from culler_hub import CONTRACT, Hub, Jupyter, in_process_culler, join_gpu_users
-from culler_prom import Telemetry, user_gpu
 from jupyterhub_idle_culler import utcnow
-from notice_double import recorded
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
@@ -47,6 +44,9 @@ from gpuspawner.culler.api import make_service_app
 from gpuspawner.culler.dates import parse_time
 from gpuspawner.culler.policy import KEEP, RECLAIM, STOP
 from gpuspawner.hub.culleractions import when_words
+from tests.culler.culler_hub import CONTRACT, Hub, Jupyter, in_process_culler, join_gpu_users
+from tests.culler.culler_prom import Telemetry, user_gpu
+from tests.culler.notice_double import recorded
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -14,12 +14,12 @@ import logging
 
 import pytest
 import pytest_asyncio
-from culler_hub import EXAMPLE_ROLE, Hub, in_process_culler, join_gpu_users
 from tornado.httpclient import HTTPClientError
 
 from gpuspawner.culler.config import GPU_USERS_GROUP, scope_problems
 from gpuspawner.culler.hub import server_record
 from gpuspawner.culler.tokens import TokenUnavailable
+from tests.culler.culler_hub import EXAMPLE_ROLE, Hub, in_process_culler, join_gpu_users
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

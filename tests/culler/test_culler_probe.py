@@ -15,11 +15,7 @@ from datetime import timedelta
 
 import pytest
 import pytest_asyncio
-from culler_fakes import SHARED_A100, free_port, template
-from culler_hub import Hub, Jupyter, in_process_culler, join_gpu_users
-from culler_prom import Telemetry
 from prometheus_client import CollectorRegistry, start_http_server
-from test_culler_integration import SPAWNER
 
 from gpuspawner.culler.gpu_query import FB_USED, GpuQuerySettings
 from gpuspawner.culler.policy import KEEP, RECLAIM
@@ -28,6 +24,10 @@ from gpuspawner.devcluster.prometheus import ScrapeJob
 from gpuspawner.probe.collect import ProbeCollector, ProcReader
 from gpuspawner.probe.nvml import NvmlReader
 from gpuspawner.probe.pods import StaticPods
+from tests.culler.culler_fakes import SHARED_A100, free_port, template
+from tests.culler.culler_hub import Hub, Jupyter, in_process_culler, join_gpu_users
+from tests.culler.culler_prom import Telemetry
+from tests.culler.test_culler_integration import SPAWNER
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

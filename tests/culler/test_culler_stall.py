@@ -22,12 +22,12 @@ from datetime import timedelta
 
 import pytest
 import pytest_asyncio
-from culler_hub import in_process_culler
 from jupyterhub_idle_culler import utcnow
-from loopback_pods import GpuAnswers, Pod, idle_kernels, loopback_hub
 
 from gpuspawner.culler.policy import HELD_BACK, RECLAIM, STOP
 from gpuspawner.culler.records import UNRESPONSIVE
+from tests.culler.culler_hub import in_process_culler
+from tests.culler.loopback_pods import GpuAnswers, Pod, idle_kernels, loopback_hub
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

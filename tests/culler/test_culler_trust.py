@@ -32,9 +32,6 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from culler_hub import CONTRACT, REPO, Hub, Jupyter, Records, in_process_culler, join_gpu_users
-from culler_prom import Telemetry, user_gpu
-from hostile_pod import SNOOP_CONFIG, captured
 from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
@@ -44,6 +41,9 @@ from gpuspawner.culler.cycle import Culler
 from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP
 from gpuspawner.culler.records import GPU_IDLE_LIMIT
 from gpuspawner.culler.tokens import NOTE_PREFIX
+from tests.culler.culler_hub import CONTRACT, REPO, Hub, Jupyter, Records, in_process_culler, join_gpu_users
+from tests.culler.culler_prom import Telemetry, user_gpu
+from tests.culler.hostile_pod import SNOOP_CONFIG, captured
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

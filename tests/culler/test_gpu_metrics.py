@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 
 import pytest
-from culler_fakes import A100_DOCS, H100_MIG, MIXED_LOWER, SHARED_A100, reference, template
-from culler_prom import Telemetry, pod_labels
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuspawner.culler.gpu_metrics import parse_query_response, unavailable
 from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL, UTIL, GpuQuerySettings, build_query
 from gpuspawner.names.vocabulary import PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL
+from tests.culler.culler_fakes import A100_DOCS, H100_MIG, MIXED_LOWER, SHARED_A100, reference, template
+from tests.culler.culler_prom import Telemetry, pod_labels
 
 S = GpuQuerySettings()
 MPS = "model-playground-stg"

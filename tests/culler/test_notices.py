@@ -9,7 +9,6 @@ from datetime import timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_decide import NOW, P, gpu, kernel, kv, server
 
 from gpuspawner.culler import notices
 from gpuspawner.culler.actionlog import ActionLog
@@ -17,6 +16,7 @@ from gpuspawner.culler.decide import decide, upcoming
 from gpuspawner.culler.observations import plan_kernel_view
 from gpuspawner.culler.policy import KEEP, RECLAIM, STOP
 from gpuspawner.hub.culleractions import page_items, sentence
+from tests.culler.test_decide import NOW, P, gpu, kernel, kv, server
 
 M = timedelta(minutes=1)
 

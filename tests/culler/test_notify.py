@@ -10,14 +10,14 @@ from datetime import UTC, datetime
 
 import pytest
 import pytest_asyncio
-from culler_fakes import free_port
-from test_transport import FAST, Tokens, record
 from tornado import web
 from tornado.httpserver import HTTPServer
 
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
 from gpuspawner.culler.transport import Transport
+from tests.culler.culler_fakes import free_port
+from tests.culler.test_transport import FAST, Tokens, record
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 LOG = logging.getLogger("test.notify")

@@ -11,16 +11,13 @@ culler's per-server token, gpuspawner/culler/tokens.py), and bob's.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 import pytest_asyncio
 from tornado.httpclient import HTTPClientError, HTTPRequest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "culler"))
-from culler_hub import Hub  # noqa: E402
+from tests.culler.culler_hub import Hub
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -4,6 +4,7 @@ the spawner guards."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -33,11 +34,10 @@ def test_a_gpu_that_nvidia_smi_cannot_read_is_no_gpu_either(tmp_path):
 
 
 def test_it_guards_a_share_exactly_as_the_spawner_does():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import gpu_check
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    assert spec and spec.loader
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
     offering = offering_from_config({"slug": "t4", "kind": "shared", "replicas": 4, "memory_mib": 16384}, 0)
     expected = dict(guard_changes(guard_for(offering, GuardDefaults()), 1, "HOOK").env)
     assert gpu_check.guarded_env(16384, 4) == expected
