@@ -522,18 +522,21 @@ async def test_prometheus_client_one_request_retries_and_errors(env):
     m = CullerMetrics()
     retry = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
     transport = Transport("prometheus", concurrency=4, retry=retry, metrics=m, log=logging.getLogger("test.prom"))
-    prom = PrometheusClient(env.prom.url, GpuQuerySettings(), transport)
-    sent = len(env.prom.faulty.requests)
-    v = await prom.gpu_view()
-    assert v.available and v.for_pod("jhub", pod_of("mia")).idle
-    assert len(env.prom.faulty.requests) - sent == 1
-    assert m.value("gpuspawner_culler_requests_total", {"target": "prometheus"}) == 1
-    env.prom.mode = "fail"
+    # a proxy of its own in front of the module's Prometheus: it counts only this test's requests
+    # (env.prom's proxy also serves the module's other clients)
+    own = FaultyProxy(env.prom.prom.url)
+    own.start()
     try:
+        prom = PrometheusClient(own.url, GpuQuerySettings(), transport)
         v = await prom.gpu_view()
+        assert v.available and v.for_pod("jhub", pod_of("mia")).idle
+        assert len(own.requests) == 1
+        assert m.value("gpuspawner_culler_requests_total", {"target": "prometheus"}) == 1
+        own.mode = "fail"
+        v = await prom.gpu_view()
+        assert not v.available and "503" in v.error and len(own.requests) == 4
     finally:
-        env.prom.mode = "ok"
-    assert not v.available and "503" in v.error and len(env.prom.faulty.requests) - sent == 4
+        own.stop()
     bad = PrometheusClient(env.prom.url, GpuQuerySettings(selector='pod=~"x'), transport)
     v = await bad.gpu_view()
     assert not v.available and "400" in v.error and "parse error" in v.error  # Prometheus says why
