@@ -1,5 +1,10 @@
-"""A real JupyterHub behind a real configurable-http-proxy, in a child process, for the
-culler's tests and benchmark (tests/culler, bench/culler_bench.py).
+"""A real JupyterHub behind a real configurable-http-proxy, in a child process: the one
+launcher the tests (tests/culler, tests/api, tests/compat, tests/notebook_ext), the benchmark
+(bench/culler_bench.py) and the demo (gpuspawner/tools/demo.py) start their hubs with.
+
+:class:`HubProcess` is the process: ports, the settings every such hub shares
+(:meth:`HubProcess.base_config`), its log, start and stop (its proxy too, no process left
+behind). :class:`Hub` is the culler's hub on top of it (an admin service, an asyncio client).
 
 It runs from a clone of the repository only (configurable-http-proxy comes from the
 repository's ``node_modules``, the example culler config from ``hub_config/``), so it is
@@ -17,6 +22,7 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -31,50 +37,164 @@ VENV_BIN = Path(sys.executable).parent
 CHP = REPO / "node_modules" / ".bin" / "configurable-http-proxy"
 
 
-class Hub:
-    """One JupyterHub process. ``extra_config`` is Python appended to its config
-    (it can use the names TMP, VENV_BIN, REPO)."""
+def end_process(pid: int) -> None:
+    """SIGTERM, then SIGKILL after 5 s, unless it is already gone."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
 
-    def __init__(self, tmp: Path, extra_config: str = "", api_page_max: int = 200, debug: bool = True) -> None:
-        self.debug = debug
+
+def end_proxy(pid_file: Path) -> None:
+    """The hub stops its proxy on a clean exit; make sure of it (no process left behind)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    end_process(pid)
+
+
+class HubProcess:
+    """One JupyterHub process (its own session: it and its proxy are signalled together),
+    started in ``tmp`` with its log in ``log_path``; ``port`` is the proxy's public port."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        port: int | None = None,
+        hub_port: int | None = None,
+        proxy_api_port: int | None = None,
+        log_path: Path | None = None,
+    ) -> None:
         self.tmp = Path(tmp)
         self.tmp.mkdir(parents=True, exist_ok=True)
-        self.hub_port = free_port()
-        self.proxy_port = free_port()
-        self.proxy_api_port = free_port()
+        self.port = port or free_port()
+        self.hub_port = hub_port or free_port()
+        self.proxy_api_port = proxy_api_port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path or self.tmp / "hub.log"
+        self.proxy_pid_file = self.tmp / "proxy.pid"
+        self.proc: subprocess.Popen | None = None
+
+    def base_config(self) -> str:
+        """The settings every test and benchmark hub shares: loopback ports, the repository's
+        configurable-http-proxy, state in ``tmp``, the dummy authenticator for everyone."""
+        tmp = self.tmp
+        return textwrap.dedent(
+            f"""
+            c = get_config()  # noqa
+            c.JupyterHub.ip = "127.0.0.1"
+            c.JupyterHub.port = {self.port}
+            c.JupyterHub.hub_ip = "127.0.0.1"
+            c.JupyterHub.hub_port = {self.hub_port}
+            c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
+            c.ConfigurableHTTPProxy.command = [{str(CHP)!r}]
+            c.ConfigurableHTTPProxy.pid_file = {str(self.proxy_pid_file)!r}
+            c.JupyterHub.db_url = "sqlite:///" + {str(tmp / "jupyterhub.sqlite")!r}
+            c.JupyterHub.cookie_secret_file = {str(tmp / "cookie_secret")!r}
+            c.JupyterHub.pid_file = {str(tmp / "hub.pid")!r}
+            c.JupyterHub.authenticator_class = "dummy"
+            c.Authenticator.allow_all = True
+            c.JupyterHub.allow_named_servers = True
+            c.JupyterHub.concurrent_spawn_limit = 0
+            c.JupyterHub.active_server_limit = 0
+            c.JupyterHub.last_activity_interval = 3600
+            c.Spawner.poll_interval = 3600
+            """
+        )
+
+    def launch(self, config: Path | str, env: Mapping[str, str] | None = None, debug: bool = False) -> subprocess.Popen:
+        """Start ``jupyterhub -f config`` (``config``: a file, or the config's text to write to
+        ``tmp/jupyterhub_config.py``) with ``env`` (default: ours); it does not wait for it."""
+        if isinstance(config, str):
+            path = self.tmp / "jupyterhub_config.py"
+            path.write_text(config)
+        else:
+            path = config
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "jupyterhub", "-f", str(path)] + (["--debug"] if debug else []),
+                cwd=self.tmp,
+                env=dict(os.environ if env is None else env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        return self.proc
+
+    def check_running(self) -> None:
+        """Raise (with the log's tail) if the hub has exited."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"the hub exited with {self.proc.returncode}:\n{self.log_tail()}")
+
+    def end(self, timeout: float = 30) -> None:
+        """SIGTERM to the hub's session (it stops its proxy), SIGKILL after ``timeout``; then the proxy, if left."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        end_proxy(self.proxy_pid_file)
+
+    async def end_async(self, timeout: float = 20) -> None:
+        """:meth:`end`, waiting without blocking the event loop (its servers may run on it)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        end_proxy(self.proxy_pid_file)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+class Hub(HubProcess):
+    """The culler's hub: an admin service (``admin_token``), ``CULLER_TOKEN`` for its cullers.
+    ``extra_config`` is Python appended to its config (it can use the names TMP, VENV_BIN, REPO)."""
+
+    def __init__(self, tmp: Path, extra_config: str = "", api_page_max: int = 200, debug: bool = True) -> None:
+        super().__init__(tmp)
+        self.debug = debug
+        self.proxy_port = self.port
         self.admin_token = uuid.uuid4().hex
         self.culler_token = uuid.uuid4().hex
         self.extra_config = extra_config
         self.api_page_max = api_page_max
         self.api_url = f"http://127.0.0.1:{self.hub_port}/hub/api"
-        self.public_url = f"http://127.0.0.1:{self.proxy_port}"
-        self.log_path = self.tmp / "hub.log"
-        self.proc: subprocess.Popen | None = None
+        self.public_url = self.url
         self.client = AsyncHTTPClient(force_instance=True, max_clients=64)
 
     def config_text(self) -> str:
-        return textwrap.dedent(
-            f"""
+        return (
+            self.base_config()
+            + textwrap.dedent(
+                f"""
             import sys
             from pathlib import Path
             TMP = Path({str(self.tmp)!r})
             VENV_BIN = Path({str(VENV_BIN)!r})
             REPO = Path({str(REPO)!r})
             EXAMPLE = REPO / "hub_config" / "culler_service_example.py"
-            c = get_config()  # noqa
-            c.JupyterHub.ip = "127.0.0.1"
-            c.JupyterHub.port = {self.proxy_port}
-            c.JupyterHub.hub_ip = "127.0.0.1"
-            c.JupyterHub.hub_port = {self.hub_port}
-            c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
-            c.ConfigurableHTTPProxy.command = [{str(CHP)!r}]
-            c.JupyterHub.db_url = "sqlite:///" + str(TMP / "jupyterhub.sqlite")
-            c.JupyterHub.cookie_secret_file = str(TMP / "cookie_secret")
-            c.JupyterHub.pid_file = str(TMP / "hub.pid")
-            c.JupyterHub.authenticator_class = "dummy"
-            c.Authenticator.allow_all = True
-            c.JupyterHub.allow_named_servers = True
-            c.JupyterHub.last_activity_interval = 3600
             c.JupyterHub.api_page_max_limit = {self.api_page_max}
             c.JupyterHub.authenticate_prometheus = False
             c.JupyterHub.services = [
@@ -83,34 +203,22 @@ class Hub:
             c.JupyterHub.load_roles = [
                 {{"name": "admin", "services": ["test-admin"]}},
             ]
-            c.JupyterHub.concurrent_spawn_limit = 0
-            c.JupyterHub.active_server_limit = 0
             c.Spawner.start_timeout = 240
             c.Spawner.http_timeout = 240
-            c.Spawner.poll_interval = 3600
             CULLER_TOKEN = {self.culler_token!r}
             """
-        ) + textwrap.dedent(self.extra_config)
+            )
+            + textwrap.dedent(self.extra_config)
+        )
 
     async def start(self, timeout: float = 120) -> None:
-        cfg = self.tmp / "jupyterhub_config.py"
-        cfg.write_text(self.config_text())
         env = dict(os.environ)
         env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
         env["PYTHONPATH"] = str(REPO)
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [str(VENV_BIN / "jupyterhub"), "-f", str(cfg)] + (["--debug"] if self.debug else []),
-            cwd=self.tmp,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.launch(self.config_text(), env, debug=self.debug)
         deadline = time.monotonic() + timeout
         while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"hub exited {self.proc.returncode}:\n{self.log_tail()}")
+            self.check_running()
             try:
                 await self.api("GET", "/")
                 return
@@ -119,28 +227,9 @@ class Hub:
                     raise RuntimeError(f"hub did not come up:\n{self.log_tail()}") from e
                 await asyncio.sleep(0.5)
 
-    def log_tail(self, n: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
     async def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            for _ in range(100):
-                if self.proc.poll() is not None:
-                    break
-                await asyncio.sleep(0.2)
-            else:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        await self.end_async()
         self.client.close()
-        if getattr(self, "_log", None):
-            self._log.close()
 
     async def api(
         self,

@@ -37,6 +37,7 @@ from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
 from gpuspawner.devcluster.fakedcgm import SimulatedDCGM
+from gpuspawner.devcluster.hub import HubProcess, end_process
 from gpuspawner.devcluster.podrunner import PodRunner
 from gpuspawner.devcluster.ports import free_port
 from gpuspawner.devcluster.prometheus import RULES_FILE, Prometheus, ScrapeJob
@@ -110,6 +111,7 @@ def running_demo(
     standin = None
     prometheus = None
     hub = None
+    hub_process = None
     try:
         cluster.up(log=(lambda m: None) if quiet else print)
         kube = cluster.client()
@@ -134,13 +136,14 @@ def running_demo(
             rule_files=[RULES_FILE],
             scrape_interval=scrape_interval,
         ).start()
+        proxy_api_port = free_port()
         env = {
             **os.environ,
             **cluster.env(),
             "GPUSPAWNER_DEMO_DIR": str(state),
             "GPUSPAWNER_DEMO_PORT": str(port),
             "GPUSPAWNER_DEMO_HUB_PORT": str(hub_port),
-            "GPUSPAWNER_DEMO_PROXY_API_PORT": str(free_port()),
+            "GPUSPAWNER_DEMO_PROXY_API_PORT": str(proxy_api_port),
             "GPUSPAWNER_DEMO_NAMESPACE": NAMESPACE,
             "GPUSPAWNER_DEMO_CULLER": "1" if culler else "0",
             "GPUSPAWNER_DEMO_PROMETHEUS_URL": prometheus.url,
@@ -149,16 +152,8 @@ def running_demo(
             **(extra_env or {}),
         }
         log_file = state / "jupyterhub.log"
-        with open(log_file, "ab") as out:
-            hub = subprocess.Popen(
-                [sys.executable, "-m", "jupyterhub", "-f", str(CONFIG)],
-                cwd=state,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        hub_process = HubProcess(state, port, hub_port, proxy_api_port, log_path=log_file)  # its config: CONFIG, from env
+        hub = hub_process.launch(CONFIG, env)
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/hub/health", 90, hub, log_file)
         yield Demo(
@@ -177,16 +172,11 @@ def running_demo(
             # The hub's managed services and its proxy run in sessions of their own: note them
             # now, so that each is ended even if the hub does not stop it on its way out.
             managed = descendants(hub.pid)
-            os.killpg(hub.pid, signal.SIGTERM)  # the hub stops the proxy and its services
-            try:
-                hub.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(hub.pid, signal.SIGKILL)
-                hub.wait()
-        _end_proxy(state / "proxy.pid")
+        if hub_process is not None:
+            hub_process.end(timeout=30)  # the hub stops the proxy and its services; the proxy if left
         for pid, started in managed:
             if (process_stat(pid) or (0, None))[1] == started:  # still the same process
-                _end_process(pid)
+                end_process(pid)
         if runner is not None:
             runner.stop()
         if telemetry is not None:
@@ -246,30 +236,6 @@ def descendants(pid: int) -> list[tuple[int, int]]:
         found.append(child)
         todo.extend(children.get(child[0], []))
     return found
-
-
-def _end_proxy(pid_file: Path) -> None:
-    """The hub stops its proxy on a clean exit; make sure of it (no process left behind)."""
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return
-    _end_process(pid)
-
-
-def _end_process(pid: int) -> None:
-    """SIGTERM, then SIGKILL after 5 s, unless it is already gone."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        for _ in range(50):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,9 +20,6 @@ import json
 import os
 import re
 import secrets
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 from dataclasses import dataclass
@@ -33,10 +30,8 @@ from urllib.parse import quote, urljoin
 
 import requests
 
-from gpuspawner.devcluster.ports import free_port
+from gpuspawner.devcluster.hub import HubProcess
 
-REPO = Path(__file__).resolve().parents[2]
-CHP = REPO / "node_modules" / ".bin" / "configurable-http-proxy"
 PASSWORD = "gpu"
 STUDENTS = [f"student{i}" for i in range(1, 201)]
 RESEARCHERS = [f"researcher{i}" for i in range(1, 201)]
@@ -112,25 +107,20 @@ class Answer:
     body: str
 
 
-class GPUHub:
-    """One JupyterHub process with GPUSpawner; ``namespace`` holds the users' pods."""
+class GPUHub(HubProcess):
+    """One JupyterHub process (gpuspawner.devcluster.hub) with GPUSpawner; ``namespace`` holds the users' pods."""
 
     def __init__(
         self, tmp: Path, devcluster, namespace: str, slow_spawn_timeout: float = 3.0, http_timeout: float = 20.0, extra_config: str = ""
     ):
-        self.tmp = Path(tmp)
-        self.tmp.mkdir(parents=True, exist_ok=True)
+        super().__init__(tmp)
         self.devcluster = devcluster
         self.kube = devcluster.client()
         self.namespace = namespace
         self.slow_spawn_timeout = slow_spawn_timeout  # a start that goes on answers 202 after this
         self.http_timeout = http_timeout  # ... and, as no notebook runs in the pod, fails and is cleaned up after this
         self.extra_config = extra_config
-        self.port, self.hub_port, self.proxy_api_port = free_port(), free_port(), free_port()
         self.token = secrets.token_hex(16)
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = self.tmp / "hub.log"
-        self.proc: subprocess.Popen | None = None
         self.api_session = requests.Session()
         self.api_session.headers["Authorization"] = f"token {self.token}"
         self.api_session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=256))  # many threads share it
@@ -161,32 +151,16 @@ class GPUHub:
             "node_selector": {"example.org/fpga": "true"},
             "groups": ["researchers"],
         }
-        return textwrap.dedent(f"""
-            c = get_config()  # noqa
-            c.JupyterHub.ip = "127.0.0.1"
-            c.JupyterHub.port = {self.port}
-            c.JupyterHub.hub_ip = "127.0.0.1"
-            c.JupyterHub.hub_port = {self.hub_port}
-            c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
-            c.ConfigurableHTTPProxy.command = [{str(CHP)!r}]
-            c.ConfigurableHTTPProxy.pid_file = {str(self.tmp / "proxy.pid")!r}
-            c.JupyterHub.db_url = "sqlite:///" + {str(self.tmp / "jupyterhub.sqlite")!r}
-            c.JupyterHub.cookie_secret_file = {str(self.tmp / "cookie_secret")!r}
-            c.JupyterHub.pid_file = {str(self.tmp / "hub.pid")!r}
+        return (
+            self.base_config()
+            + textwrap.dedent(f"""
             c.JupyterHub.cleanup_servers = True
-            c.JupyterHub.authenticator_class = "dummy"
             c.DummyAuthenticator.password = {PASSWORD!r}
-            c.Authenticator.allow_all = True
-            c.JupyterHub.allow_named_servers = True
             c.JupyterHub.named_server_limit_per_user = 0
-            c.JupyterHub.concurrent_spawn_limit = 0
-            c.JupyterHub.active_server_limit = 0
-            c.JupyterHub.last_activity_interval = 3600
             c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": {self.slow_spawn_timeout!r}}}
             c.JupyterHub.load_groups = {{"students": {{"users": {STUDENTS!r}}}, "researchers": {{"users": {RESEARCHERS!r}}}}}
             c.JupyterHub.services = [{{"name": "api-tests", "api_token": {self.token!r}}}]
             c.JupyterHub.load_roles = [{{"name": "api-tests", "scopes": ["admin:users", "admin:servers"], "services": ["api-tests"]}}]
-            c.Spawner.poll_interval = 3600
             c.JupyterHub.spawner_class = "gpu"
             c.KubeSpawner.namespace = {self.namespace!r}
             c.KubeSpawner.image = "quay.io/jupyter/base-notebook:latest"
@@ -202,26 +176,15 @@ class GPUHub:
             c.GPUSpawner.offerings = [{closed!r}, {fpga!r}]
             from gpuspawner import check_config
             check_config(c)
-            """) + textwrap.dedent(self.extra_config)
+            """)
+            + textwrap.dedent(self.extra_config)
+        )
 
     def start(self, timeout: float = 120) -> GPUHub:
-        cfg = self.tmp / "jupyterhub_config.py"
-        cfg.write_text(self.config_text())
-        env = {**os.environ, **self.devcluster.env(), "PYTHONUNBUFFERED": "1"}
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "jupyterhub", "-f", str(cfg)],
-                cwd=self.tmp,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self.launch(self.config_text(), {**os.environ, **self.devcluster.env(), "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + timeout
         while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the hub exited with {self.proc.returncode}:\n{self.log_tail()}")
+            self.check_running()
             try:
                 if self.api_session.get(f"{self.url}/hub/api/", timeout=5).ok:
                     return self
@@ -232,32 +195,9 @@ class GPUHub:
             time.sleep(0.3)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # the hub stops its proxy too
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._end_proxy()
+        self.end(timeout=30)  # the hub stops its proxy too; a proxy left behind is ended
         for session in [self.api_session, *self._forms.values()]:
             session.close()
-
-    def _end_proxy(self) -> None:
-        try:
-            pid = int((self.tmp / "proxy.pid").read_text().strip())
-        except (OSError, ValueError):
-            return
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
 
     # ------------------------------------------------------------------ the REST API
 
