@@ -19,11 +19,13 @@ from gpuspawner.capacity.admission import (
 )
 from gpuspawner.core.model import CPU_OFFERING, UNCOUNTED, Availability
 from gpuspawner.offerings.config import offering_from_config
+from tests.offerings import H100 as H100_CONFIG
+from tests.offerings import MIG_1G, MIG_3G, T4_SHARE, offering
 
-MIG3 = offering_from_config({"slug": "mig3", "kind": "mig", "profile": "3g.20gb", "display_name": "MIG 3g.20gb"}, 0)
-MIG1 = offering_from_config({"slug": "mig1", "kind": "mig", "profile": "1g.5gb", "display_name": "MIG 1g.5gb"}, 1)
-T4 = offering_from_config({"slug": "t4", "kind": "shared", "replicas": 4, "display_name": "T4 1/4 share"}, 2)
-H100 = offering_from_config({"slug": "h100", "kind": "full", "display_name": "H100", "counts": [1, 2, 4, 8]}, 3)
+MIG3 = offering(MIG_3G, 0)
+MIG1 = offering(MIG_1G, 1)
+T4 = offering(T4_SHARE, 2)
+H100 = offering(H100_CONFIG, 3)
 POOL = offering_from_config({"slug": "pool", "kind": "full", "display_name": "L4 pool", "scalable_nodes": 4, "scale_up_minutes": 6}, 4)
 NONE_FREE = Availability(capacity=2, allocated=2, free=0, largest_free=0)
 OTHERS = [(MIG1, Availability(2, 0, 2, 1)), (T4, Availability(4, 1, 3, 3)), (CPU_OFFERING, UNCOUNTED)]

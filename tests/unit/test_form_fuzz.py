@@ -32,6 +32,7 @@ EXAMPLES = int(os.environ.get("GPUSPAWNER_FUZZ_EXAMPLES", "1000"))
 DERANDOMIZE = os.environ.get("GPUSPAWNER_FUZZ_RANDOM") != "1"
 MAX_MESSAGE = 400
 
+# Not tests/offerings.py's: names with "·" and a group-only offering, for the form's escaping and refusals.
 H100 = offering_from_config({"slug": "h100", "kind": "full", "display_name": "H100 80GB", "counts": [1, 2, 4, 8]}, 0)
 MIG = offering_from_config({"slug": "mig-3g", "kind": "mig", "display_name": "A100 · MIG 3g.20gb", "profile": "3g.20gb"}, 1)
 SECRET = offering_from_config(

@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuspawner.offerings.config import offering_from_config
 from gpuspawner.pod.memguard import GuardDefaults, guard_changes, guard_for
+from tests.offerings import T4_SHARE
+from tests.offerings import offering as canonical
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
 
@@ -38,7 +39,7 @@ def test_it_guards_a_share_exactly_as_the_spawner_does():
     assert spec and spec.loader
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
-    offering = offering_from_config({"slug": "t4", "kind": "shared", "replicas": 4, "memory_mib": 16384}, 0)
+    offering = canonical(T4_SHARE, memory_mib=16384)
     expected = dict(guard_changes(guard_for(offering, GuardDefaults()), 1, "HOOK").env)
     assert gpu_check.guarded_env(16384, 4) == expected
     assert expected["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.093" and expected["GPUSPAWNER_MEMORY_MIB"] == "1536"

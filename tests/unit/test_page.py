@@ -14,6 +14,7 @@ ZURICH = ZoneInfo("Europe/Zurich")
 TUESDAY_NOON = datetime(2026, 11, 24, 12, 0, tzinfo=ZURICH)
 TUESDAY_NIGHT = datetime(2026, 11, 24, 22, 0, tzinfo=ZURICH)
 
+# Not tests/offerings.py's: the page's slugs, names, groups, windows and queue are what it asserts.
 H100 = offering_from_config(
     {
         "slug": "h100",

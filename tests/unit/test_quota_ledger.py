@@ -9,11 +9,12 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from gpuspawner.capacity.admission import ADMIT, REFUSE, Held, QuotaLedger, QuotaRequest, Quotas
 from gpuspawner.core.model import CPU_OFFERING
-from gpuspawner.offerings.config import offering_from_config
+from tests.offerings import H100 as H100_CONFIG
+from tests.offerings import MIG_1G, T4_SHARE, offering
 
-T4 = offering_from_config({"slug": "t4", "kind": "shared", "replicas": 4}, 0)
-MIG1 = offering_from_config({"slug": "mig1", "kind": "mig", "profile": "1g.5gb"}, 1)
-H100 = offering_from_config({"slug": "h100", "kind": "full", "counts": [1, 2, 4]}, 2)
+T4 = offering(T4_SHARE, 0)
+MIG1 = offering(MIG_1G, 1)
+H100 = offering(H100_CONFIG, 2, counts=[1, 2, 4])  # at most 4: the quotas below are 2 or 3 whole GPUs
 OFFERINGS = [T4, MIG1, H100]
 
 USER_LIMITS = {"total": 3, "full": 2}
