@@ -29,13 +29,13 @@ from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP
 from gpuspawner.culler.prometheus import PrometheusClient
 from gpuspawner.culler.transport import RetryPolicy, Transport
+from gpuspawner.devcluster.ports import free_port
 from gpuspawner.devcluster.prometheus import ScrapeJob
 from tests.culler.culler_fakes import (
     H100_MIG,
     MIXED_LOWER,
     SHARED_A100,
     FaultyProxy,
-    free_port,
     template,
 )
 from tests.culler.culler_hub import Hub, Jupyter, Records, in_process_culler, join_gpu_users

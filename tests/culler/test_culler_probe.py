@@ -20,11 +20,12 @@ from prometheus_client import CollectorRegistry, start_http_server
 from gpuspawner.culler.gpu_query import FB_USED, GpuQuerySettings
 from gpuspawner.culler.policy import KEEP, RECLAIM
 from gpuspawner.devcluster.nvmlstandin import GIB, FakeGpu, FakeNvmlLib, FakeProcess, ProcTree, cgroup_line, installed
+from gpuspawner.devcluster.ports import free_port
 from gpuspawner.devcluster.prometheus import ScrapeJob
 from gpuspawner.probe.collect import ProbeCollector, ProcReader
 from gpuspawner.probe.nvml import NvmlReader
 from gpuspawner.probe.pods import StaticPods
-from tests.culler.culler_fakes import SHARED_A100, free_port, template
+from tests.culler.culler_fakes import SHARED_A100, template
 from tests.culler.culler_hub import Hub, Jupyter, in_process_culler, join_gpu_users
 from tests.culler.culler_prom import Telemetry
 from tests.culler.test_culler_integration import SPAWNER

@@ -16,7 +16,7 @@ from tornado.httpserver import HTTPServer
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
 from gpuspawner.culler.transport import Transport
-from tests.culler.culler_fakes import free_port
+from gpuspawner.devcluster.ports import free_port
 from tests.culler.test_transport import FAST, Tokens, record
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -21,7 +21,7 @@ from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.records import ServerRecord
 from gpuspawner.culler.tokens import ServerTokens, TokenDeferred, TokenRefused, TokenUnavailable, server_scope
 from gpuspawner.culler.transport import RetryPolicy, Transport
-from tests.culler.culler_fakes import free_port
+from gpuspawner.devcluster.ports import free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 FAST = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, request_timeout=2)

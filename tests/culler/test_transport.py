@@ -17,7 +17,7 @@ from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.records import ServerRecord
 from gpuspawner.culler.transport import RequestFailed, RetryPolicy, Transport
-from tests.culler.culler_fakes import free_port
+from gpuspawner.devcluster.ports import free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 LOG = logging.getLogger("test.transport")
