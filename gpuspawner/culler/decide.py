@@ -128,22 +128,13 @@ def decide(
         stop_reason = IDLE if time_idle else MAX_AGE
         if aged and not time_idle:
             reasons.append(f"older than max_age {format_td(timedelta(seconds=policy.max_age))}")
-        if vetoes:
-            pass  # a keep; the vetoes are in the reasons
-        elif blocked:
+        why_not = vetoes or blocked or _why_not_stop(server, kernels, gpu, policy)
+        if not why_not:
+            return CullDecision(STOP, stop_reason=stop_reason, reasons=tuple(reasons), memory_mib=memory, inactive=inactive)
+        if blocked and not vetoes:
             reasons.append(blocked)
-        elif o.is_gpu and (gpu is None or not gpu.idle):
-            held.append("no GPU-based cull without a known-idle GPU view")
-        elif o.url and policy.require_kernel_view and not (kernels is not None and kernels.ok):
-            held.append("no cull without the server's kernel view (require_kernel_view)")
-        else:
-            return CullDecision(
-                STOP,
-                stop_reason=stop_reason,
-                reasons=tuple(reasons),
-                memory_mib=memory,
-                inactive=inactive,
-            )
+        elif not vetoes:
+            held.append(str(why_not))
 
     # --- the pod's word against the GPU's telemetry -------------------------
     gpu_idle_for = gpu_idle_past_limit(server, gpu, policy, now, gpu_idle_since)
@@ -390,3 +381,14 @@ def _observed(
         if gpu is not None and gpu.active:
             vetoes.append("GPU active in the window")
     return inactive, reasons, vetoes
+
+
+def _why_not_stop(server: ServerRecord, kernels: KernelView | None, gpu: PodGpuView | None, policy: Policy) -> str:
+    """Why an idle or aged server is held back rather than stopped ("" when nothing holds it):
+    unknown never justifies a cull."""
+    o = server.offering
+    if o.is_gpu and (gpu is None or not gpu.idle):
+        return "no GPU-based cull without a known-idle GPU view"
+    if o.url and policy.require_kernel_view and not (kernels is not None and kernels.ok):
+        return "no cull without the server's kernel view (require_kernel_view)"
+    return ""

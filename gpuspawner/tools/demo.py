@@ -101,28 +101,27 @@ def running_demo(
     extra_env: dict[str, str] | None = None,
     scrape_interval: str = "5s",
 ) -> Iterator[Demo]:
-    """Everything the demo runs, torn down on exit (also on errors and Ctrl-C)."""
+    """Everything the demo runs, torn down on exit (also on errors and Ctrl-C), in reverse order."""
     if not (REPO / "node_modules" / ".bin" / "configurable-http-proxy").exists():
         raise RuntimeError("configurable-http-proxy is missing: run `npm install` (or `make demo`) in the repository first")
     state = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
-    cluster = DevCluster(state / "cluster")
-    runner = None
-    telemetry = None
-    standin = None
-    prometheus = None
-    hub = None
-    hub_process = None
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, state, ignore_errors=True)
+        cluster = DevCluster(state / "cluster")
+        stack.callback(cluster.down, quiet=True)
         cluster.up(log=(lambda m: None) if quiet else print)
         kube = cluster.client()
         kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         seed_other_team(kube)
         runner = PodRunner(kube, root=state / "pods")
         runner.start()
+        stack.callback(runner.stop)
         # no GPU here: dcgm-exporter's rows for the GPU pods, from a stand-in
         standin = DcgmStandIn(access_log=state / "dcgm-exporter.access.log").start()
+        stack.callback(standin.stop)
         telemetry = SimulatedDCGM(kube, standin, step=1.0)
         telemetry.start()
+        stack.callback(telemetry.stop)
         culler_metrics_port = free_port()
         prometheus_token = secrets.token_hex(16)  # the hub's "prometheus" service: read:metrics only
         (state / "prometheus-token").write_text(prometheus_token)
@@ -136,6 +135,7 @@ def running_demo(
             rule_files=[RULES_FILE],
             scrape_interval=scrape_interval,
         ).start()
+        stack.callback(prometheus.stop)
         proxy_api_port = free_port()
         env = {
             **os.environ,
@@ -154,6 +154,7 @@ def running_demo(
         log_file = state / "jupyterhub.log"
         hub_process = HubProcess(state, port, hub_port, proxy_api_port, log_path=log_file)  # its config: CONFIG, from env
         hub = hub_process.launch(CONFIG, env)
+        stack.callback(_end_hub, hub_process, hub)
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/hub/health", 90, hub, log_file)
         yield Demo(
@@ -166,27 +167,19 @@ def running_demo(
             telemetry=telemetry,
             prometheus=prometheus,
         )
-    finally:
-        managed: list[tuple[int, int]] = []
-        if hub is not None and hub.poll() is None:
-            # The hub's managed services and its proxy run in sessions of their own: note them
-            # now, so that each is ended even if the hub does not stop it on its way out.
-            managed = descendants(hub.pid)
-        if hub_process is not None:
-            hub_process.end(timeout=30)  # the hub stops the proxy and its services; the proxy if left
-        for pid, started in managed:
-            if (process_stat(pid) or (0, None))[1] == started:  # still the same process
-                end_process(pid)
-        if runner is not None:
-            runner.stop()
-        if telemetry is not None:
-            telemetry.stop()
-        if prometheus is not None:
-            prometheus.stop()
-        if standin is not None:
-            standin.stop()
-        cluster.down(quiet=True)
-        shutil.rmtree(state, ignore_errors=True)
+
+
+def _end_hub(hub_process: HubProcess, hub: subprocess.Popen) -> None:
+    """Stop the demo's hub, its proxy and its managed services (the culler)."""
+    managed: list[tuple[int, int]] = []
+    if hub.poll() is None:
+        # The hub's managed services and its proxy run in sessions of their own: note them
+        # now, so that each is ended even if the hub does not stop it on its way out.
+        managed = descendants(hub.pid)
+    hub_process.end(timeout=30)  # the hub stops the proxy and its services; the proxy if left
+    for pid, started in managed:
+        if (process_stat(pid) or (0, None))[1] == started:  # still the same process
+            end_process(pid)
 
 
 #: a JupyterHub access-log line for a request that went well ("[I ... JupyterHub log:192] 200 GET ...")
