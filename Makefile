@@ -8,8 +8,9 @@
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md)
 #   make unit    the pure-Python tests only (needs Python alone: no Go, npm or Chromium)
 #   make labextension  rebuild the notebook's GPU view for JupyterLab (ui/labextension, npm)
-#                into gpuspawner/notebook_ext/labextension; the build is committed, so
-#                sites and CI need no npm (tests check it matches its sources)
+#                into gpuspawner/notebook_ext/labextension; the build backend builds it on
+#                install from a clean clone and into the wheel (never committed; tests check
+#                it matches its sources)
 #   make fuzz    >= 10,000 generated spawn requests through a real hub's REST API and form
 #                (tests/api/test_fuzz.py; CI runs a few hundred of them in `make test`)
 #
@@ -75,12 +76,8 @@ fuzz: install devcluster-build
 LABEXT := ui/labextension
 
 labextension: $(PYSTAMP)
-	cd $(LABEXT) && npm ci --no-audit --no-fund --loglevel=error && npx tsc
 	rm -rf gpuspawner/notebook_ext/labextension
-	cd $(LABEXT) && node node_modules/@jupyterlab/builder/lib/build-labextension.js \
-		--core-path "$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
-	$(PY) scripts/labextension_stamp.py --write
-	$(PY) -m pip install -q --no-deps -e .  # the venv's copy (share/jupyter/labextensions), which demo pods load
+	$(PY) -m pip install -q --no-deps -e .  # the build backend builds it (and the venv's copy, which demo pods load)
 
 $(PYSTAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

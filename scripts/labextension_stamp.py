@@ -1,9 +1,10 @@
 """The digest of the JupyterLab extension's sources, kept beside its committed build.
 
-The built extension (gpuspawner/notebook_ext/labextension) is committed so that neither a
-site nor CI needs npm. `make labextension` rebuilds it and writes this digest into
-``source.sha256`` there; tests/notebook_ext/test_labextension.py recomputes it, so a
-change to ui/labextension that was not rebuilt fails the tests, naming the command.
+The built extension (gpuspawner/notebook_ext/labextension) is made by the build backend
+(scripts/build_labextension.py, on install and wheel builds) once per checkout, and this
+digest is written into ``source.sha256`` there; tests/notebook_ext/test_labextension.py
+recomputes it, so a change to ui/labextension that was not rebuilt fails the tests, naming
+the command (`make labextension`).
 
     python scripts/labextension_stamp.py          # print the digest
     python scripts/labextension_stamp.py --write  # write it beside the build
@@ -32,7 +33,11 @@ def digest() -> str:
     return h.hexdigest()
 
 
+def write() -> None:
+    STAMP.write_text(digest() + "\n")
+
+
 if __name__ == "__main__":
     if "--write" in sys.argv[1:]:
-        STAMP.write_text(digest() + "\n")
+        write()
     print(digest())

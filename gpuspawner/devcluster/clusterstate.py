@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -90,8 +91,6 @@ class KubeHTTP:
 
 
 def kubeconfig_text(state: ClusterState, ca: Path) -> str:
-    import base64
-
     ca_data = base64.b64encode(ca.read_bytes()).decode()
     config = {
         "apiVersion": "v1",
