@@ -172,19 +172,6 @@ def build_pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Po
     }
 
 
-def claim_spec(claim: DeviceClaim, count: int = 1, request: str = "gpu") -> dict[str, Any]:
-    """The ``spec`` of a ResourceClaim (a template's ``spec.spec``) asking for ``count`` devices of ``claim``."""
-    exactly: dict[str, Any] = {"deviceClassName": claim.device_class, "allocationMode": "ExactCount", "count": count}
-    if claim.selectors:
-        exactly["selectors"] = [{"cel": {"expression": e}} for e in claim.selectors]
-    devices: dict[str, Any] = {"requests": [{"name": request, "exactly": exactly}]}
-    if claim.match_attributes:
-        devices["constraints"] = [{"requests": [request], "matchAttribute": a} for a in claim.match_attributes]
-    if claim.config:
-        devices["config"] = [{"requests": [request], "opaque": dict(c)} for c in claim.config]
-    return {"devices": devices}
-
-
 def _cel_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
