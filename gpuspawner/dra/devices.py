@@ -43,9 +43,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuspawner.core.cel import Selector, SelectorError, compile_selector, device_activation, parse_quantity
+from gpuspawner.core.cel import Selector, SelectorError, compile_selector, device_activation
 from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, UNCOUNTED, Availability, DeviceClaim, Offering
 from gpuspawner.core.nodeclass import mig_profile_parts
+from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.core.wording import mig_compute_phrase
 from gpuspawner.names import dranames as dn
 from gpuspawner.names.vocabulary import Isolation, Kind
@@ -232,7 +233,7 @@ def _mig_offering(product: str, profile: str, memory: str | None) -> Offering:
 def _mib(quantity: str | None) -> int | None:
     try:
         return int(parse_quantity(quantity) // MIB) if quantity is not None else None
-    except SelectorError:
+    except QuantityError:
         return None
 
 

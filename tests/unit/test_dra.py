@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuspawner.capacity.index import ClusterIndex
-from gpuspawner.core.cel import SelectorError, compile_selector, parse_quantity
+from gpuspawner.core.cel import SelectorError, compile_selector
 from gpuspawner.core.model import DeviceClaim, Offering
+from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.devcluster import dradriver as d
 from gpuspawner.dra.devices import DraState, build_pools, unmatched
 from gpuspawner.names import dranames as dn
@@ -180,7 +181,7 @@ def test_unknown_until_the_dra_streams_are_listed_and_without_the_class_nothing_
 def test_cel_errors_name_the_problem():
     with pytest.raises(SelectorError, match="does not compile"):
         compile_selector("device.attributes['gpu.nvidia.com'].productName ==")
-    with pytest.raises(SelectorError, match="not a Kubernetes quantity"):
+    with pytest.raises(QuantityError, match="not a Kubernetes quantity"):
         parse_quantity("40 GiB")
     # A selector that raises for a device (no such attribute) does not select it, as in Kubernetes.
     dra = state()
