@@ -73,12 +73,32 @@ class GuardSetting:
     user_env: bool | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class PodFields:
+    """The pod settings an offering carries beyond the GPU it asks for, declared once: an
+    :class:`Offering` holds them as the admin (or discovery) wrote them, and
+    :class:`gpuspawner.pod.podspec.PodChanges` holds what a spawn adds to KubeSpawner's settings.
+    Keyword-only, so a subclass's own fields may come first."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    #: Required node-affinity terms beyond ``node_selector`` (ORed terms of ANDed requirements):
+    #: what keeps a whole GPU off time-sliced, MPS, MIG and vGPU nodes of the same product.
+    node_affinity: Terms = ()
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    #: Words run before the notebook's command (e.g. a wrapper that sets the GPU up).
+    command_prefix: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
-class Offering:
+class Offering(PodFields):
     """One choice on the spawn page and everything needed to turn it into a pod.
 
     ``resources`` is per unit; a user picks ``count`` units out of ``counts``
-    (whole GPUs only; every other kind is exactly one unit).
+    (whole GPUs only; every other kind is exactly one unit). Its pod settings
+    (``node_selector``, ``env`` ...) are those of :class:`PodFields`.
     """
 
     slug: str
@@ -87,18 +107,9 @@ class Offering:
     description: str = ""
     resources: Mapping[str, int] = field(default_factory=dict)
     counts: tuple[int, ...] = (1,)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
     #: Node labels that must NOT be present (node affinity DoesNotExist), e.g. GKE's partition label
     #: for whole GPUs on a pool whose accelerator label MIG pools share.
     absent_labels: tuple[str, ...] = ()
-    #: Required node-affinity terms beyond ``node_selector`` (ORed terms of ANDed requirements):
-    #: what keeps a whole GPU off time-sliced, MPS, MIG and vGPU nodes of the same product.
-    node_affinity: Terms = ()
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    command_prefix: tuple[str, ...] = ()
     #: Served through Dynamic Resource Allocation instead of extended resources (None: device plugin).
     claim: DeviceClaim | None = None
     # What the user is told.

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspawner.core.model import DeviceClaim, Offering
+from gpuspawner.core.model import DeviceClaim, Offering, PodFields
 from gpuspawner.core.wording import offering_words
 from gpuspawner.names.dranames import RESOURCE_API
 from gpuspawner.names.selectors import Terms, terms_to_k8s
@@ -45,23 +45,11 @@ FORBIDDEN_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NV
 
 
 @dataclass(frozen=True)
-class PodChanges:
-    """What a chosen offering adds to KubeSpawner's pod settings."""
+class PodChanges(PodFields):
+    """What a chosen offering adds to KubeSpawner's pod settings: its :class:`PodFields` (with
+    ``node_affinity`` the offering's whole placement), its limits and its memory guard's part."""
 
     limits: Mapping[str, str] = field(default_factory=dict)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    #: Required node-affinity terms the pod must also meet (ORed terms of ANDed requirements):
-    #: labels that must be absent, or keep a whole GPU off shared and MIG nodes.
-    node_affinity: Terms = ()
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    command_prefix: tuple[str, ...] = ()
-    #: The devices to claim through Dynamic Resource Allocation (None: extended resources only).
-    claim: DeviceClaim | None = None
-    #: How many devices the claim asks for (the user's count).
-    claim_count: int = 0
     #: The memory guard's variables (set over the environment: see memguard.guarded_environment),
     #: without those the offering's own ``env`` sets (the admin's explicit word wins; JAX's
     #: fraction in either spelling counts as the same variable).
@@ -101,8 +89,6 @@ def pod_changes(offering: Offering, count: int = 1, guard: GuardChanges | None =
         annotations={**(guard.annotations if guard else {}), **offering.annotations},
         # the guard's first: its shell sets PYTHONPATH, then runs the offering's prefix and the server
         command_prefix=(*(guard.command_prefix if guard else ()), *offering.command_prefix),
-        claim=offering.claim,
-        claim_count=count if offering.claim is not None else 0,
         guard_env=without_jax_clash(guard.env, env) if guard else {},
         volumes=tuple(dict(v) for v in guard.volumes) if guard else (),
         volume_mounts=tuple(dict(m) for m in guard.volume_mounts) if guard else (),

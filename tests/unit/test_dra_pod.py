@@ -77,7 +77,9 @@ def test_pod_and_container_point_at_the_template_by_the_same_claim_name():
 def test_a_dra_offering_sets_no_limit_no_selector_and_tells_the_count():
     changes = pod_changes(DRA_H100, 2)
     assert dict(changes.limits) == {} and dict(changes.node_selector) == {} and changes.node_affinity == ()
-    assert changes.claim == H100 and changes.claim_count == 2
+    # What the spawner reads for the devices: the offering's claim and the user's count, into the template.
+    template = claim_template(DRA_H100.claim, 2, "p", {}, {})
+    assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 2
     assert changes.env["GPUSPAWNER_GPU_COUNT"] == "2"
 
 
