@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspawner.core.nodeclass import GPU
 from gpuspawner.core.wording import isolation_phrase
+from gpuspawner.names.nvidia import GPU
 from gpuspawner.names.selectors import Terms, absent, all_of, and_terms, terms_to_k8s
 from gpuspawner.names.vocabulary import Isolation, Kind
 

@@ -68,9 +68,6 @@ from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, SLUG_RE, DeviceClaim, 
 from gpuspawner.core.nodeclass import (
     GKE_ACCELERATOR_LABEL,
     GKE_PARTITION_LABEL,
-    GPU,
-    GPU_SHARED,
-    PRODUCT_LABEL,
     mig_profile_parts,
     mig_resource_name,
     whole_gpu_terms,
@@ -78,6 +75,7 @@ from gpuspawner.core.nodeclass import (
 from gpuspawner.core.windows import parse_window
 from gpuspawner.core.wording import mig_compute_phrase, share_phrase
 from gpuspawner.names import dranames as dn
+from gpuspawner.names.nvidia import GPU, GPU_SHARED, PRODUCT_LABEL
 from gpuspawner.names.vocabulary import AdmissionPolicy, Isolation, Kind
 from gpuspawner.offerings.entry import Entry, OfferingConfigError, as_list
 
