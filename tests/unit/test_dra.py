@@ -13,7 +13,8 @@ from gpuspawner.core.cel import SelectorError, compile_selector
 from gpuspawner.core.model import DeviceClaim, Offering
 from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.devcluster import dradriver as d
-from gpuspawner.dra.devices import DraState, build_pools, unmatched
+from gpuspawner.dra.devices import DraState, unmatched
+from gpuspawner.dra.slices import build_pools
 from gpuspawner.names import dranames as dn
 from gpuspawner.names.vocabulary import Kind
 from gpuspawner.offerings.config import offering_from_config
