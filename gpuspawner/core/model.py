@@ -44,16 +44,16 @@ class DeviceClaim:
     ``gpu.nvidia.com/productName``); ``config`` holds the driver's opaque configurations
     (``{"driver": ..., "parameters": {...}}``, e.g. NVIDIA's ``GpuConfig`` with a sharing
     strategy). An offering with a claim asks for no extended resource and selects no node:
-    the scheduler's allocator places it. ``shares``: how many pods one device serves (an
+    the scheduler's allocator places it. ``replicas``: how many pods one device serves (an
     admin's time-sliced or MPS share, where pods share one claim; 1: each claim has its devices
-    to itself).
+    to itself); the offering's ``replicas`` key, named as NVIDIA's sharing config names it.
     """
 
     device_class: str
     selectors: tuple[str, ...] = ()
     match_attributes: tuple[str, ...] = ()
     config: tuple[Mapping[str, Any], ...] = ()
-    shares: int = 1
+    replicas: int = 1
 
 
 @dataclass(frozen=True)
@@ -117,10 +117,11 @@ class Offering(PodFields):
     memory_mib: int | None = None
     compute_share: str = ""
     isolation: Isolation = Isolation.EXCLUSIVE
-    #: A time-sliced or MPS share: how many users share one GPU (the node's replicas; None: unknown),
+    #: A time-sliced or MPS share: how many users share one GPU (``replicas``, as the offering's
+    #: config key and NVIDIA's sharing config name it: the node's ``nvidia.com/gpu.replicas``; None: unknown),
     #: and how ("time-slicing" or "mps"; "" for other kinds). ``memory_mib`` is then the whole
     #: GPU's memory for time-slicing (nothing splits it) and one client's limit for MPS.
-    share_count: int | None = None
+    replicas: int | None = None
     sharing: str = ""
     #: The admin's settings of the cooperative memory limits (docs/memory-guard.md).
     memory_guard: GuardSetting = field(default_factory=GuardSetting)

@@ -12,7 +12,7 @@ as extended resources on nodes. :class:`DraState` keeps the slim facts of the th
 * **Free devices.** A device is taken when any ResourceClaim in the cluster has it in
   ``status.allocation.devices.results``, as the scheduler's allocator counts it, or when a
   spawn holds it as a reservation between admission and allocation. A shared offering (the
-  admin's time-sliced or MPS share, ``DeviceClaim.shares`` > 1) serves ``shares`` consumers
+  admin's time-sliced or MPS share, ``DeviceClaim.replicas`` > 1) serves ``replicas`` consumers
   per device: pods share one claim, and a claim with its sharing config has
   ``len(status.reservedFor)`` of them.
 * **Device plugin beside DRA.** A node whose ``status.allocatable`` advertises an
@@ -137,7 +137,7 @@ class DraState:
             return None
         claim = offering.claim
         assert claim is not None
-        if claim.shares > 1:
+        if claim.replicas > 1:
             self.reservations[key] = ((), offering.slug)
             return ""
         by_node: dict[str | None, list[Device]] = {}
@@ -204,7 +204,7 @@ class DraState:
         if any(d.shared_counters for d in devices):
             return UNCOUNTED  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
         taken = self.taken()
-        if claim.shares > 1:
+        if claim.replicas > 1:
             return self._shared_availability(offering, devices, taken)
         free_by_node: Counter[str | None] = Counter()
         for d in devices:
@@ -243,10 +243,10 @@ class DraState:
             mine = [k for k in facts.devices if k in keys]
             if mine and facts.config == config:
                 shared_devices.update(mine)
-                used += min(max(len(facts.consumers), 1), claim.shares)
+                used += min(max(len(facts.consumers), 1), claim.replicas)
         exclusive = sum(1 for k in keys if taken[k] and k not in shared_devices)
-        used += exclusive * claim.shares + sum(1 for _, slug in self.reservations.values() if slug == offering.slug)
-        capacity = len(keys) * claim.shares
+        used += exclusive * claim.replicas + sum(1 for _, slug in self.reservations.values() if slug == offering.slug)
+        capacity = len(keys) * claim.replicas
         free = max(capacity - used, 0)
         nodes = tuple(sorted({d.node or "" for d in devices}))
         return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=min(free, 1), nodes=nodes)

@@ -68,7 +68,7 @@ async def create_pod(spawner: Any, offering: Offering, pod: Any, request_timeout
     scheduled without it), given the pod as its owner after; a shared offering's pod joins a
     claim with room instead."""
     assert offering.claim is not None and spawner.choice is not None
-    if offering.claim.shares > 1:
+    if offering.claim.replicas > 1:
         return await _create_sharing(spawner, offering, pod, request_timeout, create)
     meta, templates = pod.metadata, claim_templates(spawner)
     template = claim_template(offering.claim, spawner.choice.count, spawner.pod_name, meta.labels or {}, meta.annotations or {})

@@ -91,7 +91,7 @@ class ClaimTemplates:
 
     async def shared_with_room(self, slug: str, claim: DeviceClaim, labels: Mapping[str, str]) -> str:
         """The name of a ResourceClaim of shared offering ``slug`` that fewer than
-        ``claim.shares`` pods use, made now if there is none.
+        ``claim.replicas`` pods use, made now if there is none.
 
         NVIDIA's driver shares a device between the pods of ONE claim (its ``GpuConfig``
         sharing applies to that claim's consumers), so the servers of a shared offering join
@@ -107,7 +107,7 @@ class ClaimTemplates:
         users = await self._users(slug)
         for item in sorted(json.loads(await response.read()).get("items") or [], key=lambda c: c["metadata"]["name"]):
             meta = item["metadata"]
-            if not meta.get("deletionTimestamp") and users.get(meta["name"], 0) < claim.shares:
+            if not meta.get("deletionTimestamp") and users.get(meta["name"], 0) < claim.replicas:
                 return str(meta["name"])
         manifest = {
             "apiVersion": RESOURCE_API,

@@ -306,7 +306,7 @@ def _shared(cls: GpuClass, labels: Mapping[str, str], common: dict[str, Any]) ->
         memory_mib=memory,
         compute_share=share_phrase(replicas, strategy) if replicas else f"a {how} share",
         isolation=Isolation.PARTIAL if strategy == "mps" else Isolation.NONE,
-        share_count=replicas or None,
+        replicas=replicas or None,
         sharing=strategy,
         **common,
     )

@@ -147,14 +147,14 @@ def test_reservations_hold_devices_until_the_claim_is_allocated_for_the_pod():
     assert index.availability(h100).free == 2
 
 
-def shared(shares: int = 4) -> Offering:
+def shared(replicas: int = 4) -> Offering:
     config = ({"driver": dn.DRIVER, "parameters": dn.sharing_config(dn.SHARING_TIME_SLICING, {"interval": "Long"})},)
     selector = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA L4'"
     return Offering(
         slug="l4-quarter",
         kind=Kind.SHARED,
         display_name="L4 quarter",
-        claim=DeviceClaim("gpu.nvidia.com", (selector,), config=config, shares=shares),
+        claim=DeviceClaim("gpu.nvidia.com", (selector,), config=config, replicas=replicas),
     )
 
 
@@ -251,7 +251,7 @@ def test_admin_mig_and_shared_offerings_build_the_drivers_config():
         },
         1,
     )
-    assert mps.claim is not None and mps.claim.shares == 2
+    assert mps.claim is not None and mps.claim.replicas == 2
     (config,) = mps.claim.config
     assert config["driver"] == "gpu.nvidia.com"
     assert config["parameters"] == {

@@ -136,3 +136,13 @@ def test_nvidias_names_are_the_device_plugins_and_the_dra_drivers_own():
         True,
         False,
     ]
+
+
+def test_pods_per_gpu_have_one_name_replicas_as_nvidias_sharing_config_and_the_offering_key():
+    from dataclasses import fields
+
+    from gpuspawner.core.model import DeviceClaim, Offering
+
+    for cls in (Offering, DeviceClaim):
+        names = {f.name for f in fields(cls)}
+        assert "replicas" in names and not names & {"share_count", "shares"}, cls.__name__
