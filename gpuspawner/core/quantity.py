@@ -14,25 +14,10 @@ import re
 from fractions import Fraction
 from typing import Any
 
-#: What each suffix multiplies the number by.
-SUFFIXES: dict[str, Fraction] = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 10**3),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
+#: What each suffix multiplies the number by: decimal (n, u, m, none, k, M .. E) and binary (Ki .. Ei).
+SUFFIXES: dict[str, Fraction] = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 10**3), "": Fraction(1)}
+SUFFIXES |= {prefix: Fraction(10 ** (3 * power)) for power, prefix in enumerate("kMGTPE", 1)}
+SUFFIXES |= {f"{prefix}i": Fraction(2 ** (10 * power)) for power, prefix in enumerate("KMGTPE", 1)}
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$")
 
 
