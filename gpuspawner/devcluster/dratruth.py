@@ -163,9 +163,7 @@ class Harness:
             }
             body = {"apiVersion": dn.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": f"held-{i}"}, "spec": spec}
             self.kube.request("POST", CLAIMS.format(ns="team-a"), body)
-            self.kube.request(
-                "POST", "/api/v1/namespaces/team-a/pods", claim_pod(f"held-{i}", {"name": CLAIM_NAME, "resourceClaimName": f"held-{i}"})
-            )
+            self.kube.request("POST", "/api/v1/namespaces/team-a/pods", claim_pod(f"held-{i}", {"resourceClaimName": f"held-{i}"}))
         await self._until(lambda: all(p["spec"].get("nodeName") for p in self._pods("team-a")), "other users' pods bound", 180)
 
     def _inventory_sees(self) -> bool:
@@ -206,14 +204,15 @@ class Harness:
 
 
 def claim_pod(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
-    """A notebook-like pod whose one container uses the claim ``claim_ref`` (its ``spec.resourceClaims[]``
-    entry: a resourceClaimName or, as a spawn's pod, :func:`~gpuspawner.pod.podspec.pod_claim`)."""
+    """A notebook-like pod whose one container uses the claim ``claim_ref`` names (resourceClaimName or
+    resourceClaimTemplateName; :func:`~gpuspawner.pod.podspec.pod_claim` as a spawned pod has it), under
+    the claim name a spawned pod uses."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "resourceClaims": [claim_ref],
+            "resourceClaims": [{"name": CLAIM_NAME, **claim_ref}],
             "containers": [{"name": "notebook", "image": "quay.io/jupyter/base-notebook", "resources": {"claims": [container_claim()]}}],
         },
     }
