@@ -7,7 +7,7 @@ their own claims. A live :class:`gpuspawner.hub.inventory.Inventory` (list and w
 pods, ResourceSlices, DeviceClasses and ResourceClaims) gives each discovered offering's free
 count; then, offering by offering, that many pods plus ``MORE`` are created, each with its own
 claim from the ResourceClaimTemplate a real spawn of the offering sends (the spawner's own
-:func:`gpuspawner.pod.podspec.claim_template`, referenced as its pods reference it), and the
+:func:`gpuspawner.dra.claimspec.claim_template`, referenced as its pods reference it), and the
 real scheduler decides: the offering agrees when the pods it binds equal the free count.
 
     python -m gpuspawner.devcluster.dratruth --states 100          # make dra-truth
@@ -32,9 +32,9 @@ from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, SimulatedDriver, node_devices
 from gpuspawner.devcluster.truth import Result, _seeds, on_devcluster
+from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.names import dranames as dn
 from gpuspawner.names.vocabulary import CLAIM_NAME
-from gpuspawner.pod.podspec import claim_template, container_claim, pod_claim
 
 MORE = 2
 NAMESPACES = ("team-a", "probe")
@@ -180,7 +180,7 @@ class Harness:
         for offering in self.inventory.index.dra.discovered():
             predicted = self.inventory.index.availability(offering).free or 0
             assert offering.claim is not None
-            # The template a real spawn of one unit sends: the spawner's own builder (podspec.claim_template).
+            # The template a real spawn of one unit sends: the spawner's own builder (claimspec.claim_template).
             template = claim_template(offering.claim, 1, offering.slug, {}, {})
             self.kube.request("POST", "/apis/resource.k8s.io/v1/namespaces/probe/resourceclaimtemplates", template)
             for i in range(predicted + MORE):
@@ -205,7 +205,7 @@ class Harness:
 
 def claim_pod(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
     """A notebook-like pod whose one container uses the claim ``claim_ref`` names (resourceClaimName or
-    resourceClaimTemplateName; :func:`~gpuspawner.pod.podspec.pod_claim` as a spawned pod has it), under
+    resourceClaimTemplateName; :func:`~gpuspawner.dra.claimspec.pod_claim` as a spawned pod has it), under
     the claim name a spawned pod uses."""
     return {
         "apiVersion": "v1",

@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes_asyncio.client.rest import ApiException
 
 from gpuspawner.core.model import Offering
+from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.hub.claims import ClaimTemplates
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, brief
 from gpuspawner.names.vocabulary import (
@@ -28,7 +29,6 @@ from gpuspawner.names.vocabulary import (
     RECORD_SHARED_CLAIM,
     Refusal,
 )
-from gpuspawner.pod.podspec import claim_template, container_claim, pod_claim
 
 #: KubeSpawner's pod creation (the spawner's ``super()._make_create_pod_request``).
 CreatePod = Callable[[Any, int], Awaitable[bool]]

@@ -1,5 +1,5 @@
 """The ResourceClaimTemplate of a DRA-backed notebook pod: made before the pod, owned by it,
-deleted with the server. The Kubernetes I/O of :mod:`gpuspawner.pod.podspec`'s template.
+deleted with the server. The Kubernetes I/O of :mod:`gpuspawner.dra.claimspec`'s template.
 
 Why a template rather than a ResourceClaim of our own (docs/dra.md, "Why a template"):
 Kubernetes' resourceclaim controller makes one ResourceClaim per pod from the template, owned
@@ -23,9 +23,10 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpuspawner.capacity.allocation import allocated_devices, pod_claim_name
 from gpuspawner.core.model import DeviceClaim
+from gpuspawner.dra.claimspec import device_claim_spec
 from gpuspawner.names.dranames import RESOURCE_API
 from gpuspawner.names.vocabulary import LABEL_OFFERING
-from gpuspawner.pod.podspec import device_claim_spec, hub_selector
+from gpuspawner.pod.podspec import hub_selector
 
 #: Label of a ResourceClaim shared by the servers of one shared DRA offering.
 SHARED_LABEL = "gpuspawner.io/shared-claim"

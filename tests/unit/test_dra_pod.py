@@ -11,9 +11,10 @@ import pytest
 
 from gpuspawner.capacity.allocation import allocated_devices, pod_claim_name
 from gpuspawner.core.model import DeviceClaim, Offering
+from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.hub.scheduling import unschedulable_reason
 from gpuspawner.names.vocabulary import Kind
-from gpuspawner.pod.podspec import claim_template, container_claim, pod_changes, pod_claim
+from gpuspawner.pod.podspec import pod_changes
 
 SHARING = {
     "driver": "gpu.nvidia.com",
