@@ -24,6 +24,7 @@ from gpuspawner.capacity.counts import NO_NOTEBOOK, Row, Tally
 from gpuspawner.core.fit import NodeFacts, holds_resources, pod_requests
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra.devices import DraState
+from gpuspawner.names.nvidia import PLUGIN_PREFIX
 from gpuspawner.names.vocabulary import KUBESPAWNER_USER_LABEL, LABEL_HUB, LABEL_OFFERING, Kind
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS, aggregate, node_offerings
 from gpuspawner.pod.notebook import Notebook
@@ -31,8 +32,6 @@ from gpuspawner.pod.notebook import Notebook
 #: Pods of a cluster ask for few distinct request sets: each is kept once.
 _INTERNED: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
 _INTERN_LIMIT = 50_000
-#: Extended resources of NVIDIA's device plugin (``nvidia.com/gpu``, ``nvidia.com/mig-...``, ``.shared``).
-PLUGIN_PREFIX = "nvidia.com/"
 
 
 def _interned(requests: dict[str, int]) -> Mapping[str, int]:

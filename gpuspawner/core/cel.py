@@ -28,42 +28,14 @@ from typing import Any
 import celpy
 import celpy.celtypes as ct
 
-_SUFFIXES = {
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 10**3),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$")
+from gpuspawner.core.quantity import parse_quantity
+
 _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:[-+].*)?$")
 
 
 class SelectorError(ValueError):
-    """A CEL expression that does not compile, or a value that is not a Kubernetes quantity/version."""
-
-
-def parse_quantity(text: Any) -> Fraction:
-    """A Kubernetes quantity (``40Gi``, ``81559Mi``, ``1.5``, ``2e3``, ``500m``) as an exact number."""
-    match = _QUANTITY.match(str(text).strip())
-    if not match:
-        raise SelectorError(f"{text!r} is not a Kubernetes quantity (e.g. 40Gi, 81559Mi, 2)")
-    number, exponent, suffix = match.groups()
-    value = Fraction(number)
-    if exponent:
-        return value * Fraction(10) ** int(exponent[1:])
-    return value * _SUFFIXES[suffix or ""]
+    """A CEL expression that does not compile, or a value that is not a semantic version
+    (a malformed quantity is a :class:`gpuspawner.core.quantity.QuantityError`)."""
 
 
 class Quantity(ct.StringType):

@@ -21,12 +21,11 @@ storage in bytes, the rest in units; ``pods`` is counted as a resource every pod
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.names.selectors import (
     UNSCHEDULABLE_TAINT,
     Terms,
@@ -41,25 +40,6 @@ PODS = "pods"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _NATIVE = frozenset({"cpu", "memory", PODS, "ephemeral-storage"})
 _POD_LEVEL = frozenset({"cpu", "memory"})
-_QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE]|)$")
-_SUFFIXES = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-}
 
 
 def counted_resource(name: str) -> bool:
@@ -74,18 +54,10 @@ def amount(resource: str, value: Any) -> int | None:
     """
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        number = Decimal(str(value))
-    else:
-        match = _QUANTITY_RE.match(str(value).strip())
-        if not match:
-            return None
-        digits, suffix = match.groups()
-        try:
-            scale = Decimal(f"1{suffix}") if suffix[:1] in ("e", "E") else _SUFFIXES[suffix]
-            number = Decimal(digits) * scale
-        except (InvalidOperation, KeyError):
-            return None
+    try:
+        number = parse_quantity(value)
+    except QuantityError:
+        return None
     if resource == "cpu":
         number *= 1000
     return int(math.ceil(number))

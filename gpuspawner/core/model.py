@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspawner.core.nodeclass import GPU
 from gpuspawner.core.wording import isolation_phrase
+from gpuspawner.names.nvidia import GPU
 from gpuspawner.names.selectors import Terms, absent, all_of, and_terms, terms_to_k8s
 from gpuspawner.names.vocabulary import Isolation, Kind
 
@@ -44,16 +44,16 @@ class DeviceClaim:
     ``gpu.nvidia.com/productName``); ``config`` holds the driver's opaque configurations
     (``{"driver": ..., "parameters": {...}}``, e.g. NVIDIA's ``GpuConfig`` with a sharing
     strategy). An offering with a claim asks for no extended resource and selects no node:
-    the scheduler's allocator places it. ``shares``: how many pods one device serves (an
+    the scheduler's allocator places it. ``replicas``: how many pods one device serves (an
     admin's time-sliced or MPS share, where pods share one claim; 1: each claim has its devices
-    to itself).
+    to itself); the offering's ``replicas`` key, named as NVIDIA's sharing config names it.
     """
 
     device_class: str
     selectors: tuple[str, ...] = ()
     match_attributes: tuple[str, ...] = ()
     config: tuple[Mapping[str, Any], ...] = ()
-    shares: int = 1
+    replicas: int = 1
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,32 @@ class GuardSetting:
     user_env: bool | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class PodFields:
+    """The pod settings an offering carries beyond the GPU it asks for, declared once: an
+    :class:`Offering` holds them as the admin (or discovery) wrote them, and
+    :class:`gpuspawner.pod.podspec.PodChanges` holds what a spawn adds to KubeSpawner's settings.
+    Keyword-only, so a subclass's own fields may come first."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    #: Required node-affinity terms beyond ``node_selector`` (ORed terms of ANDed requirements):
+    #: what keeps a whole GPU off time-sliced, MPS, MIG and vGPU nodes of the same product.
+    node_affinity: Terms = ()
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    #: Words run before the notebook's command (e.g. a wrapper that sets the GPU up).
+    command_prefix: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
-class Offering:
+class Offering(PodFields):
     """One choice on the spawn page and everything needed to turn it into a pod.
 
     ``resources`` is per unit; a user picks ``count`` units out of ``counts``
-    (whole GPUs only; every other kind is exactly one unit).
+    (whole GPUs only; every other kind is exactly one unit). Its pod settings
+    (``node_selector``, ``env`` ...) are those of :class:`PodFields`.
     """
 
     slug: str
@@ -87,18 +107,9 @@ class Offering:
     description: str = ""
     resources: Mapping[str, int] = field(default_factory=dict)
     counts: tuple[int, ...] = (1,)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
     #: Node labels that must NOT be present (node affinity DoesNotExist), e.g. GKE's partition label
     #: for whole GPUs on a pool whose accelerator label MIG pools share.
     absent_labels: tuple[str, ...] = ()
-    #: Required node-affinity terms beyond ``node_selector`` (ORed terms of ANDed requirements):
-    #: what keeps a whole GPU off time-sliced, MPS, MIG and vGPU nodes of the same product.
-    node_affinity: Terms = ()
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    command_prefix: tuple[str, ...] = ()
     #: Served through Dynamic Resource Allocation instead of extended resources (None: device plugin).
     claim: DeviceClaim | None = None
     # What the user is told.
@@ -106,10 +117,11 @@ class Offering:
     memory_mib: int | None = None
     compute_share: str = ""
     isolation: Isolation = Isolation.EXCLUSIVE
-    #: A time-sliced or MPS share: how many users share one GPU (the node's replicas; None: unknown),
+    #: A time-sliced or MPS share: how many users share one GPU (``replicas``, as the offering's
+    #: config key and NVIDIA's sharing config name it: the node's ``nvidia.com/gpu.replicas``; None: unknown),
     #: and how ("time-slicing" or "mps"; "" for other kinds). ``memory_mib`` is then the whole
     #: GPU's memory for time-slicing (nothing splits it) and one client's limit for MPS.
-    share_count: int | None = None
+    replicas: int | None = None
     sharing: str = ""
     #: The admin's settings of the cooperative memory limits (docs/memory-guard.md).
     memory_guard: GuardSetting = field(default_factory=GuardSetting)

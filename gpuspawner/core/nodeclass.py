@@ -37,6 +37,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuspawner.core.fit import NodeFacts
+from gpuspawner.names.nvidia import (
+    GPU,
+    GPU_SHARED,
+    MIG_PREFIX,
+    MIG_STATE_LABEL,
+    PRODUCT_LABEL,
+    REPLICAS_LABEL,
+    SHARING_LABEL,
+    VGPU_PRESENT_LABEL,
+    WORKLOAD_LABEL,
+)
 from gpuspawner.names.selectors import (
     NOT_IN,
     Req,
@@ -50,17 +61,6 @@ from gpuspawner.names.selectors import (
 )
 from gpuspawner.names.vocabulary import Kind
 
-GPU = "nvidia.com/gpu"
-GPU_SHARED = "nvidia.com/gpu.shared"
-MIG_PREFIX = "nvidia.com/mig-"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
-MEMORY_LABEL = "nvidia.com/gpu.memory"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
-WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
-VGPU_PRESENT_LABEL = "nvidia.com/vgpu.present"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
 GKE_SHARING_LABEL = "cloud.google.com/gke-gpu-sharing-strategy"

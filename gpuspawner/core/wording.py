@@ -68,7 +68,7 @@ def gb(mib: int) -> str:
     return f"{gib:.1f} GB"
 
 
-def memory_truth(kind: Kind, memory_mib: int | None, sharing: str = "", share_count: int | None = None, gpu: str = "") -> str:
+def memory_truth(kind: Kind, memory_mib: int | None, sharing: str = "", replicas: int | None = None, gpu: str = "") -> str:
     """What the GPU memory of an offering really is, and what enforces it ("" when not known).
 
     A time-sliced share: "about 4 GB of this Tesla T4's 16 GB, not enforced; other users share
@@ -80,11 +80,11 @@ def memory_truth(kind: Kind, memory_mib: int | None, sharing: str = "", share_co
         return ""
     this = f"this {gpu}'s" if gpu else "this GPU's"
     if kind is Kind.SHARED and sharing == "mps":
-        whole = f" of {this} {gb(memory_mib * share_count)}" if share_count else ""
+        whole = f" of {this} {gb(memory_mib * replicas)}" if replicas else ""
         return f"{gb(memory_mib)}{whole}, enforced by MPS; other users share its compute"
     if kind is Kind.SHARED:
-        if share_count:
-            return f"about {gb(memory_mib // share_count)} of {this} {gb(memory_mib)}, not enforced; other users share this GPU"
+        if replicas:
+            return f"about {gb(memory_mib // replicas)} of {this} {gb(memory_mib)}, not enforced; other users share this GPU"
         return f"{gb(memory_mib)} GPU memory shared with other users, not enforced"
     if kind is Kind.MIG:
         return f"MIG: {gb(memory_mib)}, enforced by the hardware"

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuspawner.names.nvidia import is_device_resource
 from gpuspawner.names.vocabulary import (
     GPU_KINDS,
     OFFERING_KEY,
@@ -84,7 +85,7 @@ class ServerOffering:
             return len(self.devices)
         n = 0
         for key, value in self.resources.items():
-            if key in ("nvidia.com/gpu", "nvidia.com/gpu.shared") or key.startswith("nvidia.com/mig-"):
+            if is_device_resource(key):
                 try:
                     n += int(value)
                 except ValueError:

@@ -6,8 +6,9 @@ republished at a newer generation), and other users' pods already hold random de
 their own claims. A live :class:`gpuspawner.hub.inventory.Inventory` (list and watch of nodes,
 pods, ResourceSlices, DeviceClasses and ResourceClaims) gives each discovered offering's free
 count; then, offering by offering, that many pods plus ``MORE`` are created, each with its own
-claim from the offering's ``DeviceClaim``, and the real scheduler decides: the offering agrees
-when the pods it binds equal the free count.
+claim from the ResourceClaimTemplate a real spawn of the offering sends (the spawner's own
+:func:`gpuspawner.dra.claimspec.claim_template`, referenced as its pods reference it), and the
+real scheduler decides: the offering agrees when the pods it binds equal the free count.
 
     python -m gpuspawner.devcluster.dratruth --states 100          # make dra-truth
     python -m gpuspawner.devcluster.dratruth --seeds 0-3 --json F  # what the test runs
@@ -31,7 +32,9 @@ from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, SimulatedDriver, node_devices
 from gpuspawner.devcluster.truth import Result, _seeds, on_devcluster
+from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.names import dranames as dn
+from gpuspawner.names.vocabulary import CLAIM_NAME
 
 MORE = 2
 NAMESPACES = ("team-a", "probe")
@@ -172,25 +175,19 @@ class Harness:
         return dra.synced and allocated == seen and slices == {k.split("/", 1)[1] for k in dra.slices}
 
     async def check(self, state: State) -> list[Result]:
-        from gpuspawner.dra.devices import claim_spec
-
         await self._until(self._inventory_sees, "the inventory to see the state")
         results = []
         for offering in self.inventory.index.dra.discovered():
             predicted = self.inventory.index.availability(offering).free or 0
             assert offering.claim is not None
-            template = {
-                "apiVersion": dn.RESOURCE_API,
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": offering.slug},
-                "spec": {"spec": claim_spec(offering.claim, 1)},
-            }
+            # The template a real spawn of one unit sends: the spawner's own builder (claimspec.claim_template).
+            template = claim_template(offering.claim, 1, offering.slug, {}, {})
             self.kube.request("POST", "/apis/resource.k8s.io/v1/namespaces/probe/resourceclaimtemplates", template)
             for i in range(predicted + MORE):
                 self.kube.request(
                     "POST",
                     "/api/v1/namespaces/probe/pods",
-                    claim_pod(f"{offering.slug[:40]}-{i}", {"resourceClaimTemplateName": offering.slug}),
+                    claim_pod(f"{offering.slug[:40]}-{i}", pod_claim(offering.slug)),
                 )
             await self._until(self._probes_settled, "every probe pod bound or refused", 180)
             placed = sum(1 for p in self._pods("probe") if p["spec"].get("nodeName"))
@@ -207,14 +204,16 @@ class Harness:
 
 
 def claim_pod(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
-    """A notebook-like pod whose one container uses the claim ``claim_ref`` names (resourceClaimName or resourceClaimTemplateName)."""
+    """A notebook-like pod whose one container uses the claim ``claim_ref`` names (resourceClaimName or
+    resourceClaimTemplateName; :func:`~gpuspawner.dra.claimspec.pod_claim` as a spawned pod has it), under
+    the claim name a spawned pod uses."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "resourceClaims": [{"name": "gpu", **claim_ref}],
-            "containers": [{"name": "notebook", "image": "quay.io/jupyter/base-notebook", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": CLAIM_NAME, **claim_ref}],
+            "containers": [{"name": "notebook", "image": "quay.io/jupyter/base-notebook", "resources": {"claims": [container_claim()]}}],
         },
     }
 

@@ -13,8 +13,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpuspawner.core.nodeclass import GPU, MIG_PREFIX, mig_profile_of
+from gpuspawner.core.nodeclass import mig_profile_of
 from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
+from gpuspawner.names.nvidia import GPU, MIG_PREFIX
 from gpuspawner.names.vocabulary import GPU_KINDS, LABEL_KIND, Kind
 
 SCRAPE = Path(__file__).with_name("dcgm-exporter-h100-mig.txt")

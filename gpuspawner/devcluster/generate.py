@@ -40,9 +40,20 @@ from gpuspawner.devcluster.gputables import (
     VGPU_PROFILES,
 )
 from gpuspawner.devcluster.nodes import KWOK_ANNOTATION, pod_cidr
-
-GPU = "nvidia.com/gpu"
-SHARED = "nvidia.com/gpu.shared"
+from gpuspawner.names.nvidia import (
+    COUNT_LABEL,
+    GPU,
+    GPU_SHARED,
+    MEMORY_LABEL,
+    MIG_PREFIX,
+    MIG_STATE_LABEL,
+    MIG_STRATEGY_LABEL,
+    PRODUCT_LABEL,
+    REPLICAS_LABEL,
+    SHARING_LABEL,
+    VGPU_PRESENT_LABEL,
+    WORKLOAD_LABEL,
+)
 
 
 @dataclass
@@ -80,22 +91,22 @@ class _Draw:
         self.labels.update(GFD_COMMON)
         self.labels.update(
             {
-                "nvidia.com/gpu.product": product,
-                "nvidia.com/gpu.count": str(count),
-                "nvidia.com/gpu.memory": str(memory),
+                PRODUCT_LABEL: product,
+                COUNT_LABEL: str(count),
+                MEMORY_LABEL: str(memory),
                 "nvidia.com/gpu.family": family,
                 "nvidia.com/gpu.compute.major": cc.split(".")[0],
                 "nvidia.com/gpu.compute.minor": cc.split(".")[1],
-                "nvidia.com/vgpu.present": "false",
+                VGPU_PRESENT_LABEL: "false",
                 "nvidia.com/mig.capable": "true" if product in MIG_PRODUCTS else "false",
             }
         )
         if not old:
-            self.labels["nvidia.com/gpu.replicas"] = str(replicas)
+            self.labels[REPLICAS_LABEL] = str(replicas)
             if strategy is not None:
-                self.labels["nvidia.com/gpu.sharing-strategy"] = strategy
+                self.labels[SHARING_LABEL] = strategy
         elif replicas > 1:
-            self.labels["nvidia.com/gpu.replicas"] = str(replicas)
+            self.labels[REPLICAS_LABEL] = str(replicas)
 
     def host(self, pods: int | None = None) -> None:
         rng = self.rng
@@ -140,7 +151,7 @@ def _whole(d: _Draw) -> None:
     old = rng.random() < 0.15
     d.gfd(product, count, old=old)
     if rng.random() < 0.1:  # only the product label survived (a partial or hand-made label set)
-        for key in ("nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy"):
+        for key in (REPLICAS_LABEL, SHARING_LABEL):
             d.labels.pop(key, None)
     d.allocatable[GPU] = str(count)
     d.truth[GPU] = "full"
@@ -154,20 +165,20 @@ def _mig_mixed(d: _Draw) -> None:
     layout_name, layout = rng.choice(list(PRODUCTS[product][3].items()))
     disabled = rng.choice([0, 0, 0, 1]) if count > 1 else 0  # GPUs left out of MIG: plain nvidia.com/gpu
     d.gfd(product, count)
-    d.labels.update({"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig.config": layout_name})
+    d.labels.update({MIG_STRATEGY_LABEL: "mixed", "nvidia.com/mig.config": layout_name})
     state = rng.choice(["success"] * 6 + ["pending", "rebooting", "failed", None])
     if state is not None:
-        d.labels["nvidia.com/mig.config.state"] = state
+        d.labels[MIG_STATE_LABEL] = state
     for profile, per_gpu in layout.items():
-        resource = f"nvidia.com/mig-{profile.replace('+', '.')}"
+        resource = f"{MIG_PREFIX}{profile.replace('+', '.')}"
         d.allocatable[resource] = str(per_gpu * (count - disabled))
         if rng.random() < 0.8:  # partial labels: some per-profile labels missing
             d.labels[f"{resource}.count"] = str(per_gpu * (count - disabled))
         d.truth[resource] = "mig" if state in ("success", None) else "hidden:mig-reconfiguring"
     if rng.random() < 0.15:
-        d.labels.pop("nvidia.com/mig.strategy")
+        d.labels.pop(MIG_STRATEGY_LABEL)
     if rng.random() < 0.1:  # a partial label set without the product: slices of an unnamed GPU
-        for key in ("nvidia.com/gpu.product", "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy"):
+        for key in (PRODUCT_LABEL, REPLICAS_LABEL, SHARING_LABEL):
             d.labels.pop(key, None)
     d.allocatable[GPU] = str(disabled)
     if disabled:
@@ -183,12 +194,12 @@ def _mig_single(d: _Draw) -> None:
     profile, per_gpu = next(iter(layout.items()))
     count = rng.choice([1, 2, 4])
     d.gfd(f"{product}-MIG-{profile}", count * per_gpu)
-    d.labels.update({"nvidia.com/mig.strategy": "single", "nvidia.com/mig.config": layout_name})
+    d.labels.update({MIG_STRATEGY_LABEL: "single", "nvidia.com/mig.config": layout_name})
     state = rng.choice(["success"] * 5 + ["pending", None])
     if state is not None:
-        d.labels["nvidia.com/mig.config.state"] = state
+        d.labels[MIG_STATE_LABEL] = state
     if rng.random() < 0.15:  # partial labels: no strategy label, the product still says -MIG-
-        d.labels.pop("nvidia.com/mig.strategy")
+        d.labels.pop(MIG_STRATEGY_LABEL)
     d.allocatable[GPU] = str(count * per_gpu)
     d.truth[GPU] = "mig" if state != "pending" else "hidden:mig-reconfiguring"
     d.scheme = f"MIG single {profile}" + (" (pending)" if state == "pending" else "")
@@ -205,7 +216,7 @@ def _shared(d: _Draw, mps: bool = False) -> None:
     d.gfd(product if renamed else f"{product}-SHARED", count, replicas, strategy, old=old)
     if mps:
         d.labels["nvidia.com/mps.capable"] = "true"
-    resource = SHARED if renamed else GPU
+    resource = GPU_SHARED if renamed else GPU
     d.allocatable[resource] = str(count * replicas)
     if renamed and rng.random() < 0.5:
         d.allocatable[GPU] = "0"
@@ -237,7 +248,7 @@ def _mid_change(d: _Draw) -> None:
 def _vgpu_guest(d: _Draw) -> None:
     product = d.rng.choice(VGPU_PROFILES)
     d.gfd(product, 1)
-    d.labels["nvidia.com/vgpu.present"] = "true"
+    d.labels[VGPU_PRESENT_LABEL] = "true"
     d.labels["nvidia.com/vgpu.host-driver-version"] = "550.54.10"
     d.allocatable[GPU] = "1"
     d.truth[GPU] = "vgpu"
@@ -271,7 +282,7 @@ def _fractional(d: _Draw) -> None:
 
 def _vm_host(d: _Draw) -> None:
     d.gfd(d.rng.choice(["NVIDIA-A10", "Tesla-T4"]), 2)
-    d.labels["nvidia.com/gpu.workload.config"] = d.rng.choice(["vm-passthrough", "vm-vgpu"])
+    d.labels[WORKLOAD_LABEL] = d.rng.choice(["vm-passthrough", "vm-vgpu"])
     d.allocatable[GPU] = "2"  # stale: the sandbox plugin serves VMs, not pods
     d.truth[GPU] = "hidden:vm-host"
     d.scheme = "VM host"
@@ -313,7 +324,7 @@ def _gke(d: _Draw) -> None:
             "topology.kubernetes.io/zone": "europe-west4-a",
         }
     )
-    d.taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
+    d.taints.append({"key": GPU, "value": "present", "effect": "NoSchedule"})
     count = rng.choice([1, 2, 4])
     mode = rng.choice(["whole", "whole", "partition", "sharing"] if accelerator in GKE_PARTITIONS else ["whole", "sharing"])
     if mode == "partition":
@@ -351,13 +362,13 @@ def _eks(d: _Draw) -> None:
         }
     )
     if rng.random() < 0.5:
-        d.taints.append({"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"})
+        d.taints.append({"key": GPU, "value": "true", "effect": "NoSchedule"})
     if rng.random() < 0.5:  # the GPU operator's GFD runs here too
         d.gfd(product, 1)
     d.allocatable[GPU] = "1"
     d.truth[GPU] = "full"
     d.host(pods)
-    d.scheme = "EKS" + (" + GFD" if "nvidia.com/gpu.product" in d.labels else "")
+    d.scheme = "EKS" + (" + GFD" if PRODUCT_LABEL in d.labels else "")
 
 
 def _aks(d: _Draw) -> None:
@@ -378,7 +389,7 @@ def _aks(d: _Draw) -> None:
     d.allocatable[GPU] = "1"
     d.truth[GPU] = "full"
     d.host(30)
-    d.scheme = "AKS" + (" + GFD" if "nvidia.com/gpu.product" in d.labels else "")
+    d.scheme = "AKS" + (" + GFD" if PRODUCT_LABEL in d.labels else "")
 
 
 # ---------------------------------------------------------------------------- the draw

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpuspawner.names.nvidia import GPU
+
 #: product -> (memory MiB, family, compute capability, MIG layouts {name: {profile: slices per GPU}})
 PRODUCTS: dict[str, tuple[int, str, str, dict[str, dict[str, int]]]] = {
     "NVIDIA-A100-SXM4-40GB": (
@@ -92,9 +94,9 @@ GFD_COMMON = {
 
 
 GPU_TAINTS = [
-    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
-    {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
-    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"},
+    {"key": GPU, "value": "present", "effect": "NoSchedule"},
+    {"key": GPU, "value": "true", "effect": "NoSchedule"},
+    {"key": GPU, "value": "present", "effect": "NoExecute"},
     {"key": "node-role.kubernetes.io/gpu", "value": "true", "effect": "NoSchedule"},
 ]
 

@@ -4,19 +4,15 @@ Dynamic Resource Allocation (``resource.k8s.io/v1``) publishes devices in Resour
 as extended resources on nodes. :class:`DraState` keeps the slim facts of the three kinds
 (fed per watch event by :class:`gpuspawner.hub.inventory.Inventory`, or from files by the CLI):
 
-* **Pools.** A driver publishes each pool (NVIDIA's: one per node, named after it) as
-  ``resourceSliceCount`` slices of one ``generation``. Only the highest generation of a pool
-  counts (older slices are being replaced); a pool with fewer slices of that generation than
-  its ``resourceSliceCount`` is *incomplete*: an offering with a device there has no free
-  count (unknown, never zero or full) until the rest arrive.
-* **Discovery.** NVIDIA's devices (driver ``gpu.nvidia.com``, :mod:`gpuspawner.names.dranames`)
-  become offerings grouped the way users choose: whole GPUs by product and memory (with
-  counts up to the most one node has), MIG devices by product and profile. Each asks for its
-  devices with CEL selectors on the driver's own attributes.
+* **Pools.** Only the current generation of a complete pool counts
+  (:mod:`gpuspawner.dra.slices`): an offering with a device in an incomplete pool has no
+  free count (unknown, never zero or full) until the rest arrive.
+* **Discovery.** NVIDIA's devices become offerings grouped the way users choose
+  (:mod:`gpuspawner.dra.discover`).
 * **Free devices.** A device is taken when any ResourceClaim in the cluster has it in
   ``status.allocation.devices.results``, as the scheduler's allocator counts it, or when a
   spawn holds it as a reservation between admission and allocation. A shared offering (the
-  admin's time-sliced or MPS share, ``DeviceClaim.shares`` > 1) serves ``shares`` consumers
+  admin's time-sliced or MPS share, ``DeviceClaim.replicas`` > 1) serves ``replicas`` consumers
   per device: pods share one claim, and a claim with its sharing config has
   ``len(status.reservedFor)`` of them.
 * **Device plugin beside DRA.** A node whose ``status.allocatable`` advertises an
@@ -37,216 +33,19 @@ as extended resources on nodes. :class:`DraState` keeps the slim facts of the th
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuspawner.core.cel import Selector, SelectorError, compile_selector, device_activation, parse_quantity
-from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, UNCOUNTED, Availability, DeviceClaim, Offering
-from gpuspawner.core.nodeclass import mig_profile_parts
-from gpuspawner.core.wording import mig_compute_phrase
-from gpuspawner.names import dranames as dn
-from gpuspawner.names.vocabulary import Isolation, Kind
-from gpuspawner.offerings.discovery import product_name
-
-MIB = 1024 * 1024
-#: A device's identity in claim results: (driver, pool, device name).
-DeviceKey = tuple[str, str, str]
-
-
-@dataclass(frozen=True)
-class Device:
-    """One device of a ResourceSlice, as selectors and the counts see it."""
-
-    driver: str
-    pool: str
-    name: str
-    node: str | None
-    attributes: Mapping[str, Mapping[str, Any]]
-    capacity: Mapping[str, Mapping[str, Any]]
-    activation: Any = field(default=None, compare=False, repr=False)
-    #: Partitionable (``consumesCounters``, e.g. dynamic MIG) or multi-allocatable
-    #: (``allowMultipleAllocations``): one claim does not simply take one device; not counted.
-    shared_counters: bool = False
-
-    @property
-    def key(self) -> DeviceKey:
-        return (self.driver, self.pool, self.name)
-
-    def attribute(self, name: str) -> Any:
-        """An attribute's value (string, int, bool or version text), by short or qualified name."""
-        raw = self.attributes.get(name) or self.attributes.get(dn.qualified(name)) or {}
-        for kind in ("string", "version", "int", "bool"):
-            if kind in raw:
-                return raw[kind]
-        return None
-
-    def quantity(self, name: str) -> str | None:
-        raw = self.capacity.get(name) or self.capacity.get(dn.qualified(name)) or {}
-        value = raw.get("value")
-        return None if value is None else str(value)
-
-
-@dataclass(frozen=True)
-class Pool:
-    """The current generation of one driver's pool."""
-
-    driver: str
-    name: str
-    generation: int
-    slice_count: int
-    slices_seen: int
-    devices: tuple[Device, ...]
-
-    @property
-    def complete(self) -> bool:
-        return self.slices_seen >= self.slice_count
-
-
-@dataclass(frozen=True)
-class ClaimFacts:
-    """What the counts need of one ResourceClaim."""
-
-    devices: tuple[DeviceKey, ...]
-    config: tuple[Mapping[str, Any], ...]
-    consumers: tuple[str, ...]
-
-    @classmethod
-    def from_claim(cls, claim: Mapping[str, Any]) -> ClaimFacts:
-        status = claim.get("status") or {}
-        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-        spec_config = ((claim.get("spec") or {}).get("devices") or {}).get("config") or []
-        return cls(
-            devices=tuple((r.get("driver", ""), r.get("pool", ""), r.get("device", "")) for r in results),
-            config=tuple(_opaque(c) for c in spec_config if c.get("opaque")),
-            consumers=tuple(str(r.get("name", "")) for r in status.get("reservedFor") or []),
-        )
-
-
-def _opaque(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    opaque = config.get("opaque") or {}
-    return {"driver": opaque.get("driver", ""), "parameters": opaque.get("parameters") or {}}
+from gpuspawner.core.cel import Selector, SelectorError, compile_selector
+from gpuspawner.core.model import UNCOUNTED, Availability, Offering
+from gpuspawner.dra.discover import discover
+from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey, Pool, build_pools
 
 
 def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def slice_devices(raw: Mapping[str, Any]) -> tuple[Device, ...]:
-    """The devices of one ResourceSlice (``resource.k8s.io/v1``: devices are flat)."""
-    spec = raw.get("spec") or {}
-    driver = spec.get("driver", "")
-    pool = (spec.get("pool") or {}).get("name", "")
-    node = spec.get("nodeName")
-    out = []
-    for dev in spec.get("devices") or []:
-        attributes = dev.get("attributes") or {}
-        capacity = dev.get("capacity") or {}
-        partitioned = bool(dev.get("consumesCounters") or dev.get("allowMultipleAllocations"))
-        activation = device_activation(driver, attributes, capacity)
-        out.append(Device(driver, pool, dev.get("name", ""), node, attributes, capacity, activation, partitioned))
-    return tuple(out)
-
-
-def build_pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Pool]:
-    """Group slices into pools, keeping only each pool's highest generation."""
-    best: dict[tuple[str, str], tuple[int, int, list[Mapping[str, Any]]]] = {}
-    for raw in slices:
-        spec = raw.get("spec") or {}
-        pool = spec.get("pool") or {}
-        key = (spec.get("driver", ""), pool.get("name", ""))
-        generation = int(pool.get("generation") or 0)
-        count = int(pool.get("resourceSliceCount") or 1)
-        found = best.get(key)
-        if found is None or generation > found[0]:
-            best[key] = (generation, count, [raw])
-        elif generation == found[0]:
-            found[2].append(raw)
-            best[key] = (generation, max(found[1], count), found[2])
-    return {
-        key: Pool(key[0], key[1], gen, count, len(raws), tuple(d for raw in raws for d in slice_devices(raw)))
-        for key, (gen, count, raws) in best.items()
-    }
-
-
-def claim_spec(claim: DeviceClaim, count: int = 1, request: str = "gpu") -> dict[str, Any]:
-    """The ``spec`` of a ResourceClaim (a template's ``spec.spec``) asking for ``count`` devices of ``claim``."""
-    exactly: dict[str, Any] = {"deviceClassName": claim.device_class, "allocationMode": "ExactCount", "count": count}
-    if claim.selectors:
-        exactly["selectors"] = [{"cel": {"expression": e}} for e in claim.selectors]
-    devices: dict[str, Any] = {"requests": [{"name": request, "exactly": exactly}]}
-    if claim.match_attributes:
-        devices["constraints"] = [{"requests": [request], "matchAttribute": a} for a in claim.match_attributes]
-    if claim.config:
-        devices["config"] = [{"requests": [request], "opaque": dict(c)} for c in claim.config]
-    return {"devices": devices}
-
-
-def _cel_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def attribute_equals(attribute: str, value: str) -> str:
-    """A CEL selector: the driver's ``attribute`` equals ``value``."""
-    return f"device.attributes[{_cel_string(dn.DRIVER)}].{attribute} == {_cel_string(value)}"
-
-
-def _slug(*parts: str) -> str:
-    text = re.sub(r"[^a-z0-9]+", "-", "-".join(p for p in parts if p).lower()).strip("-")
-    return text[:63].rstrip("-")
-
-
-def _display(product: str) -> str:
-    return product_name(product.replace(" ", "-"))
-
-
-def _gpu_offering(product: str, memory: str | None, most: int) -> Offering:
-    selectors = [attribute_equals(dn.ATTR_PRODUCT, product)]
-    if memory is not None:
-        selectors.append(f"device.capacity[{_cel_string(dn.DRIVER)}].{dn.CAP_MEMORY}.compareTo(quantity({_cel_string(memory)})) == 0")
-    name = _display(product)
-    return Offering(
-        slug=_slug("dra", "gpu", name),
-        kind=Kind.FULL,
-        display_name=name,
-        description=f"Whole {name} GPUs, not shared with anyone (allocated through Dynamic Resource Allocation).",
-        counts=tuple(c for c in (1, 2, 4, 8, 16) if c <= most) or (1,),
-        tolerations=(dict(DEFAULT_GPU_TOLERATION),),
-        claim=DeviceClaim(dn.CLASS_GPU, tuple(selectors), match_attributes=(dn.qualified(dn.ATTR_PRODUCT),)),
-        product=product,
-        memory_mib=_mib(memory),
-        compute_share="all of its compute",
-        isolation=Isolation.EXCLUSIVE,
-        source="dra",
-    )
-
-
-def _mig_offering(product: str, profile: str, memory: str | None) -> Offering:
-    name = _display(product)
-    parts = mig_profile_parts(profile)
-    return Offering(
-        slug=_slug("dra", "mig", name, profile),
-        kind=Kind.MIG,
-        display_name=f"{name} · MIG {profile}",
-        description=f"A MIG slice {profile} of an {name}: its own memory and compute, isolated in hardware.",
-        tolerations=(dict(DEFAULT_GPU_TOLERATION),),
-        claim=DeviceClaim(dn.CLASS_MIG, (attribute_equals(dn.ATTR_PRODUCT, product), attribute_equals(dn.ATTR_PROFILE, profile))),
-        product=product,
-        memory_mib=_mib(memory),
-        compute_share=mig_compute_phrase(parts[0]) if parts else "a MIG slice",
-        isolation=Isolation.HARDWARE,
-        source="dra",
-    )
-
-
-def _mib(quantity: str | None) -> int | None:
-    try:
-        return int(parse_quantity(quantity) // MIB) if quantity is not None else None
-    except SelectorError:
-        return None
 
 
 class DraState:
@@ -338,7 +137,7 @@ class DraState:
             return None
         claim = offering.claim
         assert claim is not None
-        if claim.shares > 1:
+        if claim.replicas > 1:
             self.reservations[key] = ((), offering.slug)
             return ""
         by_node: dict[str | None, list[Device]] = {}
@@ -373,32 +172,8 @@ class DraState:
     def discovered(self) -> list[Offering]:
         """NVIDIA's whole GPUs and MIG devices as offerings (complete or not: an incomplete pool still names them)."""
         if self._discovered is None:
-            self._discovered = self._discover()
+            self._discovered = discover(self.devices(complete_only=False))
         return self._discovered
-
-    def _discover(self) -> list[Offering]:
-        gpus: dict[tuple[str, str | None], Counter[str | None]] = {}
-        migs: dict[tuple[str, str], str | None] = {}
-        for device in self.devices(complete_only=False):
-            if device.driver != dn.DRIVER:
-                continue
-            kind, product = device.attribute(dn.ATTR_TYPE), device.attribute(dn.ATTR_PRODUCT)
-            if not isinstance(product, str):
-                continue
-            if kind == dn.TYPE_GPU:
-                gpus.setdefault((product, device.quantity(dn.CAP_MEMORY)), Counter())[device.node] += 1
-            elif kind == dn.TYPE_MIG and isinstance(profile := device.attribute(dn.ATTR_PROFILE), str):
-                migs.setdefault((product, profile), device.quantity(dn.CAP_MEMORY))
-        out = [_gpu_offering(product, memory, max(per_node.values())) for (product, memory), per_node in gpus.items()]
-        out += [_mig_offering(product, profile, memory) for (product, profile), memory in migs.items()]
-        seen: set[str] = set()
-        unique = []
-        for offering in sorted(out, key=lambda o: (o.kind is not Kind.MIG, o.memory_mib or 0, o.slug)):
-            if offering.slug in seen:  # same product name, other memory: keep both apart
-                offering = replace(offering, slug=_slug(offering.slug, str(offering.memory_mib)))
-            seen.add(offering.slug)
-            unique.append(offering)
-        return unique
 
     def matching(self, offering: Offering, complete_only: bool = True) -> tuple[Device, ...]:
         """The devices ``offering``'s claim selects: its class's selectors and its own, all true."""
@@ -429,7 +204,7 @@ class DraState:
         if any(d.shared_counters for d in devices):
             return UNCOUNTED  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
         taken = self.taken()
-        if claim.shares > 1:
+        if claim.replicas > 1:
             return self._shared_availability(offering, devices, taken)
         free_by_node: Counter[str | None] = Counter()
         for d in devices:
@@ -468,10 +243,10 @@ class DraState:
             mine = [k for k in facts.devices if k in keys]
             if mine and facts.config == config:
                 shared_devices.update(mine)
-                used += min(max(len(facts.consumers), 1), claim.shares)
+                used += min(max(len(facts.consumers), 1), claim.replicas)
         exclusive = sum(1 for k in keys if taken[k] and k not in shared_devices)
-        used += exclusive * claim.shares + sum(1 for _, slug in self.reservations.values() if slug == offering.slug)
-        capacity = len(keys) * claim.shares
+        used += exclusive * claim.replicas + sum(1 for _, slug in self.reservations.values() if slug == offering.slug)
+        capacity = len(keys) * claim.replicas
         free = max(capacity - used, 0)
         nodes = tuple(sorted({d.node or "" for d in devices}))
         return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=min(free, 1), nodes=nodes)

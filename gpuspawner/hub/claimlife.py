@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes_asyncio.client.rest import ApiException
 
 from gpuspawner.core.model import Offering
+from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.hub.claims import ClaimTemplates
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, brief
 from gpuspawner.names.vocabulary import (
@@ -28,7 +29,6 @@ from gpuspawner.names.vocabulary import (
     RECORD_SHARED_CLAIM,
     Refusal,
 )
-from gpuspawner.pod.podspec import claim_template, container_claim, pod_claim
 
 #: KubeSpawner's pod creation (the spawner's ``super()._make_create_pod_request``).
 CreatePod = Callable[[Any, int], Awaitable[bool]]
@@ -68,7 +68,7 @@ async def create_pod(spawner: Any, offering: Offering, pod: Any, request_timeout
     scheduled without it), given the pod as its owner after; a shared offering's pod joins a
     claim with room instead."""
     assert offering.claim is not None and spawner.choice is not None
-    if offering.claim.shares > 1:
+    if offering.claim.replicas > 1:
         return await _create_sharing(spawner, offering, pod, request_timeout, create)
     meta, templates = pod.metadata, claim_templates(spawner)
     template = claim_template(offering.claim, spawner.choice.count, spawner.pod_name, meta.labels or {}, meta.annotations or {})

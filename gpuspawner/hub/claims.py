@@ -1,5 +1,5 @@
 """The ResourceClaimTemplate of a DRA-backed notebook pod: made before the pod, owned by it,
-deleted with the server. The Kubernetes I/O of :mod:`gpuspawner.pod.podspec`'s template.
+deleted with the server. The Kubernetes I/O of :mod:`gpuspawner.dra.claimspec`'s template.
 
 Why a template rather than a ResourceClaim of our own (docs/dra.md, "Why a template"):
 Kubernetes' resourceclaim controller makes one ResourceClaim per pod from the template, owned
@@ -23,9 +23,10 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpuspawner.capacity.allocation import allocated_devices, pod_claim_name
 from gpuspawner.core.model import DeviceClaim
+from gpuspawner.dra.claimspec import device_claim_spec
 from gpuspawner.names.dranames import RESOURCE_API
 from gpuspawner.names.vocabulary import LABEL_OFFERING
-from gpuspawner.pod.podspec import device_claim_spec, hub_selector
+from gpuspawner.pod.podspec import hub_selector
 
 #: Label of a ResourceClaim shared by the servers of one shared DRA offering.
 SHARED_LABEL = "gpuspawner.io/shared-claim"
@@ -91,7 +92,7 @@ class ClaimTemplates:
 
     async def shared_with_room(self, slug: str, claim: DeviceClaim, labels: Mapping[str, str]) -> str:
         """The name of a ResourceClaim of shared offering ``slug`` that fewer than
-        ``claim.shares`` pods use, made now if there is none.
+        ``claim.replicas`` pods use, made now if there is none.
 
         NVIDIA's driver shares a device between the pods of ONE claim (its ``GpuConfig``
         sharing applies to that claim's consumers), so the servers of a shared offering join
@@ -107,7 +108,7 @@ class ClaimTemplates:
         users = await self._users(slug)
         for item in sorted(json.loads(await response.read()).get("items") or [], key=lambda c: c["metadata"]["name"]):
             meta = item["metadata"]
-            if not meta.get("deletionTimestamp") and users.get(meta["name"], 0) < claim.shares:
+            if not meta.get("deletionTimestamp") and users.get(meta["name"], 0) < claim.replicas:
                 return str(meta["name"])
         manifest = {
             "apiVersion": RESOURCE_API,

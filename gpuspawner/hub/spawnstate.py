@@ -85,7 +85,7 @@ def server_record(state: SpawnState, pod: str, namespace: str, url: str | None =
         RECORD_POD: pod,
         RECORD_NAMESPACE: namespace,
         RECORD_URL: url or state.record_url,
-        **({RECORD_CLAIM_TEMPLATE: pod} if offering.claim is not None and offering.claim.shares == 1 else {}),
+        **({RECORD_CLAIM_TEMPLATE: pod} if offering.claim is not None and offering.claim.replicas == 1 else {}),
         **({RECORD_SHARED_CLAIM: state.shared_claim} if state.shared_claim else {}),
         **({RECORD_DEVICES: state.devices} if state.devices is not None else {}),
     }

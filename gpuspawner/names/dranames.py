@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuspawner.names.nvidia import GPU
+
 #: The Kubernetes API group and version of ResourceSlices, DeviceClasses and ResourceClaims.
 RESOURCE_API = "resource.k8s.io/v1"
 
@@ -30,7 +32,7 @@ TYPE_VFIO = "vfio"
 
 #: The extended resource the gpu class maps to (``spec.extendedResourceName``, v1 only):
 #: a pod asking for ``nvidia.com/gpu`` may then be served by a DRA GPU.
-EXTENDED_RESOURCE = "nvidia.com/gpu"
+EXTENDED_RESOURCE = GPU
 
 #: Attribute names (unqualified: the driver publishes them under its own domain).
 ATTR_TYPE = "type"

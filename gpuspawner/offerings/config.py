@@ -68,9 +68,6 @@ from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, SLUG_RE, DeviceClaim, 
 from gpuspawner.core.nodeclass import (
     GKE_ACCELERATOR_LABEL,
     GKE_PARTITION_LABEL,
-    GPU,
-    GPU_SHARED,
-    PRODUCT_LABEL,
     mig_profile_parts,
     mig_resource_name,
     whole_gpu_terms,
@@ -78,6 +75,7 @@ from gpuspawner.core.nodeclass import (
 from gpuspawner.core.windows import parse_window
 from gpuspawner.core.wording import mig_compute_phrase, share_phrase
 from gpuspawner.names import dranames as dn
+from gpuspawner.names.nvidia import GPU, GPU_SHARED, PRODUCT_LABEL
 from gpuspawner.names.vocabulary import AdmissionPolicy, Isolation, Kind
 from gpuspawner.offerings.entry import Entry, OfferingConfigError, as_list
 
@@ -186,7 +184,7 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
         groups=entry.str_list("groups"),
         users=entry.str_list("users"),
         hidden=entry.flag("hidden", False),
-        share_count=fields.get("share_count"),
+        replicas=fields.get("replicas"),
         sharing=fields.get("sharing", ""),
         memory_guard=entry.memory_guard(),
         source="config",
@@ -231,10 +229,10 @@ def dra_claim(entry: Entry, kind: Kind, product: str | None) -> DeviceClaim:
             "dra", f"['match_attributes'] must be a list of attribute names such as 'gpu.nvidia.com/productName', got {match!r}"
         )
     config: tuple[Mapping[str, Any], ...] = ()
-    shares = 1
+    replicas = 1
     if kind is Kind.SHARED:
-        shares = entry.positive_int("replicas") if "replicas" in entry.raw else 0
-        if not shares:
+        replicas = entry.positive_int("replicas") if "replicas" in entry.raw else 0
+        if not replicas:
             raise entry.fail(
                 "replicas", "is required for a DRA shared offering: how many notebooks share one device (they share one claim)"
             )
@@ -253,7 +251,7 @@ def dra_claim(entry: Entry, kind: Kind, product: str | None) -> DeviceClaim:
             settings = dict(raw["mps"])
         parameters = dn.sharing_config(strategy, settings, mig=device_class == dn.CLASS_MIG)
         config = ({"driver": dn.DRIVER, "parameters": parameters},)
-    return DeviceClaim(device_class, tuple(selectors), tuple(match), config, shares)
+    return DeviceClaim(device_class, tuple(selectors), tuple(match), config, replicas)
 
 
 def _quoted(value: str) -> str:
@@ -321,7 +319,7 @@ def _derive(kind: Kind, entry: Entry, product: str | None, fields: dict[str, Any
     replicas = entry.positive_int("replicas") if "replicas" in entry.raw else None
     rename = entry.flag("rename_by_default", True)
     fields["isolation"] = Isolation.PARTIAL if sharing == "mps" else Isolation.NONE
-    fields["sharing"], fields["share_count"] = sharing, replicas
+    fields["sharing"], fields["replicas"] = sharing, replicas
     if replicas:
         fields["compute_share"] = share_phrase(replicas, sharing)
     if rename:

@@ -31,17 +31,14 @@ from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, Offering
 from gpuspawner.core.nodeclass import (
     GKE_MAX_CLIENTS_LABEL,
     GKE_SHARING_LABEL,
-    GPU,
     INSTANCE_TYPE_LABEL,
-    MEMORY_LABEL,
-    REPLICAS_LABEL,
-    SHARING_LABEL,
     GpuClass,
     mig_profile_parts,
     mig_resource_name,
     node_classes,
 )
 from gpuspawner.core.wording import mig_compute_phrase, share_phrase
+from gpuspawner.names.nvidia import GPU, MEMORY_LABEL, REPLICAS_LABEL, SHARING_LABEL
 from gpuspawner.names.selectors import HARD_EFFECTS, Terms, all_of, and_terms, any_of, equals, factor, tolerates
 from gpuspawner.names.vocabulary import Isolation, Kind
 
@@ -309,7 +306,7 @@ def _shared(cls: GpuClass, labels: Mapping[str, str], common: dict[str, Any]) ->
         memory_mib=memory,
         compute_share=share_phrase(replicas, strategy) if replicas else f"a {how} share",
         isolation=Isolation.PARTIAL if strategy == "mps" else Isolation.NONE,
-        share_count=replicas or None,
+        replicas=replicas or None,
         sharing=strategy,
         **common,
     )

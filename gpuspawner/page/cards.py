@@ -75,7 +75,7 @@ def option_views(
                     offering.kind,
                     offering.memory_mib,
                     offering.sharing,
-                    offering.share_count,
+                    offering.replicas,
                     product_name(offering.product) if offering.product else "",
                 ),
                 compute_share=offering.compute_share,

@@ -150,7 +150,7 @@ def gpu_memory_mib(offering: Offering) -> int | None:
     if memory is None:
         return None
     if offering.kind is Kind.SHARED and offering.sharing == "mps":
-        return memory * offering.share_count if offering.share_count else None  # memory_mib is one client's
+        return memory * offering.replicas if offering.replicas else None  # memory_mib is one client's
     if offering.kind is Kind.CUSTOM:
         return None  # memory_mib says what the site's resource gives, not the GPU's size
     return memory
@@ -177,16 +177,16 @@ def guard_for(offering: Offering, defaults: GuardDefaults) -> Guard | None:
     fraction = _floor(setting.fraction) if setting.fraction is not None else None
     cap_mib = int(gpu_mib * fraction) if gpu_mib and fraction else None
     process_mib = None
-    if fraction is None and offering.kind is Kind.SHARED and offering.share_count:
+    if fraction is None and offering.kind is Kind.SHARED and offering.replicas:
         if gpu_mib:
-            process_mib = gpu_mib // offering.share_count // PROCESSES
+            process_mib = gpu_mib // offering.replicas // PROCESSES
             cap_mib = max(process_mib - CONTEXT_MIB, process_mib // 2)
             fraction = _floor(cap_mib / gpu_mib)
         else:  # the GPU's size unknown: no room can be kept for the contexts
-            fraction = _floor(1 / (offering.share_count * PROCESSES))
+            fraction = _floor(1 / (offering.replicas * PROCESSES))
     if offering.kind is Kind.CUSTOM and fraction and offering.memory_mib:
         cap_mib = offering.memory_mib
-    mps = offering.share_count if offering.kind is Kind.SHARED and offering.sharing == "mps" else None
+    mps = offering.replicas if offering.kind is Kind.SHARED and offering.sharing == "mps" else None
     user_env = setting.user_env if setting.user_env is not None else defaults.user_env
     return Guard(fraction=fraction, cap_mib=cap_mib, gpu_mib=gpu_mib, mps_share=mps, user_env=user_env, process_mib=process_mib)
 

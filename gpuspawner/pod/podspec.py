@@ -8,10 +8,7 @@ profile made, as new values (the site's own are never changed: docs/architecture
 "The pod settings").
 
 An offering served through Dynamic Resource Allocation (``Offering.claim``) asks for no
-extended resource: :func:`claim_template` is the ``ResourceClaimTemplate`` (resource.k8s.io/v1)
-its pod points at, and :func:`pod_claim` / :func:`container_claim` are the two references
-(the pod's ``spec.resourceClaims[]`` and the notebook container's ``resources.claims[]``).
-Field names are the Kubernetes v1 API's; docs/dra.md explains the choice of a template.
+extended resource: its pod's claim is :mod:`gpuspawner.dra.claimspec`'s.
 """
 
 from __future__ import annotations
@@ -22,13 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspawner.core.model import DeviceClaim, Offering
+from gpuspawner.core.model import Offering, PodFields
 from gpuspawner.core.wording import offering_words
-from gpuspawner.names.dranames import RESOURCE_API
 from gpuspawner.names.selectors import Terms, terms_to_k8s
 from gpuspawner.names.vocabulary import (
     ANNOTATION_HUB_USER,
-    CLAIM_NAME,
     ENV_COUNT,
     ENV_DISPLAY_NAME,
     ENV_KIND,
@@ -45,23 +40,11 @@ FORBIDDEN_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NV
 
 
 @dataclass(frozen=True)
-class PodChanges:
-    """What a chosen offering adds to KubeSpawner's pod settings."""
+class PodChanges(PodFields):
+    """What a chosen offering adds to KubeSpawner's pod settings: its :class:`PodFields` (with
+    ``node_affinity`` the offering's whole placement), its limits and its memory guard's part."""
 
     limits: Mapping[str, str] = field(default_factory=dict)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    #: Required node-affinity terms the pod must also meet (ORed terms of ANDed requirements):
-    #: labels that must be absent, or keep a whole GPU off shared and MIG nodes.
-    node_affinity: Terms = ()
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    command_prefix: tuple[str, ...] = ()
-    #: The devices to claim through Dynamic Resource Allocation (None: extended resources only).
-    claim: DeviceClaim | None = None
-    #: How many devices the claim asks for (the user's count).
-    claim_count: int = 0
     #: The memory guard's variables (set over the environment: see memguard.guarded_environment),
     #: without those the offering's own ``env`` sets (the admin's explicit word wins; JAX's
     #: fraction in either spelling counts as the same variable).
@@ -101,8 +84,6 @@ def pod_changes(offering: Offering, count: int = 1, guard: GuardChanges | None =
         annotations={**(guard.annotations if guard else {}), **offering.annotations},
         # the guard's first: its shell sets PYTHONPATH, then runs the offering's prefix and the server
         command_prefix=(*(guard.command_prefix if guard else ()), *offering.command_prefix),
-        claim=offering.claim,
-        claim_count=count if offering.claim is not None else 0,
         guard_env=without_jax_clash(guard.env, env) if guard else {},
         volumes=tuple(dict(v) for v in guard.volumes) if guard else (),
         volume_mounts=tuple(dict(m) for m in guard.volume_mounts) if guard else (),
@@ -202,55 +183,6 @@ def default_hub_id(environ: Mapping[str, str]) -> str:
         digest = hashlib.sha256(value.encode()).hexdigest()[:10]
         value = f"{value[:52].rstrip('-_.')}-{digest}"
     return value
-
-
-def device_claim_spec(claim: DeviceClaim, count: int) -> dict[str, Any]:
-    """A ResourceClaim's ``spec`` for ``count`` devices of ``claim``: one request, named
-    :data:`~gpuspawner.names.vocabulary.CLAIM_NAME`, that the constraints and configs apply to.
-
-    The count is the claim's (``allocationMode: ExactCount``), so "2 GPUs of one product on
-    one node" is the allocator's job (``matchAttribute``), not a node selector's.
-    """
-    if count < 1:
-        raise ValueError(f"a device claim needs a count of at least 1, not {count}")
-    exactly: dict[str, Any] = {"deviceClassName": claim.device_class, "allocationMode": "ExactCount", "count": count}
-    if claim.selectors:
-        exactly["selectors"] = [{"cel": {"expression": expression}} for expression in claim.selectors]
-    devices: dict[str, Any] = {"requests": [{"name": CLAIM_NAME, "exactly": exactly}]}
-    if claim.match_attributes:
-        devices["constraints"] = [{"requests": [CLAIM_NAME], "matchAttribute": name} for name in claim.match_attributes]
-    if claim.config:
-        devices["config"] = [
-            {"requests": [CLAIM_NAME], "opaque": {"driver": config["driver"], "parameters": dict(config["parameters"])}}
-            for config in claim.config
-        ]
-    return {"devices": devices}
-
-
-def claim_template(claim: DeviceClaim, count: int, name: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, Any]:
-    """The ``ResourceClaimTemplate`` named ``name`` for ``count`` devices of ``claim``.
-
-    ``labels`` and ``annotations`` (the pod's: whose server it is, which offering) go on the
-    template and, through ``spec.metadata``, on the ResourceClaim Kubernetes makes from it,
-    so the orphan reconciler and a person with kubectl can tell whose GPU it is.
-    """
-    meta = {"labels": dict(labels), "annotations": dict(annotations)}
-    return {
-        "apiVersion": RESOURCE_API,
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, **meta},
-        "spec": {"metadata": meta, "spec": device_claim_spec(claim, count)},
-    }
-
-
-def pod_claim(template_name: str) -> dict[str, str]:
-    """The pod's ``spec.resourceClaims[]`` entry: a claim made for this pod from ``template_name``."""
-    return {"name": CLAIM_NAME, "resourceClaimTemplateName": template_name}
-
-
-def container_claim() -> dict[str, str]:
-    """The notebook container's ``resources.claims[]`` entry: it gets the claim's devices."""
-    return {"name": CLAIM_NAME}
 
 
 def merge_tolerations(base: list[Mapping[str, Any]], extra: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ from gpuspawner.devcluster.hub import HubProcess, end_process
 from gpuspawner.devcluster.podrunner import PodRunner
 from gpuspawner.devcluster.ports import free_port
 from gpuspawner.devcluster.prometheus import RULES_FILE, Prometheus, ScrapeJob
+from gpuspawner.names.nvidia import GPU, GPU_SHARED, MIG_PREFIX, PRODUCT_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "hub_config" / "demo_config.py"
@@ -48,9 +49,9 @@ NAMESPACE = "jhub"
 
 #: Another team's jobs, already holding GPUs when the demo starts (so free counts are not all full).
 OTHER_TEAM = [
-    ("finetune-llm", {"nvidia.com/gpu": "4"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
-    ("embeddings", {"nvidia.com/mig-3g.20gb": "1"}, {}),
-    ("course-grader", {"nvidia.com/gpu.shared": "1"}, {}),
+    ("finetune-llm", {GPU: "4"}, {PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"}),
+    ("embeddings", {f"{MIG_PREFIX}3g.20gb": "1"}, {}),
+    ("course-grader", {GPU_SHARED: "1"}, {}),
 ]
 
 

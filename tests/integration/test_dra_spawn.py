@@ -176,7 +176,7 @@ async def test_a_template_whose_pod_was_never_made_is_removed_by_the_orphan_reco
     # The hub stops right after making the template, before the pod: only the template exists.
     pod = await spawner.get_pod_manifest()
     meta = pod.metadata
-    from gpuspawner.pod.podspec import claim_template
+    from gpuspawner.dra.claimspec import claim_template
 
     claim = spawner.choice.offering.claim
     await spawner._claim_templates.create(claim_template(claim, 1, spawner.pod_name, meta.labels, meta.annotations))

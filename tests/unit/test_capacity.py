@@ -12,8 +12,8 @@ import pytest
 from gpuspawner.capacity.counts import availability, node_serves, units
 from gpuspawner.core.fit import PODS, NodeFacts, holds_resources, pod_requests, used_by_node
 from gpuspawner.core.model import CPU_OFFERING, UNCOUNTED, Availability
-from gpuspawner.core.nodeclass import GPU, PRODUCT_LABEL
 from gpuspawner.devcluster.nodes import standard_nodes
+from gpuspawner.names.nvidia import GPU, PRODUCT_LABEL
 from gpuspawner.names.selectors import tolerates
 from gpuspawner.offerings.config import offering_from_config
 from gpuspawner.offerings.discovery import discover

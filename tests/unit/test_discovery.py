@@ -14,8 +14,9 @@ import pytest
 from gpuspawner.capacity.counts import availability, node_serves
 from gpuspawner.core.fit import NodeFacts
 from gpuspawner.core.model import DEFAULT_GPU_TOLERATION
-from gpuspawner.core.nodeclass import GPU, GPU_SHARED, PRODUCT_LABEL, hosts_pods, mig_settled
+from gpuspawner.core.nodeclass import hosts_pods, mig_settled
 from gpuspawner.devcluster.nodes import standard_nodes
+from gpuspawner.names.nvidia import GPU, GPU_SHARED, PRODUCT_LABEL
 from gpuspawner.names.vocabulary import Isolation, Kind
 from gpuspawner.offerings.discovery import (
     discover,

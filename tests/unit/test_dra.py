@@ -9,10 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuspawner.capacity.index import ClusterIndex
-from gpuspawner.core.cel import SelectorError, compile_selector, parse_quantity
+from gpuspawner.core.cel import SelectorError, compile_selector
 from gpuspawner.core.model import DeviceClaim, Offering
+from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.devcluster import dradriver as d
-from gpuspawner.dra.devices import DraState, build_pools, unmatched
+from gpuspawner.dra.devices import DraState, unmatched
+from gpuspawner.dra.slices import build_pools
 from gpuspawner.names import dranames as dn
 from gpuspawner.names.vocabulary import Kind
 from gpuspawner.offerings.config import offering_from_config
@@ -145,14 +147,14 @@ def test_reservations_hold_devices_until_the_claim_is_allocated_for_the_pod():
     assert index.availability(h100).free == 2
 
 
-def shared(shares: int = 4) -> Offering:
+def shared(replicas: int = 4) -> Offering:
     config = ({"driver": dn.DRIVER, "parameters": dn.sharing_config(dn.SHARING_TIME_SLICING, {"interval": "Long"})},)
     selector = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA L4'"
     return Offering(
         slug="l4-quarter",
         kind=Kind.SHARED,
         display_name="L4 quarter",
-        claim=DeviceClaim("gpu.nvidia.com", (selector,), config=config, shares=shares),
+        claim=DeviceClaim("gpu.nvidia.com", (selector,), config=config, replicas=replicas),
     )
 
 
@@ -180,7 +182,7 @@ def test_unknown_until_the_dra_streams_are_listed_and_without_the_class_nothing_
 def test_cel_errors_name_the_problem():
     with pytest.raises(SelectorError, match="does not compile"):
         compile_selector("device.attributes['gpu.nvidia.com'].productName ==")
-    with pytest.raises(SelectorError, match="not a Kubernetes quantity"):
+    with pytest.raises(QuantityError, match="not a Kubernetes quantity"):
         parse_quantity("40 GiB")
     # A selector that raises for a device (no such attribute) does not select it, as in Kubernetes.
     dra = state()
@@ -249,7 +251,7 @@ def test_admin_mig_and_shared_offerings_build_the_drivers_config():
         },
         1,
     )
-    assert mps.claim is not None and mps.claim.shares == 2
+    assert mps.claim is not None and mps.claim.replicas == 2
     (config,) = mps.claim.config
     assert config["driver"] == "gpu.nvidia.com"
     assert config["parameters"] == {

@@ -11,9 +11,10 @@ import pytest
 
 from gpuspawner.capacity.allocation import allocated_devices, pod_claim_name
 from gpuspawner.core.model import DeviceClaim, Offering
+from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.hub.scheduling import unschedulable_reason
 from gpuspawner.names.vocabulary import Kind
-from gpuspawner.pod.podspec import claim_template, container_claim, pod_changes, pod_claim
+from gpuspawner.pod.podspec import pod_changes
 
 SHARING = {
     "driver": "gpu.nvidia.com",
@@ -77,7 +78,9 @@ def test_pod_and_container_point_at_the_template_by_the_same_claim_name():
 def test_a_dra_offering_sets_no_limit_no_selector_and_tells_the_count():
     changes = pod_changes(DRA_H100, 2)
     assert dict(changes.limits) == {} and dict(changes.node_selector) == {} and changes.node_affinity == ()
-    assert changes.claim == H100 and changes.claim_count == 2
+    # What the spawner reads for the devices: the offering's claim and the user's count, into the template.
+    template = claim_template(DRA_H100.claim, 2, "p", {}, {})
+    assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 2
     assert changes.env["GPUSPAWNER_GPU_COUNT"] == "2"
 
 

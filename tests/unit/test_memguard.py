@@ -81,7 +81,7 @@ QUARTER = {
 
 def test_a_time_sliced_share_gets_its_quarter_of_the_gpu_for_two_processes_and_their_contexts():
     offering = shared("time-slicing")
-    assert (offering.share_count, offering.sharing, offering.memory_mib) == (4, "time-slicing", 16384)
+    assert (offering.replicas, offering.sharing, offering.memory_mib) == (4, "time-slicing", 16384)
     changes = guard_changes(guard_for(offering, ON), 1, "HOOK SOURCE")
     assert dict(changes.env) == QUARTER
     # two processes, each at its cap with its context, stay within the quarter the page names

@@ -9,18 +9,10 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.core.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION, Offering
-from gpuspawner.core.nodeclass import (
-    GKE_ACCELERATOR_LABEL,
-    GKE_PARTITION_LABEL,
-    GPU,
-    GPU_SHARED,
-    PRODUCT_LABEL,
-    mig_profile_of,
-    mig_profile_parts,
-    mig_resource_name,
-)
+from gpuspawner.core.nodeclass import GKE_ACCELERATOR_LABEL, GKE_PARTITION_LABEL, mig_profile_of, mig_profile_parts, mig_resource_name
 from gpuspawner.core.wording import memory_phrase, share_phrase
 from gpuspawner.devcluster.nodes import standard_nodes
+from gpuspawner.names.nvidia import GPU, GPU_SHARED, PRODUCT_LABEL
 from gpuspawner.names.vocabulary import Isolation, Kind
 from gpuspawner.offerings.catalog import CatalogConfig, build_catalog, merge
 from gpuspawner.offerings.config import offering_from_config, offerings_from_config

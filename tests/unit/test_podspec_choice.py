@@ -6,7 +6,7 @@ import pytest
 
 from gpuspawner.capacity.policy import Requester, allowed, may_use
 from gpuspawner.core.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION
-from gpuspawner.core.nodeclass import GPU, PRODUCT_LABEL
+from gpuspawner.names.nvidia import GPU, PRODUCT_LABEL
 from gpuspawner.names.vocabulary import (
     COUNT_KEY,
     ENV_COUNT,

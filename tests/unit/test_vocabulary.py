@@ -100,3 +100,49 @@ def test_no_refusal_reason_is_a_string_literal_at_a_call_site():
                 reasons = node.args[1:2] + [k.value for k in node.keywords if k.arg == "reason"]
                 found += [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}" for r in reasons if isinstance(r, ast.Constant)]
     assert found == []
+
+
+# ---------------------------------------------------------------- NVIDIA's names, the quantity parser, pods per GPU
+# (issue #26, "One fact, one place").
+
+from gpuspawner.names import dranames, nvidia  # noqa: E402 - this block's own imports
+
+GPUSPAWNER = PACKAGE
+NVIDIA_NAMES = ("PLUGIN_PREFIX", "GPU", "GPU_SHARED", "MIG_PREFIX", "PRODUCT_LABEL", "REPLICAS_LABEL", "SHARING_LABEL", "MEMORY_LABEL")
+
+
+def test_nvidias_resource_names_and_labels_are_spelled_only_in_names_nvidia():
+    values = {getattr(nvidia, name): name for name in NVIDIA_NAMES}
+    home = Path(nvidia.__file__).resolve()
+    repeated = [
+        f"{path.relative_to(GPUSPAWNER.parent)} spells {values[text]} ({text!r}): import it from gpuspawner.names.nvidia"
+        for path in sorted(GPUSPAWNER.rglob("*.py"))
+        if path != home
+        for text in sorted(string_literals(path) & set(values))
+    ]
+    assert repeated == []
+
+
+def test_nvidias_names_are_the_device_plugins_and_the_dra_drivers_own():
+    assert (nvidia.GPU, nvidia.GPU_SHARED, nvidia.MIG_PREFIX) == ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-")
+    assert nvidia.REPLICAS_LABEL == "nvidia.com/gpu.replicas" and nvidia.PRODUCT_LABEL == "nvidia.com/gpu.product"
+    assert dranames.EXTENDED_RESOURCE == nvidia.GPU  # the DRA gpu class maps to the device plugin's name
+    assert all(n.startswith(nvidia.PLUGIN_PREFIX) for n in (nvidia.GPU, nvidia.GPU_SHARED, nvidia.MIG_PREFIX))
+    assert [
+        nvidia.is_device_resource(n) for n in ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb", "nvidia.com/vgpu")
+    ] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+
+
+def test_pods_per_gpu_have_one_name_replicas_as_nvidias_sharing_config_and_the_offering_key():
+    from dataclasses import fields
+
+    from gpuspawner.core.model import DeviceClaim, Offering
+
+    for cls in (Offering, DeviceClaim):
+        names = {f.name for f in fields(cls)}
+        assert "replicas" in names and not names & {"share_count", "shares"}, cls.__name__

@@ -1,0 +1,130 @@
+"""ResourceSlices -> devices and pools (``resource.k8s.io/v1``), and the facts of a ResourceClaim. Pure.
+
+A driver publishes each pool (NVIDIA's: one per node, named after it) as
+``resourceSliceCount`` slices of one ``generation``. Only the highest generation of a pool
+counts (older slices are being replaced); a pool with fewer slices of that generation than
+its ``resourceSliceCount`` is *incomplete* (:attr:`Pool.complete`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuspawner.core.cel import device_activation
+from gpuspawner.names import dranames as dn
+
+#: A device's identity in claim results: (driver, pool, device name).
+DeviceKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of a ResourceSlice, as selectors and the counts see it."""
+
+    driver: str
+    pool: str
+    name: str
+    node: str | None
+    attributes: Mapping[str, Mapping[str, Any]]
+    capacity: Mapping[str, Mapping[str, Any]]
+    activation: Any = field(default=None, compare=False, repr=False)
+    #: Partitionable (``consumesCounters``, e.g. dynamic MIG) or multi-allocatable
+    #: (``allowMultipleAllocations``): one claim does not simply take one device; not counted.
+    shared_counters: bool = False
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.driver, self.pool, self.name)
+
+    def attribute(self, name: str) -> Any:
+        """An attribute's value (string, int, bool or version text), by short or qualified name."""
+        raw = self.attributes.get(name) or self.attributes.get(dn.qualified(name)) or {}
+        for kind in ("string", "version", "int", "bool"):
+            if kind in raw:
+                return raw[kind]
+        return None
+
+    def quantity(self, name: str) -> str | None:
+        raw = self.capacity.get(name) or self.capacity.get(dn.qualified(name)) or {}
+        value = raw.get("value")
+        return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The current generation of one driver's pool."""
+
+    driver: str
+    name: str
+    generation: int
+    slice_count: int
+    slices_seen: int
+    devices: tuple[Device, ...]
+
+    @property
+    def complete(self) -> bool:
+        return self.slices_seen >= self.slice_count
+
+
+@dataclass(frozen=True)
+class ClaimFacts:
+    """What the counts need of one ResourceClaim."""
+
+    devices: tuple[DeviceKey, ...]
+    config: tuple[Mapping[str, Any], ...]
+    consumers: tuple[str, ...]
+
+    @classmethod
+    def from_claim(cls, claim: Mapping[str, Any]) -> ClaimFacts:
+        status = claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        spec_config = ((claim.get("spec") or {}).get("devices") or {}).get("config") or []
+        return cls(
+            devices=tuple((r.get("driver", ""), r.get("pool", ""), r.get("device", "")) for r in results),
+            config=tuple(_opaque(c) for c in spec_config if c.get("opaque")),
+            consumers=tuple(str(r.get("name", "")) for r in status.get("reservedFor") or []),
+        )
+
+
+def _opaque(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    opaque = config.get("opaque") or {}
+    return {"driver": opaque.get("driver", ""), "parameters": opaque.get("parameters") or {}}
+
+
+def slice_devices(raw: Mapping[str, Any]) -> tuple[Device, ...]:
+    """The devices of one ResourceSlice (``resource.k8s.io/v1``: devices are flat)."""
+    spec = raw.get("spec") or {}
+    driver = spec.get("driver", "")
+    pool = (spec.get("pool") or {}).get("name", "")
+    node = spec.get("nodeName")
+    out = []
+    for dev in spec.get("devices") or []:
+        attributes = dev.get("attributes") or {}
+        capacity = dev.get("capacity") or {}
+        partitioned = bool(dev.get("consumesCounters") or dev.get("allowMultipleAllocations"))
+        activation = device_activation(driver, attributes, capacity)
+        out.append(Device(driver, pool, dev.get("name", ""), node, attributes, capacity, activation, partitioned))
+    return tuple(out)
+
+
+def build_pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Pool]:
+    """Group slices into pools, keeping only each pool's highest generation."""
+    best: dict[tuple[str, str], tuple[int, int, list[Mapping[str, Any]]]] = {}
+    for raw in slices:
+        spec = raw.get("spec") or {}
+        pool = spec.get("pool") or {}
+        key = (spec.get("driver", ""), pool.get("name", ""))
+        generation = int(pool.get("generation") or 0)
+        count = int(pool.get("resourceSliceCount") or 1)
+        found = best.get(key)
+        if found is None or generation > found[0]:
+            best[key] = (generation, count, [raw])
+        elif generation == found[0]:
+            found[2].append(raw)
+            best[key] = (generation, max(found[1], count), found[2])
+    return {
+        key: Pool(key[0], key[1], gen, count, len(raws), tuple(d for raw in raws for d in slice_devices(raw)))
+        for key, (gen, count, raws) in best.items()
+    }
