@@ -1,4 +1,4 @@
-"""The contract between GPUSpawner and the culler, parsed in one place.
+"""The culler's reading of the record GPUSpawner writes (:class:`gpuspawner.names.record.GpuRecord`).
 
 GPUSpawner records the chosen offering in the server's ``user_options`` (returned
 by the hub's REST API in every server model, scope ``read:servers``)::
@@ -19,10 +19,12 @@ by the hub's REST API in every server model, scope ``read:servers``)::
 
 A server without the ``gpuspawner`` key is a plain server: kind ``cpu``, no GPU
 view, no kernel view (there is no direct address to ask).
-The keys are named once, in :mod:`gpuspawner.names.vocabulary` (``OFFERING_KEY``,
-``RECORD_KEY`` and the ``RECORD_*`` names), where the spawner that writes them
-takes them from too. If the contract changes, change :func:`parse_offering` here
-and nothing else in the culler.
+The record is one dataclass, :class:`gpuspawner.names.record.GpuRecord`, which the spawner
+writes and this module reads (its keys are ``vocabulary.RECORD_*``); :class:`ServerOffering`
+is what the culler makes of it: the record, read conservatively (an unknown kind as
+``custom``, a URL that is not http(s) as none), and whether a server has one at all. If the
+record changes, change :class:`GpuRecord` and :func:`parse_offering` and nothing else in the
+culler.
 """
 
 from __future__ import annotations
@@ -32,17 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspawner.names.nvidia import is_device_resource
+from gpuspawner.names.record import GpuRecord
 from gpuspawner.names.vocabulary import (
     GPU_KINDS,
     OFFERING_KEY,
     RECORD_DEVICES,
     RECORD_KEY,
-    RECORD_KIND,
-    RECORD_NAMESPACE,
-    RECORD_OFFERING,
-    RECORD_POD,
-    RECORD_RESOURCES,
-    RECORD_URL,
     SHARING_KINDS,
     Kind,
 )
@@ -119,33 +116,29 @@ def parse_offering(user_options: Mapping[str, Any] | None) -> ServerOffering:
             declared=True,
             problem=f"user_options[{RECORD_KEY!r}] is a {type(contract).__name__}, not a mapping; treated as kind 'custom'",
         )
+    record, problems = GpuRecord.from_json(contract)
     problem = None
-    kind = contract.get(RECORD_KIND)
+    kind = record.kind
     if kind not in tuple(Kind):
         problem = f"unknown offering kind {kind!r}; treated as kind 'custom'"
         kind = Kind.CUSTOM
-    url = _str_or_none(contract.get(RECORD_URL))
+    url = record.url
     if url is not None:
         if not url.startswith(("http://", "https://")):
             problem = f"server url {url!r} is not http(s); kernel view disabled"
             url = None
         elif not url.endswith("/"):
             url += "/"
-    resources = contract.get(RECORD_RESOURCES)
-    if not isinstance(resources, Mapping):
-        resources = {}
-    devices = contract.get(RECORD_DEVICES) or []
-    if not isinstance(devices, list) or not all(isinstance(d, Mapping) for d in devices):
+    if any(RECORD_DEVICES in p for p in problems):
         problem = f"user_options[{RECORD_KEY!r}][{RECORD_DEVICES!r}] is not a list of devices; its GPU is looked up by pod name"
-        devices = []
     return ServerOffering(
         kind=kind,
-        slug=_str_or_none(contract.get(RECORD_OFFERING)) or slug,
-        pod=_str_or_none(contract.get(RECORD_POD)),
-        namespace=_str_or_none(contract.get(RECORD_NAMESPACE)),
+        slug=record.offering or slug,
+        pod=record.pod,
+        namespace=record.namespace,
         url=url,
-        resources={str(k): str(v) for k, v in resources.items()},
+        resources=record.resources,
         declared=True,
         problem=problem,
-        devices=tuple({str(k): str(v) for k, v in d.items()} for d in devices),
+        devices=record.devices or (),
     )

@@ -17,18 +17,7 @@ from typing import Any
 from kubespawner.slugs import is_valid_label, safe_slug
 
 from gpuspawner.capacity.admission import QUOTA_KEYS, Held
-from gpuspawner.names.vocabulary import (
-    RECORD_CLAIM_TEMPLATE,
-    RECORD_COUNT,
-    RECORD_DEVICES,
-    RECORD_KIND,
-    RECORD_NAMESPACE,
-    RECORD_OFFERING,
-    RECORD_POD,
-    RECORD_RESOURCES,
-    RECORD_SHARED_CLAIM,
-    RECORD_URL,
-)
+from gpuspawner.names.record import GpuRecord
 from gpuspawner.offerings.choice import Choice
 from gpuspawner.pod.podspec import PodChanges
 
@@ -73,22 +62,23 @@ class SpawnState:
 
 
 def server_record(state: SpawnState, pod: str, namespace: str, url: str | None = None) -> dict[str, Any]:
-    """The record of the server whose spawn is ``state`` (it must hold a choice): what other
-    services (the culler, the inventory, a restarted hub) may read about its GPU."""
+    """The record of the server whose spawn is ``state`` (it must hold a choice), as written:
+    what other services (the culler, the inventory, a restarted hub) may read about its GPU
+    (:class:`gpuspawner.names.record.GpuRecord`)."""
     assert state.choice is not None
     offering, count = state.choice.offering, state.choice.count
-    return {
-        RECORD_OFFERING: offering.slug,
-        RECORD_KIND: offering.kind.value,
-        RECORD_COUNT: count,
-        RECORD_RESOURCES: {k: str(v) for k, v in offering.limits_for(count).items()},
-        RECORD_POD: pod,
-        RECORD_NAMESPACE: namespace,
-        RECORD_URL: url or state.record_url,
-        **({RECORD_CLAIM_TEMPLATE: pod} if offering.claim is not None and offering.claim.replicas == 1 else {}),
-        **({RECORD_SHARED_CLAIM: state.shared_claim} if state.shared_claim else {}),
-        **({RECORD_DEVICES: state.devices} if state.devices is not None else {}),
-    }
+    return GpuRecord(
+        offering=offering.slug,
+        kind=offering.kind.value,
+        count=count,
+        resources={k: str(v) for k, v in offering.limits_for(count).items()},
+        pod=pod,
+        namespace=namespace,
+        url=url or state.record_url,
+        claim_template=pod if offering.claim is not None and offering.claim.replicas == 1 else None,
+        shared_claim=state.shared_claim,
+        devices=tuple(state.devices) if state.devices is not None else None,
+    ).to_json()
 
 
 def saved_holdings(records: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, Held]:
@@ -96,10 +86,8 @@ def saved_holdings(records: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str
     pairs): the quota units a restarted hub counts for them. Records that hold no units (no
     resources, claim or shared claim; a CPU server; a malformed count) are left out."""
     saved = {}
-    for name, record in records:
-        kind, count = record.get(RECORD_KIND), record.get(RECORD_COUNT)
-        where = f"{record.get(RECORD_NAMESPACE)}/{record.get(RECORD_POD)}"
-        takes_units = record.get(RECORD_RESOURCES) or record.get(RECORD_CLAIM_TEMPLATE) or record.get(RECORD_SHARED_CLAIM)
-        if kind in QUOTA_KINDS and takes_units and isinstance(count, int) and not isinstance(count, bool) and count > 0:
-            saved[where] = Held(kind, count, user_label(name))
+    for name, raw in records:
+        record, _ = GpuRecord.from_json(raw)
+        if record.kind in QUOTA_KINDS and record.takes_units and record.count is not None:
+            saved[f"{record.namespace}/{record.pod}"] = Held(record.kind, record.count, user_label(name))
     return saved
