@@ -26,14 +26,13 @@ from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from traitlets import Bool, Dict, Float, Integer, List, Unicode, default, validate
 
-from gpuspawner.capacity.admission import Decision, Held, QuotaLedger
+from gpuspawner.capacity.admission import QuotaLedger
 from gpuspawner.capacity.checks import config_problems
 from gpuspawner.capacity.index import ClusterIndex, Health
 from gpuspawner.capacity.policy import Requester, allowed, named
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.core.windows import window_state
 from gpuspawner.hub import admitting, catalogs, claimlife, hubhooks, lifecycle, metrics, orphans, spawnform, storedoptions
-from gpuspawner.hub.claims import ClaimTemplates
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.orphans import OrphanReconciler
 from gpuspawner.hub.reflector import VerdictPodReflector, needs_restart
@@ -297,7 +296,7 @@ class GPUSpawner(KubeSpawner):
         self.refused_options: dict[str, Any] | None = None
         hubhooks.own_row(self)
         hubhooks.log_refusals_on_one_line(self.log)
-        self._ensure_orphan_reconciler()
+        orphans.start_reconciler(self, GPUSpawner)
 
     @property
     def choice(self) -> Choice | None:
@@ -308,9 +307,6 @@ class GPUSpawner(KubeSpawner):
     _orphans: ClassVar[OrphanReconciler | None] = None
     #: Whether this process has said why it runs no orphan reconciler (once).
     _orphans_refused: ClassVar[bool] = False
-
-    def _ensure_orphan_reconciler(self) -> None:
-        orphans.start_reconciler(self, GPUSpawner)
 
     def orphan_io(self) -> tuple[Callable[[], Awaitable[list[dict[str, Any]]]], Callable[[str, str, str], Awaitable[None]]]:
         """The orphan reconciler's calls to the cluster (see :func:`gpuspawner.hub.orphans.cluster_io`)."""
@@ -542,27 +538,12 @@ class GPUSpawner(KubeSpawner):
             raise
         return options
 
-    # ------------------------------------------------------------------ admission (gpuspawner.hub.admitting)
-
-    def _release_reservation(self) -> None:
-        admitting.release_reservation(self)
-
-    def _bound_holdings(self, catalog: dict[str, Offering]) -> dict[str, Held]:
-        return admitting.bound_holdings(self, catalog)
-
-    def _check_quota(self, offering: Offering, count: int, bound: dict[str, Held], members: dict[str, list[str]]) -> Decision:
-        return admitting.check_quota(self, offering, count, bound, members)
-
     # ------------------------------------------------------------------ start / stop
 
     async def _start(self):
         return await lifecycle.start(self, super()._start)
 
     # ------------------------------------------------------------------ Dynamic Resource Allocation
-
-    @property
-    def _claim_templates(self) -> ClaimTemplates:
-        return claimlife.claim_templates(self)
 
     def _stamp_identity(self, pod: Any) -> None:
         """Label the pod with this hub's identity and annotate whose server it is in the hub's

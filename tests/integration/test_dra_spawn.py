@@ -16,6 +16,7 @@ from jupyterhub.objects import Hub, Server
 from traitlets.config import Config
 
 from gpuspawner.capacity.allocation import pod_claim_name
+from gpuspawner.hub import admitting, claimlife
 from gpuspawner.hub.orphans import HubRecords, OrphanReconciler
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.names.dranames import ATTR_UUID, qualified
@@ -179,7 +180,7 @@ async def test_a_template_whose_pod_was_never_made_is_removed_by_the_orphan_reco
     from gpuspawner.dra.claimspec import claim_template
 
     claim = spawner.choice.offering.claim
-    await spawner._claim_templates.create(claim_template(claim, 1, spawner.pod_name, meta.labels, meta.annotations))
+    await claimlife.claim_templates(spawner).create(claim_template(claim, 1, spawner.pod_name, meta.labels, meta.annotations))
     assert left_in(kube, namespace)["resourceclaimtemplates"] == [spawner.pod_name]
     list_objects, delete_object = spawner.orphan_io()
     users = {user_key(spawner.user.id): spawner.user.name}  # the hub knows the user, but has no such server
@@ -196,7 +197,7 @@ async def test_the_claim_is_added_after_what_the_admin_configured_in_the_pod(dev
     spawner.extra_container_config = {"resources": {"claims": [{"name": "scratch"}]}}
     spawner.user_options = {"offering": "dra-h100", "count": 1}
     await spawner.load_user_options()
-    spawner._release_reservation()  # (no pod is made here: the reservation of this load is given back)
+    admitting.release_reservation(spawner)  # (no pod is made here: the reservation of this load is given back)
     pod = spawner.api.api_client.sanitize_for_serialization(await spawner.get_pod_manifest())
     assert pod["spec"]["resourceClaims"] == [
         {"name": "scratch", "resourceClaimTemplateName": "site-scratch"},

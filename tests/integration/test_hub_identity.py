@@ -23,6 +23,7 @@ from jupyterhub.objects import Server
 from traitlets.config import Config
 
 from gpuspawner.capacity.admission import QuotaLedger
+from gpuspawner.hub import admitting
 from gpuspawner.hub.orphans import OrphanReconciler, hub_servers_from_db
 from gpuspawner.spawner import GPUSpawner
 from tests.conftest import fresh_namespace, wait_for
@@ -191,12 +192,12 @@ async def test_another_hubs_pod_of_a_user_of_the_same_name_is_not_on_this_hubs_q
         index = spawner.inventory.index
         wait_for(lambda: where(on_a) in index.pods, "the inventory to see A's pod bound", timeout=60)
         catalog = {o.slug: o for o in await spawner.catalog()}
-        bound = spawner._bound_holdings(catalog)
+        bound = admitting.bound_holdings(spawner, catalog)
         assert where(on_a) not in bound
-        decision = spawner._check_quota(catalog[T4], 1, bound, {})
+        decision = admitting.check_quota(spawner, catalog[T4], 1, bound, {})
         assert decision.action == "admit", decision.message
         # ... while A's own quota does count it.
         mine = a.spawner(HubUser(a.db.query(orm.User).one()))
-        assert where(on_a) in mine._bound_holdings(catalog)
+        assert where(on_a) in admitting.bound_holdings(mine, catalog)
     finally:
         await on_a.stop(now=True)
