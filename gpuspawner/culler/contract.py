@@ -129,7 +129,7 @@ def parse_offering(user_options: Mapping[str, Any] | None) -> ServerOffering:
             url = None
         elif not url.endswith("/"):
             url += "/"
-    if any(RECORD_DEVICES in p for p in problems):
+    if RECORD_DEVICES in problems:
         problem = f"user_options[{RECORD_KEY!r}][{RECORD_DEVICES!r}] is not a list of devices; its GPU is looked up by pod name"
     return ServerOffering(
         kind=kind,

@@ -71,20 +71,21 @@ class GpuRecord:
         return out
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> tuple[GpuRecord, list[str]]:
-        """The record in ``raw`` and what was wrong with it (fields left out); never raises."""
-        problems: list[str] = []
+    def from_json(cls, raw: Mapping[str, Any]) -> tuple[GpuRecord, dict[str, str]]:
+        """The record in ``raw``, and what was wrong with it by key (those fields are left
+        out); never raises."""
+        problems: dict[str, str] = {}
         count = raw.get(RECORD_COUNT)
         if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
-            problems.append(f"{RECORD_COUNT!r} is {count!r}, not a whole number of units")
+            problems[RECORD_COUNT] = f"{RECORD_COUNT!r} is {count!r}, not a whole number of units"
             count = None
         resources = raw.get(RECORD_RESOURCES)
         if resources is not None and not isinstance(resources, Mapping):
-            problems.append(f"{RECORD_RESOURCES!r} is not a mapping")
+            problems[RECORD_RESOURCES] = f"{RECORD_RESOURCES!r} is not a mapping"
             resources = None
         devices = raw.get(RECORD_DEVICES) or None  # (none and an empty list alike: not read)
         if devices is not None and (not isinstance(devices, list) or not all(isinstance(d, Mapping) for d in devices)):
-            problems.append(f"{RECORD_DEVICES!r} is not a list of devices")
+            problems[RECORD_DEVICES] = f"{RECORD_DEVICES!r} is not a list of devices"
             devices = None
         record = cls(
             offering=_text(raw.get(RECORD_OFFERING)),
