@@ -128,13 +128,14 @@ def decide(
         stop_reason = IDLE if time_idle else MAX_AGE
         if aged and not time_idle:
             reasons.append(f"older than max_age {format_td(timedelta(seconds=policy.max_age))}")
-        why_not = vetoes or blocked or _why_not_stop(server, kernels, gpu, policy)
-        if not why_not:
-            return CullDecision(STOP, stop_reason=stop_reason, reasons=tuple(reasons), memory_mib=memory, inactive=inactive)
-        if blocked and not vetoes:
+        if vetoes:
+            pass  # a keep; the vetoes are in the reasons
+        elif blocked:
             reasons.append(blocked)
-        elif not vetoes:
-            held.append(str(why_not))
+        elif unknown := _why_not_stop(server, kernels, gpu, policy):
+            held.append(unknown)
+        else:
+            return CullDecision(STOP, stop_reason=stop_reason, reasons=tuple(reasons), memory_mib=memory, inactive=inactive)
 
     # --- the pod's word against the GPU's telemetry -------------------------
     gpu_idle_for = gpu_idle_past_limit(server, gpu, policy, now, gpu_idle_since)

@@ -32,7 +32,7 @@ def storable(spawner: Any, options: dict[str, Any]) -> dict[str, Any]:
     kept, dropped = split(spawner, options, stored_record_is_ours=False)
     if dropped:
         spawner.log.warning("%s: user_options keys dropped, not stored: %s", spawner._log_name, describe_keys(dropped))
-    too_long = oversized({k: v for k, v in kept.items() if k != RECORD_KEY})
+    too_long = _too_long(kept)
     if too_long:
         spawner.log.warning("%s: user_options not stored: the value of %s is too long", spawner._log_name, describe_keys(too_long))
         raise hubhooks.NotStored(too_long_message(too_long))
@@ -45,7 +45,7 @@ def validated(spawner: Any, options: dict[str, Any]) -> tuple[dict[str, Any], tu
     bound (left out; returned second, and the start refuses); the other values are checked at
     start."""
     kept = split(spawner, options)[0]
-    too_long = tuple(oversized({k: v for k, v in kept.items() if k != RECORD_KEY}))
+    too_long = tuple(_too_long(kept))
     return {k: v for k, v in kept.items() if k not in too_long}, too_long
 
 
@@ -63,6 +63,12 @@ def split(spawner: Any, options: dict[str, Any], stored_record_is_ours: bool = T
             kept[RECORD_KEY] = record
             dropped.remove(RECORD_KEY)
     return kept, dropped
+
+
+def _too_long(kept: dict[str, Any]) -> list[str]:
+    """The kept keys whose values are over the bound (the record, which only the spawner
+    writes, is not held to it)."""
+    return oversized({k: v for k, v in kept.items() if k != RECORD_KEY})
 
 
 def put_back(spawner: Any, before: dict[str, Any] | None, refusal: SpawnRefused) -> None:
