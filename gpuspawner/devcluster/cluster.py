@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
-from gpuspawner.devcluster import build
+from gpuspawner.devcluster import build, podnet
 from gpuspawner.devcluster.certs import write_certificates
 from gpuspawner.devcluster.clusterstate import (
     ClusterState,
@@ -104,11 +104,14 @@ class DevCluster:
         shutil.rmtree(self.directory / "etcd", ignore_errors=True)
         for sub in ("logs", "etcd"):
             (self.directory / sub).mkdir(exist_ok=True)
+        width = podnet.band_width(len(nodes))
         state = ClusterState(
             directory=str(self.directory),
             ports=free_ports(("etcd", "etcd-peer", "apiserver", "scheduler", "kcm", "kwok")),
             token=secrets.token_hex(24),
             started_at=time.time(),
+            pod_net=podnet.claim(str(self.directory), width, alive, _running),
+            pod_width=width,
         )
         self.state = state
         pki = write_certificates(self.directory / "pki")
@@ -125,8 +128,8 @@ class DevCluster:
             self._start(bins, "kube-scheduler", self._scheduler_args(state))
             self._start(bins, "kwok", self._kwok_args(state))
             self._wait(lambda: client.ok("/api/v1/namespaces/default/serviceaccounts/default"), "default service account", timeout)
-            for node in nodes:
-                client.request("POST", "/api/v1/nodes", node)
+            for i, node in enumerate(nodes):
+                client.create_node(node, podnet.node_cidr(state.pod_net, i, state.pod_width))
             self._wait(lambda: self._nodes_ready(client), "nodes Ready (kwok)", timeout)
         except urllib.error.HTTPError as exc:
             self.down(quiet=True)
@@ -147,6 +150,7 @@ class DevCluster:
             if pid and alive(pid):
                 terminate(pid)
         state.pids = {}
+        podnet.release(str(self.directory))
         if state.path.is_dir():
             state.save()
         if not quiet:
@@ -315,3 +319,9 @@ class DevCluster:
             "--node-ip=127.0.0.1",
             "--node-lease-duration-seconds=0",
         ]
+
+
+def _running(directory: str) -> bool:
+    """Whether the devcluster in ``directory`` is up (its API server runs)."""
+    state = ClusterState.load(Path(directory)) if directory else None
+    return state is not None and alive(state.pids.get("kube-apiserver"))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuspawner.devcluster import build
+from gpuspawner.devcluster.podnet import node_cidr
 
 
 class DevClusterError(RuntimeError):
@@ -38,6 +39,10 @@ class ClusterState:
     pids: dict[str, int] = field(default_factory=dict)
     token: str = ""
     started_at: float = 0.0
+    #: its own pod networks (see :mod:`gpuspawner.devcluster.podnet`): the band's first
+    #: second octet and its width in octets (0: a cluster from before bands, as its nodes say)
+    pod_net: int = 0
+    pod_width: int = 0
 
     @property
     def path(self) -> Path:
@@ -81,6 +86,21 @@ class KubeHTTP:
         with urllib.request.urlopen(req, context=self.context, timeout=timeout) as resp:
             raw = resp.read()
         return json.loads(raw) if raw and raw[:1] in b"{[" else raw.decode()
+
+    def create_node(self, node: dict[str, Any], cidr: str | None = None) -> Any:
+        """Create ``node`` with a pod network of this cluster's own band (``cidr``, or the
+        first one no node has now), whatever ``podCIDR`` its manifest carried: two clusters
+        must never hand out one pod IP."""
+        if self.state.pod_width:
+            if cidr is None:
+                taken = {n["spec"].get("podCIDR") for n in self.request("GET", "/api/v1/nodes")["items"]}
+                cidr = next(
+                    c
+                    for i in range(self.state.pod_width * 256)
+                    if (c := node_cidr(self.state.pod_net, i, self.state.pod_width)) not in taken
+                )
+            node = {**node, "spec": {**node.get("spec", {}), "podCIDR": cidr, "podCIDRs": [cidr]}}
+        return self.request("POST", "/api/v1/nodes", node)
 
     def ok(self, path: str) -> bool:
         try:

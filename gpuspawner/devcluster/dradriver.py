@@ -189,7 +189,7 @@ HOST = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "500
 
 
 def dra_node_manifest(spec: DraNode, index: int) -> dict[str, Any]:
-    """A kwok Node for ``spec`` (its pod CIDR from the high end, clear of nodes.yaml's)."""
+    """A kwok Node for ``spec`` (the devcluster gives it a pod network of its own band)."""
     entry = {"name": spec.name, "x-gpuspawner-class": spec.name, "allocatable": HOST, "labels": {DRA_NODE_LABEL: "true", **spec.labels}}
     return node_manifest(entry, 250 * 256 + index)
 
@@ -206,7 +206,7 @@ class SimulatedDriver:
         for obj in device_classes():
             self._create("/apis/resource.k8s.io/v1/deviceclasses", obj)
         for i, spec in enumerate(self.nodes):
-            self._create("/api/v1/nodes", dra_node_manifest(spec, i))
+            self._create_node(dra_node_manifest(spec, i))
             self.publish(spec.name, node_devices(spec))
         deadline = time.monotonic() + timeout
         while not all(self._ready(spec.name) for spec in self.nodes):
@@ -243,6 +243,14 @@ class SimulatedDriver:
     def _create(self, path: str, obj: dict[str, Any]) -> None:
         try:
             self.client.request("POST", path, obj)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:
+                raise
+
+    def _create_node(self, node: dict[str, Any]) -> None:
+        """A node with a pod network of the cluster's own (see podnet); kept if it exists."""
+        try:
+            self.client.create_node(node)
         except urllib.error.HTTPError as exc:
             if exc.code != 409:
                 raise

@@ -27,7 +27,9 @@ def node_classes(path: Path = NODES_FILE) -> list[dict[str, Any]]:
 
 
 def pod_cidr(index: int) -> str:
-    """Node ``index`` -> ``127.1.0.0/24``, ``127.1.1.0/24``, ... (65,024 nodes at most)."""
+    """Node ``index`` -> ``127.1.0.0/24``, ``127.1.1.0/24``, ... (65,024 nodes at most): the
+    manifest's own network. A devcluster gives each node one of its own band instead
+    (:mod:`gpuspawner.devcluster.podnet`), so that clusters side by side never share a pod IP."""
     if not 0 <= index < MAX_NODES:
         raise ValueError(f"node index {index} out of range: at most {MAX_NODES} simulated nodes")
     return f"127.{1 + index // 256}.{index % 256}.0/24"

@@ -9,7 +9,9 @@ export async function hubLogin(page, base, user, password = "gpu") {
   await page.goto(`${base}/hub/login`);
   await page.fill("#username_input", user);
   await page.fill("#password_input", password);
-  await Promise.all([page.waitForLoadState("load"), page.click("#login_submit")]);
+  // wait for the POST's answer to take the page away from the login form (the form page is
+  // already loaded, so waiting for "load" would return before the hub has set its cookie)
+  await Promise.all([page.waitForURL((url) => !url.pathname.endsWith("/hub/login")), page.click("#login_submit")]);
 }
 
 /** Resolves once the element's animations (a notification sliding in) have finished. */

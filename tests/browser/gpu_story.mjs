@@ -138,6 +138,9 @@ async function story({ user, slug, keep }) {
     await shot("home");
   } catch (e) {
     out.error = String((e && e.stack) || e);
+    // where the user was stuck and what the page said, for the test's message
+    out.errorUrl = page.url();
+    out.errorPage = await page.locator("body").innerText({ timeout: 5000 }).then((t) => t.slice(0, 1500), () => null);
     try { await shot("error"); } catch {}
   } finally {
     sampling = false;

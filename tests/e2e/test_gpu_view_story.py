@@ -84,8 +84,10 @@ def story(tmp_path_factory):
         hub_log = (demo.state / "jupyterhub.log").read_text()
         assert done.returncode == 0, f"gpu_story.mjs failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\nhub log:\n{hub_log[-4000:]}"
         seen = {r["user"]: r for r in json.loads(done.stdout.strip().splitlines()[-1])}
-        errors = {u: r["error"] for u, r in seen.items() if "error" in r}
-        assert not errors, f"{errors}\nscreenshots: {[r['screenshots'] for r in seen.values()]}\nhub log:\n{hub_log[-6000:]}"
+        errors = {u: {k: r.get(k) for k in ("error", "errorUrl", "errorPage")} for u, r in seen.items() if "error" in r}
+        # the hub's lines about the users who were stuck, not just the log's tail
+        about = "\n".join(line for line in hub_log.splitlines() if any(u in line for u in errors))
+        assert not errors, f"{errors}\nscreenshots: {[r['screenshots'] for r in seen.values()]}\nhub log about them:\n{about[-8000:]}"
         req = urllib.request.Request(f"{demo.url}/services/gpu-culler/api/actions", headers={"Authorization": f"token {demo.token}"})
         with urllib.request.urlopen(req, timeout=30) as resp:
             actions = json.loads(resp.read())["actions"]

@@ -99,3 +99,16 @@ def test_deleted_pod_goes_away(kube, namespace):
         return [p["metadata"]["name"] for p in kube.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]]
 
     wait_for(lambda: "short" not in names(), "deleted pod removed by kwok")
+
+
+def test_every_node_has_a_pod_network_of_this_clusters_own_band(kube):
+    """Pod IPs come from the cluster's claimed band (devcluster.podnet), one /24 per node, so a
+    notebook here never collides with one of another cluster on this machine."""
+    state = kube.state
+    assert state.pod_width >= 2
+    band = range(state.pod_net, state.pod_net + state.pod_width)
+    cidrs = [n["spec"]["podCIDR"] for n in kube.request("GET", "/api/v1/nodes")["items"]]
+    assert len(set(cidrs)) == len(cidrs)
+    for cidr in cidrs:
+        first, second, _, rest = cidr.split(".")
+        assert first == "127" and int(second) in band and rest == "0/24", cidr
