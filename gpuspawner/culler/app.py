@@ -71,6 +71,7 @@ class GpuCuller(CullerSettings, IdleCuller):
         "gpu-min-samples": "GpuCuller.gpu_min_samples",
         "gpu-idle-limit": "GpuCuller.gpu_idle_limit",
         "offering-gpu-idle-limit": "GpuCuller.offering_gpu_idle_limits",
+        "reclaim-for-waiting-after": "GpuCuller.reclaim_for_waiting_after",
         "server-token-lifetime": "GpuCuller.server_token_lifetime",
         "memory-held-mib": "GpuCuller.memory_held_mib",
         "metrics-port": "GpuCuller.metrics_port",
@@ -111,6 +112,8 @@ class GpuCuller(CullerSettings, IdleCuller):
             kernel_shutdowns_per_cycle=self.kernel_shutdowns_per_cycle,
             stalls_before_telemetry=max(1, self.stalls_before_telemetry),
             gpu_leases={**DEFAULT_GPU_LEASES, **self.gpu_leases},
+            reclaim_for_waiting_after=self.reclaim_for_waiting_after,
+            offering_reclaim_for_waiting_after=dict(self.offering_reclaim_for_waiting_after),
         )
 
     def gpu_settings(self) -> GpuQuerySettings:
@@ -238,7 +241,7 @@ class GpuCuller(CullerSettings, IdleCuller):
         p = culler.policy
         self.log.info(
             "gpuspawner culler%s: every %ss; timeouts %s, plain servers %ss, offerings %s; "
-            "kernel timeout %ss on kinds %s; gpu_idle_limit %s; GPU leases %s; GPU view %s",
+            "kernel timeout %ss on kinds %s; gpu_idle_limit %s; GPU leases %s; reclaim for waiting spawns %s; GPU view %s",
             " (DRY RUN)" if self.dry_run else "",
             self.cull_every,
             dict(p.kind_timeouts),
@@ -248,6 +251,7 @@ class GpuCuller(CullerSettings, IdleCuller):
             sorted(p.reclaim_kinds),
             f"{p.gpu_idle_limit}s" if p.gpu_idle_limit > 0 else "off",
             {k: v for k, v in p.gpu_leases.items() if v > 0} or "none",
+            f"after {p.reclaim_for_waiting_after}s idle" if p.reclaim_for_waiting_after > 0 else "off",
             f"from {self.prometheus_url} over {self.gpu_window}s"
             if self.prometheus_url
             else "DISABLED (no prometheus_url): GPU servers will not be stopped",

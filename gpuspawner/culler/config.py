@@ -279,6 +279,40 @@ class CullerSettings(ConnectionSettings):
             raise TraitError(f"gpu_leases: {negative} must be 0 (no lease) or more seconds")
         return value
 
+    # ---- fair turns: reclaim when someone waits ---------------------------------
+    reclaim_for_waiting_after = Int(
+        0,
+        help=help_text(
+            """
+            Seconds of idleness after which a GPU server is reclaimed while spawns
+            wait for its offering in the hub's queue (the ``queue`` admission
+            policy): far shorter than the idle timeout, say 900. Only the longest
+            idle servers of that offering are reclaimed, one per waiting spawn;
+            the same signs of life count as for the idle timeout (a busy kernel,
+            GPU activity, a cell run or "Keep" withdraw it), the user is warned
+            ``warn_before_seconds`` ahead, and the reason says who waits ("2
+            people were waiting for MIG 1g.10gb and the MIG slice was idle for 22
+            minutes (limit 15)"). Nothing is reclaimed when nobody waits, nor
+            while the GPU view (Prometheus, which also carries the hub's
+            ``gpuspawner_spawns_waiting``) is unavailable. The server is stopped:
+            a waiting spawn waits for the offering's unit, which only a stopped
+            pod frees. No effect where it is not shorter than the idle timeout,
+            or where that timeout is 0. 0: off (the default).
+            """
+        ),
+    ).tag(config=True)
+
+    offering_reclaim_for_waiting_after = Dict(
+        key_trait=Unicode(),
+        value_trait=Int(),
+        help=help_text(
+            """
+            ``reclaim_for_waiting_after`` per offering slug (seconds; 0: off for that
+            offering). Example: ``{"mig-nvidia-a100-sxm4-40gb-1g-5gb": 900}``.
+            """
+        ),
+    ).tag(config=True)
+
     # ---- pods that stall the culler ---------------------------------------------
     server_deadline_seconds = Float(
         60.0,

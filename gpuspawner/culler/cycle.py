@@ -16,7 +16,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +30,7 @@ from gpuspawner.culler.hub import HubClient
 from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
-from gpuspawner.culler.observations import GpuIdleStreak, KernelMemo
+from gpuspawner.culler.observations import GpuIdleStreak, KernelMemo, turns, waiting_ranking
 from gpuspawner.culler.policy import STOP, Policy
 from gpuspawner.culler.prometheus import PrometheusClient
 from gpuspawner.culler.serverwork import ServerOutcome, ServerWork
@@ -136,6 +136,9 @@ class Culler(ServerWork):
         self._seen: set[tuple[str, str]] = set()
         #: whether the last available GPU view had the per-pod probe's series (None: none yet)
         self._probe_seen: bool | None = None
+        #: per offering, the last cycle's GPU servers from the longest idle down (who makes
+        #: room first when spawns wait for it)
+        self._ranking: dict[str, list[tuple[str, str]]] = {}
 
     # -- views -------------------------------------------------------------
     async def _gpu_view(self, report: CycleReport) -> GpuView:
@@ -150,11 +153,25 @@ class Culler(ServerWork):
                     view.error,
                 )
         self.metrics.gpu_view_up.set(1 if view.available else 0)
+        self._take_turns(view)
         if view.available and view.probe != self._probe_seen:
             self._log_probe(view.probe)
         report.gpu_view = view
         report.reclaimed_mib.update(self.actions.tracker.observe(view))
         return view
+
+    def _take_turns(self, view: GpuView) -> None:
+        """This cycle's policy sees the spawns waiting now (none when Prometheus did not
+        answer: unknown never justifies a cull) and whose turn it is to make room for them,
+        from the last cycle's ranking. GPU servers are decided only after this."""
+        waiting = dict(view.waiting) if view.available else {}
+        self.policy = replace(self.policy, waiting=waiting, turns=turns(self._ranking, waiting))
+        self.actions.policy = self.policy
+        if waiting:
+            self.log.info(
+                "spawns waiting: %s",
+                ", ".join(f"{count} for {name}" for count, name in waiting.values()),
+            )
 
     def _log_probe(self, present: bool) -> None:
         """Say once (and again only when it changes) whose numbers shared GPUs are judged on."""
@@ -266,6 +283,11 @@ class Culler(ServerWork):
             if self.notifier is not None:
                 self.notifier.keep_only(self._seen)
         report.duration_s = time.monotonic() - t0
+        self._ranking = waiting_ranking(
+            (o.server.offering, o.decision.inactive, bool(o.kernel_view and o.kernel_view.ok and o.kernel_view.busy_kernels))
+            for o in report.outcomes
+            if not o.result.stopped
+        )
         self._finish(report)
         if self.tokens.wanted:  # after the cycle: its decisions never wait on the hub's database
             self._minting = asyncio.ensure_future(self.tokens.mint_wanted())

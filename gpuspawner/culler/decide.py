@@ -8,7 +8,9 @@ Per server, in order:
    :func:`decide_unresponsive` instead.)
 2. **stop** (free the device) when inactive (hub activity, the server's own
    ``/api/status``, every kernel's ``last_activity``) for longer than the
-   offering's timeout, or older than ``max_age`` -- unless
+   offering's timeout, or older than ``max_age`` -- or, while spawns wait for its
+   offering and it is among the longest idle of it (``Policy.in_turn``), for longer
+   than ``reclaim_for_waiting_after`` (reason ``waiting``) -- unless
 
    * a kernel is busy (execution_state "busy"): keep;
    * the GPU was active in the window: keep;
@@ -37,7 +39,7 @@ from jupyterhub_idle_culler import format_td
 from gpuspawner.culler.gpu_metrics import PodGpuView
 from gpuspawner.culler.observations import aged_out, gpu_idle_past_limit, last_seen, lease_over, stop_allowed
 from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP, CullDecision, KernelAction, Policy
-from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, IDLE, MAX_AGE, UNRESPONSIVE, KernelView, ServerRecord
+from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, IDLE, MAX_AGE, UNRESPONSIVE, WAITING, KernelView, ServerRecord
 
 
 def _lease_decision(server: ServerRecord, policy: Policy, age: timedelta, reasons: list[str], memory: float | None) -> CullDecision:
@@ -126,6 +128,11 @@ def decide(
     blocked = stop_allowed(server, policy)
     if time_idle or aged:
         stop_reason = IDLE if time_idle else MAX_AGE
+        if time_idle and arbiter_idle is None and policy.in_turn(o) and inactive is not None:
+            if inactive.total_seconds() < policy.idle_timeout_for(o):
+                stop_reason = WAITING  # idle past the shorter bound only because someone waits
+                count, name = policy.waiting[o.slug or ""]
+                reasons.append(f"{count} spawn(s) waiting for {name} (reclaim_for_waiting_after)")
         if aged and not time_idle:
             reasons.append(f"older than max_age {format_td(timedelta(seconds=policy.max_age))}")
         if vetoes:

@@ -63,6 +63,7 @@ from gpuspawner.names.vocabulary import (
     PROBE_DEVICE_TOTAL,
     PROBE_POD_MEMORY,
     PROBE_POD_SM_UTIL,
+    SPAWNS_WAITING,
 )
 
 ACTIVE, IDLE, UNKNOWN = "active", "idle", "unknown"
@@ -210,6 +211,8 @@ class GpuView:
     shared_pods: Mapping[tuple[str, str], PodGpuView] = field(default_factory=dict)
     #: the per-pod probe's series were in the answer
     probe: bool = False
+    #: spawns waiting in the hub's queue per offering slug: (how many, the offering's name)
+    waiting: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
     def for_devices(self, devices: Iterable[Mapping[str, str]]) -> PodGpuView:
         """The view of a pod's DRA devices (``vocabulary.RECORD_DEVICES`` entries), decided
@@ -344,6 +347,15 @@ def summarize_pod(devices: list[DeviceReading], s: GpuQuerySettings, shared: boo
     return PodGpuView(IDLE, "; ".join(r for _, r in states), memory, tuple(devices))
 
 
+def _count(item: Mapping[str, Any]) -> int:
+    """A sample's value as a count (0 where it is not one)."""
+    try:
+        value = float(item["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return 0
+    return int(value) if math.isfinite(value) and value > 0 else 0
+
+
 def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
     """Read Prometheus' ``/api/v1/query`` JSON answer to :func:`build_query`."""
     if not isinstance(body, Mapping):
@@ -359,12 +371,18 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
     per_pod: dict[tuple[str, str], dict[str, DeviceReading]] = {}
     by_device: dict[tuple[str, str, str], DeviceReading] = {}
     probed: set[str] = set()
+    waiting: dict[str, tuple[int, str]] = {}
     for item in data.get("result") or []:
         labels = item.get("metric") or {}
         tag = labels.get(SERIES_LABEL, "")
         metric, _, stat = tag.partition(":")
         if metric == PROBE_DEVICE_TOTAL:
             probed.add(device_name(labels)[0])
+            continue
+        if metric == SPAWNS_WAITING:
+            count = _count(item)
+            if count and labels.get("offering"):
+                waiting[labels["offering"]] = (count, labels.get("name") or labels["offering"])
             continue
         if not stat:
             continue  # a series that is not ours
@@ -401,6 +419,7 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
         window_s=settings.window_s,
         shared_pods=shared,
         probe=bool(probed),
+        waiting=waiting,
         by_device=by_device,
         settings=settings,
     )

@@ -1,4 +1,4 @@
-"""The one PromQL query the culler sends each cycle for the GPU view: dcgm-exporter's (or the probe's) per-device series over the window, tagged by series and statistic. Pure."""
+"""The one PromQL query the culler sends each cycle for the GPU view: dcgm-exporter's (or the probe's) per-device series over the window, and the hub's spawns waiting per offering, tagged by series and statistic. Pure."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from gpuspawner.names.vocabulary import (
     PROBE_DEVICE_TOTAL,
     PROBE_POD_MEMORY,
     PROBE_POD_SM_UTIL,
+    SPAWNS_WAITING,
 )
 
 ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
@@ -76,4 +77,6 @@ def build_query(settings: GpuQuerySettings) -> str:
     parts.append(_tag(f"max_over_time({sel}[{w}])", PROBE_POD_SM_UTIL, "max"))
     parts.append(_tag(f"count_over_time({sel}[{w}])", PROBE_POD_SM_UTIL, "count"))
     parts.append(_tag(PROBE_DEVICE_TOTAL, PROBE_DEVICE_TOTAL, "last"))
+    # the hub's spawns waiting for an offering, summed over the hub's replicas of the series
+    parts.append(_tag(f"sum by (offering, name) ({SPAWNS_WAITING})", SPAWNS_WAITING, "last"))
     return " or ".join(parts)

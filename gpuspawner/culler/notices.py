@@ -15,7 +15,7 @@ from typing import Any
 from gpuspawner.culler.decide import Upcoming
 from gpuspawner.culler.gpu_metrics import PodGpuView
 from gpuspawner.culler.policy import NOT_KEEPABLE, RECLAIM, STOP, CullDecision, Policy
-from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, MAX_AGE, UNRESPONSIVE, ServerRecord
+from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, MAX_AGE, UNRESPONSIVE, WAITING, ServerRecord
 from gpuspawner.names.vocabulary import Kind
 
 #: what is held, as the user picked it on the spawn page
@@ -80,6 +80,11 @@ def why_words(server: ServerRecord, decision: CullDecision, policy: Policy, earl
         return f"GPU telemetry {shown} {what} idle for {idle(decision.gpu_idle_for, limit)}, whatever the server reported" + (
             "; only GPU use counts" if now else ""
         )
+    if decision.stop_reason == WAITING:
+        count, name = policy.waiting.get(o.slug or "", (0, o.slug or "this offering"))
+        people = ("1 person is" if now else "1 person was") if count == 1 else f"{count} people {'are' if now else 'were'}"
+        bound = policy.waiting_bound_for(o)
+        return f"{people} waiting for {name} and {what} {was} idle for {idle(decision.inactive, bound)}"
     if decision.stop_reason == GPU_LEASE:
         lease = duration_words(policy.gpu_lease_for(o))
         if now:
@@ -103,6 +108,8 @@ def limit_seconds(server: ServerRecord, decision: CullDecision, policy: Policy) 
         return policy.gpu_idle_limit_for(server.offering)
     if decision.stop_reason == GPU_LEASE:
         return policy.gpu_lease_for(server.offering)
+    if decision.stop_reason == WAITING:
+        return policy.waiting_bound_for(server.offering)
     if decision.stop_reason == MAX_AGE:
         return int(policy.max_age)
     return policy.timeout_for(server.offering)

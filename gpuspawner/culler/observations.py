@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -82,7 +83,10 @@ def kernel_memo(kv: KernelView, checked_at: datetime, policy: Policy, offering: 
         seen.append(kv.server_last_activity)
     if kv.busy_kernels:
         seen.append(checked_at)
-    timeout = policy.timeout_for(offering)
+    # the shortest idleness that can stop it: spawns may start waiting for it at any time
+    timeout = policy.idle_timeout_for(offering)
+    if 0 < policy.waiting_bound_for(offering) < timeout:
+        timeout = policy.waiting_bound_for(offering)
     if seen and timeout > 0:
         earliest_stop = max(seen) + timedelta(seconds=timeout)
     else:
@@ -192,3 +196,23 @@ def lease_over(server: ServerRecord, policy: Policy, now: datetime) -> timedelta
 
 def memory_held(gpu: PodGpuView | None, policy: Policy) -> bool:
     return gpu is not None and gpu.memory_mib is not None and gpu.memory_mib >= policy.memory_held_mib
+
+
+def waiting_ranking(candidates: Iterable[tuple[ServerOffering, timedelta | None, bool]]) -> dict[str, list[tuple[str, str]]]:
+    """Per offering slug, its GPU servers' pods (namespace, pod) from the longest idle down:
+    who makes room first when spawns wait for the offering. ``candidates`` are a cycle's
+    servers: (offering, inactive, whether a kernel was busy). A busy server, or one whose
+    idleness is unknown, is never ranked (it could never be reclaimed, and would hold up the
+    next in line)."""
+    ranked: dict[str, list[tuple[timedelta, tuple[str, str]]]] = {}
+    for offering, inactive, busy in candidates:
+        if not offering.is_gpu or not offering.slug or not offering.pod or inactive is None or busy:
+            continue
+        ranked.setdefault(offering.slug, []).append((inactive, (offering.namespace or "", offering.pod)))
+    return {slug: [pod for _, pod in sorted(rows, key=lambda r: r[0], reverse=True)] for slug, rows in ranked.items()}
+
+
+def turns(ranking: Mapping[str, Sequence[tuple[str, str]]], waiting: Mapping[str, tuple[int, str]]) -> frozenset[tuple[str, str]]:
+    """The pods whose turn it is to make room: per offering, as many of the longest idle as
+    spawns wait for it (one server per waiting spawn)."""
+    return frozenset(pod for slug, (count, _) in waiting.items() for pod in list(ranking.get(slug, ()))[:count])

@@ -88,11 +88,49 @@ class Policy:
     #: per GPU kind, the longest (seconds) a server may hold its GPU, whatever it does;
     #: a kind absent or at 0 has none (:meth:`gpu_lease_for`)
     gpu_leases: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_GPU_LEASES))
+    #: seconds of idleness after which a GPU server is reclaimed while spawns wait for its
+    #: offering (far shorter than the idle timeout); 0 or less: off
+    reclaim_for_waiting_after: int = 0
+    #: per offering slug; wins over ``reclaim_for_waiting_after``
+    offering_reclaim_for_waiting_after: Mapping[str, int] = field(default_factory=dict)
+    #: this cycle's waiting spawns per offering slug: (how many, the offering's name)
+    waiting: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    #: this cycle's servers (pod namespace, pod name) whose turn it is to make room for a
+    #: waiting spawn: the longest idle of their offering, as many as spawns wait
+    #: (:func:`gpuspawner.culler.observations.turns`)
+    turns: frozenset[tuple[str, str]] = frozenset()
 
-    def timeout_for(self, offering: ServerOffering) -> int:
+    def idle_timeout_for(self, offering: ServerOffering) -> int:
+        """The offering's idle timeout as configured (0 or less: never stopped for idleness)."""
         if offering.slug and offering.slug in self.offering_timeouts:
             return int(self.offering_timeouts[offering.slug])
         return int(self.kind_timeouts.get(offering.kind, self.default_timeout))
+
+    def waiting_bound_for(self, offering: ServerOffering) -> int:
+        """``reclaim_for_waiting_after`` for the offering (0: off)."""
+        if not offering.is_gpu:
+            return 0
+        if offering.slug and offering.slug in self.offering_reclaim_for_waiting_after:
+            return max(0, int(self.offering_reclaim_for_waiting_after[offering.slug]))
+        return max(0, int(self.reclaim_for_waiting_after))
+
+    def in_turn(self, offering: ServerOffering) -> bool:
+        """Whether this server makes room for a waiting spawn this cycle: spawns wait for its
+        offering, it is among the longest idle of it, and the admin set a bound shorter than
+        its idle timeout (a timeout of 0 means "never stopped for idleness": nor for this)."""
+        bound, timeout = self.waiting_bound_for(offering), self.idle_timeout_for(offering)
+        return (
+            0 < bound < timeout
+            and self.waiting.get(offering.slug or "", (0, ""))[0] > 0
+            and (offering.namespace or "", offering.pod or "") in self.turns
+        )
+
+    def timeout_for(self, offering: ServerOffering) -> int:
+        """The idleness after which the server is stopped this cycle: its idle timeout, or
+        ``reclaim_for_waiting_after`` while it is in turn (:meth:`in_turn`)."""
+        if self.in_turn(offering):
+            return self.waiting_bound_for(offering)
+        return self.idle_timeout_for(offering)
 
     def kernel_timeout_for(self, offering: ServerOffering) -> int:
         if offering.slug and offering.slug in self.offering_kernel_timeouts:
@@ -117,7 +155,7 @@ class Policy:
             limit = int(self.offering_gpu_idle_limits[offering.slug])
         else:
             limit = int(self.gpu_idle_limit)
-        timeout = self.timeout_for(offering)
+        timeout = self.idle_timeout_for(offering)
         if limit <= 0 or timeout <= 0:
             return 0
         return max(limit, timeout)

@@ -20,6 +20,9 @@ IDLE, MAX_AGE, GPU_IDLE_LIMIT = "idle", "max_age", "gpu_idle_limit"
 UNRESPONSIVE = "unresponsive"
 #: the server has held its GPU for its kind's GPU lease: the hard maximum nothing vetoes
 GPU_LEASE = "gpu_lease"
+#: idle past ``reclaim_for_waiting_after`` (shorter than its idle timeout) while spawns wait
+#: for its offering, and first in line to make room for them
+WAITING = "waiting"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from gpuspawner.core.model import Offering
-from gpuspawner.names.vocabulary import GPU_USERS_GROUP, Refusal
+from gpuspawner.hub.scheduling import WaitQueue
+from gpuspawner.names.vocabulary import GPU_USERS_GROUP, SPAWNS_WAITING, Refusal
 
 if TYPE_CHECKING:
     from gpuspawner.capacity.index import ClusterIndex
@@ -60,6 +61,13 @@ class _CapacityCollector:
                     free.add_metric([offering.slug, offering.kind.value], avail.free)
         yield capacity
         yield free
+        # the spawns in this hub's queue per offering: the culler reclaims an idle server for them
+        waiting = GaugeMetricFamily(
+            SPAWNS_WAITING, "Spawns waiting in the hub's queue for each offering", labels=["offering", "kind", "name"]
+        )
+        for offering in self.source[1] if self.source is not None else ():
+            waiting.add_metric([offering.slug, offering.kind.value, offering.display_name], WaitQueue.length(offering.slug))
+        yield waiting
 
 
 CAPACITY = _CapacityCollector()

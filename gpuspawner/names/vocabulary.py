@@ -163,3 +163,8 @@ SHARING_KINDS: frozenset[Kind] = frozenset({Kind.SHARED, Kind.CUSTOM})
 PROBE_POD_MEMORY = "gpuspawner_probe_pod_gpu_memory_bytes"
 PROBE_POD_SM_UTIL = "gpuspawner_probe_pod_sm_utilization_ratio"
 PROBE_DEVICE_TOTAL = "gpuspawner_probe_device_memory_total_bytes"
+
+#: The hub's spawns waiting in its queue for an offering (labels ``offering``, ``kind`` and
+#: ``name``, the offering's display name): the hub exports it, the culler reads it through
+#: Prometheus to reclaim an idle server for them (``reclaim_for_waiting_after``).
+SPAWNS_WAITING = "gpuspawner_spawns_waiting"
