@@ -12,11 +12,16 @@ its scopes:
   ``admin:users``: everyone's, filtered by ``?user=`` when given.
 
 ``?limit=`` (1..1000, default 100). Errors are JSON ``{"status", "message"}``.
+
+``GET <prefix>api/turns`` says, per offering, when an idle server will make room for the
+spawns waiting for it (:class:`TurnsHandler`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from jupyterhub.services.auth import HubAuth, HubAuthenticated, UserNotAllowed
@@ -95,12 +100,31 @@ class ActionsHandler(HubAuthenticated, web.RequestHandler):
         self.finish(json.dumps({"actions": self.actions.entries(user, limit), "user": user}))
 
 
+class TurnsHandler(ActionsHandler):
+    """``GET api/turns``: per offering slug, when an idle server in turn will make room for
+    the spawns waiting for it (``{"turns": {slug: ISO time}}``), for the hub to tell the
+    waiting. Offerings and times only, nobody's name: any token admitted to the service
+    reads it."""
+
+    def initialize(self, turns: Callable[[], Mapping[str, datetime]], hub_auth: HubAuth) -> None:  # type: ignore[override]
+        self.turns = turns
+        self.hub_auth = hub_auth
+
+    def get(self) -> None:
+        if not self.current_user:
+            self._refuse(403, "no valid hub token: send 'Authorization: token <your JupyterHub API token>'")
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps({"turns": {slug: at.isoformat() for slug, at in self.turns().items()}}))
+
+
 def make_service_app(
     metrics: CullerMetrics,
     prefix: str = "/",
     actions: ActionLog | None = None,
     hub_auth: HubAuth | None = None,
     read_all_scopes: tuple[str, ...] = DEFAULT_READ_ALL_SCOPES,
+    turns: Callable[[], Mapping[str, datetime]] | None = None,
 ) -> web.Application:
     """Serve ``<prefix>metrics`` and, with an action log and a :class:`HubAuth`,
     ``<prefix>api/actions`` (both at ``/`` too: the hub's proxy forwards the
@@ -113,4 +137,6 @@ def make_service_app(
         kw = {"actions": actions, "hub_auth": hub_auth, "read_all_scopes": tuple(read_all_scopes)}
         for base in sorted({"/", prefix}):
             routes.append((base + "api/actions", ActionsHandler, kw))
+            if turns is not None:
+                routes.append((base + "api/turns", TurnsHandler, {"turns": turns, "hub_auth": hub_auth}))
     return web.Application(routes)

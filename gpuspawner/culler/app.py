@@ -295,6 +295,7 @@ class GpuCuller(CullerSettings, IdleCuller):
             actions=culler.action_log,
             hub_auth=self.hub_auth(),
             read_all_scopes=tuple(self.actions_read_all_scopes),
+            turns=lambda: culler.planned_turns,
         )
         server = HTTPServer(app)
         try:

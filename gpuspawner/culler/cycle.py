@@ -139,6 +139,10 @@ class Culler(ServerWork):
         #: per offering, the last cycle's GPU servers from the longest idle down (who makes
         #: room first when spawns wait for it)
         self._ranking: dict[str, list[tuple[str, str]]] = {}
+        #: per offering slug, the earliest time a server in turn makes room for its waiting
+        #: spawns: as the last cycle planned it (``planned_turns``), and as this one does
+        self.planned_turns: dict[str, datetime] = {}
+        self._planning: dict[str, datetime] = {}
 
     # -- views -------------------------------------------------------------
     async def _gpu_view(self, report: CycleReport) -> GpuView:
@@ -246,6 +250,7 @@ class Culler(ServerWork):
         report = CycleReport(started=now)
         self._seen = set()
         self._gpu_pods_seen = set()
+        self._planning = {}
         self.tokens.new_cycle()
         gpu_task = asyncio.ensure_future(self._gpu_view(report))
         tasks: list[asyncio.Future[None]] = []
@@ -283,6 +288,7 @@ class Culler(ServerWork):
             if self.notifier is not None:
                 self.notifier.keep_only(self._seen)
         report.duration_s = time.monotonic() - t0
+        self.planned_turns = self._planning
         self._ranking = waiting_ranking(
             (o.server.offering, o.decision.inactive, bool(o.kernel_view and o.kernel_view.ok and o.kernel_view.busy_kernels))
             for o in report.outcomes

@@ -22,7 +22,7 @@ from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView, expect_devices
 from gpuspawner.culler.hub import server_record
 from gpuspawner.culler.observations import kernel_memo, last_seen, plan_kernel_view, track_gpu_idle
 from gpuspawner.culler.policy import RECLAIM, STOP, CullDecision
-from gpuspawner.culler.records import KernelView, ServerRecord
+from gpuspawner.culler.records import WAITING, KernelView, ServerRecord
 
 #: what can still prevent a warned stop, by its reason (else: any activity)
 _UNLESS = {
@@ -150,6 +150,8 @@ class ServerWork:
             )
         decision = decide(rec, kv, gpu, self.policy, now, arbiter_idle, gpu_seen, idle_since)
         seen = last_seen(rec, kv, gpu_seen)
+        if self.policy.in_turn(o):
+            self._plan_turn(rec, kv, gpu, decision, now, gpu_seen, idle_since)
         if decision.action not in (STOP, RECLAIM) and not custom and (kv is None or kv.ok):
             await self._warn(rec, kv, gpu, now, gpu_seen, idle_since, seen)
         result = await self.actions.apply(rec, decision, gpu=gpu, idle_since=seen, now=now)
@@ -198,6 +200,28 @@ class ServerWork:
         if exc is not None:
             self.metrics.errors.labels("culler").inc()
             self.log.error("error in carried-over work", exc_info=exc)
+
+    def _plan_turn(
+        self,
+        rec: ServerRecord,
+        kv: KernelView | None,
+        gpu: PodGpuView | None,
+        decision: CullDecision,
+        now: datetime,
+        gpu_seen: datetime | None,
+        gpu_idle_since: datetime | None,
+    ) -> None:
+        """When this server, in turn, makes room for its offering's waiting spawns if nothing
+        changes: now, or what :func:`upcoming` finds within its bound (what the waiting spawn
+        is told). A server that will not make room (busy, unknown) plans nothing."""
+        slug = rec.offering.slug or ""
+        if decision.action == STOP and decision.stop_reason == WAITING:
+            at: datetime | None = now
+        else:
+            coming = upcoming(rec, kv, gpu, self.policy, now, self.policy.waiting_bound_for(rec.offering), gpu_seen, gpu_idle_since)
+            at = coming.at if coming is not None and coming.decision.stop_reason == WAITING else None
+        if at is not None and (slug not in self._planning or at < self._planning[slug]):
+            self._planning[slug] = at
 
     async def _warn(
         self,

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from typing import Any
 
 from gpuspawner.capacity.admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaRequest, Quotas, in_order, units_held
 from gpuspawner.capacity.policy import allowed, named
 from gpuspawner.core.model import Offering
 from gpuspawner.core.windows import window_state
-from gpuspawner.hub import hubhooks, metrics
+from gpuspawner.hub import culleractions, hubhooks, metrics
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
 from gpuspawner.hub.spawnstate import saved_holdings, user_label
@@ -152,15 +153,40 @@ async def _take(spawner: Any, offering: Offering, count: int, decision: Decision
     state.messages.append(f"Reserved {count} x {offering.display_name}.")
 
 
+#: how often a waiting spawn asks the culler when an idle server will make room
+TURNS_EVERY_S = 5.0
+
+
+async def _turn_words(offering: Offering, position: int, now: datetime) -> str:
+    """What the waiting spawn is told of the culler's plan: "An idle MIG 1g.10gb will be
+    reclaimed for you in about 2 minutes." ("" when the culler plans none, or is not wired)."""
+    source = culleractions.CullerActions.latest
+    at = (await source.turns()).get(offering.slug) if source is not None else None
+    if at is None:
+        return ""
+    seconds = (at - now).total_seconds()
+    when = "now" if seconds <= 0 else "in about a minute" if seconds < 90 else f"in about {round(seconds / 60)} minutes"
+    if position == 1:
+        return f"An idle {offering.display_name} will be reclaimed for you {when}."
+    return f"An idle {offering.display_name} will be reclaimed {when}; you are number {position} in the queue."
+
+
 async def _wait_in_queue(spawner: Any, offering: Offering, count: int, message: str) -> None:
     queue = WaitQueue.for_offering(offering.slug)
     timeout = offering.queue_timeout or spawner.queue_timeout
     spawner.spawn_state.messages.append(message)
     async with queue.place(reservation_key(spawner)) as place:
         deadline = time.monotonic() + timeout
+        told, asked = "", 0.0
         while True:
             if place.first and (spawner.availability(offering).largest_free or 0) >= count:
                 return  # admit() reserves before anyone else can run
+            if time.monotonic() - asked >= TURNS_EVERY_S:
+                asked = time.monotonic()
+                news = await _turn_words(offering, place.position, spawner.now())
+                if news and news != told:
+                    told = news
+                    spawner.spawn_state.messages.append(news)
             if time.monotonic() > deadline:
                 metrics.refused(offering, Refusal.QUEUE_TIMEOUT)
                 raise SpawnRefused(

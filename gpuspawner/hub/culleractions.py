@@ -77,7 +77,11 @@ def page_items(records: list[Mapping[str, Any]], now: datetime, days: float) -> 
 
 
 class CullerActions:
-    """Fetches one user's recent actions from the culler, for the hub's pages."""
+    """Fetches one user's recent actions from the culler, for the hub's pages, and when an
+    idle server will make room for the spawns waiting for an offering (``api/turns``)."""
+
+    #: the one :func:`configure_hub` set up in this hub's process (None: no culler wired)
+    latest: CullerActions | None = None
 
     def __init__(self, url: str, token: str, *, limit: int = 5, days: float = 7.0, timeout: float = 3.0) -> None:
         if not url or not token:
@@ -109,11 +113,33 @@ class CullerActions:
         self._failing = False
         return page_items(records, datetime.now(UTC), self.days)
 
+    async def turns(self) -> dict[str, datetime]:
+        """Per offering slug, when the culler plans to stop an idle server for the spawns
+        waiting for it; {} when it plans none, or cannot be asked (logged once)."""
+        url = self.url[: -len("api/actions")] + "api/turns" if self.url.endswith("api/actions") else self.url
+        req = HTTPRequest(
+            url,
+            headers={"Authorization": f"token {self.token}"},
+            request_timeout=self.timeout,
+            connect_timeout=self.timeout,
+            follow_redirects=False,
+        )
+        try:
+            resp = await AsyncHTTPClient().fetch(req)
+            raw = json.loads(resp.body).get("turns", {})
+            turns = {str(slug): datetime.fromisoformat(at) for slug, at in raw.items()}
+        except (HTTPClientError, OSError, ValueError, AttributeError, TypeError) as e:
+            if not self._failing:
+                log.warning("the culler's planned turns are not shown to waiting spawns: %s %s", url, e)
+            self._failing = True
+            return {}
+        return turns
+
 
 def template_vars(url: str, token: str, **kw: Any) -> dict[str, Callable[[Any], Callable[[], Awaitable[list[dict[str, str]]]]]]:
     """``c.JupyterHub.template_vars.update(template_vars(url, token))``: the pages'
     ``gpuspawner_culler_actions()``, bound to each page's logged-in user."""
-    source = CullerActions(url, token, **kw)
+    source = CullerActions.latest = CullerActions(url, token, **kw)
 
     def bind(user: Any) -> Callable[[], Awaitable[list[dict[str, str]]]]:
         async def actions() -> list[dict[str, str]]:
