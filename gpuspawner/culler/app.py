@@ -72,6 +72,7 @@ class GpuCuller(CullerSettings, IdleCuller):
         "gpu-idle-limit": "GpuCuller.gpu_idle_limit",
         "offering-gpu-idle-limit": "GpuCuller.offering_gpu_idle_limits",
         "reclaim-for-waiting-after": "GpuCuller.reclaim_for_waiting_after",
+        "offering-gpu-lease": "GpuCuller.offering_gpu_leases",
         "server-token-lifetime": "GpuCuller.server_token_lifetime",
         "memory-held-mib": "GpuCuller.memory_held_mib",
         "metrics-port": "GpuCuller.metrics_port",
@@ -112,6 +113,7 @@ class GpuCuller(CullerSettings, IdleCuller):
             kernel_shutdowns_per_cycle=self.kernel_shutdowns_per_cycle,
             stalls_before_telemetry=max(1, self.stalls_before_telemetry),
             gpu_leases={**DEFAULT_GPU_LEASES, **self.gpu_leases},
+            offering_gpu_leases=dict(self.offering_gpu_leases),
             reclaim_for_waiting_after=self.reclaim_for_waiting_after,
             offering_reclaim_for_waiting_after=dict(self.offering_reclaim_for_waiting_after),
         )
@@ -250,7 +252,7 @@ class GpuCuller(CullerSettings, IdleCuller):
             p.kernel_timeout,
             sorted(p.reclaim_kinds),
             f"{p.gpu_idle_limit}s" if p.gpu_idle_limit > 0 else "off",
-            {k: v for k, v in p.gpu_leases.items() if v > 0} or "none",
+            {**{k: v for k, v in p.gpu_leases.items() if v > 0}, **dict(p.offering_gpu_leases)} or "none",
             f"after {p.reclaim_for_waiting_after}s idle" if p.reclaim_for_waiting_after > 0 else "off",
             f"from {self.prometheus_url} over {self.gpu_window}s"
             if self.prometheus_url

@@ -267,6 +267,26 @@ class CullerSettings(ConnectionSettings):
         ),
     ).tag(config=True)
 
+    offering_gpu_leases = Dict(
+        key_trait=Unicode(),
+        value_trait=Int(),
+        help=help_text(
+            """
+            The GPU lease per offering slug (seconds; 0: no lease for that offering),
+            winning over its kind's in ``gpu_leases``: "4 hours on an H100, 24 on a
+            T4 share". Example: ``{"gpu-nvidia-h100-80gb-hbm3": 14400}``.
+            """
+        ),
+    ).tag(config=True)
+
+    @validate("offering_gpu_leases")
+    def _valid_offering_leases(self, proposal: dict) -> dict:
+        value = dict(proposal["value"])
+        negative = sorted(k for k, v in value.items() if v < 0)
+        if negative:
+            raise TraitError(f"offering_gpu_leases: {negative} must be 0 (no lease) or more seconds")
+        return value
+
     @validate("gpu_leases")
     def _valid_leases(self, proposal: dict) -> dict:
         value = dict(proposal["value"])

@@ -88,6 +88,8 @@ class Policy:
     #: per GPU kind, the longest (seconds) a server may hold its GPU, whatever it does;
     #: a kind absent or at 0 has none (:meth:`gpu_lease_for`)
     gpu_leases: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_GPU_LEASES))
+    #: per offering slug; wins over the kind's (0: no lease for that offering)
+    offering_gpu_leases: Mapping[str, int] = field(default_factory=dict)
     #: seconds of idleness after which a GPU server is reclaimed while spawns wait for its
     #: offering (far shorter than the idle timeout); 0 or less: off
     reclaim_for_waiting_after: int = 0
@@ -143,6 +145,8 @@ class Policy:
         (granted in turns, say) can replace the per-kind one here."""
         if not offering.is_gpu:
             return 0
+        if offering.slug and offering.slug in self.offering_gpu_leases:
+            return max(0, int(self.offering_gpu_leases[offering.slug]))
         return max(0, int(self.gpu_leases.get(offering.kind, 0)))
 
     def gpu_idle_limit_for(self, offering: ServerOffering) -> int:

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from traitlets import TraitError
 from traitlets.config import Config
 
 from gpuspawner.culler import REQUIRED_SCOPES, GpuCuller
@@ -159,3 +160,11 @@ def test_scope_problems_name_too_much_and_too_little():
     assert "tokens!group=gpu-users" in REQUIRED_SCOPES and "tokens" not in REQUIRED_SCOPES
     [unfiltered] = scope_problems([*REQUIRED_SCOPES, "tokens"])
     assert "unfiltered 'tokens'" in unfiltered and "become admin" in unfiltered
+
+
+def test_fair_turns_flags():
+    a = app(["--reclaim-for-waiting-after=900", "--offering-gpu-lease", "h100=14400"])
+    p = a.policy()
+    assert p.reclaim_for_waiting_after == 900 and p.offering_gpu_leases == {"h100": 14400}
+    with pytest.raises(TraitError, match="offering_gpu_leases"):
+        GpuCuller(offering_gpu_leases={"h100": -1})

@@ -121,3 +121,20 @@ def test_ranking_longest_idle_first_one_per_waiting_spawn_never_the_busy():
     assert turns(ranking, {SLUG: (2, NAME)}) == {("jhub", "b"), ("jhub", "d")}
     assert turns(ranking, {}) == frozenset()
     assert turns(ranking, {SLUG: (9, NAME)}) == {("jhub", "b"), ("jhub", "d"), ("jhub", "a")}
+
+
+def test_a_lease_per_offering_wins_over_its_kinds():
+    """Issue #28: "4 h on an H100" -- an offering's own lease, warned like any lease."""
+    h100 = server("full", idle=0 * M, slug="h100", started=NOW - 4 * H - M)
+    busy = kv(kernel("busy", idle=0 * M))
+    four_hours = Policy(offering_gpu_leases={"h100": 4 * 3600})
+    d = decide(h100, busy, gpu("active"), four_hours, NOW)
+    assert d.action == STOP and d.stop_reason == "gpu_lease"
+    assert why_words(h100, d, four_hours) == "the server's GPU lease ended: the whole GPU may be held for 4 hours at most, whatever it does"
+    assert decide(h100, busy, gpu("active"), Policy(), NOW).action == KEEP  # the kind's 24 h
+    assert (
+        decide(
+            server("full", idle=0 * M, slug="h100", started=NOW - 30 * H), busy, gpu("active"), Policy(offering_gpu_leases={"h100": 0}), NOW
+        ).action
+        == KEEP
+    )
