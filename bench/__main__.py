@@ -13,6 +13,7 @@ RUNS = [
     ["-m", "bench.page_bench", "--nodes", "300", "--offerings", "100", "--renders", "20"],
     ["-m", "bench.culler_bench", "--servers", "200"],
     ["-m", "bench.probe_bench", "--scrapes", "30"],
+    ["-m", "bench.turns_bench", "--timeout", "90", "--bound", "20"],
 ]
 
 

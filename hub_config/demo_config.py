@@ -6,7 +6,7 @@ devcluster, sets the environment variables read below, and runs
 
 Users (any password is accepted by the DummyAuthenticator, the demo's is "gpu"):
   student1, student2   group "students":    No GPU, shared GPUs, MIG 1g slices
-  researcher1          group "researchers": everything, whole GPUs up to 4
+  researcher1, researcher2  group "researchers": everything, whole GPUs up to 4
   admin                hub admin:           everything
 """
 
@@ -36,13 +36,13 @@ c.JupyterHub.default_url = "/hub/home"
 # ---------------------------------------------------------------- who may log in
 c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = "gpu"
-c.Authenticator.allowed_users = {"student1", "student2", "researcher1", "admin"}
+c.Authenticator.allowed_users = {"student1", "student2", "researcher1", "researcher2", "admin"}
 c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.load_groups = {
     "students": {"users": ["student1", "student2"]},
-    "researchers": {"users": ["researcher1"]},
+    "researchers": {"users": ["researcher1", "researcher2"]},
     # whose kernels the culler may read (its role's tokens!group=gpu-users): never the admin
-    "gpu-users": {"users": ["student1", "student2", "researcher1"]},
+    "gpu-users": {"users": ["student1", "student2", "researcher1", "researcher2"]},
 }
 c.JupyterHub.allow_named_servers = True
 
@@ -52,7 +52,7 @@ c.KubeSpawner.namespace = NAMESPACE
 c.KubeSpawner.image = "quay.io/jupyter/scipy-notebook:2025-11-17"  # the pod runner uses this machine's Python
 c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
 c.KubeSpawner.default_url = "/lab"
-c.KubeSpawner.start_timeout = 120
+c.KubeSpawner.start_timeout = 420  # longer than the MIG 3g.20gb queue's 300 s (below), or the hub gives a waiting spawn up first
 c.KubeSpawner.http_timeout = 60
 c.KubeSpawner.events_enabled = True
 

@@ -109,3 +109,13 @@ def offering_words(memory_mib: int | None, compute_share: str, isolation: Isolat
     "10 GB GPU memory · 1/7 of the GPU's compute · hardware isolated" (its parts, once each)."""
     parts = (memory_phrase(memory_mib), compute_share, isolation_phrase(isolation))
     return " · ".join(dict.fromkeys(p for p in parts if p))
+
+
+def turn_words(name: str, position: int, seconds: float) -> str:
+    """What a spawn waiting in the queue is told of the culler's plan to make room:
+    "An idle MIG 1g.10gb will be reclaimed for you in about 2 minutes." (``seconds`` from
+    now; ``position`` in the queue, the first being told it is theirs)."""
+    when = "now" if seconds <= 0 else "in about a minute" if seconds < 90 else f"in about {round(seconds / 60)} minutes"
+    if position == 1:
+        return f"An idle {name} will be reclaimed for you {when}."
+    return f"An idle {name} will be reclaimed {when}; you are number {position} in the queue."

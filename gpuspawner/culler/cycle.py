@@ -169,7 +169,8 @@ class Culler(ServerWork):
         answer: unknown never justifies a cull) and whose turn it is to make room for them,
         from the last cycle's ranking. GPU servers are decided only after this."""
         waiting = dict(view.waiting) if view.available else {}
-        self.policy = replace(self.policy, waiting=waiting, turns=turns(self._ranking, waiting))
+        began = turns(self._ranking, waiting, self.policy.turns, self.clock())
+        self.policy = replace(self.policy, waiting=waiting, turns=began, turn_notice=self.warn_before_s)
         self.actions.policy = self.policy
         if waiting:
             self.log.info(

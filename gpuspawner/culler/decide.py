@@ -124,6 +124,11 @@ def decide(
         time_idle = bool(arbiter_idle)
     else:
         time_idle = timeout > 0 and inactive is not None and inactive.total_seconds() >= timeout
+        ready_at = policy.turn_ready_at(o) if policy.in_turn(o) else None
+        if time_idle and ready_at is not None and now < ready_at and inactive is not None:
+            if inactive.total_seconds() < policy.idle_timeout_for(o):  # its user is warned first
+                time_idle = False
+                reasons.append(f"in turn for the waiting; reclaimed from {ready_at.isoformat(timespec='seconds')} (warned first)")
     aged = aged_out(server, policy, now)
     blocked = stop_allowed(server, policy)
     if time_idle or aged:

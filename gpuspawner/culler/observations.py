@@ -212,7 +212,14 @@ def waiting_ranking(candidates: Iterable[tuple[ServerOffering, timedelta | None,
     return {slug: [pod for _, pod in sorted(rows, key=lambda r: r[0], reverse=True)] for slug, rows in ranked.items()}
 
 
-def turns(ranking: Mapping[str, Sequence[tuple[str, str]]], waiting: Mapping[str, tuple[int, str]]) -> frozenset[tuple[str, str]]:
-    """The pods whose turn it is to make room: per offering, as many of the longest idle as
-    spawns wait for it (one server per waiting spawn)."""
-    return frozenset(pod for slug, (count, _) in waiting.items() for pod in list(ranking.get(slug, ()))[:count])
+def turns(
+    ranking: Mapping[str, Sequence[tuple[str, str]]],
+    waiting: Mapping[str, tuple[int, str]],
+    before: Mapping[tuple[str, str], datetime],
+    now: datetime,
+) -> dict[tuple[str, str], datetime]:
+    """The pods whose turn it is to make room, and since when: per offering, as many of the
+    longest idle as spawns wait for it (one server per waiting spawn); a pod already in turn
+    (``before``) keeps the time its turn began, a new one begins ``now``."""
+    pods = (pod for slug, (count, _) in waiting.items() for pod in list(ranking.get(slug, ()))[:count])
+    return {pod: before.get(pod, now) for pod in pods}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from gpuspawner.culler.contract import ServerOffering
 from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE
@@ -98,9 +98,13 @@ class Policy:
     #: this cycle's waiting spawns per offering slug: (how many, the offering's name)
     waiting: Mapping[str, tuple[int, str]] = field(default_factory=dict)
     #: this cycle's servers (pod namespace, pod name) whose turn it is to make room for a
-    #: waiting spawn: the longest idle of their offering, as many as spawns wait
-    #: (:func:`gpuspawner.culler.observations.turns`)
-    turns: frozenset[tuple[str, str]] = frozenset()
+    #: waiting spawn -- the longest idle of their offering, as many as spawns wait
+    #: (:func:`gpuspawner.culler.observations.turns`) -- and when their turn began
+    turns: Mapping[tuple[str, str], datetime] = field(default_factory=dict)
+    #: seconds a server is in turn before it may be reclaimed for the waiting, so that its
+    #: user is warned first even when it was idle long before anyone waited (the culler's
+    #: ``warn_before_seconds`` where it warns; 0 where it does not)
+    turn_notice: int = 0
 
     def idle_timeout_for(self, offering: ServerOffering) -> int:
         """The offering's idle timeout as configured (0 or less: never stopped for idleness)."""
@@ -126,6 +130,12 @@ class Policy:
             and self.waiting.get(offering.slug or "", (0, ""))[0] > 0
             and (offering.namespace or "", offering.pod or "") in self.turns
         )
+
+    def turn_ready_at(self, offering: ServerOffering) -> datetime | None:
+        """The earliest time this server, in turn, may be reclaimed for the waiting: its
+        turn's start plus ``turn_notice`` (None: not in turn)."""
+        began = self.turns.get((offering.namespace or "", offering.pod or ""))
+        return began + timedelta(seconds=max(0, self.turn_notice)) if began is not None else None
 
     def timeout_for(self, offering: ServerOffering) -> int:
         """The idleness after which the server is stopped this cycle: its idle timeout, or

@@ -218,7 +218,8 @@ class ServerWork:
         if decision.action == STOP and decision.stop_reason == WAITING:
             at: datetime | None = now
         else:
-            coming = upcoming(rec, kv, gpu, self.policy, now, self.policy.waiting_bound_for(rec.offering), gpu_seen, gpu_idle_since)
+            horizon = max(self.policy.waiting_bound_for(rec.offering), self.policy.turn_notice)
+            coming = upcoming(rec, kv, gpu, self.policy, now, horizon, gpu_seen, gpu_idle_since)
             at = coming.at if coming is not None and coming.decision.stop_reason == WAITING else None
         if at is not None and (slug not in self._planning or at < self._planning[slug]):
             self._planning[slug] = at

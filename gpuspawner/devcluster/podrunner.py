@@ -62,7 +62,7 @@ def pod_env(pod: dict[str, Any], ip: str) -> dict[str, str]:
 class PodRunner:
     """Polls the API server for notebook pods and keeps one local server per Running pod."""
 
-    def __init__(self, kube: KubeHTTP, bin_dir: str | None = None, interval: float = 0.3, root: Path | None = None):
+    def __init__(self, kube: KubeHTTP, bin_dir: str | None = None, interval: float = 0.1, root: Path | None = None):
         self.kube = kube
         self.interval = interval
         self.bin_dir = bin_dir or str(Path(sys.executable).parent)
@@ -145,15 +145,15 @@ class PodRunner:
         log.info("podrunner: started %s at %s (pid %d)", name, ip, process.pid)
 
     def _end(self, uid: str) -> None:
+        """Kill the pod's server and its kernels at once. kwok hands a deleted pod's IP to
+        the next pod straight away (a real node releases it only once the pod's network is
+        torn down), so a server still shutting down would answer the hub's check of the
+        next notebook on that IP, and the user would be sent to a server that is going."""
         server = self.servers.pop(uid)
         if server.process.poll() is None:
             try:
-                os.killpg(server.process.pid, signal.SIGTERM)
-                server.process.wait(timeout=10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(server.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                server.process.wait(timeout=5)
+                os.killpg(server.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            server.process.wait(timeout=10)
         log.info("podrunner: stopped %s", server.name)

@@ -17,6 +17,7 @@ from gpuspawner.capacity.admission import ADMIT, QUEUE, REFUSE, WARN, Decision, 
 from gpuspawner.capacity.policy import allowed, named
 from gpuspawner.core.model import Offering
 from gpuspawner.core.windows import window_state
+from gpuspawner.core.wording import turn_words
 from gpuspawner.hub import culleractions, hubhooks, metrics
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
@@ -164,11 +165,7 @@ async def _turn_words(offering: Offering, position: int, now: datetime) -> str:
     at = (await source.turns()).get(offering.slug) if source is not None else None
     if at is None:
         return ""
-    seconds = (at - now).total_seconds()
-    when = "now" if seconds <= 0 else "in about a minute" if seconds < 90 else f"in about {round(seconds / 60)} minutes"
-    if position == 1:
-        return f"An idle {offering.display_name} will be reclaimed for you {when}."
-    return f"An idle {offering.display_name} will be reclaimed {when}; you are number {position} in the queue."
+    return turn_words(offering.display_name, position, (at - now).total_seconds())
 
 
 async def _wait_in_queue(spawner: Any, offering: Offering, count: int, message: str) -> None:

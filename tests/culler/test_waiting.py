@@ -24,7 +24,7 @@ def policy(waiting: int = 2, turn: bool = True, after: int = 15 * 60, **kw) -> P
     return Policy(
         reclaim_for_waiting_after=after,
         waiting={SLUG: (waiting, NAME)} if waiting else {},
-        turns=frozenset({POD}) if turn else frozenset(),
+        turns={POD: NOW - H} if turn else {},
         **kw,
     )
 
@@ -118,9 +118,26 @@ def test_ranking_longest_idle_first_one_per_waiting_spawn_never_the_busy():
         ]
     )
     assert ranking[SLUG] == [("jhub", "b"), ("jhub", "d"), ("jhub", "a")]
-    assert turns(ranking, {SLUG: (2, NAME)}) == {("jhub", "b"), ("jhub", "d")}
-    assert turns(ranking, {}) == frozenset()
-    assert turns(ranking, {SLUG: (9, NAME)}) == {("jhub", "b"), ("jhub", "d"), ("jhub", "a")}
+    assert turns(ranking, {SLUG: (2, NAME)}, {}, NOW) == {("jhub", "b"): NOW, ("jhub", "d"): NOW}
+    assert turns(ranking, {}, {("jhub", "b"): NOW - H}, NOW) == {}
+    # a pod already in turn keeps the time its turn began
+    assert turns(ranking, {SLUG: (9, NAME)}, {("jhub", "d"): NOW - M}, NOW) == {
+        ("jhub", "b"): NOW,
+        ("jhub", "d"): NOW - M,
+        ("jhub", "a"): NOW,
+    }
+
+
+def test_a_server_idle_long_before_anyone_waited_is_warned_first():
+    """Its deadline jumps when someone starts waiting: it is reclaimed only ``turn_notice``
+    after its turn began, so that its user sees the warning first."""
+    p = replace(policy(waiting=1), turns={POD: NOW}, turn_notice=60)
+    s, kernels = idle_mig(idle=50 * M), kv(kernel(idle=50 * M))
+    now = decide(s, kernels, gpu("idle"), p, NOW)
+    assert now.action == KEEP and "warned first" in now.summary()
+    coming = upcoming(s, kernels, gpu("idle"), p, NOW, horizon_s=60)
+    assert coming is not None and coming.at == NOW + M and coming.decision.stop_reason == WAITING
+    assert decide(s, kernels, gpu("idle"), p, NOW + M).stop_reason == WAITING
 
 
 def test_a_lease_per_offering_wins_over_its_kinds():

@@ -29,12 +29,6 @@ CULLER_ARGS = (
 )
 EXTRA_CONFIG = """
 c = get_config()
-c.Authenticator.allowed_users = {"student1", "student2", "researcher1", "researcher2", "admin"}
-c.JupyterHub.load_groups = {
-    "students": {"users": ["student1", "student2"]},
-    "researchers": {"users": ["researcher1", "researcher2"]},
-    "gpu-users": {"users": ["student1", "student2", "researcher1", "researcher2"]},
-}
 c.JupyterHub.load_roles.append({"name": "e2e-actions", "scopes": ["access:services"], "services": ["e2e-admin"]})
 """
 
@@ -109,3 +103,6 @@ def test_an_idle_server_is_reclaimed_only_when_someone_waits_for_its_offering(tm
         assert why.startswith("1 person was waiting for ") and "the MIG slice was idle for" in why, why
         assert f"(limit {BOUND // 60})" in why or "less than a minute" in why, why
         assert "spawns waiting: 1 for" in log.read_text()
+        # researcher1's notebook was warned first, with who waits (its notice, put by the culler)
+        warned = [line for line in log.read_text().splitlines() if "warned researcher1: server stop in" in line]
+        assert warned and "unless there is activity: 1 person is waiting for " in warned[0], warned
