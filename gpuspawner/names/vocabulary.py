@@ -67,6 +67,7 @@ class Refusal(StrEnum):
     QUEUE_TIMEOUT = "queue_timeout"  #: waited in the queue past its limit (409)
     UNSCHEDULABLE = "unschedulable"  #: the scheduler says the pod cannot run (409)
     QUOTA = "quota"  #: over the user's or a group's quota (429)
+    BUDGET = "budget"  #: the user's GPU-hour budget does not cover another hour (429)
     UNREACHABLE = "unreachable"  #: the Kubernetes API cannot be reached (503)
     MISCONFIGURED = "misconfigured"  #: the hub's GPU settings are wrong (503)
 
@@ -89,6 +90,9 @@ COUNT_FIELD_PREFIX = "count-"
 #: ``user_options`` key (and spawner-state key) of the record GPUSpawner writes at start;
 #: never read back as the user's choice. Its keys are the ``RECORD_*`` names below.
 RECORD_KEY = "gpuspawner"
+#: Key of the GPU-hour ledger in a server's saved state (gpuspawner.hub.budgets): rows of
+#: {"start", "end", "cost"}, kept after the server stops.
+BUDGET_LEDGER_KEY = "gpu_usage"
 
 # Keys inside the record (docs/culler.md, "The contract"); the culler reads them.
 RECORD_OFFERING = OFFERING_KEY  #: the offering's slug
