@@ -175,7 +175,9 @@ def frees_up_at(standing: Standing, hourly_cost: float, now: datetime, uses: Ite
 
 
 def hours_text(hours: float) -> str:
-    """``19.5``, ``20``, ``0.25``: a figure as a person writes it."""
+    """``19.5``, ``20``, ``0.25``, ``less than 0.01``: a figure as a person writes it."""
+    if 0 < hours < 0.005:
+        return "less than 0.01"
     return f"{round(hours, 2):g}"
 
 
@@ -195,7 +197,7 @@ def refusal_text(standing: Standing, offering_name: str, hourly_cost: float, now
     budget = standing.budget
     words = (
         f"You used {hours_text(standing.used)} of {hours_text(budget.hours)} GPU-hours "
-        f"{WINDOW_WORDS[budget.window]}; an hour of {offering_name} costs {hours_text(hourly_cost)} GPU-hours"
+        f"{WINDOW_WORDS[budget.window]}; an hour of {offering_name} costs {hours_text(hourly_cost)} GPU-hour{'' if hourly_cost == 1 else 's'}"
     )
     if frees is not None:
         words += f"; the next hour frees up {'on ' if not when_text(frees, now).startswith('today') else ''}{when_text(frees, now)}"

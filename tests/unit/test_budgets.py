@@ -190,7 +190,7 @@ def test_the_refusal_says_the_numbers_the_time_and_the_source():
     standing = Standing(Budget(20, WEEK), 19.5, PROMETHEUS)
     words = refusal_text(standing, "NVIDIA H100 80GB", 1, NOW, at(30, 0))
     assert words == (
-        "You used 19.5 of 20 GPU-hours this week; an hour of NVIDIA H100 80GB costs 1 GPU-hours; "
+        "You used 19.5 of 20 GPU-hours this week; an hour of NVIDIA H100 80GB costs 1 GPU-hour; "
         "the next hour frees up on Monday 00:00. (Usage measured by Prometheus.)"
     )
     today = refusal_text(Standing(Budget(8, ROLLING_7D), 8, HUB_RECORD), "MIG 1g.10gb", 0.5, NOW, at(26, 17))
@@ -206,3 +206,4 @@ def test_the_page_words():
     assert cost_text(1) == "1 GPU-hour of budget per hour"
     assert cost_text(0.25) == "0.25 GPU-hours of budget per hour"
     assert cost_text(0) == "free of your GPU budget"
+    assert standing_text(Standing(Budget(0.5, DAY), 0.001, HUB_RECORD)).startswith("Your GPU budget: less than 0.01 of 0.5")
