@@ -15,6 +15,7 @@ The spawner passes itself (``spawner``) for the user, the traits and the catalog
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +44,7 @@ from gpuspawner.core.model import Offering
 from gpuspawner.hub import metrics
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.hub.spawnstate import user_label
+from gpuspawner.names import vocabulary as v
 from gpuspawner.names.vocabulary import BUDGET_LEDGER_KEY, Refusal
 
 #: the user's label -> their standing as last measured (the form POST's check, the metrics)
@@ -59,9 +61,10 @@ def ledger_uses(spawner: Any) -> list[Use]:
     """Every use in the ledgers of the user's servers: this one's as it is now, the others' as saved."""
     rows = list(spawner.gpu_usage)
     orm_user = getattr(spawner.user, "orm_user", None)
-    for orm_spawner in getattr(orm_user, "orm_spawners", None) or ():
+    others = getattr(orm_user, "orm_spawners", None) or {}  # JupyterHub: {server name: orm.Spawner}
+    for orm_spawner in others.values() if isinstance(others, Mapping) else others:
         if orm_spawner is not getattr(spawner, "orm_spawner", None):
-            rows += list((orm_spawner.state or {}).get(BUDGET_LEDGER_KEY) or ())
+            rows += list((getattr(orm_spawner, "state", None) or {}).get(BUDGET_LEDGER_KEY) or ())
     return uses_from_rows(rows)
 
 
@@ -90,7 +93,16 @@ async def prometheus_hours(spawner: Any, since: datetime, now: datetime, catalog
 
 
 async def standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
-    """The user's budget and usage now, and where the usage came from (None: no budget)."""
+    """The user's budget and usage now, and where the usage came from (None: no budget, or a
+    measurement that failed unexpectedly: logged, and the spawn is not held up by it)."""
+    try:
+        return await _standing(spawner, catalog)
+    except Exception:
+        spawner.log.exception("GPUSpawner: could not measure %s's GPU-hour budget; not enforcing it this time", spawner.user.name)
+        return None
+
+
+async def _standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
     chosen = budget(spawner)
     if chosen is None:
         return None
@@ -165,12 +177,12 @@ def env(found: Standing | None, offering: Offering, count: int, now: datetime) -
     if found is None:
         return {}
     return {
-        "GPUSPAWNER_BUDGET_HOURS": f"{found.budget.hours:g}",
-        "GPUSPAWNER_BUDGET_WINDOW": found.budget.window,
-        "GPUSPAWNER_BUDGET_USED": f"{found.used:.4f}",
-        "GPUSPAWNER_BUDGET_COST": f"{offering.hourly_cost(count):g}",
-        "GPUSPAWNER_BUDGET_AS_OF": now.isoformat(),
-        "GPUSPAWNER_BUDGET_SOURCE": found.source,
+        v.ENV_BUDGET_HOURS: f"{found.budget.hours:g}",
+        v.ENV_BUDGET_WINDOW: found.budget.window,
+        v.ENV_BUDGET_USED: f"{found.used:.4f}",
+        v.ENV_BUDGET_COST: f"{offering.hourly_cost(count):g}",
+        v.ENV_BUDGET_AS_OF: now.isoformat(),
+        v.ENV_BUDGET_SOURCE: found.source,
     }
 
 

@@ -143,6 +143,15 @@ ENV_COUNT = "GPUSPAWNER_GPU_COUNT"
 #: notebook's own GPU view (gpuspawner.notebook_ext, docs/user-gpu-view.md).
 ENV_DISPLAY_NAME = "GPUSPAWNER_DISPLAY_NAME"
 ENV_WORDS = "GPUSPAWNER_OFFERING_WORDS"
+#: The user's GPU-hour budget as the hub measured it at spawn (gpuspawner.hub.budgets.env), for the
+#: user's GPU view's running total: the budget, its window, the GPU-hours used then, what an hour
+#: of this server costs, when it was measured (ISO 8601) and from where (prometheus | hub-record).
+ENV_BUDGET_HOURS = "GPUSPAWNER_BUDGET_HOURS"
+ENV_BUDGET_WINDOW = "GPUSPAWNER_BUDGET_WINDOW"
+ENV_BUDGET_USED = "GPUSPAWNER_BUDGET_USED"
+ENV_BUDGET_COST = "GPUSPAWNER_BUDGET_COST"
+ENV_BUDGET_AS_OF = "GPUSPAWNER_BUDGET_AS_OF"
+ENV_BUDGET_SOURCE = "GPUSPAWNER_BUDGET_SOURCE"
 
 #: KubeSpawner's names for whose pod it is, which gpuspawner reads: the user as a pod
 #: label (KubeSpawner's escaped form) and the user and server name as annotations.

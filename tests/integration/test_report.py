@@ -29,7 +29,7 @@ import sys
 import pytest
 
 from gpuspawner.devcluster.prometheus import Prometheus
-from gpuspawner.tools.report import ACTIVE, DEVICE_ACTIVE, IDLE, PrometheusAPI, ReportError, build_report
+from gpuspawner.tools.report import ACTIVE, DEVICE_ACTIVE, IDLE, PrometheusAPI, ReportError, build_report, render
 
 HOUR = 3600
 STEP = 60
@@ -83,7 +83,13 @@ def history(t0: int) -> str:
         h(10),
         lambda t: 5000 if t >= h(6) else 0,
     )
+    # alice's GPU-hour budget as the hub measured it (gpuspawner.hub.budgets): 12.5 of 20 by the end
+    mine = {"user": "alice", "window": "week"}
+    budget_used = _series("gpuspawner_budget_used_hours", {**mine, "source": "prometheus"}, h(0), h(9), lambda t: 12.5 if t > h(6) else 1)
+    budget_hours = _series("gpuspawner_budget_hours", mine, h(0), h(9), lambda t: 20)
     families = [
+        ("gpuspawner_budget_used_hours", "gauge", budget_used),
+        ("gpuspawner_budget_hours", "gauge", budget_hours),
         ("gpuspawner_server_gpus", "gauge", gpus),
         ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", engine),
         ("DCGM_FI_DEV_GPU_UTIL", "gauge", util),
@@ -107,6 +113,16 @@ def backfilled(tmp_path_factory):
 
 def rows(report) -> dict[str, tuple[float, float, float]]:
     return {r.key: (round(r.held_h, 6), round(r.active_h, 6), round(r.idle_h, 6)) for r in report.rows}
+
+
+def test_budgets_as_the_hub_last_measured_them(backfilled):
+    prom, end = backfilled
+    api = PrometheusAPI(prom.url)
+    report = build_report(api, "user", 10 * HOUR, end, STEP)
+    assert report.budgets == {"alice": {"used": 12.5, "hours": 20.0, "window": "week", "source": "prometheus"}}
+    assert "  alice  12.50 of 20  (week, prometheus)" in render(report, "table")
+    assert json.loads(render(report, "json"))["budgets"]["alice"]["used"] == 12.5
+    assert build_report(api, "group", 10 * HOUR, end, STEP).budgets == {}
 
 
 def test_gpu_hours_by_user_group_and_offering_as_worked_out_by_hand(backfilled):
