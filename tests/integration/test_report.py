@@ -163,7 +163,11 @@ def test_the_command_prints_table_csv_and_json(backfilled):
     assert lines[3].split() == ["bob", "10.00", "0.00", "10.00", "0.00", "100%"]
     assert lines[4].split() == ["alice", "12.00", "4.00", "8.00", "0.00", "67%"]
     assert lines[8].split() == ["total", "30.00", "9.00", "18.00", "3.00", "60%"]
-    assert table.rstrip().endswith("GPU memory reclaimed by the culler: 4.9 GiB (server_stop: 4.9 GiB)")
+    assert table.rstrip().endswith(
+        "GPU memory reclaimed by the culler: 4.9 GiB (server_stop: 4.9 GiB)\n\n"
+        "GPU-hour budgets, as the hub last measured them (used of budget, window, source):\n"
+        "  alice  12.50 of 20  (week, prometheus)"
+    )
     csv_out = subprocess.run(base + ["--by=offering", "--format=csv"], capture_output=True, text=True, check=True).stdout
     assert csv_out.splitlines()[0] == "offering,gpu_hours_held,gpu_hours_active,gpu_hours_idle,gpu_hours_unknown,idle_share"
     assert "mig-1g-10gb,10.00,0.00,10.00,0.00,1.0000" in csv_out.splitlines()
