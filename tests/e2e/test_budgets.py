@@ -68,16 +68,34 @@ def call(demo, method, path, body=None):
         return exc.code, answer
 
 
-def spawn_page(demo, user: str, server: str = "") -> str:
-    """The spawn page as ``user`` sees it, after logging in with the demo's password."""
+def login(demo, user: str):
+    """A browser's session for ``user`` (the demo's password): (opener, its _xsrf token)."""
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
     opener.open(f"{demo.url}/hub/login", timeout=60).read()
     xsrf = next(c.value for c in jar if c.name == "_xsrf")
     form = urllib.parse.urlencode({"username": user, "password": "gpu", "_xsrf": xsrf}).encode()
     opener.open(f"{demo.url}/hub/login", data=form, timeout=60).read()
+    opener.open(f"{demo.url}/hub/home", timeout=60).read()  # a logged-in page: the session's own _xsrf
+    return opener, next(c.value for c in jar if c.name == "_xsrf")
+
+
+def spawn_page(demo, user: str, server: str = "") -> str:
+    """The spawn page as ``user`` sees it."""
+    opener, _ = login(demo, user)
     with opener.open(f"{demo.url}/hub/spawn/{user}/{server}" if server else f"{demo.url}/hub/spawn", timeout=60) as resp:
         return resp.read().decode()
+
+
+def post_form(demo, user: str, offering: str) -> tuple[int, str]:
+    """(status, page) of the spawn form posted by ``user`` with ``offering`` chosen."""
+    opener, xsrf = login(demo, user)
+    form = urllib.parse.urlencode({"offering": offering, "_xsrf": xsrf}).encode()
+    try:
+        with opener.open(f"{demo.url}/hub/spawn", data=form, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 def running(demo, user: str, name: str = "") -> bool:
@@ -106,6 +124,10 @@ def test_budget_from_prometheus_then_from_the_hubs_own_record(tmp_path_factory):
             used = float(re.match(r"You used ([\d.]+) of 5 GPU-hours in the last 7 days; ", message).group(1))
             assert used == pytest.approx(5, abs=0.02)
             assert "costs 0.5 GPU-hours" in message and message.endswith("(Usage measured by Prometheus.)")
+            assert not running(demo, "student1")
+            # ... and so does the form: shown again with the same words
+            status, page = post_form(demo, "student1", SLICE)
+            assert status == 429 and "You used " in page and "of 5 GPU-hours in the last 7 days" in page, page[-3000:]
             assert not running(demo, "student1")
             metrics = (
                 urllib.request.urlopen(
