@@ -20,6 +20,7 @@ this module only counts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -132,11 +133,27 @@ def used_hours(uses: Iterable[Use], since: datetime, now: datetime) -> float:
 
 @dataclass(frozen=True)
 class Standing:
-    """A user's budget now: ``used`` of ``budget.hours`` in its window, measured from ``source``."""
+    """A user's budget: ``used`` of ``budget.hours`` in its window, measured from ``source`` at
+    ``as_of``, while their running servers used ``rate`` GPU-hours per hour."""
 
     budget: Budget
     used: float
     source: str
+    rate: float = 0.0
+    as_of: datetime | None = None
+
+    def at(self, now: datetime, rate: float | None = None) -> Standing:
+        """The standing estimated at ``now`` (going on at ``rate`` from then, default the same):
+        what ran since ``as_of`` is added; a day or week that started since then starts afresh."""
+        if self.as_of is None or now <= self.as_of:
+            return dataclasses.replace(self, rate=self.rate if rate is None else rate)
+        used = self.used
+        start = window_start(self.budget.window, now)
+        if self.budget.window != ROLLING_7D and start > self.as_of:
+            used = self.rate * (now - start).total_seconds() / 3600
+        else:
+            used += self.rate * (now - self.as_of).total_seconds() / 3600
+        return Standing(self.budget, used, self.source, self.rate if rate is None else max(0.0, rate), now)
 
     @property
     def remaining(self) -> float:
@@ -167,8 +184,8 @@ def frees_up_at(standing: Standing, hourly_cost: float, now: datetime, uses: Ite
         if end <= start or use.cost <= 0:
             continue
         hours = use.cost * (end - start).total_seconds() / 3600
-        if freed + hours >= needed:
-            left = (needed - freed) / use.cost
+        if freed + hours >= needed - 1e-9:  # (needed went through a sum: allow its rounding)
+            left = max(0.0, needed - freed) / use.cost
             return start + timedelta(hours=left) + WINDOWS[ROLLING_7D]
         freed += hours
     return None  # measured elsewhere (Prometheus) or still running: no time to promise

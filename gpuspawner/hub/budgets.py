@@ -110,9 +110,11 @@ async def _standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
     since = window_start(chosen.window, now)
     used = await prometheus_hours(spawner, since, now, catalog)
     source = PROMETHEUS
+    uses = ledger_uses(spawner)
     if used is None:
-        used, source = used_hours(ledger_uses(spawner), since, now), HUB_RECORD
-    found = Standing(chosen, used, source)
+        used, source = used_hours(uses, since, now), HUB_RECORD
+    rate = sum(u.cost for u in uses if u.end is None)  # the user's running GPU servers, per hour
+    found = Standing(chosen, used, source, rate, now)
     LAST[user_label(spawner.user.name)] = found
     return found
 
@@ -158,11 +160,13 @@ def check_now(spawner: Any, offering: Offering, count: int) -> None:
 
 
 def opened(spawner: Any, offering: Offering, count: int) -> None:
-    """A server with ``count`` x ``offering`` has started: a ledger row from now."""
+    """A server with ``count`` x ``offering`` has started: a ledger row from now (and the
+    exported standing goes on at the user's new rate)."""
     cost = offering.hourly_cost(count)
     if cost > 0:
         now = spawner.now()
         spawner.gpu_usage = [*kept_rows(close_rows(spawner.gpu_usage, now), now), use_row(now, cost)]
+        _rate_changed(spawner, now)
 
 
 def closed(spawner: Any) -> None:
@@ -170,6 +174,15 @@ def closed(spawner: Any) -> None:
     if spawner.gpu_usage:
         now = spawner.now()
         spawner.gpu_usage = kept_rows(close_rows(spawner.gpu_usage, now), now)
+        _rate_changed(spawner, now)
+
+
+def _rate_changed(spawner: Any, now: datetime) -> None:
+    """The user's running servers changed: their last standing goes on at the new rate."""
+    user = user_label(spawner.user.name)
+    found = LAST.get(user)
+    if found is not None:
+        LAST[user] = found.at(now, sum(u.cost for u in ledger_uses(spawner) if u.end is None))
 
 
 def env(found: Standing | None, offering: Offering, count: int, now: datetime) -> dict[str, str]:
@@ -187,12 +200,16 @@ def env(found: Standing | None, offering: Offering, count: int, now: datetime) -
 
 
 class _BudgetCollector:
-    """``gpuspawner_budget_remaining_hours{user}`` and ``gpuspawner_budget_used_hours{user,window,source}``:
-    each user's standing as last measured (at the spawn page or a spawn), for the culler and the dashboard."""
+    """``gpuspawner_budget_remaining_hours{user,window}``, ``gpuspawner_budget_used_hours{user,window,source}``
+    and ``gpuspawner_budget_hours{user,window}``: each user's standing as last measured (at the
+    spawn page or a spawn) and carried on to the scrape at the rate of their running GPU
+    servers (:meth:`Standing.at`), for the culler and the dashboard."""
 
     def collect(self) -> Any:
         remaining = GaugeMetricFamily(
-            "gpuspawner_budget_remaining_hours", "GPU-hours left in each user's budget, as last measured", labels=["user", "window"]
+            "gpuspawner_budget_remaining_hours",
+            "GPU-hours left in each user's budget: as last measured, carried on at the rate of their running GPU servers",
+            labels=["user", "window"],
         )
         used = GaugeMetricFamily(
             "gpuspawner_budget_used_hours",
@@ -200,7 +217,8 @@ class _BudgetCollector:
             labels=["user", "window", "source"],
         )
         limit = GaugeMetricFamily("gpuspawner_budget_hours", "Each user's GPU-hour budget", labels=["user", "window"])
-        for user, found in list(LAST.items()):
+        for user, measured in list(LAST.items()):
+            found = measured.at(datetime.now(measured.as_of.tzinfo)) if measured.as_of is not None else measured
             remaining.add_metric([user, found.budget.window], found.remaining)
             used.add_metric([user, found.budget.window, found.source], found.used)
             limit.add_metric([user, found.budget.window], found.budget.hours)

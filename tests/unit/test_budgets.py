@@ -207,3 +207,29 @@ def test_the_page_words():
     assert cost_text(0.25) == "0.25 GPU-hours of budget per hour"
     assert cost_text(0) == "free of your GPU budget"
     assert standing_text(Standing(Budget(0.5, DAY), 0.001, HUB_RECORD)).startswith("Your GPU budget: less than 0.01 of 0.5")
+
+
+def test_a_standing_carries_on_at_the_rate_of_the_running_servers():
+    measured = Standing(Budget(20, WEEK), 10, HUB_RECORD, rate=2, as_of=NOW)
+    later = measured.at(NOW + timedelta(minutes=90))
+    assert later.used == pytest.approx(13) and later.remaining == pytest.approx(7) and later.as_of == NOW + timedelta(minutes=90)
+    # a server stopped: it goes on at the new rate from then
+    stopped = later.at(NOW + timedelta(minutes=90), rate=0)
+    assert stopped.at(NOW + timedelta(hours=5)).used == pytest.approx(13)
+    # a new week: only what ran since Monday 00:00 counts
+    monday = measured.at(at(30, 1))
+    assert monday.used == pytest.approx(2)
+    # a rolling window is carried on (what leaves it is not seen: conservative)
+    rolling = Standing(Budget(20, ROLLING_7D), 10, PROMETHEUS, rate=1, as_of=NOW).at(NOW + timedelta(days=2))
+    assert rolling.used == pytest.approx(58) and rolling.remaining == 0
+    # nothing measured yet, or asked before it: as it is
+    assert Standing(Budget(1, DAY), 0.5, HUB_RECORD).at(NOW).used == 0.5
+    assert measured.at(NOW - timedelta(hours=1)).used == 10
+
+
+def test_a_rolling_window_frees_up_despite_rounding():
+    # used + cost - budget is not exactly used in floating point: it must still be found
+    uses = [Use(NOW - timedelta(seconds=7.3), NOW - timedelta(seconds=1.1), 0.5)]
+    standing = Standing(Budget(0.5, ROLLING_7D), used_hours(uses, window_start(ROLLING_7D, NOW), NOW), HUB_RECORD)
+    frees = frees_up_at(standing, 0.5, NOW, uses)
+    assert frees is not None and frees - timedelta(days=7) == pytest.approx(NOW - timedelta(seconds=1.1), abs=timedelta(milliseconds=1))
