@@ -32,7 +32,7 @@ from gpuspawner.capacity.index import ClusterIndex, Health
 from gpuspawner.capacity.policy import Requester, allowed, named
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.core.windows import window_state
-from gpuspawner.hub import admitting, catalogs, claimlife, hubhooks, lifecycle, metrics, orphans, spawnform, storedoptions
+from gpuspawner.hub import admitting, budgets, catalogs, claimlife, hubhooks, lifecycle, metrics, orphans, spawnform, storedoptions
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.orphans import OrphanReconciler
 from gpuspawner.hub.reflector import VerdictPodReflector, needs_restart
@@ -658,6 +658,8 @@ class GPUSpawner(KubeSpawner):
             if closed:
                 self.log.info("%s: %s is %s now; stopping the server (stop_outside_window)", self._log_name, offering.slug, closed)
                 return 0  # the hub then stops it as a server that has exited
+        if status is None:
+            await budgets.refresh(self)  # the exported budget figures stay fresh (for the culler)
         return status
 
     async def stop(self, now: bool = False):

@@ -119,6 +119,25 @@ async def _standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
     return found
 
 
+#: How often a running server's poll measures its user's budget again (for the exported figures).
+REFRESH_SECONDS = 300
+
+
+async def refresh(spawner: Any) -> None:
+    """Measure the user's budget again if their exported figures are missing (a restarted hub)
+    or older than :data:`REFRESH_SECONDS`; called from a running server's poll."""
+    if budget(spawner) is None:
+        return
+    found = LAST.get(user_label(spawner.user.name))
+    if found is not None and found.as_of is not None and (spawner.now() - found.as_of).total_seconds() < REFRESH_SECONDS:
+        return
+    try:
+        catalog = await spawner.catalog()
+    except Exception:  # a broken config is logged where it is used; nothing to measure with
+        return
+    await standing(spawner, catalog)
+
+
 def refusal(spawner: Any, found: Standing, offering: Offering, count: int) -> SpawnRefused | None:
     """The 429 for a spawn of ``count`` x ``offering`` that ``found`` does not cover (None if it does)."""
     cost = offering.hourly_cost(count)

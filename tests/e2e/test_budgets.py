@@ -98,6 +98,12 @@ def post_form(demo, user: str, offering: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def hub_metrics(demo) -> str:
+    request = urllib.request.Request(f"{demo.url}/hub/metrics", headers={"Authorization": f"token {demo.token}"})
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        return resp.read().decode()
+
+
 def running(demo, user: str, name: str = "") -> bool:
     server = call(demo, "GET", f"/users/{user}")[1]["servers"].get(name)
     return bool(server and server.get("ready"))
@@ -151,6 +157,12 @@ def test_budget_from_prometheus_then_from_the_hubs_own_record(tmp_path_factory):
             message = answer["message"]
             assert re.match(r"You used (less than 0\.01|0\.0\d) of 0\.5 GPU-hours today; an hour of .* costs 0\.5 GPU-hours; ", message)
             assert "the next hour frees up on " in message and message.endswith("00:00. (Usage from the hub's own record.)")
+            # the exported figures go on at the running server's rate: used grows, left shrinks
+            used = re.search(
+                r'gpuspawner_budget_used_hours\{source="hub-record",user="researcher1",window="day"\} (\S+)', hub_metrics(demo)
+            )
+            left = re.search(r'gpuspawner_budget_remaining_hours\{user="researcher1",window="day"\} (\S+)', hub_metrics(demo))
+            assert used and left and 0 < float(used.group(1)) < 0.1 and 0.4 < float(left.group(1)) < 0.5
             page = spawn_page(demo, "researcher1", "two")  # (their default server runs: its page is JupyterLab)
             assert "of 0.5 GPU-hours used today" in page and "from the hub&#39;s own record" in page
             call(demo, "DELETE", "/users/researcher1/server")
