@@ -173,6 +173,7 @@ def check_now(spawner: Any, offering: Offering, count: int) -> None:
     found = LAST.get(user_label(spawner.user.name))
     if found is None or found.budget != budget(spawner):
         return  # the start measures it
+    found = found.at(spawner.now())  # carried on to now at the user's running servers' rate
     refused = refusal(spawner, found, offering, count)
     if refused is not None:
         raise refused
