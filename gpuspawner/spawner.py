@@ -32,13 +32,22 @@ from gpuspawner.capacity.index import ClusterIndex, Health
 from gpuspawner.capacity.policy import Requester, allowed, named
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.core.windows import window_state
-from gpuspawner.hub import admitting, catalogs, claimlife, hubhooks, lifecycle, metrics, orphans, spawnform, storedoptions
+from gpuspawner.hub import admitting, budgets, catalogs, claimlife, hubhooks, lifecycle, metrics, orphans, spawnform, storedoptions
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.orphans import OrphanReconciler
 from gpuspawner.hub.reflector import VerdictPodReflector, needs_restart
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, ProfileRefused, SpawnRefused
 from gpuspawner.hub.spawnstate import SpawnState, server_record, user_label
-from gpuspawner.names.vocabulary import COUNT_FIELD_PREFIX, COUNT_KEY, OFFERING_KEY, RECORD_KEY, RECORD_OFFERING, AdmissionPolicy, Refusal
+from gpuspawner.names.vocabulary import (
+    BUDGET_LEDGER_KEY,
+    COUNT_FIELD_PREFIX,
+    COUNT_KEY,
+    OFFERING_KEY,
+    RECORD_KEY,
+    RECORD_OFFERING,
+    AdmissionPolicy,
+    Refusal,
+)
 from gpuspawner.offerings.catalog import TRAITS as CATALOG_TRAITS
 from gpuspawner.offerings.catalog import CatalogConfig, gpu_offerings_in_play
 from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice
@@ -51,7 +60,7 @@ from gpuspawner.pod.podspec import POD_SETTINGS, default_hub_id, hub_id_problem,
 
 #: The settings :func:`gpuspawner.capacity.checks.config_problems` checks.
 CHECKED_TRAITS = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
-CHECKED_TRAITS += ("memory_guard_kinds", "memory_guard_user_env")
+CHECKED_TRAITS += ("memory_guard_kinds", "memory_guard_user_env", "user_gpu_budget", "group_gpu_budgets")
 
 
 class GPUSpawner(KubeSpawner):
@@ -154,6 +163,47 @@ class GPUSpawner(KubeSpawner):
             c.GPUSpawner.group_quotas = {"students": {"total": 8, "full": 0}}
         """,
     ).tag(config=True)
+
+    user_gpu_budget = Dict(
+        help="""
+        Weighted GPU-hours every user may use per window (docs/fair-turns.md): `hours` and
+        `window` (`day`: since 00:00; `week`: the calendar week since Monday 00:00; `rolling-7d`:
+        the last 7 x 24 hours; in `site_timezone`). An hour of an offering costs its
+        `gpu_hour_cost` per unit (default 1 per GPU unit held). A spawn the budget does not
+        cover for one more hour is refused with 429. Empty or `hours: 0`: no budget.
+        Example: `c.GPUSpawner.user_gpu_budget = {"hours": 20, "window": "week"}`.
+        """,
+    ).tag(config=True)
+
+    group_gpu_budgets = Dict(
+        help="""
+        GPU-hour budgets by group name, each as `user_gpu_budget`. A user with several (the
+        default and their groups') gets the most generous: the most hours per day. Example::
+
+            c.GPUSpawner.group_gpu_budgets = {"students": {"hours": 4, "window": "day"}}
+        """,
+    ).tag(config=True)
+
+    budget_prometheus_url = Unicode(
+        "",
+        help="""
+        Prometheus' HTTP API (e.g. http://prometheus-server.monitoring.svc) that scrapes the
+        hub's `/hub/metrics`: GPU-hour budgets count usage from its `gpuspawner_server_gpus`.
+        Empty, or no answer within `budget_prometheus_timeout`: from the hub's own record of
+        server starts and stops (each server's saved state). The refusal says which was used.
+        """,
+    ).tag(config=True)
+
+    budget_prometheus_timeout = Float(
+        2.0, help="Seconds the hub waits for Prometheus' answer on usage before it counts from its own record."
+    ).tag(config=True)
+
+    budget_prometheus_step = Integer(
+        60, help="Seconds between the samples of `gpuspawner_server_gpus` the usage query sums (at least the scrape interval)."
+    ).tag(config=True)
+
+    #: This server's GPU-hour ledger (kept in its state, also after it stops: see hub.budgets).
+    gpu_usage = List()
 
     site_timezone = Unicode(
         "UTC",
@@ -608,6 +658,8 @@ class GPUSpawner(KubeSpawner):
             if closed:
                 self.log.info("%s: %s is %s now; stopping the server (stop_outside_window)", self._log_name, offering.slug, closed)
                 return 0  # the hub then stops it as a server that has exited
+        if status is None:
+            await budgets.refresh(self)  # the exported budget figures stay fresh (for the culler)
         return status
 
     async def stop(self, now: bool = False):
@@ -655,13 +707,17 @@ class GPUSpawner(KubeSpawner):
         record = self.record() if self.choice is not None else self.spawn_state.saved_record
         if record:
             state[RECORD_KEY] = record
+        if self.gpu_usage:
+            state[BUDGET_LEDGER_KEY] = list(self.gpu_usage)
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self.spawn_state.saved_record = state.get(RECORD_KEY)
+        self.gpu_usage = list(state.get(BUDGET_LEDGER_KEY) or [])
 
     def clear_state(self) -> None:
+        """KubeSpawner's, and the spawn's; the GPU-hour ledger stays (the hub saves it after a stop)."""
         super().clear_state()
         self.spawn_state = SpawnState()
 

@@ -137,6 +137,14 @@ c.GPUSpawner.offerings = [
 c.GPUSpawner.user_quota = {"total": 1}
 c.GPUSpawner.group_quotas = {"students": {"total": 8, "full": 0}}
 
+# GPU-hour budgets (docs/fair-turns.md): 20 GPU-hours a calendar week each, students 3 a day
+# (the most generous applies: 3 a day is 21 a week). An hour of a share or a slice costs 1
+# unless the offering's gpu_hour_cost says otherwise. Usage from the site's Prometheus; the
+# hub's own record while it is down.
+c.GPUSpawner.user_gpu_budget = {"hours": 20, "window": "week"}
+c.GPUSpawner.group_gpu_budgets = {"students": {"hours": 3, "window": "day"}}
+c.GPUSpawner.budget_prometheus_url = "http://prometheus-operated.monitoring.svc:9090"
+
 # Show students what exists but is not theirs, greyed out with the reason.
 c.GPUSpawner.hide_forbidden_offerings = False
 

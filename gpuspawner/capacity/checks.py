@@ -17,6 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpuspawner.capacity.admission import validate_quota
+from gpuspawner.capacity.budgets import budget_problems
 from gpuspawner.names.vocabulary import AdmissionPolicy
 from gpuspawner.offerings.catalog import CatalogConfig
 from gpuspawner.offerings.entry import OfferingConfigError
@@ -47,6 +48,7 @@ def config_problems(section: Mapping[str, Any]) -> list[str]:
                 validate_quota(quota, f"c.GPUSpawner.group_quotas[{group!r}]")
             except ValueError as exc:
                 problems.append(str(exc))
+    problems += budget_problems(section.get("user_gpu_budget", {}), section.get("group_gpu_budgets", {}))
     zone = section.get("site_timezone", "UTC")
     try:
         ZoneInfo(zone)

@@ -135,11 +135,19 @@ class Offering(PodFields):
     scalable_nodes: int = 0
     scale_up_minutes: int = 0
     windows: tuple[str, ...] = ()
+    #: What one hour of one unit costs against a GPU-hour budget (None: 1 per GPU unit, 0 without a GPU).
+    gpu_hour_cost: float | None = None
     source: str = "config"
 
     @property
     def is_gpu(self) -> bool:
         return self.kind is not Kind.CPU
+
+    def hourly_cost(self, count: int = 1) -> float:
+        """What an hour of ``count`` units costs against a GPU-hour budget."""
+        if self.gpu_hour_cost is not None:
+            return self.gpu_hour_cost * count
+        return float(count) if self.is_gpu else 0.0
 
     @property
     def takes_units(self) -> bool:

@@ -18,7 +18,7 @@ from gpuspawner.capacity.policy import allowed, named
 from gpuspawner.core.model import Offering
 from gpuspawner.core.windows import window_state
 from gpuspawner.core.wording import turn_words
-from gpuspawner.hub import culleractions, hubhooks, metrics
+from gpuspawner.hub import budgets, culleractions, hubhooks, metrics
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
 from gpuspawner.hub.spawnstate import saved_holdings, user_label
@@ -112,6 +112,7 @@ async def admit(spawner: Any, choice: Choice, catalog: list[Offering]) -> None:
     """Quotas, then capacity: refuse, warn, queue, or go. Holds a reservation when admitted."""
     offering, count = choice.offering, choice.count
     key = reservation_key(spawner)
+    await budgets.check(spawner, offering, count, catalog)  # 429 when the GPU-hour budget does not cover an hour
     reason, decision = obstacle_now(spawner, choice, catalog, grant=True)
     if decision.action == REFUSE:
         spawner.quota_ledger.release(key)

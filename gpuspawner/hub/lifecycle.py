@@ -16,7 +16,7 @@ from typing import Any
 from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import allowed
-from gpuspawner.hub import admitting, claimlife, metrics
+from gpuspawner.hub import admitting, budgets, claimlife, metrics
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.reflector import scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, unreachable_cause
@@ -67,6 +67,7 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         starting.cancel()  # an interrupted spawn must not go on to create its pod after the stop
         admitting.release_reservation(spawner)
     if spawner.choice is not None:
+        budgets.opened(spawner, spawner.choice.offering, spawner.choice.count)  # the GPU-hour ledger
         # Without the hub's Server object (a script, a test) there is no base URL to name.
         spawner.spawn_state.record_url = f"{url.rstrip('/')}{spawner.server.base_url}" if url and spawner.server else None
         spawner.user_options = {**spawner.user_options, RECORD_KEY: spawner.record()}
@@ -155,6 +156,7 @@ async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> 
                 await asyncio.sleep(delay)
     finally:
         spawner.quota_ledger.release(key)
+        budgets.closed(spawner)
 
 
 async def progress(state_of: Callable[[], SpawnState], events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:

@@ -28,7 +28,7 @@ _PREEMPTION_TAIL = re.compile(r"\s*(?:[^.,:]+,\s*)*preemption:.*$", re.S)
 #: Why a spawn was refused -> the HTTP status of the answer (the REST API's, and the form's).
 #: An unknown offering and a forbidden one are both "not_offered" (403): a different
 #: status for each would tell a user which offerings exist that they may not see.
-#: Over quota is 429, as JupyterHub answers its own per-hub server limit; nothing free
+#: Over quota or over the GPU-hour budget is 429, as JupyterHub answers its own per-hub server limit; nothing free
 #: now is 409 (the request is fine, the cluster's state conflicts with it).
 REFUSAL_STATUS: dict[str, int] = {
     Refusal.MALFORMED: 400,
@@ -38,6 +38,7 @@ REFUSAL_STATUS: dict[str, int] = {
     Refusal.QUEUE_TIMEOUT: 409,
     Refusal.UNSCHEDULABLE: 409,
     Refusal.QUOTA: 429,
+    Refusal.BUDGET: 429,
     Refusal.UNREACHABLE: 503,
     Refusal.MISCONFIGURED: 503,
 }

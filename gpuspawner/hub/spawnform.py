@@ -14,7 +14,9 @@ from kubespawner import KubeSpawner
 from markupsafe import Markup
 
 from gpuspawner.capacity.admission import REFUSE
+from gpuspawner.capacity.budgets import cost_text, standing_text
 from gpuspawner.core.model import Offering
+from gpuspawner.hub import budgets
 from gpuspawner.hub.admitting import bound_holdings, check_quota, group_members, obstacle_now
 from gpuspawner.hub.form import render_form
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, WaitQueue, refusal
@@ -40,9 +42,18 @@ async def render_gpu_form(spawner: Any) -> str:
     by_slug = {o.slug: o for o in catalog}
     bound, members = bound_holdings(spawner, by_slug), group_members(spawner)
 
+    standing = await budgets.standing(spawner, catalog)
+
     def quota_reason(offering: Offering) -> str:
         decision = check_quota(spawner, offering, offering.counts[0], bound, members)
-        return "over your quota" if decision.action == REFUSE else ""
+        if decision.action == REFUSE:
+            return "over your quota"
+        if standing is not None and not standing.covers(offering.hourly_cost(offering.counts[0])):
+            return "over your GPU-hour budget"
+        return ""
+
+    def hour_cost(offering: Offering) -> str:
+        return cost_text(offering.hourly_cost(1)) + (" per GPU" if offering.kind is Kind.FULL else "") if standing is not None else ""
 
     now = spawner.now()
     rows = option_views(
@@ -54,6 +65,7 @@ async def render_gpu_form(spawner: Any) -> str:
         quota_reason,
         WaitQueue.length,
         spawner.hide_forbidden_offerings,
+        hour_cost,
     )
     last = spawner.user_options or (spawner.orm_spawner.user_options if spawner.orm_spawner else None)
     # (JupyterHub shows the form again after a refusal: refused_options selects the refused choice)
@@ -66,6 +78,7 @@ async def render_gpu_form(spawner: Any) -> str:
             extra_html=Markup(await kubespawner_form(spawner)),
             refresh_seconds=spawner.form_refresh_seconds,
             notice=counts_notice(spawner.health(), now),
+            budget=standing_text(standing) if standing is not None else "",
         )
     )
 
@@ -108,3 +121,4 @@ def refuse_now(spawner: Any, options: dict[str, Any]) -> None:
         reason, decision = obstacle_now(spawner, choice, catalog)
         if decision.action == REFUSE:
             raise refusal(reason, decision)
+        budgets.check_now(spawner, choice.offering, choice.count)

@@ -67,6 +67,7 @@ class Refusal(StrEnum):
     QUEUE_TIMEOUT = "queue_timeout"  #: waited in the queue past its limit (409)
     UNSCHEDULABLE = "unschedulable"  #: the scheduler says the pod cannot run (409)
     QUOTA = "quota"  #: over the user's or a group's quota (429)
+    BUDGET = "budget"  #: the user's GPU-hour budget does not cover another hour (429)
     UNREACHABLE = "unreachable"  #: the Kubernetes API cannot be reached (503)
     MISCONFIGURED = "misconfigured"  #: the hub's GPU settings are wrong (503)
 
@@ -89,6 +90,9 @@ COUNT_FIELD_PREFIX = "count-"
 #: ``user_options`` key (and spawner-state key) of the record GPUSpawner writes at start;
 #: never read back as the user's choice. Its keys are the ``RECORD_*`` names below.
 RECORD_KEY = "gpuspawner"
+#: Key of the GPU-hour ledger in a server's saved state (gpuspawner.hub.budgets): rows of
+#: {"start", "end", "cost"}, kept after the server stops.
+BUDGET_LEDGER_KEY = "gpu_usage"
 
 # Keys inside the record (docs/culler.md, "The contract"); the culler reads them.
 RECORD_OFFERING = OFFERING_KEY  #: the offering's slug
@@ -139,6 +143,15 @@ ENV_COUNT = "GPUSPAWNER_GPU_COUNT"
 #: notebook's own GPU view (gpuspawner.notebook_ext, docs/user-gpu-view.md).
 ENV_DISPLAY_NAME = "GPUSPAWNER_DISPLAY_NAME"
 ENV_WORDS = "GPUSPAWNER_OFFERING_WORDS"
+#: The user's GPU-hour budget as the hub measured it at spawn (gpuspawner.hub.budgets.env), for the
+#: user's GPU view's running total: the budget, its window, the GPU-hours used then, what an hour
+#: of this server costs, when it was measured (ISO 8601) and from where (prometheus | hub-record).
+ENV_BUDGET_HOURS = "GPUSPAWNER_BUDGET_HOURS"
+ENV_BUDGET_WINDOW = "GPUSPAWNER_BUDGET_WINDOW"
+ENV_BUDGET_USED = "GPUSPAWNER_BUDGET_USED"
+ENV_BUDGET_COST = "GPUSPAWNER_BUDGET_COST"
+ENV_BUDGET_AS_OF = "GPUSPAWNER_BUDGET_AS_OF"
+ENV_BUDGET_SOURCE = "GPUSPAWNER_BUDGET_SOURCE"
 
 #: KubeSpawner's names for whose pod it is, which gpuspawner reads: the user as a pod
 #: label (KubeSpawner's escaped form) and the user and server name as annotations.

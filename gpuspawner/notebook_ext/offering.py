@@ -9,9 +9,14 @@ what the user's own pod says, shown to that user only; nothing trusts them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
+from gpuspawner.names import vocabulary as v
 from gpuspawner.names.vocabulary import ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS
+
+#: How the status line names a budget's window.
+_WINDOW_WORDS = {"day": "today", "week": "this week", "rolling-7d": "in 7 days"}
 
 
 def offering_from_env(env: Mapping[str, str]) -> dict[str, Any] | None:
@@ -26,4 +31,33 @@ def offering_from_env(env: Mapping[str, str]) -> dict[str, Any] | None:
         "kind": env.get(ENV_KIND, "").strip(),
         "count": int(count) if count.isdigit() else None,
         "words": env.get(ENV_WORDS, "").strip(),
+    }
+
+
+def budget_from_env(env: Mapping[str, str], now: datetime) -> dict[str, Any] | None:
+    """The running total of the user's GPU-hour budget: what the hub measured at spawn plus this
+    server's cost per hour since then (an estimate: other servers of the user, and a new window,
+    are not seen from here). ``None`` without a budget (or with figures that do not parse).
+
+    ``{"hours", "window", "used", "cost_per_hour", "source", "as_of", "text"}``.
+    """
+    try:
+        hours = float(env[v.ENV_BUDGET_HOURS])
+        used_then = float(env[v.ENV_BUDGET_USED])
+        cost = float(env.get(v.ENV_BUDGET_COST, "0") or 0)
+        as_of = datetime.fromisoformat(env[v.ENV_BUDGET_AS_OF])
+        elapsed = max(0.0, (now - as_of).total_seconds())
+    except (KeyError, ValueError, TypeError):
+        return None
+    window = env.get(v.ENV_BUDGET_WINDOW, "")
+    used = used_then + cost * elapsed / 3600
+    text = f"GPU budget {used:.1f} / {hours:g} h {_WINDOW_WORDS.get(window, '')}".rstrip()
+    return {
+        "hours": hours,
+        "window": window,
+        "used": round(used, 4),
+        "cost_per_hour": cost,
+        "source": env.get(v.ENV_BUDGET_SOURCE, ""),
+        "as_of": as_of.isoformat(),
+        "text": text,
     }

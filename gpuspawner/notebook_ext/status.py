@@ -15,14 +15,21 @@ from gpuspawner.notebook_ext.view import NoticeBoard
 
 
 def status_body(
-    offering: Mapping[str, Any] | None, devices: list[dict[str, Any]] | dict[str, Any], board: NoticeBoard, now: datetime
+    offering: Mapping[str, Any] | None,
+    devices: list[dict[str, Any]] | dict[str, Any],
+    board: NoticeBoard,
+    now: datetime,
+    budget: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """What the notebook knows about its GPU and the culler, with the status line to show."""
+    """What the notebook knows about its GPU and the culler, with the status line to show (and,
+    with a GPU-hour budget, its running total: ``offering.budget_from_env``)."""
+    summary = status_line(offering, devices, board.view, now, board.reclaimed)
     return {
         "offering": dict(offering) if offering else None,
         "devices": devices,
         "culler": board.view.to_json() if board.view else None,
         "notices": notices(board.view, board.reclaimed, now),
-        "summary": status_line(offering, devices, board.view, now, board.reclaimed),
+        "summary": f"{summary} · {budget['text']}" if budget else summary,
+        "budget": dict(budget) if budget else None,
         "now": now.isoformat().replace("+00:00", "Z"),
     }

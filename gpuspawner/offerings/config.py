@@ -45,6 +45,9 @@ Who and when:
   admission                   block | warn | queue when none is free (default: c.GPUSpawner.admission)
   queue_timeout               seconds a queued spawn waits
   scalable_nodes, scale_up_minutes   an autoscaled pool: never refused, "free after scale-up, about M min"
+  gpu_hour_cost               what one hour of one unit costs against a GPU-hour budget
+                              (c.GPUSpawner.user_gpu_budget, docs/fair-turns.md), e.g. 2 for an H100,
+                              0.25 for a T4 share; default 1 per GPU unit held (0 for kind cpu)
 
 Dynamic Resource Allocation (kinds full, mig, shared; instead of resources and node_selector):
   dra                         {"device_class": "gpu.nvidia.com" (mig.nvidia.com for mig),
@@ -105,6 +108,7 @@ _COMMON_FIELDS = {
     "hidden",
     "admission",
     "queue_timeout",
+    "gpu_hour_cost",
     "scalable_nodes",
     "scale_up_minutes",
     "windows",
@@ -277,6 +281,11 @@ def admission_fields(entry: Entry) -> dict[str, Any]:
             except ValueError as exc:
                 raise entry.fail("windows", f"has an entry that is wrong: {exc}") from None
         out["windows"] = windows
+    if "gpu_hour_cost" in entry.raw:
+        cost = entry.raw["gpu_hour_cost"]
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 <= cost < float("inf"):
+            raise entry.fail("gpu_hour_cost", f"must be a number >= 0 (what one unit's hour costs), got {cost!r}")
+        out["gpu_hour_cost"] = float(cost)
     if out.get("scalable_nodes") and not out.get("scale_up_minutes"):
         raise entry.fail("scale_up_minutes", "is required with scalable_nodes: how long a new node takes, e.g. 5")
     return out

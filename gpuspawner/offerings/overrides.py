@@ -28,6 +28,7 @@ _OVERRIDABLE = {
     "counts",
     "admission",
     "queue_timeout",
+    "gpu_hour_cost",
     "scalable_nodes",
     "scale_up_minutes",
     "windows",

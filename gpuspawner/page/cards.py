@@ -47,6 +47,7 @@ def option_views(
     quota_reason: Callable[[Offering], str] = lambda o: "",
     queue_length: Callable[[str], int] = lambda slug: 0,
     hide_forbidden: bool = False,
+    hour_cost: Callable[[Offering], str] = lambda o: "",
 ) -> list[OptionView]:
     """One row per offering the page shows (hidden ones never; forbidden ones disabled or hidden)."""
     rows = []
@@ -85,6 +86,7 @@ def option_views(
                 capacity=avail.capacity,
                 disabled_reason=reason,
                 counts=counts,
+                hour_cost=hour_cost(offering),
             )
         )
     return rows

@@ -40,6 +40,7 @@ class OptionView:
     capacity: int | None
     disabled_reason: str  # "" if selectable, else e.g. "none free right now"
     counts: tuple[int, ...]  # allowed counts that fit right now (whole GPUs; others (1,))
+    hour_cost: str = ""  # with a GPU-hour budget: "2 GPU-hours per hour" (budgets.cost_text), else ""
 
     @property
     def disabled(self) -> bool:
@@ -94,6 +95,7 @@ class FormView:
     #: KubeSpawner's own form: a ``markupsafe.Markup`` (a str) is inserted as-is, a plain str is escaped
     extra_html: str = ""
     refresh_seconds: int = 15  # 0 turns the live refresh off
+    budget: str = ""  # the user's GPU-hour budget and use (budgets.standing_text; "" without a budget)
 
 
 def group_options(options: Iterable[OptionView], order: Sequence[str]) -> tuple[GroupView, ...]:

@@ -29,7 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,6 +52,9 @@ HELD = "gpuspawner_server_gpus"
 ACTIVE = f"{HELD}\n  * on (namespace, pod) group_left () max by (namespace, pod) ({DEVICE_ACTIVE})"
 IDLE = f"{HELD}\n  * on (namespace, pod) group_left () (1 - max by (namespace, pod) ({DEVICE_ACTIVE}))"
 RECLAIMED = "gpuspawner_culler_gpu_memory_reclaimed_mib_total"
+#: GPU-hour budgets, as the hub last measured them (gpuspawner.hub.budgets)
+BUDGET_USED = "gpuspawner_budget_used_hours"
+BUDGET_HOURS = "gpuspawner_budget_hours"
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -87,6 +90,9 @@ class Report:
     rows: list[Row]
     #: MiB reclaimed by the culler over the range, by action (server_stop, kernel_shutdown)
     reclaimed_mib: dict[str, float]
+    #: --by user: each user's GPU-hour budget as the hub last measured it in the range
+    #: (gpuspawner_budget_*): user -> {"used", "hours", "window", "source"}
+    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def parse_duration(text: str, flag: str = "--since") -> int:
@@ -174,7 +180,36 @@ def build_report(api: PrometheusAPI, by: str, since_s: int, until: float, step_s
     }
     rows = [Row(k, held[k], active.get(k, 0.0), idle.get(k, 0.0)) for k in held]
     rows.sort(key=lambda r: (-r.idle_h, -r.held_h, r.key))
-    return Report(by, since_s, until, step_s, rows, reclaimed)
+    return Report(by, since_s, until, step_s, rows, reclaimed, budgets_of(api, since_s, until) if by == "user" else {})
+
+
+def budgets_of(api: PrometheusAPI, since_s: int, until: float) -> dict[str, dict[str, Any]]:
+    """Each user's budget and use as the hub last measured them in the range (none: no budgets)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in api.query(f"last_over_time({BUDGET_USED}[{since_s}s])", until):
+        labels = item["metric"]
+        out[labels.get("user", "")] = {
+            "used": float(item["value"][1]),
+            "hours": None,
+            "window": labels.get("window", ""),
+            "source": labels.get("source", ""),
+        }
+    for item in api.query(f"last_over_time({BUDGET_HOURS}[{since_s}s])", until):
+        user = item["metric"].get("user", "")
+        if user in out:
+            out[user]["hours"] = float(item["value"][1])
+    return out
+
+
+def budget_lines(budgets: dict[str, dict[str, Any]]) -> list[str]:
+    """The table's footer: "GPU-hour budgets (as last measured): alice 19.50 of 20 (week, prometheus)"."""
+    if not budgets:
+        return []
+    lines = ["", "GPU-hour budgets, as the hub last measured them (used of budget, window, source):"]
+    for user, b in sorted(budgets.items()):
+        hours = "?" if b["hours"] is None else f"{b['hours']:g}"
+        lines.append(f"  {user}  {b['used']:.2f} of {hours}  ({b['window']}, {b['source']})")
+    return lines
 
 
 def format_duration(seconds: int) -> str:
@@ -199,6 +234,7 @@ def render(report: Report, fmt: str) -> str:
                 "step_seconds": report.step_s,
                 "rows": [{**asdict(r), "unknown_h": r.unknown_h, "idle_share": r.idle_share} for r in report.rows],
                 "gpu_memory_reclaimed_mib": report.reclaimed_mib,
+                "budgets": report.budgets,
             },
             indent=2,
         )
@@ -230,7 +266,7 @@ def render(report: Report, fmt: str) -> str:
     reclaimed = sum(report.reclaimed_mib.values())
     parts = ", ".join(f"{k}: {v / 1024:.1f} GiB" for k, v in sorted(report.reclaimed_mib.items()) if v)
     foot = f"GPU memory reclaimed by the culler: {reclaimed / 1024:.1f} GiB" + (f" ({parts})" if parts else "")
-    return "\n".join([head, "", *lines, "", foot])
+    return "\n".join([head, "", *lines, "", foot, *budget_lines(report.budgets)])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ import sys
 import pytest
 
 from gpuspawner.devcluster.prometheus import Prometheus
-from gpuspawner.tools.report import ACTIVE, DEVICE_ACTIVE, IDLE, PrometheusAPI, ReportError, build_report
+from gpuspawner.tools.report import ACTIVE, DEVICE_ACTIVE, IDLE, PrometheusAPI, ReportError, build_report, render
 
 HOUR = 3600
 STEP = 60
@@ -83,7 +83,13 @@ def history(t0: int) -> str:
         h(10),
         lambda t: 5000 if t >= h(6) else 0,
     )
+    # alice's GPU-hour budget as the hub measured it (gpuspawner.hub.budgets): 12.5 of 20 by the end
+    mine = {"user": "alice", "window": "week"}
+    budget_used = _series("gpuspawner_budget_used_hours", {**mine, "source": "prometheus"}, h(0), h(9), lambda t: 12.5 if t > h(6) else 1)
+    budget_hours = _series("gpuspawner_budget_hours", mine, h(0), h(9), lambda t: 20)
     families = [
+        ("gpuspawner_budget_used_hours", "gauge", budget_used),
+        ("gpuspawner_budget_hours", "gauge", budget_hours),
         ("gpuspawner_server_gpus", "gauge", gpus),
         ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", engine),
         ("DCGM_FI_DEV_GPU_UTIL", "gauge", util),
@@ -107,6 +113,16 @@ def backfilled(tmp_path_factory):
 
 def rows(report) -> dict[str, tuple[float, float, float]]:
     return {r.key: (round(r.held_h, 6), round(r.active_h, 6), round(r.idle_h, 6)) for r in report.rows}
+
+
+def test_budgets_as_the_hub_last_measured_them(backfilled):
+    prom, end = backfilled
+    api = PrometheusAPI(prom.url)
+    report = build_report(api, "user", 10 * HOUR, end, STEP)
+    assert report.budgets == {"alice": {"used": 12.5, "hours": 20.0, "window": "week", "source": "prometheus"}}
+    assert "  alice  12.50 of 20  (week, prometheus)" in render(report, "table")
+    assert json.loads(render(report, "json"))["budgets"]["alice"]["used"] == 12.5
+    assert build_report(api, "group", 10 * HOUR, end, STEP).budgets == {}
 
 
 def test_gpu_hours_by_user_group_and_offering_as_worked_out_by_hand(backfilled):
@@ -147,7 +163,11 @@ def test_the_command_prints_table_csv_and_json(backfilled):
     assert lines[3].split() == ["bob", "10.00", "0.00", "10.00", "0.00", "100%"]
     assert lines[4].split() == ["alice", "12.00", "4.00", "8.00", "0.00", "67%"]
     assert lines[8].split() == ["total", "30.00", "9.00", "18.00", "3.00", "60%"]
-    assert table.rstrip().endswith("GPU memory reclaimed by the culler: 4.9 GiB (server_stop: 4.9 GiB)")
+    assert table.rstrip().endswith(
+        "GPU memory reclaimed by the culler: 4.9 GiB (server_stop: 4.9 GiB)\n\n"
+        "GPU-hour budgets, as the hub last measured them (used of budget, window, source):\n"
+        "  alice  12.50 of 20  (week, prometheus)"
+    )
     csv_out = subprocess.run(base + ["--by=offering", "--format=csv"], capture_output=True, text=True, check=True).stdout
     assert csv_out.splitlines()[0] == "offering,gpu_hours_held,gpu_hours_active,gpu_hours_idle,gpu_hours_unknown,idle_share"
     assert "mig-1g-10gb,10.00,0.00,10.00,0.00,1.0000" in csv_out.splitlines()

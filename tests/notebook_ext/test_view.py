@@ -260,5 +260,27 @@ def test_offering_from_the_env_gpuspawner_sets():
 def test_status_body_shape():
     board = NoticeBoard()
     out = status_body(MIG, SLICE, board, NOW)
-    assert set(out) == {"offering", "devices", "culler", "notices", "summary", "now"}
+    assert set(out) == {"offering", "devices", "culler", "notices", "summary", "budget", "now"}
     assert out["culler"] is None and out["notices"] == [] and out["summary"] == "MIG 1g.10gb · 3.1 / 10 GB"
+
+
+def test_the_budget_running_total_from_the_figures_the_spawner_wrote():
+    from gpuspawner.notebook_ext.offering import budget_from_env
+
+    env = {
+        "GPUSPAWNER_BUDGET_HOURS": "20",
+        "GPUSPAWNER_BUDGET_WINDOW": "week",
+        "GPUSPAWNER_BUDGET_USED": "4.5000",
+        "GPUSPAWNER_BUDGET_COST": "2",
+        "GPUSPAWNER_BUDGET_AS_OF": (NOW - timedelta(minutes=90)).isoformat(),
+        "GPUSPAWNER_BUDGET_SOURCE": "prometheus",
+    }
+    budget = budget_from_env(env, NOW)
+    assert budget is not None and budget["used"] == 7.5 and budget["text"] == "GPU budget 7.5 / 20 h this week"
+    status = status_body(MIG, SLICE, NoticeBoard(), NOW, budget)
+    assert status["summary"].endswith(" · GPU budget 7.5 / 20 h this week")
+    assert status["budget"]["source"] == "prometheus"
+    # no budget, or figures that do not parse: nothing shown
+    assert budget_from_env({}, NOW) is None
+    assert budget_from_env({**env, "GPUSPAWNER_BUDGET_USED": "lots"}, NOW) is None
+    assert status_body(MIG, SLICE, NoticeBoard(), NOW)["budget"] is None

@@ -556,3 +556,14 @@ def test_user_options_keep_several_values_for_validation_to_refuse():
 
 def test_user_options_decode_bytes():
     assert user_options_from_form({"offering": [b"h100"], "count-h100": [b"2"]}) == {"offering": "h100", "count": "2"}
+
+
+def test_the_budget_and_each_offerings_hour_cost_are_shown_as_text():
+    options = [replace(o, hour_cost="0.5 GPU-hours of budget per hour <b>") for o in example_options()]
+    budget = "Your GPU budget: 4.5 of 20 GPU-hours used this week (15.5 left; measured by Prometheus)."
+    html = render_form(FormView(groups=group_options(options, KIND_ORDER), selected=None, selected_count=1, budget=budget))
+    assert f'<div class="alert alert-info gs-budget" role="status" data-gs-budget>{budget}</div>' in html
+    assert html.count('<span class="gs-cost" data-gs-cost>0.5 GPU-hours of budget per hour &lt;b&gt;</span>') == len(options)
+    # without a budget: neither
+    plain = render_form(example_view())
+    assert "gs-budget" not in plain and "gs-cost" not in plain

@@ -1,0 +1,250 @@
+"""GPU-hour budgets on this hub: a user's usage measured (Prometheus first, the hub's own
+ledger when Prometheus is not set or does not answer in time), a spawn the budget does not
+cover refused with 429, the ledger kept in each server's saved state, and the figures
+exported for the culler (``gpuspawner_budget_*``). The counting is
+:mod:`gpuspawner.capacity.budgets`'.
+
+The ledger: each GPU server's saved state (the hub's database, beside its record) keeps
+``gpu_usage``, rows of ``{"start", "end", "cost"}``: opened when a server with a GPU has
+started, closed when it stops, kept 8 days (JupyterHub keeps a stopped server's state, so
+it survives a stop and a hub restart; deleting the server, or the user, deletes it).
+
+The spawner passes itself (``spawner``) for the user, the traits and the catalog.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
+
+from gpuspawner.capacity.budgets import (
+    HUB_RECORD,
+    PROMETHEUS,
+    Standing,
+    Use,
+    budget_for,
+    close_rows,
+    frees_up_at,
+    kept_rows,
+    refusal_text,
+    usage_query,
+    use_row,
+    used_hours,
+    uses_from_rows,
+    weighted_hours,
+    window_start,
+)
+from gpuspawner.core.model import Offering
+from gpuspawner.hub import metrics
+from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.hub.spawnstate import user_label
+from gpuspawner.names import vocabulary as v
+from gpuspawner.names.vocabulary import BUDGET_LEDGER_KEY, Refusal
+
+#: the user's label -> their standing as last measured (the form POST's check, the metrics)
+LAST: dict[str, Standing] = {}
+
+
+def budget(spawner: Any) -> Any:
+    """The user's budget (None: no budget)."""
+    groups = [name for name, _ in spawner.user_groups()]
+    return budget_for(spawner.user_gpu_budget, spawner.group_gpu_budgets, groups)
+
+
+def ledger_uses(spawner: Any) -> list[Use]:
+    """Every use in the ledgers of the user's servers: this one's as it is now, the others' as saved."""
+    rows = list(spawner.gpu_usage)
+    orm_user = getattr(spawner.user, "orm_user", None)
+    others = getattr(orm_user, "orm_spawners", None) or {}  # JupyterHub: {server name: orm.Spawner}
+    for orm_spawner in others.values() if isinstance(others, Mapping) else others:
+        if orm_spawner is not getattr(spawner, "orm_spawner", None):
+            rows += list((getattr(orm_spawner, "state", None) or {}).get(BUDGET_LEDGER_KEY) or ())
+    return uses_from_rows(rows)
+
+
+async def prometheus_hours(spawner: Any, since: datetime, now: datetime, catalog: list[Offering]) -> float | None:
+    """Weighted GPU-hours since ``since`` from Prometheus; None when it is not set, does not
+    answer within ``budget_prometheus_timeout``, or answers with an error (logged)."""
+    url = spawner.budget_prometheus_url.rstrip("/")
+    if not url:
+        return None
+    step = spawner.budget_prometheus_step
+    query = usage_query(user_label(spawner.user.name), int((now - since).total_seconds()), step)
+    timeout = aiohttp.ClientTimeout(total=spawner.budget_prometheus_timeout)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.get(f"{url}/api/v1/query", params={"query": query, "time": f"{now.timestamp():.3f}"}) as answer:
+                body = await answer.json(content_type=None)
+        if body.get("status") != "success":
+            raise ValueError(body.get("error") or body)
+        unit_hours = {r["metric"].get("offering", ""): float(r["value"][1]) * step / 3600 for r in body["data"]["result"]}
+    except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        spawner.log.warning(
+            "GPUSpawner: GPU-hour budgets: Prometheus at %s gave no usage (%s); using the hub's own record", url, exc or type(exc).__name__
+        )
+        return None
+    return weighted_hours(unit_hours, {o.slug: o.hourly_cost(1) for o in catalog})
+
+
+async def standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
+    """The user's budget and usage now, and where the usage came from (None: no budget, or a
+    measurement that failed unexpectedly: logged, and the spawn is not held up by it)."""
+    try:
+        return await _standing(spawner, catalog)
+    except Exception:
+        spawner.log.exception("GPUSpawner: could not measure %s's GPU-hour budget; not enforcing it this time", spawner.user.name)
+        return None
+
+
+async def _standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
+    chosen = budget(spawner)
+    if chosen is None:
+        return None
+    now = spawner.now()
+    since = window_start(chosen.window, now)
+    used = await prometheus_hours(spawner, since, now, catalog)
+    source = PROMETHEUS
+    uses = ledger_uses(spawner)
+    if used is None:
+        used, source = used_hours(uses, since, now), HUB_RECORD
+    rate = sum(u.cost for u in uses if u.end is None)  # the user's running GPU servers, per hour
+    found = Standing(chosen, used, source, rate, now)
+    LAST[user_label(spawner.user.name)] = found
+    return found
+
+
+#: How often a running server's poll measures its user's budget again (for the exported figures).
+REFRESH_SECONDS = 300
+
+
+async def refresh(spawner: Any) -> None:
+    """Measure the user's budget again if their exported figures are missing (a restarted hub)
+    or older than :data:`REFRESH_SECONDS`; called from a running server's poll."""
+    if budget(spawner) is None:
+        return
+    found = LAST.get(user_label(spawner.user.name))
+    if found is not None and found.as_of is not None and (spawner.now() - found.as_of).total_seconds() < REFRESH_SECONDS:
+        return
+    try:
+        catalog = await spawner.catalog()
+    except Exception:  # a broken config is logged where it is used; nothing to measure with
+        return
+    await standing(spawner, catalog)
+
+
+def refusal(spawner: Any, found: Standing, offering: Offering, count: int) -> SpawnRefused | None:
+    """The 429 for a spawn of ``count`` x ``offering`` that ``found`` does not cover (None if it does)."""
+    cost = offering.hourly_cost(count)
+    if found.covers(cost):
+        return None
+    now = spawner.now()
+    frees = frees_up_at(found, cost, now, ledger_uses(spawner))
+    name = offering.display_name if count == 1 else f"{count} x {offering.display_name}"
+    return SpawnRefused(refusal_text(found, name, cost, now, frees), Refusal.BUDGET)
+
+
+async def check(spawner: Any, offering: Offering, count: int, catalog: list[Offering]) -> None:
+    """Refuse (429) a spawn the user's budget does not cover; a free offering is never refused."""
+    if offering.hourly_cost(count) <= 0:
+        return
+    found = await standing(spawner, catalog)
+    refused = refusal(spawner, found, offering, count) if found is not None else None
+    if refused is not None:
+        metrics.refused(offering, Refusal.BUDGET)
+        raise refused
+    if found is not None:
+        state = spawner.spawn_state
+        if state.pod_changes is not None:  # the user's GPU view reads the figures (no credential goes in)
+            extra = env(found, offering, count, spawner.now())
+            state.pod_changes = dataclasses.replace(state.pod_changes, env={**state.pod_changes.env, **extra})
+        state.messages.append(
+            f"GPU budget: {found.used:.2f} of {found.budget.hours:g} GPU-hours used; this server costs {offering.hourly_cost(count):g} per hour."
+        )
+
+
+def check_now(spawner: Any, offering: Offering, count: int) -> None:
+    """The form POST's check, from the standing measured for the page (nothing is awaited)."""
+    found = LAST.get(user_label(spawner.user.name))
+    if found is None or found.budget != budget(spawner):
+        return  # the start measures it
+    found = found.at(spawner.now())  # carried on to now at the user's running servers' rate
+    refused = refusal(spawner, found, offering, count)
+    if refused is not None:
+        raise refused
+
+
+def opened(spawner: Any, offering: Offering, count: int) -> None:
+    """A server with ``count`` x ``offering`` has started: a ledger row from now (and the
+    exported standing goes on at the user's new rate)."""
+    cost = offering.hourly_cost(count)
+    if cost > 0:
+        now = spawner.now()
+        spawner.gpu_usage = [*kept_rows(close_rows(spawner.gpu_usage, now), now), use_row(now, cost)]
+        _rate_changed(spawner, now)
+
+
+def closed(spawner: Any) -> None:
+    """The server has stopped: its open row ends now."""
+    if spawner.gpu_usage:
+        now = spawner.now()
+        spawner.gpu_usage = kept_rows(close_rows(spawner.gpu_usage, now), now)
+        _rate_changed(spawner, now)
+
+
+def _rate_changed(spawner: Any, now: datetime) -> None:
+    """The user's running servers changed: their last standing goes on at the new rate."""
+    user = user_label(spawner.user.name)
+    found = LAST.get(user)
+    if found is not None:
+        LAST[user] = found.at(now, sum(u.cost for u in ledger_uses(spawner) if u.end is None))
+
+
+def env(found: Standing | None, offering: Offering, count: int, now: datetime) -> dict[str, str]:
+    """What the user's GPU view reads to show the running total (no credential: figures only)."""
+    if found is None:
+        return {}
+    return {
+        v.ENV_BUDGET_HOURS: f"{found.budget.hours:g}",
+        v.ENV_BUDGET_WINDOW: found.budget.window,
+        v.ENV_BUDGET_USED: f"{found.used:.4f}",
+        v.ENV_BUDGET_COST: f"{offering.hourly_cost(count):g}",
+        v.ENV_BUDGET_AS_OF: now.isoformat(),
+        v.ENV_BUDGET_SOURCE: found.source,
+    }
+
+
+class _BudgetCollector:
+    """``gpuspawner_budget_remaining_hours{user,window}``, ``gpuspawner_budget_used_hours{user,window,source}``
+    and ``gpuspawner_budget_hours{user,window}``: each user's standing as last measured (at the
+    spawn page or a spawn) and carried on to the scrape at the rate of their running GPU
+    servers (:meth:`Standing.at`), for the culler and the dashboard."""
+
+    def collect(self) -> Any:
+        remaining = GaugeMetricFamily(
+            "gpuspawner_budget_remaining_hours",
+            "GPU-hours left in each user's budget: as last measured, carried on at the rate of their running GPU servers",
+            labels=["user", "window"],
+        )
+        used = GaugeMetricFamily(
+            "gpuspawner_budget_used_hours",
+            "Weighted GPU-hours each user has used in their budget's window, as last measured",
+            labels=["user", "window", "source"],
+        )
+        limit = GaugeMetricFamily("gpuspawner_budget_hours", "Each user's GPU-hour budget", labels=["user", "window"])
+        for user, measured in list(LAST.items()):
+            found = measured.at(datetime.now(measured.as_of.tzinfo)) if measured.as_of is not None else measured
+            remaining.add_metric([user, found.budget.window], found.remaining)
+            used.add_metric([user, found.budget.window, found.source], found.used)
+            limit.add_metric([user, found.budget.window], found.budget.hours)
+        yield remaining
+        yield used
+        yield limit
+
+
+REGISTRY.register(_BudgetCollector())

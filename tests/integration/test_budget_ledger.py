@@ -1,0 +1,55 @@
+"""GPU-hour budgets counted from the hub's own record (no Prometheus), with the real
+GPUSpawner on the devcluster: a GPU server's start and stop go into its ledger, the ledger
+is in the state the hub saves, and a spawner made from that state (as a restarted hub makes
+it) counts it: the next spawn is refused with 429 and the numbers. The pod gets the figures
+the user's GPU view shows."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.spawner import GPUSpawner
+from tests.integration.test_spawner import make_spawner, pod_of
+
+pytestmark = pytest.mark.cluster
+SLICE = "mig-nvidia-a100-sxm4-40gb-1g-5gb"
+SETTINGS = {
+    "user_gpu_budget": {"hours": 0.5, "window": "rolling-7d"},
+    "offering_overrides": {SLICE: {"gpu_hour_cost": 0.5}},
+}
+
+
+async def test_the_ledger_is_saved_with_the_state_and_counted_after_a_restart(devcluster, namespace):
+    spawner = make_spawner(devcluster, namespace, **SETTINGS)
+    spawner.user_options = {"offering": SLICE}
+    await spawner.start()  # 0 used + 0.5 for an hour fits the 0.5 budget
+    try:
+        env = {e["name"]: e.get("value") for e in (await pod_of(spawner))["spec"]["containers"][0]["env"]}
+        assert env["GPUSPAWNER_BUDGET_HOURS"] == "0.5" and env["GPUSPAWNER_BUDGET_WINDOW"] == "rolling-7d"
+        assert env["GPUSPAWNER_BUDGET_USED"] == "0.0000" and env["GPUSPAWNER_BUDGET_COST"] == "0.5"
+        assert env["GPUSPAWNER_BUDGET_SOURCE"] == "hub-record"
+        [row] = spawner.get_state()["gpu_usage"]
+        assert row["end"] is None and row["cost"] == 0.5
+    finally:
+        await spawner.stop(now=True)
+    # what JupyterHub does after a stop: clear the state, then save it
+    spawner.clear_state()
+    saved = spawner.get_state()
+    [row] = saved["gpu_usage"]
+    assert row["end"] is not None and row["end"] > row["start"]
+
+    # a restarted hub: a new spawner object for the same server, from the saved state
+    again = GPUSpawner(hub=spawner.hub, user=spawner.user, config=spawner.config)
+    again.server = spawner.user.server
+    again.load_state(saved)
+    again.user_options = {"offering": SLICE}
+    with pytest.raises(SpawnRefused) as refused:
+        await again.start()
+    assert refused.value.status_code == 429
+    message = str(refused.value)
+    assert re.match(r"You used (less than 0\.01|0\.\d+) of 0\.5 GPU-hours in the last 7 days; an hour of ", message), message
+    assert "costs 0.5 GPU-hours; the next hour frees up on " in message
+    assert message.endswith("(Usage from the hub's own record.)")
