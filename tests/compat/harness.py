@@ -119,6 +119,8 @@ DOCUMENTED_DIFFERENCES: dict[str, str] = {
     "user_options.count": "how many units were chosen (1 unless a whole-GPU offering allows more)",
     "user_options.gpuspawner": "the server's GPU record (offering, kind, count, resources, pod, url) for the GPU culler and admins",
     "state.gpuspawner": "the same record, so a restarted hub still knows what a running server holds: at its first quota check the hub gives each running server's record back to the quota ledger (its kind and count, also a DRA server's devices, a pod not bound yet, and every server where the hub may not read the cluster), and windows read it",
+    "state.gpu_usage": "the server's GPU-hour ledger (each start and stop with its cost per hour), kept after it stops and across hub restarts: GPU-hour budgets count from it when Prometheus cannot be asked ([fair-turns.md](fair-turns.md#gpu-hour-budgets))",
+    "pod.spec.containers[notebook].env[GPUSPAWNER_BUDGET_*]": "only where the user has a GPU-hour budget: the figures measured at spawn, from which the notebook's GPU view shows the running total",
     "pod.metadata.labels[gpuspawner.io/offering]": "lets the inventory count GPU pods by offering and the orphan reconciler find them",
     "pod.metadata.labels[gpuspawner.io/kind]": "the offering's kind, for the same readers and for dashboards",
     "pod.metadata.labels[gpuspawner.io/hub]": "this hub's identity (`c.GPUSpawner.hub_id`; absent when it has none): the orphan reconciler, the quotas' count of bound pods and the shared DRA claims select on it, so hubs on one cluster never count or delete each other's pods",
