@@ -91,32 +91,12 @@ class CullerActions:
         self.limit = limit
         self.days = days
         self.timeout = timeout
-        self._failing = False
+        #: what cannot be had from the culler now (each logged once until it answers again)
+        self._failing: set[str] = set()
 
-    async def for_user(self, name: str) -> list[dict[str, str]]:
-        req = HTTPRequest(
-            f"{self.url}?{urlencode({'user': name, 'limit': self.limit})}",
-            headers={"Authorization": f"token {self.token}"},
-            request_timeout=self.timeout,
-            connect_timeout=self.timeout,
-            follow_redirects=False,
-        )
-        try:
-            resp = await AsyncHTTPClient().fetch(req)
-            body = json.loads(resp.body)
-            records = [r for r in body.get("actions", []) if isinstance(r, dict) and r.get("user") == name]
-        except (HTTPClientError, OSError, ValueError, AttributeError) as e:
-            if not self._failing:
-                log.warning("the culler's actions are not shown on the hub's pages: %s %s", self.url, e)
-            self._failing = True
-            return []
-        self._failing = False
-        return page_items(records, datetime.now(UTC), self.days)
-
-    async def turns(self) -> dict[str, datetime]:
-        """Per offering slug, when the culler plans to stop an idle server for the spawns
-        waiting for it; {} when it plans none, or cannot be asked (logged once)."""
-        url = self.url[: -len("api/actions")] + "api/turns" if self.url.endswith("api/actions") else self.url
+    async def _get(self, url: str, shown: str) -> Any:
+        """The culler's JSON answer at ``url``, or None when it cannot be had: logged once
+        per thing ``shown`` until it answers again (the pages work without the culler)."""
         req = HTTPRequest(
             url,
             headers={"Authorization": f"token {self.token}"},
@@ -125,15 +105,31 @@ class CullerActions:
             follow_redirects=False,
         )
         try:
-            resp = await AsyncHTTPClient().fetch(req)
-            raw = json.loads(resp.body).get("turns", {})
-            turns = {str(slug): datetime.fromisoformat(at) for slug, at in raw.items()}
-        except (HTTPClientError, OSError, ValueError, AttributeError, TypeError) as e:
-            if not self._failing:
-                log.warning("the culler's planned turns are not shown to waiting spawns: %s %s", url, e)
-            self._failing = True
+            body = json.loads((await AsyncHTTPClient().fetch(req)).body)
+        except (HTTPClientError, OSError, ValueError) as e:
+            if shown not in self._failing:
+                log.warning("the culler's %s: %s %s", shown, url, e)
+            self._failing.add(shown)
+            return None
+        self._failing.discard(shown)
+        return body
+
+    async def for_user(self, name: str) -> list[dict[str, str]]:
+        body = await self._get(f"{self.url}?{urlencode({'user': name, 'limit': self.limit})}", "actions are not shown on the hub's pages")
+        actions = body.get("actions", []) if isinstance(body, dict) else []
+        records = [r for r in actions if isinstance(r, dict) and r.get("user") == name] if isinstance(actions, list) else []
+        return page_items(records, datetime.now(UTC), self.days)
+
+    async def turns(self) -> dict[str, datetime]:
+        """Per offering slug, when the culler plans to stop an idle server for the spawns
+        waiting for it; {} when it plans none, or cannot be asked (logged once)."""
+        base = self.url[: -len("api/actions")] if self.url.endswith("api/actions") else self.url.rstrip("/") + "/"
+        body = await self._get(base + "api/turns", "planned turns are not shown to waiting spawns")
+        raw = body.get("turns") if isinstance(body, dict) else None
+        try:
+            return {str(slug): datetime.fromisoformat(at) for slug, at in raw.items()} if isinstance(raw, dict) else {}
+        except (TypeError, ValueError):
             return {}
-        return turns
 
 
 def template_vars(url: str, token: str, **kw: Any) -> dict[str, Callable[[Any], Callable[[], Awaitable[list[dict[str, str]]]]]]:
