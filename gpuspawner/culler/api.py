@@ -15,6 +15,12 @@ its scopes:
 
 ``GET <prefix>api/turns`` says, per offering, when an idle server will make room for the
 spawns waiting for it (:class:`TurnsHandler`).
+
+``GET <prefix>api/leases`` lists running servers' GPU leases (when each ends, the extensions
+left, why one cannot be extended now), with the same rule of whose; ``POST
+<prefix>api/leases?user=<name>&server=<name>`` extends one by one extension: a user their own,
+a holder of ``custom:gpu-culler:extend-leases`` (the hub's pages) anyone's
+(:class:`LeasesHandler`). 404 no lease runs, 409 not now (the words say why).
 """
 
 from __future__ import annotations
@@ -28,10 +34,13 @@ from jupyterhub.services.auth import HubAuth, HubAuthenticated, UserNotAllowed
 from tornado import web
 
 from gpuspawner.culler.actionlog import ActionLog
+from gpuspawner.culler.leases import LeaseRefused
 from gpuspawner.culler.metrics import CullerMetrics, MetricsHandler
 
 #: the custom scope that lets its holder read every user's actions
 READ_ALL_SCOPE = "custom:gpu-culler:read-actions"
+#: the custom scope that lets its holder extend any user's GPU lease (the hub's pages, on the user's behalf)
+EXTEND_ALL_SCOPE = "custom:gpu-culler:extend-leases"
 #: scopes that read every user's actions (an admin's ``admin:users`` too)
 DEFAULT_READ_ALL_SCOPES: tuple[str, ...] = (READ_ALL_SCOPE, "admin:users")
 MAX_LIMIT = 1000
@@ -118,6 +127,60 @@ class TurnsHandler(ActionsHandler):
         self.finish(json.dumps({"turns": {slug: at.isoformat() for slug, at in self.turns().items()}}))
 
 
+class LeasesHandler(ActionsHandler):
+    """``GET api/leases``: running servers' GPU leases (a user's own, or everyone's for readers
+    of all); ``POST api/leases?user=&server=``: extend one."""
+
+    def initialize(  # type: ignore[override]
+        self,
+        leases: Callable[[str | None], list[dict[str, Any]]],
+        extend: Callable[[str, str], dict[str, Any]],
+        hub_auth: HubAuth,
+        read_all_scopes: tuple[str, ...],
+    ) -> None:
+        self.leases = leases
+        self.extend = extend
+        self.hub_auth = hub_auth
+        self.read_all_scopes = read_all_scopes
+
+    def _whose(self, model: dict[str, Any], scopes: tuple[str, ...], verb: str) -> str | None:
+        wanted = self.get_argument("user", None)
+        is_user = model.get("kind", "user") == "user"
+        if any(self.hub_auth.check_scopes({s}, model) for s in scopes):
+            return wanted
+        if is_user and wanted in (None, model["name"]):
+            return str(model["name"])
+        if is_user:
+            self._refuse(403, f"you may {verb} only your own GPU leases (user={model['name']!r}), not {wanted!r}'s")
+        self._refuse(403, f"this service has no GPU lease of its own; to {verb} a user's it needs {scopes[0]}")
+        return None  # not reached
+
+    def get(self) -> None:
+        model = self.current_user
+        if not model:
+            self._refuse(403, "no valid hub token: send 'Authorization: token <your JupyterHub API token>'")
+        user = self._whose(model, self.read_all_scopes, "read")
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps({"leases": self.leases(user), "user": user}))
+
+    def post(self) -> None:
+        model = self.current_user
+        if not model:
+            self._refuse(403, "no valid hub token: send 'Authorization: token <your JupyterHub API token>'")
+        user = self._whose(model, (EXTEND_ALL_SCOPE,), "extend")
+        if user is None:
+            self._refuse(400, "name the lease's user: ?user=<name>&server=<server name, empty for the default server>")
+        server = self.get_argument("server", "")
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        try:
+            answer = self.extend(user, server)
+        except LeaseRefused as e:
+            self._refuse(e.status, str(e))
+        self.finish(json.dumps(answer))
+
+
 def make_service_app(
     metrics: CullerMetrics,
     prefix: str = "/",
@@ -125,6 +188,8 @@ def make_service_app(
     hub_auth: HubAuth | None = None,
     read_all_scopes: tuple[str, ...] = DEFAULT_READ_ALL_SCOPES,
     turns: Callable[[], Mapping[str, datetime]] | None = None,
+    leases: Callable[[str | None], list[dict[str, Any]]] | None = None,
+    extend: Callable[[str, str], dict[str, Any]] | None = None,
 ) -> web.Application:
     """Serve ``<prefix>metrics`` and, with an action log and a :class:`HubAuth`,
     ``<prefix>api/actions`` (both at ``/`` too: the hub's proxy forwards the
@@ -139,4 +204,7 @@ def make_service_app(
             routes.append((base + "api/actions", ActionsHandler, kw))
             if turns is not None:
                 routes.append((base + "api/turns", TurnsHandler, {"turns": turns, "hub_auth": hub_auth}))
+            if leases is not None and extend is not None:
+                lease_kw = {"leases": leases, "extend": extend, "hub_auth": hub_auth, "read_all_scopes": tuple(read_all_scopes)}
+                routes.append((base + "api/leases", LeasesHandler, lease_kw))
     return web.Application(routes)

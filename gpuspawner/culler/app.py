@@ -73,6 +73,10 @@ class GpuCuller(CullerSettings, IdleCuller):
         "offering-gpu-idle-limit": "GpuCuller.offering_gpu_idle_limits",
         "reclaim-for-waiting-after": "GpuCuller.reclaim_for_waiting_after",
         "offering-gpu-lease": "GpuCuller.offering_gpu_leases",
+        "gpu-lease-extensions": "GpuCuller.gpu_lease_extensions",
+        "offering-gpu-lease-extensions": "GpuCuller.offering_gpu_lease_extensions",
+        "gpu-lease-extension": "GpuCuller.gpu_lease_extension",
+        "offering-gpu-lease-ends": "GpuCuller.offering_gpu_lease_ends",
         "server-token-lifetime": "GpuCuller.server_token_lifetime",
         "memory-held-mib": "GpuCuller.memory_held_mib",
         "metrics-port": "GpuCuller.metrics_port",
@@ -114,6 +118,10 @@ class GpuCuller(CullerSettings, IdleCuller):
             stalls_before_telemetry=max(1, self.stalls_before_telemetry),
             gpu_leases={**DEFAULT_GPU_LEASES, **self.gpu_leases},
             offering_gpu_leases=dict(self.offering_gpu_leases),
+            gpu_lease_extensions=self.gpu_lease_extensions,
+            offering_gpu_lease_extensions=dict(self.offering_gpu_lease_extensions),
+            gpu_lease_extension=self.gpu_lease_extension,
+            offering_gpu_lease_ends=dict(self.offering_gpu_lease_ends),
             reclaim_for_waiting_after=self.reclaim_for_waiting_after,
             offering_reclaim_for_waiting_after=dict(self.offering_reclaim_for_waiting_after),
         )
@@ -298,6 +306,8 @@ class GpuCuller(CullerSettings, IdleCuller):
             hub_auth=self.hub_auth(),
             read_all_scopes=tuple(self.actions_read_all_scopes),
             turns=lambda: culler.planned_turns,
+            leases=culler.lease_list,
+            extend=culler.extend_lease,
         )
         server = HTTPServer(app)
         try:
@@ -305,7 +315,7 @@ class GpuCuller(CullerSettings, IdleCuller):
         except OSError as exc:  # metrics are not worth a crash: the culling goes on
             self.log.error("cannot serve metrics on %s:%s (%s); culling without them", ip, port, exc)
             return None
-        self.log.info("serving metrics and api/actions at http://%s:%s%s{metrics,api/actions}", ip or "*", port, prefix)
+        self.log.info("serving metrics and its API at http://%s:%s%s{metrics,api/actions,api/turns,api/leases}", ip or "*", port, prefix)
         return server
 
     async def check_hub(self, culler: Culler) -> None:

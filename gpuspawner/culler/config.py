@@ -17,6 +17,8 @@ from gpuspawner.culler.policy import (
     DEFAULT_KIND_TIMEOUTS,
     DEFAULT_RECLAIM_KINDS,
     DEFAULT_STALLS_BEFORE_TELEMETRY,
+    LEASE_ENDS_RECLAIM,
+    LEASE_ENDS_STOP,
 )
 from gpuspawner.names.vocabulary import GPU_USERS_GROUP, Kind
 
@@ -278,6 +280,74 @@ class CullerSettings(ConnectionSettings):
             """
         ),
     ).tag(config=True)
+
+    gpu_lease_extensions = Int(
+        0,
+        help=help_text(
+            """
+            How many times a user may extend a GPU lease (from the hub's home page, or the
+            "Extend" the notebook's warning links to), each by ``gpu_lease_extension``
+            seconds -- only while nobody waits for the server's offering. 0 (the default):
+            never. Per offering: ``offering_gpu_lease_extensions``.
+            """
+        ),
+    ).tag(config=True)
+
+    offering_gpu_lease_extensions = Dict(
+        key_trait=Unicode(),
+        value_trait=Int(),
+        help=help_text(
+            """
+            Extensions per offering slug, winning over ``gpu_lease_extensions``:
+            ``{"gpu-nvidia-h100-80gb-hbm3": 2}``.
+            """
+        ),
+    ).tag(config=True)
+
+    gpu_lease_extension = Int(
+        60 * 60,
+        help=help_text(
+            """
+            Seconds one extension adds to a GPU lease. Default: 1 hour.
+            """
+        ),
+    ).tag(config=True)
+
+    offering_gpu_lease_ends = Dict(
+        key_trait=Unicode(),
+        value_trait=Unicode(),
+        help=help_text(
+            """
+            What a GPU lease ends with, per offering slug: ``"stop"`` (the default: the
+            server is stopped) or ``"reclaim"``: every kernel is shut down, busy or not
+            (its user was warned), the server stays, and a new lease begins -- for shared
+            GPUs, where the memory a kernel holds is what others wait for.
+            Example: ``{"t4-share": "reclaim"}``.
+            """
+        ),
+    ).tag(config=True)
+
+    @validate("offering_gpu_lease_ends")
+    def _valid_lease_ends(self, proposal: dict) -> dict:
+        value = dict(proposal["value"])
+        wrong = sorted(k for k, v in value.items() if v not in (LEASE_ENDS_STOP, LEASE_ENDS_RECLAIM))
+        if wrong:
+            raise TraitError(f"offering_gpu_lease_ends: {wrong}: give {LEASE_ENDS_STOP!r} or {LEASE_ENDS_RECLAIM!r}")
+        return value
+
+    @validate("gpu_lease_extensions", "gpu_lease_extension")
+    def _valid_extension(self, proposal: dict) -> int:
+        if proposal["value"] < 0:
+            raise TraitError(f"{proposal['trait'].name}: {proposal['value']} must be 0 or more")
+        return int(proposal["value"])
+
+    @validate("offering_gpu_lease_extensions")
+    def _valid_offering_extensions(self, proposal: dict) -> dict:
+        value = dict(proposal["value"])
+        negative = sorted(k for k, v in value.items() if v < 0)
+        if negative:
+            raise TraitError(f"offering_gpu_lease_extensions: {negative} must be 0 (none) or more")
+        return value
 
     @validate("offering_gpu_leases")
     def _valid_offering_leases(self, proposal: dict) -> dict:

@@ -10,6 +10,7 @@ by the hub's REST API in every server model, scope ``read:servers``)::
          "resources": {"nvidia.com/mig-3g.20gb": "1"},
          "pod": "<pod name>", "namespace": "<ns>",
          "url": "http://<pod ip>:<port>/user/<name>/",  # direct address, for the kernel API
+         "gpu_hour_cost": 1.0,                        # per hour, against a GPU-hour budget
          # Dynamic Resource Allocation only: the claim's allocated devices, read by the
          # spawner from the claim's status and the driver's ResourceSlice
          "devices": [{"driver": "gpu.nvidia.com", "pool": "<node>", "device": "gpu-0",
@@ -63,6 +64,8 @@ class ServerOffering:
     #: Dynamic Resource Allocation: the pod's allocated devices (``vocabulary.DEVICE_*`` keys);
     #: the GPU view then finds the pod's series by device, not by pod name
     devices: tuple[Mapping[str, str], ...] = ()
+    #: what an hour of it costs against its user's GPU-hour budget (None: not recorded)
+    hourly_cost: float | None = None
 
     @property
     def is_gpu(self) -> bool:
@@ -141,4 +144,5 @@ def parse_offering(user_options: Mapping[str, Any] | None) -> ServerOffering:
         declared=True,
         problem=problem,
         devices=record.devices or (),
+        hourly_cost=record.cost,
     )

@@ -28,10 +28,11 @@ from gpuspawner.culler.dates import parse_time
 from gpuspawner.culler.gpu_metrics import GpuView, unavailable
 from gpuspawner.culler.hub import HubClient
 from gpuspawner.culler.kernels import KernelClient
+from gpuspawner.culler.leases import LeaseBook
 from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
 from gpuspawner.culler.observations import GpuIdleStreak, KernelMemo, turns, waiting_ranking
-from gpuspawner.culler.policy import STOP, Policy
+from gpuspawner.culler.policy import STOP, BudgetRunway, Policy
 from gpuspawner.culler.prometheus import PrometheusClient
 from gpuspawner.culler.serverwork import ServerOutcome, ServerWork
 from gpuspawner.culler.tokens import ServerTokens
@@ -143,6 +144,8 @@ class Culler(ServerWork):
         #: spawns: as the last cycle planned it (``planned_turns``), and as this one does
         self.planned_turns: dict[str, datetime] = {}
         self._planning: dict[str, datetime] = {}
+        #: every running server's GPU lease grant (extensions, renewals), kept in the action log
+        self.leases = LeaseBook(action_log)
 
     # -- views -------------------------------------------------------------
     async def _gpu_view(self, report: CycleReport) -> GpuView:
@@ -168,15 +171,57 @@ class Culler(ServerWork):
         """This cycle's policy sees the spawns waiting now (none when Prometheus did not
         answer: unknown never justifies a cull) and whose turn it is to make room for them,
         from the last cycle's ranking. GPU servers are decided only after this."""
+        now = self.clock()
         waiting = dict(view.waiting) if view.available else {}
-        began = turns(self._ranking, waiting, self.policy.turns, self.clock())
-        self.policy = replace(self.policy, waiting=waiting, turns=began, turn_notice=self.warn_before_s)
+        began = turns(self._ranking, waiting, self.policy.turns, now)
+        budgets = {user: BudgetRunway(remaining, rate, now) for user, (remaining, rate) in view.budgets.items()} if view.available else {}
+        noticed = self._budget_noticed(budgets, now)
+        self.policy = replace(
+            self.policy,
+            waiting=waiting,
+            turns=began,
+            turn_notice=self.warn_before_s,
+            leases=self.leases.grants(),
+            budgets=budgets,
+            budget_noticed=noticed,
+        )
         self.actions.policy = self.policy
         if waiting:
             self.log.info(
                 "spawns waiting: %s",
                 ", ".join(f"{count} for {name}" for count, name in waiting.values()),
             )
+
+    def _budget_noticed(self, budgets: Mapping[str, BudgetRunway], now: datetime) -> dict[str, datetime]:
+        """Per user, when the culler first saw their GPU-hour budget run out within the warning
+        window (kept while it stays so; a budget the hub no longer exports, or one that no
+        longer runs out that soon, is forgotten)."""
+        horizon = now.timestamp() + self.warn_before_s
+        noticed = {}
+        for user, runway in budgets.items():
+            out = runway.runs_out_at()
+            if out is not None and out.timestamp() <= horizon:
+                noticed[user] = self.policy.budget_noticed.get(user, now)
+                if user not in self.policy.budget_noticed:
+                    self.log.info(
+                        "the GPU-hour budget of %s runs out at %s: its GPU servers are warned, then stopped",
+                        user,
+                        out.isoformat(timespec="seconds"),
+                    )
+        return noticed
+
+    def lease_list(self, user: str | None) -> list[dict[str, Any]]:
+        """The running servers' GPU leases as the last cycle saw them (``user``'s only, when given)."""
+        return [s.to_json() for (who, _), s in sorted(self.leases.status.items()) if user is None or who == user]
+
+    def extend_lease(self, user: str, server: str) -> dict[str, Any]:
+        """Extend a lease by one extension (:class:`gpuspawner.culler.leases.LeaseRefused` when
+        it may not be); the next decision sees it at once."""
+        status, record = self.leases.extend(user, server, self.policy, self.clock())
+        self.policy = replace(self.policy, leases=self.leases.grants())
+        self.actions.policy = self.policy
+        self.log.info("GPU lease of %s/%s extended by its user: %s", user, server, record["why"])
+        return {"lease": status.to_json(), "message": f"{record['what']} {record['why']}."}
 
     def _log_probe(self, present: bool) -> None:
         """Say once (and again only when it changes) whose numbers shared GPUs are judged on."""
@@ -285,6 +330,7 @@ class Culler(ServerWork):
                 self._carried.pop(key)[1].cancel()
             for key in set(self._stalls) - self._seen:
                 del self._stalls[key]
+            self.leases.forget_all_but(self._seen)
             await self.tokens.keep_only(self._seen)
             if self.notifier is not None:
                 self.notifier.keep_only(self._seen)

@@ -2,10 +2,12 @@
 
 Per server, in order:
 
-1. pending or not ready: keep. Then a GPU server running for its kind's GPU
-   lease (``gpu_leases``): **stop**, whatever else is true -- the hard maximum
-   nothing vetoes. (A server whose pod missed the cycle's deadline is judged by
-   :func:`decide_unresponsive` instead.)
+1. pending or not ready: keep. Then a GPU server at the end of its GPU lease
+   (``gpu_leases``, with the extensions its user took): **stop**, or **reclaim** every
+   kernel where the offering's lease ends so (``offering_gpu_lease_ends``), whatever else
+   is true -- the hard maximum nothing vetoes; and a GPU server whose user's GPU-hour
+   budget ran out: **stop** (reason ``budget``), warned first. (A server whose pod missed
+   the cycle's deadline is judged by :func:`decide_unresponsive` instead.)
 2. **stop** (free the device) when inactive (hub activity, the server's own
    ``/api/status``, every kernel's ``last_activity``) for longer than the
    offering's timeout, or older than ``max_age`` -- or, while spawns wait for its
@@ -37,19 +39,47 @@ from datetime import datetime, timedelta
 from jupyterhub_idle_culler import format_td
 
 from gpuspawner.culler.gpu_metrics import PodGpuView
-from gpuspawner.culler.observations import aged_out, gpu_idle_past_limit, last_seen, lease_over, stop_allowed
+from gpuspawner.culler.observations import aged_out, budget_over, gpu_idle_past_limit, last_seen, lease_over, stop_allowed
 from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP, CullDecision, KernelAction, Policy
-from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, IDLE, MAX_AGE, UNRESPONSIVE, WAITING, KernelView, ServerRecord
+from gpuspawner.culler.records import BUDGET, GPU_IDLE_LIMIT, GPU_LEASE, IDLE, MAX_AGE, UNRESPONSIVE, WAITING, KernelView, ServerRecord
 
 
-def _lease_decision(server: ServerRecord, policy: Policy, age: timedelta, reasons: list[str], memory: float | None) -> CullDecision:
+def _lease_decision(
+    server: ServerRecord, kernels: KernelView | None, policy: Policy, age: timedelta, reasons: list[str], memory: float | None
+) -> CullDecision | None:
+    """The end of the server's GPU lease: the server stopped, or -- where its offering's lease
+    ends with a reclaim -- every kernel shut down, busy or not (its user was warned); None when
+    config forbids stopping it."""
+    grant = policy.lease_grant(server)
     lease = format_td(timedelta(seconds=policy.gpu_lease_for(server.offering)))
-    return CullDecision(
-        STOP,
-        stop_reason=GPU_LEASE,
-        reasons=tuple([*reasons, f"running for {format_td(age)}: its GPU lease ({lease}, gpu_leases) is over"]),
-        memory_mib=memory,
-    )
+    extended = f" + {grant.extensions} extension(s)" if grant.extensions else ""
+    words = f"holding its GPU for {format_td(age)}: its GPU lease ({lease}{extended}, gpu_leases) is over"
+    if policy.lease_reclaims_kernels(server.offering):
+        if kernels is None or not kernels.ok:
+            why = kernels.error if kernels is not None else "not asked"
+            return CullDecision(
+                HELD_BACK,
+                reasons=tuple([*reasons, words]),
+                held_back=(f"its kernels are shut down once its kernel view can be read ({why})",),
+                memory_mib=memory,
+            )
+        shutdown = tuple(KernelAction(k.id, f"kernel {k.id[:8]} ({k.name}, {k.execution_state}): {words}") for k in kernels.kernels)
+        return CullDecision(
+            RECLAIM,
+            stop_reason=GPU_LEASE,
+            shutdown=shutdown,
+            reasons=tuple([*reasons, words, "offering_gpu_lease_ends: reclaim"]),
+            memory_mib=memory,
+        )
+    if stop_allowed(server, policy) is not None:
+        return None
+    return CullDecision(STOP, stop_reason=GPU_LEASE, reasons=tuple([*reasons, words]), memory_mib=memory)
+
+
+def _budget_decision(server: ServerRecord, policy: Policy, reasons: list[str], memory: float | None) -> CullDecision:
+    runway = policy.budgets[server.user]
+    words = f"its user's GPU-hour budget ran out ({runway.remaining_hours:.2f} hours left at {runway.as_of:%H:%M} UTC, spending {runway.rate_per_hour:g} per hour)"
+    return CullDecision(STOP, stop_reason=BUDGET, reasons=tuple([*reasons, words]), memory_mib=memory)
 
 
 def _kernel_words(kv: KernelView) -> str:
@@ -114,10 +144,12 @@ def decide(
     memory = gpu.memory_mib if gpu is not None else None
     held: list[str] = []
 
-    # --- the GPU lease: the hard maximum, which nothing vetoes -------------
+    # --- the GPU lease and the GPU-hour budget: hard limits nothing vetoes ----
     age = lease_over(server, policy, now)
-    if age is not None and stop_allowed(server, policy) is None:
-        return _lease_decision(server, policy, age, reasons, memory)
+    if age is not None and (ended := _lease_decision(server, kernels, policy, age, reasons, memory)) is not None:
+        return ended
+    if budget_over(server, policy, now) and stop_allowed(server, policy) is None:
+        return _budget_decision(server, policy, reasons, memory)
 
     # --- free the device: stop the server ---------------------------------
     if arbiter_idle is not None:
@@ -200,8 +232,10 @@ def decide_unresponsive(
         reasons.append(f"GPU {gpu.state}: {gpu.reason}")
     held = "waiting for its pod to answer"
     age = lease_over(server, policy, now)
-    if age is not None and stop_allowed(server, policy) is None:
-        return _lease_decision(server, policy, age, reasons, memory)
+    if age is not None and (ended := _lease_decision(server, None, policy, age, reasons, memory)) is not None and ended.action == STOP:
+        return ended  # (a lease that ends by reclaiming kernels waits for the pod to answer)
+    if budget_over(server, policy, now) and stop_allowed(server, policy) is None:
+        return _budget_decision(server, policy, reasons, memory)
     if stalls < policy.stalls_before_telemetry:
         return CullDecision(HELD_BACK, reasons=tuple(reasons), held_back=(held,), memory_mib=memory)
     blocked = stop_allowed(server, policy)

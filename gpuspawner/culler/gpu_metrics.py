@@ -56,6 +56,8 @@ from typing import Any
 
 from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL, UTIL, GpuQuerySettings
 from gpuspawner.names.vocabulary import (
+    BUDGET_REMAINING,
+    BUDGET_SPEND_RATE,
     DEVICE_MIG_PROFILE,
     DEVICE_NAME,
     DEVICE_POOL,
@@ -213,6 +215,8 @@ class GpuView:
     probe: bool = False
     #: spawns waiting in the hub's queue per offering slug: (how many, the offering's name)
     waiting: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    #: the hub's GPU-hour budgets per user: (hours left, GPU-hours per hour being spent)
+    budgets: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def for_devices(self, devices: Iterable[Mapping[str, str]]) -> PodGpuView:
         """The view of a pod's DRA devices (``vocabulary.RECORD_DEVICES`` entries), decided
@@ -347,6 +351,15 @@ def summarize_pod(devices: list[DeviceReading], s: GpuQuerySettings, shared: boo
     return PodGpuView(IDLE, "; ".join(r for _, r in states), memory, tuple(devices))
 
 
+def _finite(item: Mapping[str, Any]) -> float | None:
+    """A sample's value (None where it is not a finite number)."""
+    try:
+        value = float(item["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
 def _count(item: Mapping[str, Any]) -> int:
     """A sample's value as a count (0 where it is not one)."""
     try:
@@ -372,6 +385,8 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
     by_device: dict[tuple[str, str, str], DeviceReading] = {}
     probed: set[str] = set()
     waiting: dict[str, tuple[int, str]] = {}
+    remaining: dict[str, float] = {}
+    spending: dict[str, float] = {}
     for item in data.get("result") or []:
         labels = item.get("metric") or {}
         tag = labels.get(SERIES_LABEL, "")
@@ -383,6 +398,12 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
             count = _count(item)
             if count and labels.get("offering"):
                 waiting[labels["offering"]] = (count, labels.get("name") or labels["offering"])
+            continue
+        if metric in (BUDGET_REMAINING, BUDGET_SPEND_RATE):
+            figure = _finite(item)
+            who = labels.get("name") or labels.get("user")  # the hub's user name (older hubs: the label)
+            if figure is not None and who:
+                (remaining if metric == BUDGET_REMAINING else spending)[who] = figure
             continue
         if not stat:
             continue  # a series that is not ours
@@ -420,6 +441,7 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
         shared_pods=shared,
         probe=bool(probed),
         waiting=waiting,
+        budgets={user: (left, max(0.0, spending.get(user, 0.0))) for user, left in remaining.items()},
         by_device=by_device,
         settings=settings,
     )

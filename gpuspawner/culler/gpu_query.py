@@ -1,10 +1,12 @@
-"""The one PromQL query the culler sends each cycle for the GPU view: dcgm-exporter's (or the probe's) per-device series over the window, and the hub's spawns waiting per offering, tagged by series and statistic. Pure."""
+"""The one PromQL query the culler sends each cycle for the GPU view: dcgm-exporter's (or the probe's) per-device series over the window, the hub's spawns waiting per offering and its users' GPU-hour budgets, tagged by series and statistic. Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from gpuspawner.names.vocabulary import (
+    BUDGET_REMAINING,
+    BUDGET_SPEND_RATE,
     PROBE_DEVICE_TOTAL,
     PROBE_POD_MEMORY,
     PROBE_POD_SM_UTIL,
@@ -79,4 +81,7 @@ def build_query(settings: GpuQuerySettings) -> str:
     parts.append(_tag(PROBE_DEVICE_TOTAL, PROBE_DEVICE_TOTAL, "last"))
     # the hub's spawns waiting for an offering, summed over the hub's replicas of the series
     parts.append(_tag(f"sum by (offering, name) ({SPAWNS_WAITING})", SPAWNS_WAITING, "last"))
+    # the hub's GPU-hour budgets: the least left and the most spent, over the hub's replicas
+    parts.append(_tag(f"min by (user, name) ({BUDGET_REMAINING})", BUDGET_REMAINING, "last"))
+    parts.append(_tag(f"max by (user, name) ({BUDGET_SPEND_RATE})", BUDGET_SPEND_RATE, "last"))
     return " or ".join(parts)

@@ -15,7 +15,7 @@ from typing import Any
 from gpuspawner.culler.decide import Upcoming
 from gpuspawner.culler.gpu_metrics import PodGpuView
 from gpuspawner.culler.policy import NOT_KEEPABLE, RECLAIM, STOP, CullDecision, Policy
-from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, MAX_AGE, UNRESPONSIVE, WAITING, ServerRecord
+from gpuspawner.culler.records import BUDGET, GPU_IDLE_LIMIT, GPU_LEASE, MAX_AGE, UNRESPONSIVE, WAITING, ServerRecord
 from gpuspawner.names.vocabulary import Kind
 
 #: what is held, as the user picked it on the spawn page
@@ -66,6 +66,14 @@ def why_words(server: ServerRecord, decision: CullDecision, policy: Policy, earl
     def idle(td: timedelta | None, limit_s: float) -> str:
         return _idle_and_limit(max(timedelta(0), (td or timedelta(0)) - earlier).total_seconds(), limit_s)
 
+    if decision.stop_reason == GPU_LEASE:
+        return lease_words(server, policy, ended=not now)
+    if decision.stop_reason == BUDGET:
+        runway = policy.budgets.get(server.user)
+        spend = f" (spending {runway.rate_per_hour:g} GPU-hours per hour)" if runway is not None and runway.rate_per_hour > 0 else ""
+        if now:
+            return f"your GPU-hour budget runs out{spend}; a new start is refused until it frees up"
+        return f"your GPU-hour budget ran out{spend}; a new start is refused until it frees up"
     if decision.action == RECLAIM and decision.shutdown:
         first = max(decision.shutdown, key=lambda k: k.idle_for or timedelta(0))
         n = len(decision.shutdown)
@@ -85,11 +93,6 @@ def why_words(server: ServerRecord, decision: CullDecision, policy: Policy, earl
         people = ("1 person is" if now else "1 person was") if count == 1 else f"{count} people {'are' if now else 'were'}"
         bound = policy.waiting_bound_for(o)
         return f"{people} waiting for {name} and {what} {was} idle for {idle(decision.inactive, bound)}"
-    if decision.stop_reason == GPU_LEASE:
-        lease = duration_words(policy.gpu_lease_for(o))
-        if now:
-            return f"the server's GPU lease ends: {what} may be held for {lease} at most, whatever it does"
-        return f"the server's GPU lease ended: {what} may be held for {lease} at most, whatever it does"
     if decision.stop_reason == UNRESPONSIVE:
         return (
             f"the server stopped answering the culler while GPU telemetry showed {what} idle for "
@@ -100,14 +103,38 @@ def why_words(server: ServerRecord, decision: CullDecision, policy: Policy, earl
     return f"{what} {was} idle for {idle(decision.inactive, policy.timeout_for(o))}"
 
 
+def lease_seconds(server: ServerRecord, policy: Policy) -> int:
+    """The server's GPU lease, with the extensions its user took (seconds)."""
+    grant = policy.lease_grant(server)
+    return policy.gpu_lease_for(server.offering) + grant.extensions * max(0, int(policy.gpu_lease_extension))
+
+
+def lease_words(server: ServerRecord, policy: Policy, ended: bool) -> str:
+    """ "the server's GPU lease ends: the whole GPU may be held for 4 hours at a time (with 1
+    extension), whatever it does" -- and, where it ends with a reclaim, that the server stays."""
+    o = server.offering
+    grant = policy.lease_grant(server)
+    extended = f" (with {grant.extensions} extension{'s' if grant.extensions != 1 else ''})" if grant.extensions else ""
+    lease = duration_words(lease_seconds(server, policy))
+    verb = "ended" if ended else "ends"
+    if policy.lease_reclaims_kernels(o):
+        return (
+            f"the server's GPU lease {verb}: {thing(o.kind)} may be held for {lease}{extended} at a time, whatever it does;"
+            " the server stays, and a new lease begins with new kernels"
+        )
+    return f"the server's GPU lease {verb}: {thing(o.kind)} may be held for {lease}{extended} at most, whatever it does"
+
+
 def limit_seconds(server: ServerRecord, decision: CullDecision, policy: Policy) -> int:
     """The limit that applies to this decision."""
+    if decision.stop_reason == GPU_LEASE:
+        return lease_seconds(server, policy)
     if decision.action == RECLAIM and decision.shutdown:
         return int(decision.shutdown[0].limit_s or policy.kernel_timeout_for(server.offering))
     if decision.stop_reason == GPU_IDLE_LIMIT:
         return policy.gpu_idle_limit_for(server.offering)
-    if decision.stop_reason == GPU_LEASE:
-        return policy.gpu_lease_for(server.offering)
+    if decision.stop_reason == BUDGET:
+        return 0
     if decision.stop_reason == WAITING:
         return policy.waiting_bound_for(server.offering)
     if decision.stop_reason == MAX_AGE:
@@ -117,7 +144,8 @@ def limit_seconds(server: ServerRecord, decision: CullDecision, policy: Policy) 
 
 def keepable(decision: CullDecision) -> bool:
     """Whether the user's activity (Keep, a cell, a request) can prevent the action: not
-    a stop by ``gpu_idle_limit`` (only GPU use counts) or by the GPU lease (nothing does)."""
+    a stop by ``gpu_idle_limit`` (only GPU use counts), by the GPU lease or the GPU-hour
+    budget (nothing does: a lease may be extended, where the admin allows it)."""
     return decision.stop_reason not in NOT_KEEPABLE
 
 
@@ -162,6 +190,8 @@ def notice(
     }
     if not keepable(d):  # the notebook offers no Keep for it (absent: it does)
         body["keepable"] = False
+    if d.stop_reason:
+        body["cause"] = d.stop_reason
     return body
 
 
@@ -186,15 +216,18 @@ def acting(
     }
     if decision.action == RECLAIM:
         body["reclaimed"] = [k.kernel_id for k in decision.shutdown]
+    if decision.stop_reason:
+        body["cause"] = decision.stop_reason
     return body
 
 
-def what_words(server: ServerRecord, action: str, kernels: Sequence[str]) -> str:
+def what_words(server: ServerRecord, action: str, kernels: Sequence[str], idle: bool = True) -> str:
     """The subject of the sentence the hub's pages show: "Your server 'train' was stopped"."""
     srv = f"your server '{server.name}'" if server.name else "your server"
     if action == RECLAIM:
         n = len(kernels)
-        return f"{'An idle kernel' if n == 1 else f'{n} idle kernels'} of {srv} {'was' if n == 1 else 'were'} shut down"
+        kind = "idle kernel" if idle else "kernel"
+        return f"{f'An {kind}' if n == 1 else f'{n} {kind}s'} of {srv} {'was' if n == 1 else 'were'} shut down"
     return f"{srv[0].upper()}{srv[1:]} was stopped"
 
 
@@ -215,11 +248,12 @@ def action_record(
         "user": server.user,
         "server": server.name,
         "action": LOG_ACTION[decision.action],
-        "reason": decision.stop_reason if decision.action == STOP else "idle",
+        "reason": decision.stop_reason or "idle",
         "kind": o.kind,
         "offering": o.slug,
+        "started": _iso(server.started),
         "kernels": list(kernels),
-        "what": what_words(server, decision.action, kernels),
+        "what": what_words(server, decision.action, kernels, idle=decision.stop_reason is None),
         "why": why_words(server, decision, policy),
         "limit_seconds": limit_seconds(server, decision, policy),
         "observed": observed(decision, gpu),

@@ -140,7 +140,9 @@ def plan_kernel_view(
         return KernelAsk(True, True)
     if gpu_idle_past_limit(server, gpu, policy, now, gpu_idle_since) is not None and stop_allowed(server, policy) is None:
         return KernelAsk(True, True)
-    if lease_over(server, policy, now) is not None and stop_allowed(server, policy) is None:
+    if lease_over(server, policy, now) is not None and (policy.lease_reclaims_kernels(o) or stop_allowed(server, policy) is None):
+        return KernelAsk(True, True)  # its lease ends whatever they say; read for the warning's (and the kernels') sake
+    if budget_over(server, policy, now) and stop_allowed(server, policy) is None:
         return KernelAsk(True, True)  # stopped whatever they say; read for the warning's sake
     timeout = policy.timeout_for(o)
     seen = last_seen(server, None, gpu_last_active)
@@ -186,12 +188,19 @@ def aged_out(server: ServerRecord, policy: Policy, now: datetime) -> bool:
 
 
 def lease_over(server: ServerRecord, policy: Policy, now: datetime) -> timedelta | None:
-    """How long the server has run, once that reaches its GPU lease; else None."""
-    lease = policy.gpu_lease_for(server.offering)
-    if lease <= 0 or server.started is None:
+    """How long the server has held its GPU in this lease, once the lease (with the extensions
+    its user took) has ended; else None."""
+    ends = policy.lease_ends_at(server)
+    began = policy.lease_began(server)
+    if ends is None or began is None or now < ends:
         return None
-    age = now - server.started
-    return age if age.total_seconds() >= lease else None
+    return now - began
+
+
+def budget_over(server: ServerRecord, policy: Policy, now: datetime) -> bool:
+    """Whether the server is stopped now because its user's GPU-hour budget ran out."""
+    at = policy.budget_stop_at(server)
+    return at is not None and now >= at
 
 
 def memory_held(gpu: PodGpuView | None, policy: Policy) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpuspawner.culler.contract import ServerOffering
-from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE
+from gpuspawner.culler.records import BUDGET, GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE, ServerRecord
 from gpuspawner.names.vocabulary import Kind
 
 DEFAULT_KIND_TIMEOUTS: Mapping[str, int] = {
@@ -28,8 +28,44 @@ STOP, RECLAIM, KEEP, HELD_BACK = "stop", "reclaim", "keep", "held_back"
 
 
 #: what a user cannot prevent by any activity but GPU use (gpu_idle_limit) or at all
-#: (gpu_lease, unresponsive): no "Keep" is offered for them
-NOT_KEEPABLE: frozenset[str] = frozenset({GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE})
+#: (gpu_lease, budget, unresponsive): no "Keep" is offered for them
+NOT_KEEPABLE: frozenset[str] = frozenset({GPU_IDLE_LIMIT, GPU_LEASE, BUDGET, UNRESPONSIVE})
+
+#: what a GPU lease ends with, per offering (``offering_gpu_lease_ends``): the server
+#: stopped, or every kernel shut down (the server stays, and a new lease begins)
+LEASE_ENDS_STOP, LEASE_ENDS_RECLAIM = "stop", "reclaim"
+
+#: what one extension adds to a GPU lease, by default (seconds)
+DEFAULT_LEASE_EXTENSION = 60 * 60
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    """What a server's GPU lease has been granted beyond its length, for one instance of the
+    server (``started``: a new start is a new lease): the extensions its user took, and when
+    a lease that ended by reclaiming the kernels began again."""
+
+    started: datetime | None
+    extensions: int = 0
+    renewed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class BudgetRunway:
+    """A user's GPU-hour budget as the hub exports it (``gpuspawner_budget_*``), read this
+    cycle: hours left when read, and the GPU-hours per hour their running servers spend."""
+
+    remaining_hours: float
+    rate_per_hour: float
+    as_of: datetime
+
+    def runs_out_at(self) -> datetime | None:
+        """When the budget reaches 0 at this rate (None: it never does at this rate)."""
+        if self.remaining_hours <= 0:
+            return self.as_of
+        if self.rate_per_hour <= 0:
+            return None
+        return self.as_of + timedelta(hours=self.remaining_hours / self.rate_per_hour)
 
 
 #: the longest a GPU server may run, per GPU kind (seconds): its GPU lease
@@ -105,6 +141,22 @@ class Policy:
     #: user is warned first even when it was idle long before anyone waited (the culler's
     #: ``warn_before_seconds`` where it warns; 0 where it does not)
     turn_notice: int = 0
+    #: extensions a user may take of a GPU lease (while nobody waits for its offering)
+    gpu_lease_extensions: int = 0
+    #: per offering slug; wins over ``gpu_lease_extensions``
+    offering_gpu_lease_extensions: Mapping[str, int] = field(default_factory=dict)
+    #: seconds each extension adds
+    gpu_lease_extension: int = DEFAULT_LEASE_EXTENSION
+    #: per offering slug, what its lease ends with: ``LEASE_ENDS_STOP`` (the default) or
+    #: ``LEASE_ENDS_RECLAIM`` (every kernel shut down, the server kept)
+    offering_gpu_lease_ends: Mapping[str, str] = field(default_factory=dict)
+    #: this cycle's lease grants per (user, server name) (:class:`LeaseGrant`)
+    leases: Mapping[tuple[str, str], LeaseGrant] = field(default_factory=dict)
+    #: this cycle's GPU-hour budgets per user, as the hub exports them
+    budgets: Mapping[str, BudgetRunway] = field(default_factory=dict)
+    #: per user, when the culler first saw their budget run out within ``turn_notice``: a
+    #: server is stopped for its budget no earlier than that plus ``turn_notice`` (warned first)
+    budget_noticed: Mapping[str, datetime] = field(default_factory=dict)
 
     def idle_timeout_for(self, offering: ServerOffering) -> int:
         """The offering's idle timeout as configured (0 or less: never stopped for idleness)."""
@@ -158,6 +210,54 @@ class Policy:
         if offering.slug and offering.slug in self.offering_gpu_leases:
             return max(0, int(self.offering_gpu_leases[offering.slug]))
         return max(0, int(self.gpu_leases.get(offering.kind, 0)))
+
+    def lease_extensions_for(self, offering: ServerOffering) -> int:
+        """How many times a user may extend the offering's GPU lease (0: never)."""
+        if offering.slug and offering.slug in self.offering_gpu_lease_extensions:
+            return max(0, int(self.offering_gpu_lease_extensions[offering.slug]))
+        return max(0, int(self.gpu_lease_extensions))
+
+    def lease_reclaims_kernels(self, offering: ServerOffering) -> bool:
+        """Whether the offering's lease ends by shutting its kernels down (not the server)."""
+        return self.offering_gpu_lease_ends.get(offering.slug or "", LEASE_ENDS_STOP) == LEASE_ENDS_RECLAIM
+
+    def lease_grant(self, server: ServerRecord) -> LeaseGrant:
+        """The server's grant (none taken: an empty one); a grant of an earlier start is moot."""
+        grant = self.leases.get((server.user, server.name))
+        if grant is None or grant.started != server.started:
+            return LeaseGrant(server.started)
+        return grant
+
+    def lease_began(self, server: ServerRecord) -> datetime | None:
+        """When the server's current lease began: its start, or the last time its lease
+        ended by reclaiming its kernels."""
+        grant = self.lease_grant(server)
+        return grant.renewed_at or server.started
+
+    def lease_ends_at(self, server: ServerRecord) -> datetime | None:
+        """When the server's GPU lease ends, with the extensions its user took (None: no lease)."""
+        length = self.gpu_lease_for(server.offering)
+        began = self.lease_began(server)
+        if length <= 0 or began is None:
+            return None
+        grant = self.lease_grant(server)
+        return began + timedelta(seconds=length + grant.extensions * max(0, int(self.gpu_lease_extension)))
+
+    def budget_stop_at(self, server: ServerRecord) -> datetime | None:
+        """When the server is stopped because its user's GPU-hour budget runs out: when it
+        reaches 0 at the rate of their running servers, and no earlier than ``turn_notice``
+        after the culler first saw that coming (None: it does not run out, or the server
+        costs nothing)."""
+        if not server.offering.is_gpu or (server.offering.hourly_cost is not None and server.offering.hourly_cost <= 0):
+            return None
+        runway = self.budgets.get(server.user)
+        out = runway.runs_out_at() if runway is not None else None
+        if out is None:
+            return None
+        noticed = self.budget_noticed.get(server.user)
+        if noticed is not None:
+            out = max(out, noticed + timedelta(seconds=max(0, self.turn_notice)))
+        return out
 
     def gpu_idle_limit_for(self, offering: ServerOffering) -> int:
         """The bound after which GPU idleness wins, in seconds; 0: none. Never

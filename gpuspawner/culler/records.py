@@ -23,6 +23,8 @@ GPU_LEASE = "gpu_lease"
 #: idle past ``reclaim_for_waiting_after`` (shorter than its idle timeout) while spawns wait
 #: for its offering, and first in line to make room for them
 WAITING = "waiting"
+#: its user's GPU-hour budget ran out while it ran (warned first)
+BUDGET = "budget"
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,16 @@ from gpuspawner.culler.actions import ActionResult
 from gpuspawner.culler.decide import GPU_IDLE_LIMIT, GPU_LEASE, decide, decide_unresponsive, upcoming
 from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView, expect_devices
 from gpuspawner.culler.hub import server_record
+from gpuspawner.culler.leases import lease_reclaimed, lease_status
 from gpuspawner.culler.observations import kernel_memo, last_seen, plan_kernel_view, track_gpu_idle
 from gpuspawner.culler.policy import RECLAIM, STOP, CullDecision
-from gpuspawner.culler.records import WAITING, KernelView, ServerRecord
+from gpuspawner.culler.records import BUDGET, WAITING, KernelView, ServerRecord
 
 #: what can still prevent a warned stop, by its reason (else: any activity)
 _UNLESS = {
     GPU_IDLE_LIMIT: "unless the GPU is used (only GPU use counts)",
     GPU_LEASE: "whatever happens (its GPU lease ends)",
+    BUDGET: "whatever happens (its user's GPU-hour budget runs out)",
 }
 
 
@@ -149,6 +151,11 @@ class ServerWork:
                 )
             )
         decision = decide(rec, kv, gpu, self.policy, now, arbiter_idle, gpu_seen, idle_since)
+        lease = lease_status(rec, self.policy, now)
+        if lease is None:
+            self.leases.status.pop(key, None)
+        else:
+            self.leases.status[key] = lease
         seen = last_seen(rec, kv, gpu_seen)
         if self.policy.in_turn(o):
             self._plan_turn(rec, kv, gpu, decision, now, gpu_seen, idle_since)
@@ -157,6 +164,9 @@ class ServerWork:
         result = await self.actions.apply(rec, decision, gpu=gpu, idle_since=seen, now=now)
         if result.stopped:
             await self.tokens.revoke(rec)
+        elif lease_reclaimed(decision.action, decision.stop_reason) and not self.dry_run and not result.errors:
+            self.leases.renewed(rec, now)  # its kernels are gone: a new lease begins with new ones
+            self.leases.status.pop(key, None)
         return ServerOutcome(rec, decision, result, kv)
 
     async def _stalled(
@@ -245,6 +255,14 @@ class ServerWork:
         if kv is not None:
             coming = upcoming(rec, kv, gpu, self.policy, now, self.warn_before_s, gpu_seen, gpu_idle_since)
         body = notices.notice(rec, coming, self.policy, now, seen, gpu)
+        lease = self.leases.status.get((rec.user, rec.name))
+        if lease is not None:  # the notebook shows it, and where to extend it
+            body["lease"] = {
+                "ends_at": lease.ends_at.isoformat(),
+                "extensions_left": lease.extensions_left,
+                "can_extend": not lease.why_not,
+                "words": lease.words(),
+            }
         if not self.notifier.pending(rec, body):
             return
         if await self.notifier.put(rec, body) and coming is not None:

@@ -49,6 +49,8 @@ from gpuspawner.names.vocabulary import BUDGET_LEDGER_KEY, Refusal
 
 #: the user's label -> their standing as last measured (the form POST's check, the metrics)
 LAST: dict[str, Standing] = {}
+#: the user's label -> their name in the hub (the culler matches the figures to servers by it)
+NAMES: dict[str, str] = {}
 
 
 def budget(spawner: Any) -> Any:
@@ -116,6 +118,7 @@ async def _standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
     rate = sum(u.cost for u in uses if u.end is None)  # the user's running GPU servers, per hour
     found = Standing(chosen, used, source, rate, now)
     LAST[user_label(spawner.user.name)] = found
+    NAMES[user_label(spawner.user.name)] = spawner.user.name
     return found
 
 
@@ -220,16 +223,17 @@ def env(found: Standing | None, offering: Offering, count: int, now: datetime) -
 
 
 class _BudgetCollector:
-    """``gpuspawner_budget_remaining_hours{user,window}``, ``gpuspawner_budget_used_hours{user,window,source}``
-    and ``gpuspawner_budget_hours{user,window}``: each user's standing as last measured (at the
+    """``gpuspawner_budget_remaining_hours{user,window,name}``, ``gpuspawner_budget_used_hours{user,window,source}``,
+    ``gpuspawner_budget_hours{user,window}`` and ``gpuspawner_budget_spend_rate{user,window,name}``
+    (``user``: the user's pod label; ``name``: their name in the hub): each user's standing as last measured (at the
     spawn page or a spawn) and carried on to the scrape at the rate of their running GPU
     servers (:meth:`Standing.at`), for the culler and the dashboard."""
 
     def collect(self) -> Any:
         remaining = GaugeMetricFamily(
-            "gpuspawner_budget_remaining_hours",
+            v.BUDGET_REMAINING,
             "GPU-hours left in each user's budget: as last measured, carried on at the rate of their running GPU servers",
-            labels=["user", "window"],
+            labels=["user", "window", "name"],
         )
         used = GaugeMetricFamily(
             "gpuspawner_budget_used_hours",
@@ -237,14 +241,21 @@ class _BudgetCollector:
             labels=["user", "window", "source"],
         )
         limit = GaugeMetricFamily("gpuspawner_budget_hours", "Each user's GPU-hour budget", labels=["user", "window"])
+        spend = GaugeMetricFamily(
+            v.BUDGET_SPEND_RATE,
+            "Weighted GPU-hours per hour each user's running servers spend now (the culler stops them when the budget runs out)",
+            labels=["user", "window", "name"],
+        )
         for user, measured in list(LAST.items()):
             found = measured.at(datetime.now(measured.as_of.tzinfo)) if measured.as_of is not None else measured
-            remaining.add_metric([user, found.budget.window], found.remaining)
+            remaining.add_metric([user, found.budget.window, NAMES.get(user, user)], found.remaining)
             used.add_metric([user, found.budget.window, found.source], found.used)
             limit.add_metric([user, found.budget.window], found.budget.hours)
+            spend.add_metric([user, found.budget.window, NAMES.get(user, user)], found.rate)
         yield remaining
         yield used
         yield limit
+        yield spend
 
 
 REGISTRY.register(_BudgetCollector())

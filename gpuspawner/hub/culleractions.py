@@ -32,6 +32,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 #: the name templates use
 TEMPLATE_VAR = "gpuspawner_culler_actions"
+#: the name of the user's GPU leases in templates (``api/leases``)
+LEASES_VAR = "gpuspawner_leases"
 log = logging.getLogger("gpuspawner.hub.culleractions")
 
 
@@ -120,11 +122,52 @@ class CullerActions:
         records = [r for r in actions if isinstance(r, dict) and r.get("user") == name] if isinstance(actions, list) else []
         return page_items(records, datetime.now(UTC), self.days)
 
+    def _base(self) -> str:
+        """The culler's API root (``.../api/actions`` without ``api/actions``)."""
+        return self.url[: -len("api/actions")] if self.url.endswith("api/actions") else self.url.rstrip("/") + "/"
+
+    async def leases_for(self, name: str) -> list[dict[str, Any]]:
+        """``name``'s running servers' GPU leases (``api/leases``); [] when the culler cannot be asked."""
+        body = await self._get(f"{self._base()}api/leases?{urlencode({'user': name})}", "GPU leases are not shown on the hub's pages")
+        leases = body.get("leases") if isinstance(body, dict) else None
+        return [lease for lease in leases if isinstance(lease, dict) and lease.get("user") == name] if isinstance(leases, list) else []
+
+    async def extend(self, name: str, server: str) -> tuple[int, str]:
+        """Extend ``name``'s ``server``'s GPU lease on their behalf: (HTTP status, the words to
+        show): 200 and what was granted, or the culler's refusal (404, 409), or 503 when the
+        culler cannot be asked."""
+        req = HTTPRequest(
+            f"{self._base()}api/leases?{urlencode({'user': name, 'server': server})}",
+            method="POST",
+            body=b"",
+            headers={"Authorization": f"token {self.token}"},
+            request_timeout=self.timeout,
+            connect_timeout=self.timeout,
+            follow_redirects=False,
+        )
+        try:
+            response = await AsyncHTTPClient().fetch(req)
+        except HTTPClientError as e:
+            if e.response is not None and e.code < 500:
+                try:
+                    message = str(json.loads(e.response.body).get("message") or e.message)
+                except (ValueError, AttributeError):
+                    message = str(e.message)
+                return e.code, message
+            log.warning("the culler could not extend %s's GPU lease: %s", name, e)
+            return 503, "the GPU culler did not answer; try again in a minute"
+        except OSError as e:
+            log.warning("the culler could not extend %s's GPU lease: %s", name, e)
+            return 503, "the GPU culler cannot be reached; try again in a minute"
+        try:
+            return 200, str(json.loads(response.body).get("message") or "The GPU lease was extended.")
+        except ValueError:
+            return 200, "The GPU lease was extended."
+
     async def turns(self) -> dict[str, datetime]:
         """Per offering slug, when the culler plans to stop an idle server for the spawns
         waiting for it; {} when it plans none, or cannot be asked (logged once)."""
-        base = self.url[: -len("api/actions")] if self.url.endswith("api/actions") else self.url.rstrip("/") + "/"
-        body = await self._get(base + "api/turns", "planned turns are not shown to waiting spawns")
+        body = await self._get(self._base() + "api/turns", "planned turns are not shown to waiting spawns")
         raw = body.get("turns") if isinstance(body, dict) else None
         try:
             return {str(slug): datetime.fromisoformat(at) for slug, at in raw.items()} if isinstance(raw, dict) else {}
@@ -145,11 +188,21 @@ def template_vars(url: str, token: str, **kw: Any) -> dict[str, Callable[[Any], 
 
         return actions
 
-    return {TEMPLATE_VAR: bind}
+    def bind_leases(user: Any) -> Callable[[], Awaitable[list[dict[str, Any]]]]:
+        async def leases() -> list[dict[str, Any]]:
+            if user is None or not getattr(user, "name", None):
+                return []
+            return await source.leases_for(user.name)
+
+        return leases
+
+    return {TEMPLATE_VAR: bind, LEASES_VAR: bind_leases}
 
 
 #: the custom scope that reads every user's actions (the culler's ``actions_read_all_scopes``)
 READ_ALL_ACTIONS = "custom:gpu-culler:read-actions"
+#: the custom scope that extends any user's GPU lease (the hub's pages, on the user's behalf)
+EXTEND_LEASES = "custom:gpu-culler:extend-leases"
 
 
 def _configured(section: Any, name: str, empty: Any) -> Any:
@@ -159,17 +212,19 @@ def _configured(section: Any, name: str, empty: Any) -> Any:
 
 
 def configure_hub(c: Any, actions_url: str, *, service: str = "gpu-culler", pages_token: str | None = None) -> str:
-    """Wire the culler's action log into a hub's config ``c``: the custom scope
-    that reads every user's actions, access to the culler's service for every
-    user (who then read their own), a ``<service>-pages`` service whose token the
-    hub's pages use (``$GPUSPAWNER_CULLER_PAGES_TOKEN``, else a new one at each
-    hub start), and the page templates and ``template_vars``. Returns the pages'
+    """Wire the culler's action log and GPU leases into a hub's config ``c``: the custom
+    scopes that read every user's actions and extend any user's lease, access to the
+    culler's service for every user (who then read their own), a ``<service>-pages``
+    service whose token the hub's pages use (``$GPUSPAWNER_CULLER_PAGES_TOKEN``, else a new
+    one at each hub start), the page templates and ``template_vars``, and the hub's page
+    ``/hub/gpuspawner/leases`` where users extend their leases. Returns the pages'
     token. ``actions_url``: the culler's ``api/actions`` as the hub's process reaches it."""
     hub = c.JupyterHub
     access = f"access:services!service={service}"
     hub.custom_scopes = {
         **_configured(hub, "custom_scopes", {}),
         READ_ALL_ACTIONS: {"description": f"Read every user's actions in the {service} service's action log."},
+        EXTEND_LEASES: {"description": f"Extend any user's GPU lease in the {service} service (the hub's pages, on the user's behalf)."},
     }
     roles = list(_configured(hub, "load_roles", []))
     user_role = next((r for r in roles if r["name"] == "user"), None)
@@ -183,7 +238,7 @@ def configure_hub(c: Any, actions_url: str, *, service: str = "gpu-culler", page
         {
             "name": pages,
             "description": f"the hub's pages read each user's {service} actions",
-            "scopes": [READ_ALL_ACTIONS, access],
+            "scopes": [READ_ALL_ACTIONS, EXTEND_LEASES, access],
             "services": [pages],
         }
     )
@@ -191,4 +246,7 @@ def configure_hub(c: Any, actions_url: str, *, service: str = "gpu-culler", page
     hub.services = [*_configured(hub, "services", []), {"name": pages, "api_token": token, "display": False}]
     hub.template_paths = [hub_templates_dir(), *_configured(hub, "template_paths", [])]
     hub.template_vars = {**_configured(hub, "template_vars", {}), **template_vars(actions_url, token)}
+    from gpuspawner.hub.leasepage import LEASES_PATH, LeasesPage  # (it imports JupyterHub's handlers)
+
+    hub.extra_handlers = [*_configured(hub, "extra_handlers", []), (LEASES_PATH, LeasesPage, {"source": CullerActions.latest})]
     return token

@@ -78,6 +78,7 @@ def server_record(state: SpawnState, pod: str, namespace: str, url: str | None =
         claim_template=pod if offering.claim is not None and offering.claim.replicas == 1 else None,
         shared_claim=state.shared_claim,
         devices=tuple(state.devices) if state.devices is not None else None,
+        cost=offering.hourly_cost(count),
     ).to_json()
 
 

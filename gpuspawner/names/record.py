@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuspawner.names.vocabulary import (
     RECORD_CLAIM_TEMPLATE,
+    RECORD_COST,
     RECORD_COUNT,
     RECORD_DEVICES,
     RECORD_KIND,
@@ -50,6 +51,8 @@ class GpuRecord:
     #: Dynamic Resource Allocation: the devices allocated to the pod's claim (``vocabulary.DEVICE_*``
     #: keys); None when not read
     devices: tuple[Mapping[str, str], ...] | None = None
+    #: what an hour of the server costs against a GPU-hour budget; None when not written
+    cost: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as it is written (optional keys only when set)."""
@@ -68,6 +71,8 @@ class GpuRecord:
             out[RECORD_SHARED_CLAIM] = self.shared_claim
         if self.devices is not None:
             out[RECORD_DEVICES] = [dict(d) for d in self.devices]
+        if self.cost is not None:
+            out[RECORD_COST] = self.cost
         return out
 
     @classmethod
@@ -87,6 +92,10 @@ class GpuRecord:
         if devices is not None and (not isinstance(devices, list) or not all(isinstance(d, Mapping) for d in devices)):
             problems[RECORD_DEVICES] = f"{RECORD_DEVICES!r} is not a list of devices"
             devices = None
+        cost = raw.get(RECORD_COST)
+        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0):
+            problems[RECORD_COST] = f"{RECORD_COST!r} is {cost!r}, not a cost per hour of 0 or more"
+            cost = None
         record = cls(
             offering=_text(raw.get(RECORD_OFFERING)),
             kind=_text(raw.get(RECORD_KIND)),
@@ -98,6 +107,7 @@ class GpuRecord:
             claim_template=_text(raw.get(RECORD_CLAIM_TEMPLATE)),
             shared_claim=_text(raw.get(RECORD_SHARED_CLAIM)),
             devices=tuple({str(k): str(v) for k, v in d.items()} for d in devices) if devices is not None else None,
+            cost=float(cost) if cost is not None else None,
         )
         return record, problems
 

@@ -102,6 +102,9 @@ RECORD_RESOURCES = "resources"  #: extended-resource limits, name -> quantity st
 RECORD_POD = "pod"  #: the pod's name
 RECORD_NAMESPACE = "namespace"  #: the pod's namespace
 RECORD_URL = "url"  #: the server's direct address (for the culler's kernel view), or None
+#: what an hour of the server costs against a GPU-hour budget (the culler stops only a server
+#: that costs something when its user's budget runs out)
+RECORD_COST = "gpu_hour_cost"
 #: Dynamic Resource Allocation only: the ResourceClaimTemplate the spawner made for the pod
 #: (deleted when the server stops, also after a hub restart).
 RECORD_CLAIM_TEMPLATE = "claim_template"
@@ -181,3 +184,7 @@ PROBE_DEVICE_TOTAL = "gpuspawner_probe_device_memory_total_bytes"
 #: ``name``, the offering's display name): the hub exports it, the culler reads it through
 #: Prometheus to reclaim an idle server for them (``reclaim_for_waiting_after``).
 SPAWNS_WAITING = "gpuspawner_spawns_waiting"
+#: The hub's GPU-hour budgets per user (gpuspawner.hub.budgets), read by the culler: hours
+#: left, and GPU-hours per hour their running servers spend (labels ``user``, ``window``).
+BUDGET_REMAINING = "gpuspawner_budget_remaining_hours"
+BUDGET_SPEND_RATE = "gpuspawner_budget_spend_rate"

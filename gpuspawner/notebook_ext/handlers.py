@@ -23,7 +23,7 @@ from tornado import web
 from gpuspawner.notebook_ext.devices import Devices
 from gpuspawner.notebook_ext.offering import budget_from_env, offering_from_env
 from gpuspawner.notebook_ext.plainpage import render_page
-from gpuspawner.notebook_ext.status import status_body
+from gpuspawner.notebook_ext.status import leases_url, status_body
 from gpuspawner.notebook_ext.view import NoticeBoard, ViewError, parse_culler_view
 
 #: The web app's settings key holding this extension's state.
@@ -41,7 +41,7 @@ class State:
         devices = await asyncio.to_thread(self.devices.read)
         shown = devices.to_json() if not isinstance(devices, list) else [d.to_json() for d in devices]
         now = datetime.now(UTC)
-        return status_body(offering_from_env(os.environ), shown, self.board, now, budget_from_env(os.environ, now))
+        return status_body(offering_from_env(os.environ), shown, self.board, now, budget_from_env(os.environ, now), leases_url(os.environ))
 
 
 class _Base(APIHandler):

@@ -49,6 +49,12 @@ def render_page(status: Mapping[str, Any], keep_url: str, xsrf: str) -> str:
     for n in notices:
         kind = "warning" if n.get("kind") == "warning" else "reclaimed"
         parts.append(f"<p class='{kind}'>{escape(str(n.get('text', '')))}</p>")
+    lease = status.get("lease")
+    if lease:
+        link = ""
+        if lease.get("can_extend") and lease.get("extend_url"):
+            link = f" <a id='extend' href='{escape(str(lease['extend_url']))}' target='_blank'>Extend it on the hub</a>"
+        parts.append(f"<p id='lease'>{escape(str(lease.get('words', '')))}{link}</p>")
     if warning:
         parts.append(
             f"<form method='post' action='{escape(keep_url)}'><input type='hidden' name='_xsrf' value='{escape(xsrf)}'>"

@@ -20,16 +20,30 @@ def status_body(
     board: NoticeBoard,
     now: datetime,
     budget: Mapping[str, Any] | None = None,
+    extend_url: str = "",
 ) -> dict[str, Any]:
     """What the notebook knows about its GPU and the culler, with the status line to show (and,
-    with a GPU-hour budget, its running total: ``offering.budget_from_env``)."""
+    with a GPU-hour budget, its running total: ``offering.budget_from_env``). ``extend_url``:
+    the hub's page where the user extends a GPU lease (``leases_url``)."""
     summary = status_line(offering, devices, board.view, now, board.reclaimed)
+    lease = board.view.lease if board.view else None
     return {
         "offering": dict(offering) if offering else None,
         "devices": devices,
         "culler": board.view.to_json() if board.view else None,
-        "notices": notices(board.view, board.reclaimed, now),
+        "lease": {**lease, "extend_url": extend_url} if lease else None,
+        "notices": notices(board.view, board.reclaimed, now, extend_url),
         "summary": f"{summary} · {budget['text']}" if budget else summary,
         "budget": dict(budget) if budget else None,
         "now": now.isoformat().replace("+00:00", "Z"),
     }
+
+
+def leases_url(environ: Mapping[str, str]) -> str:
+    """The hub's page where a user sees and extends their GPU leases, as a path on the hub's
+    own address (the notebook is served behind the same proxy): ``$JUPYTERHUB_BASE_URL`` +
+    ``hub/gpuspawner/leases``; "" outside a hub."""
+    if "JUPYTERHUB_API_URL" not in environ:
+        return ""
+    base = environ.get("JUPYTERHUB_BASE_URL") or "/"
+    return base.rstrip("/") + "/hub/gpuspawner/leases"

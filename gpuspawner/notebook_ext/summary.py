@@ -103,28 +103,42 @@ def status_line(
     return " · ".join(p for p in parts if p)
 
 
-def notices(view: CullerView | None, reclaimed: Iterable[Reclaimed], now: datetime) -> list[dict[str, Any]]:
-    """The warning (while the culler says one is due) and the reclaimed kernels, newest first."""
+#: causes whose kernels are shut down busy or not (not "for idleness")
+_NOT_IDLE = {"gpu_lease": "at the end of its GPU lease"}
+
+
+def notices(view: CullerView | None, reclaimed: Iterable[Reclaimed], now: datetime, extend_url: str = "") -> list[dict[str, Any]]:
+    """The warning (while the culler says one is due) and the reclaimed kernels, newest first.
+    A warning about a lease its user may still extend says so, with ``extend_url`` (the hub's
+    page where they extend it)."""
     out: list[dict[str, Any]] = []
     if view is not None and view.warning and view.action in _WILL:
-        what = "your idle kernels will be shut down" if view.action == "kernels" else "this server will be stopped"
+        idle = "" if view.cause in _NOT_IDLE else "idle "
+        what = f"your {idle}kernels will be shut down" if view.action == "kernels" else "this server will be stopped"
         when = f" in {duration((view.act_at - now).total_seconds())}" if view.act_at and view.act_at > now else " soon"
         why = f": {view.reason}" if view.reason else ""
+        extend = view.cause == "gpu_lease" and bool(view.lease and view.lease.get("can_extend")) and bool(extend_url)
         # Keep (activity) cannot prevent a stop that only GPU use, or nothing, prevents
-        keep = "Click Keep or run a cell to keep them." if view.keepable else "Save your work: Keep cannot prevent this."
-        out.append(
-            {
-                "kind": "warning",
-                "text": f"To free the GPU, {what}{when}{why}. {keep}",
-                "headline": f"To free the GPU, {what}{when}. {keep}",
-                "at": _iso(view.posted_at),
-                "kernel_ids": [],
-                "keep": view.keepable,
-            }
-        )
+        if view.keepable:
+            keep = "Click Keep or run a cell to keep them."
+        elif extend:
+            keep = "Save your work, or extend the lease on the hub."
+        else:
+            keep = "Save your work: Keep cannot prevent this."
+        notice = {
+            "kind": "warning",
+            "text": f"To free the GPU, {what}{when}{why}. {keep}",
+            "headline": f"To free the GPU, {what}{when}. {keep}",
+            "at": _iso(view.posted_at),
+            "kernel_ids": [],
+            "keep": view.keepable,
+        }
+        if extend:
+            notice["extend_url"] = extend_url
+        out.append(notice)
     for r in sorted(reclaimed, key=lambda r: r.at, reverse=True):
         why = f": {r.reason}" if r.reason else ""
-        what = f"Kernel {r.kernel_id[:8]} was reclaimed for idleness at {r.at:%H:%M} UTC"
+        what = f"Kernel {r.kernel_id[:8]} was {'shut down ' + _NOT_IDLE[r.cause] if r.cause in _NOT_IDLE else 'reclaimed for idleness'} at {r.at:%H:%M} UTC"
         out.append(
             {
                 "kind": "reclaimed",

@@ -37,7 +37,11 @@ _FIELDS: dict[str, str] = {
     "limit_seconds": "a whole number of seconds >= 0, or null",
     "observed": "a JSON object",
     "reclaimed": "a list of kernel ids (strings)",
+    "cause": "a string (idle, waiting, gpu_lease, budget, ...)",
+    "lease": "a JSON object (ends_at, extensions_left, can_extend, words) or null",
 }
+#: what a lease in the view holds, checked
+_LEASE = {"ends_at": str, "extensions_left": int, "can_extend": bool, "words": str}
 
 
 class ViewError(ValueError):
@@ -64,6 +68,10 @@ class CullerView:
     limit_seconds: int | None = None
     observed: dict[str, Any] = field(default_factory=dict)
     reclaimed: tuple[str, ...] = ()
+    #: why the culler acts (its stop reason: "idle", "waiting", "gpu_lease", "budget", ...); "" for idleness
+    cause: str = ""
+    #: the server's GPU lease, where it has one: when it ends, extensions left, its words
+    lease: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The view as ``GET .../status`` shows it under ``"culler"``."""
@@ -77,6 +85,8 @@ class CullerView:
             "limit_seconds": self.limit_seconds,
             "observed": self.observed,
             "reclaimed": list(self.reclaimed),
+            "cause": self.cause,
+            "lease": self.lease,
             "posted_at": _iso(self.posted_at),
         }
 
@@ -88,6 +98,8 @@ class Reclaimed:
     kernel_id: str
     at: datetime
     reason: str
+    #: the culler's cause ("" or "idle": idleness; "gpu_lease": the lease ended)
+    cause: str = ""
 
 
 def parse_culler_view(body: bytes, now: datetime) -> CullerView:
@@ -124,6 +136,16 @@ def parse_culler_view(body: bytes, now: datetime) -> CullerView:
     reclaimed = data.get("reclaimed", [])
     if not isinstance(reclaimed, list) or not all(isinstance(k, str) and k for k in reclaimed):
         _wrong("reclaimed", reclaimed)
+    cause = data.get("cause", "")
+    if not isinstance(cause, str):
+        _wrong("cause", cause)
+    lease = data.get("lease")
+    if lease is not None and not (
+        isinstance(lease, dict)
+        and set(lease) == set(_LEASE)
+        and all(isinstance(lease[k], t) and not (t is int and isinstance(lease[k], bool)) for k, t in _LEASE.items())
+    ):
+        _wrong("lease", lease)
     return CullerView(
         posted_at=now,
         idle_since=_time(data, "idle_since"),
@@ -135,6 +157,8 @@ def parse_culler_view(body: bytes, now: datetime) -> CullerView:
         limit_seconds=limit,
         observed=observed,
         reclaimed=tuple(reclaimed),
+        cause=cause,
+        lease=dict(lease) if lease is not None else None,
     )
 
 
@@ -152,7 +176,7 @@ class NoticeBoard:
         known = {r.kernel_id for r in self.reclaimed}
         for kernel_id in view.reclaimed:
             if kernel_id not in known:
-                self.reclaimed.append(Reclaimed(kernel_id, view.posted_at, view.reason))
+                self.reclaimed.append(Reclaimed(kernel_id, view.posted_at, view.reason, view.cause))
                 known.add(kernel_id)
 
     def keep(self) -> None:
@@ -160,7 +184,9 @@ class NoticeBoard:
         planned action go, with its reason, until the culler's next view (which sees the
         activity too)."""
         if self.view is not None:
-            self.view = replace(self.view, idle_since=None, warning=False, act_at=None, action=None, reason="")
+            if not self.view.keepable:
+                return  # activity cannot prevent it (a GPU lease, a budget, gpu_idle_limit): the warning stays
+            self.view = replace(self.view, idle_since=None, warning=False, act_at=None, action=None, reason="", cause="")
 
     def reclaimed_ids(self) -> frozenset[str]:
         return frozenset(r.kernel_id for r in self.reclaimed)

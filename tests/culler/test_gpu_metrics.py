@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from gpuspawner.culler.gpu_metrics import parse_query_response, unavailable
 from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL, UTIL, GpuQuerySettings, build_query
-from gpuspawner.names.vocabulary import PROBE_DEVICE_TOTAL, PROBE_POD_MEMORY, PROBE_POD_SM_UTIL, SPAWNS_WAITING
+from gpuspawner.names.vocabulary import (
+    BUDGET_REMAINING,
+    BUDGET_SPEND_RATE,
+    PROBE_DEVICE_TOTAL,
+    PROBE_POD_MEMORY,
+    PROBE_POD_SM_UTIL,
+    SPAWNS_WAITING,
+)
 from tests.culler.culler_fakes import A100_DOCS, H100_MIG, MIXED_LOWER, SHARED_A100, reference, template
 from tests.culler.culler_prom import Telemetry, pod_labels
 
@@ -111,7 +118,7 @@ def test_prometheus_stores_the_standins_rows_with_their_labels(world):
 def test_query_is_one_expression_over_the_exporter_and_probe_metrics():
     q = build_query(GpuQuerySettings(window_s=300, selector='exported_namespace="jhub"'))
     parts = q.split(" or ")
-    assert len(parts) == 14
+    assert len(parts) == 16
     # activity: mean (what is judged), max (what is shown) and samples; memory: now and samples
     for metric, n in ((ENGINE, 3), (UTIL, 3), (FB_USED, 2), (PROBE_POD_MEMORY + "{", 1), (PROBE_POD_SM_UTIL, 3)):
         assert sum(metric in p for p in parts) == n, metric
@@ -120,6 +127,9 @@ def test_query_is_one_expression_over_the_exporter_and_probe_metrics():
     assert sum(PROBE_DEVICE_TOTAL in p for p in parts) == 1
     # the hub's waiting spawns: the hub's own series, which the exporter's selector does not filter
     assert sum(f"sum by (offering, name) ({SPAWNS_WAITING})" in p for p in parts) == 1
+    # the hub's GPU-hour budgets: the least left and the most spent per user, unfiltered too
+    assert sum(f"min by (user, name) ({BUDGET_REMAINING})" in p for p in parts) == 1
+    assert sum(f"max by (user, name) ({BUDGET_SPEND_RATE})" in p for p in parts) == 1
     assert q.count('{exported_namespace="jhub"}') == 12
     assert q.count("[300s]") == 10  # FB_USED and the probe's memory "now" are instant selectors
     assert all(f'"{SERIES_LABEL}"' in p for p in parts)

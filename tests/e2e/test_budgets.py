@@ -142,7 +142,9 @@ def test_budget_from_prometheus_then_from_the_hubs_own_record(tmp_path_factory):
                 .read()
                 .decode()
             )
-            remaining = re.search(r'gpuspawner_budget_remaining_hours\{user="student1",window="rolling-7d"\} (\S+)', metrics)
+            remaining = re.search(
+                r'gpuspawner_budget_remaining_hours\{user="student1",window="rolling-7d",name="student1"\} (\S+)', metrics
+            )
             assert remaining and float(remaining.group(1)) < 0.02
             refused = [line for line in metrics.splitlines() if line.startswith("gpuspawner_refusals_total") and 'reason="budget"' in line]
             assert f'gpuspawner_refusals_total{{kind="mig",offering="{SLICE}",reason="budget"}} 1.0' in refused, refused
@@ -161,7 +163,9 @@ def test_budget_from_prometheus_then_from_the_hubs_own_record(tmp_path_factory):
             used = re.search(
                 r'gpuspawner_budget_used_hours\{source="hub-record",user="researcher1",window="day"\} (\S+)', hub_metrics(demo)
             )
-            left = re.search(r'gpuspawner_budget_remaining_hours\{user="researcher1",window="day"\} (\S+)', hub_metrics(demo))
+            left = re.search(
+                r'gpuspawner_budget_remaining_hours\{user="researcher1",window="day",name="researcher1"\} (\S+)', hub_metrics(demo)
+            )
             assert used and left and 0 < float(used.group(1)) < 0.1 and 0.4 < float(left.group(1)) < 0.5
             page = spawn_page(demo, "researcher1", "two")  # (their default server runs: its page is JupyterLab)
             assert "of 0.5 GPU-hours used today" in page and "from the hub&#39;s own record" in page

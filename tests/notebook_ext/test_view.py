@@ -62,6 +62,8 @@ def test_a_full_view_round_trips_to_the_status_body():
         "limit_seconds": 2400,
         "observed": {"gpu_utilization": 0},
         "reclaimed": [],
+        "cause": "",
+        "lease": None,
         "posted_at": "2026-05-04T14:00:00Z",
     }
 
@@ -260,7 +262,7 @@ def test_offering_from_the_env_gpuspawner_sets():
 def test_status_body_shape():
     board = NoticeBoard()
     out = status_body(MIG, SLICE, board, NOW)
-    assert set(out) == {"offering", "devices", "culler", "notices", "summary", "budget", "now"}
+    assert set(out) == {"offering", "devices", "culler", "lease", "notices", "summary", "budget", "now"}
     assert out["culler"] is None and out["notices"] == [] and out["summary"] == "MIG 1g.10gb · 3.1 / 10 GB"
 
 
@@ -284,3 +286,94 @@ def test_the_budget_running_total_from_the_figures_the_spawner_wrote():
     assert budget_from_env({}, NOW) is None
     assert budget_from_env({**env, "GPUSPAWNER_BUDGET_USED": "lots"}, NOW) is None
     assert status_body(MIG, SLICE, NoticeBoard(), NOW)["budget"] is None
+
+
+# -- GPU leases (issue #28) ---------------------------------------------------------
+LEASE = {
+    "ends_at": "2026-05-04T18:00:00+00:00",
+    "extensions_left": 2,
+    "can_extend": True,
+    "words": "Your server may hold the whole GPU until 18:00 UTC.",
+}
+EXTEND = "/hub/gpuspawner/leases"
+
+
+def test_a_lease_warning_offers_extend_on_the_hub_never_keep():
+    view = parse_culler_view(
+        body(
+            action="server",
+            act_at="2026-05-04T14:05:00Z",
+            warning=True,
+            keepable=False,
+            cause="gpu_lease",
+            reason="the server's GPU lease ends: the whole GPU may be held for 4 hours at most, whatever it does",
+            lease=LEASE,
+        ),
+        NOW,
+    )
+    [warning] = notices(view, [], NOW, EXTEND)
+    assert warning["keep"] is False and warning["extend_url"] == EXTEND
+    assert warning["headline"] == "To free the GPU, this server will be stopped in 5 min. Save your work, or extend the lease on the hub."
+    out = status_body(MIG, SLICE, _board(view), NOW, extend_url=EXTEND)
+    assert out["lease"] == {**LEASE, "extend_url": EXTEND}
+    # no extension left (or nobody may extend now): no link, only the plain warning
+    spent = parse_culler_view(
+        body(
+            action="server",
+            act_at="2026-05-04T14:05:00Z",
+            warning=True,
+            keepable=False,
+            cause="gpu_lease",
+            lease={**LEASE, "extensions_left": 0, "can_extend": False},
+        ),
+        NOW,
+    )
+    [plain] = notices(spent, [], NOW, EXTEND)
+    assert "extend_url" not in plain and plain["headline"].endswith("Save your work: Keep cannot prevent this.")
+
+
+def test_kernels_shut_down_at_the_end_of_a_lease_are_not_called_idle():
+    board = NoticeBoard()
+    board.post(
+        parse_culler_view(body(action="kernels", act_at="2026-05-04T14:00:00Z", cause="gpu_lease", reclaimed=["k1"], reason="lease"), NOW)
+    )
+    [done] = notices(board.view, board.reclaimed, NOW)
+    assert (
+        done["headline"] == "Kernel k1 was shut down at the end of its GPU lease at 14:00 UTC. It did not crash; start a new one to go on."
+    )
+    coming = parse_culler_view(body(action="kernels", act_at="2026-05-04T14:05:00Z", warning=True, keepable=False, cause="gpu_lease"), NOW)
+    assert notices(coming, [], NOW)[0]["headline"].startswith("To free the GPU, your kernels will be shut down in 5 min.")
+
+
+def test_keep_does_not_hide_what_activity_cannot_prevent():
+    board = NoticeBoard()
+    board.post(parse_culler_view(body(action="server", act_at="2026-05-04T14:05:00Z", warning=True, keepable=False, cause="budget"), NOW))
+    board.keep()
+    assert board.view is not None and board.view.warning and board.view.cause == "budget"
+
+
+@pytest.mark.parametrize(
+    "lease",
+    [{"ends_at": "x"}, {**LEASE, "extensions_left": True}, {**LEASE, "words": 3}, [LEASE], {**LEASE, "extra": 1}],
+)
+def test_a_malformed_lease_is_refused_by_name(lease):
+    with pytest.raises(ViewError) as refused:
+        parse_culler_view(body(lease=lease), NOW)
+    assert refused.value.status == 400 and str(refused.value).startswith("lease: ")
+
+
+def _board(view):
+    board = NoticeBoard()
+    board.post(view)
+    return board
+
+
+def test_the_extend_link_is_the_hubs_page_behind_the_same_proxy():
+    from gpuspawner.notebook_ext.plainpage import render_page
+    from gpuspawner.notebook_ext.status import leases_url
+
+    assert leases_url({}) == ""  # not under a hub: nowhere to extend
+    assert leases_url({"JUPYTERHUB_API_URL": "http://hub:8081/hub/api", "JUPYTERHUB_BASE_URL": "/jhub/"}) == "/jhub/hub/gpuspawner/leases"
+    assert leases_url({"JUPYTERHUB_API_URL": "http://hub:8081/hub/api"}) == "/hub/gpuspawner/leases"
+    page = render_page({"lease": {**LEASE, "extend_url": EXTEND}, "notices": []}, "/keep", "x")
+    assert "<a id='extend' href='/hub/gpuspawner/leases' target='_blank'>Extend it on the hub</a>" in page

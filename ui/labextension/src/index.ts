@@ -5,7 +5,9 @@
  * extension) every POLL_MS and shows its `summary` ("MIG 1g.10gb · 3.1 / 10 GB · idle
  * 24 min, kernels reclaimed in 6 min"); a click opens the panel with the details. While
  * the culler warns, the item turns amber and offers "Keep", which POSTs
- * api/gpuspawner/keep (that counts as activity, so the culler's clock starts again).
+ * api/gpuspawner/keep (that counts as activity, so the culler's clock starts again). A
+ * GPU lease that its user may still extend offers "Extend": the hub's page for it opens
+ * (the hub extends it, never this server).
  * Kernels the culler reclaimed are announced once each, as reclaimed for idleness, not
  * as a crash. All words come from the server: this file only lays them out.
  */
@@ -110,6 +112,7 @@ class GpuStatus {
         autoClose: false,
         actions: [
           ...(keepable ? [{ label: 'Keep', callback: () => void this.keep(), displayType: 'warn' as const }] : []),
+          ...(warning.extend_url ? [{ label: 'Extend', callback: () => void window.open(warning.extend_url, '_blank'), displayType: 'warn' as const }] : []),
           { label: 'Why?', callback: () => void this.openPanel(), displayType: 'link' as const }
         ]
       });

@@ -9,6 +9,16 @@ export interface INotice {
   kernel_ids: string[];
   /** a warning that activity can prevent: false for a gpu_idle_limit stop or a GPU lease (no Keep) */
   keep?: boolean;
+  /** a GPU lease its user may still extend: the hub's page where they do */
+  extend_url?: string;
+}
+
+export interface ILease {
+  ends_at: string;
+  extensions_left: number;
+  can_extend: boolean;
+  words: string;
+  extend_url: string;
 }
 
 export interface IDevice {
@@ -34,6 +44,7 @@ export interface IStatus {
     posted_at: string;
   } | null;
   notices: INotice[];
+  lease?: ILease | null;
   summary: string;
   now: string;
 }
@@ -92,5 +103,18 @@ export function panelNode(status: IStatus): HTMLElement {
     row(table, 'Idle culler', 'has not reported on this server yet');
   }
   node.appendChild(table);
+  if (status.lease) {
+    const p = document.createElement('p');
+    p.className = 'gpuspawner-lease';
+    p.textContent = status.lease.words + ' ';
+    if (status.lease.can_extend && status.lease.extend_url) {
+      const a = document.createElement('a');
+      a.href = status.lease.extend_url;
+      a.target = '_blank';
+      a.textContent = 'Extend it on the hub';
+      p.appendChild(a);
+    }
+    node.appendChild(p);
+  }
   return node;
 }

@@ -1,0 +1,57 @@
+"""The hub's page where a user sees and extends their GPU leases: ``/hub/gpuspawner/leases``.
+
+The user is the hub's logged-in user (its session cookie, and JupyterHub's XSRF check on the
+form's POST); the extension is asked of the culler by the hub, with the hub-side token of
+:mod:`.culleractions` (scope ``custom:gpu-culler:extend-leases``), naming that user -- never
+a name from the request. The notebook's "Extend" links here: the pod never extends anything.
+The home page shows the same leases with the same form (``gpuspawner_leases.html``).
+
+``Accept: application/json`` gets ``{"message", "leases"}`` instead of the page, with the same
+status: 200 extended, 404 no lease runs on that server, 409 not now (nobody may extend while
+someone waits for the offering; no extension left; the lease has ended), 503 the culler is
+not there.
+
+``c.JupyterHub.extra_handlers``, which adds this page to the hub, is deprecated since
+JupyterHub 3.1 in favour of services (the hub logs so at start) but still served in 6.x; the
+page lives in the hub because the home page's form posts to it with the hub's own session and
+XSRF token, which a service would need its own OAuth login for (docs/fair-turns.md).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jupyterhub.handlers.base import BaseHandler
+from tornado import web
+
+#: where the page is, under the hub's prefix (``c.JupyterHub.extra_handlers`` adds ``/hub``)
+LEASES_PATH = r"/gpuspawner/leases"
+
+
+class LeasesPage(BaseHandler):  # type: ignore[misc]
+    def initialize(self, source: Any) -> None:
+        """``source``: the hub's :class:`gpuspawner.hub.culleractions.CullerActions`."""
+        self.source = source
+
+    @web.authenticated
+    async def get(self) -> None:
+        await self._answer(200, "")
+
+    @web.authenticated
+    async def post(self) -> None:
+        server = self.get_body_argument("server", "") or self.get_argument("server", "")
+        status, message = await self.source.extend(self.current_user.name, server)
+        self.log.info("GPU lease of %s/%s: extend asked on the hub's page: %s %s", self.current_user.name, server, status, message)
+        await self._answer(status, message)
+
+    async def _answer(self, status: int, message: str) -> None:
+        leases: list[dict[str, Any]] = await self.source.leases_for(self.current_user.name)
+        self.set_status(status)
+        self.set_header("Cache-Control", "no-store")
+        if "application/json" in self.request.headers.get("Accept", ""):
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps({"message": message, "leases": leases}))
+            return
+        html = await self.render_template("gpuspawner_leases_page.html", message=message, ok=status == 200, leases=leases)
+        self.finish(html)
