@@ -80,6 +80,11 @@ class LeaseStatus:
         return f"{out} You may extend it by {duration_words(self.extension_seconds)}, {times}."
 
 
+def used_up(allowed: int) -> str:
+    """ "its one extension is used", "all 2 extensions of this lease are used"."""
+    return "its one extension is used" if allowed == 1 else f"all {allowed} extensions of this lease are used"
+
+
 def lease_status(server: ServerRecord, policy: Policy, now: datetime) -> LeaseStatus | None:
     """The lease of a running server (None: it has none)."""
     ends = policy.lease_ends_at(server)
@@ -92,7 +97,7 @@ def lease_status(server: ServerRecord, policy: Policy, now: datetime) -> LeaseSt
     if allowed <= 0:
         why_not = "this offering's lease cannot be extended"
     elif grant.extensions >= allowed:
-        why_not = f"all {allowed} extension{'s' if allowed != 1 else ''} of this lease are used"
+        why_not = used_up(allowed)
     elif now >= ends:
         why_not = "the lease has ended"
     elif waiting > 0:
@@ -189,8 +194,7 @@ class LeaseBook:
         self._grants[(user, server)] = grant
         ends = status.ends_at + timedelta(seconds=status.extension_seconds)
         left = status.extensions_allowed - grant.extensions
-        used_up = f"all {status.extensions_allowed} extensions of this lease are used" if left <= 0 else ""
-        status = replace(status, ends_at=ends, extensions_used=grant.extensions, why_not=used_up)
+        status = replace(status, ends_at=ends, extensions_used=grant.extensions, why_not=used_up(status.extensions_allowed) if left <= 0 else "")
         self.status[(user, server)] = status
         srv = f"your server '{server}'" if server else "your server"
         record = {

@@ -66,7 +66,8 @@ class Notifier:
             return False
         last = self._sent.get((server.user, server.name))
         if last is None or last[0] != self._instance(server):
-            return bool(body.get("action"))  # nothing to clear on a server never told
+            # nothing to clear on a server never told; a lease its user may extend is news
+            return bool(body.get("action") or body.get("lease"))
         return last[1] != _signature(body)
 
     async def put(self, server: ServerRecord, body: Mapping[str, Any], *, force: bool = False) -> bool:

@@ -256,7 +256,7 @@ class ServerWork:
             coming = upcoming(rec, kv, gpu, self.policy, now, self.warn_before_s, gpu_seen, gpu_idle_since)
         body = notices.notice(rec, coming, self.policy, now, seen, gpu)
         lease = self.leases.status.get((rec.user, rec.name))
-        if lease is not None:  # the notebook shows it, and where to extend it
+        if lease is not None and lease.extensions_allowed > 0:  # the notebook shows it, and where to extend it
             body["lease"] = {
                 "ends_at": lease.ends_at.isoformat(),
                 "extensions_left": lease.extensions_left,

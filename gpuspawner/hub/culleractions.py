@@ -248,5 +248,5 @@ def configure_hub(c: Any, actions_url: str, *, service: str = "gpu-culler", page
     hub.template_vars = {**_configured(hub, "template_vars", {}), **template_vars(actions_url, token)}
     from gpuspawner.hub.leasepage import LEASES_PATH, LeasesPage  # (it imports JupyterHub's handlers)
 
-    hub.extra_handlers = [*_configured(hub, "extra_handlers", []), (LEASES_PATH, LeasesPage, {"source": CullerActions.latest})]
+    hub.extra_handlers = [*_configured(hub, "extra_handlers", []), (LEASES_PATH, LeasesPage, {"source": lambda: CullerActions.latest})]
     return token

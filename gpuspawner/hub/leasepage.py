@@ -20,6 +20,7 @@ XSRF token, which a service would need its own OAuth login for (docs/fair-turns.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from jupyterhub.handlers.base import BaseHandler
@@ -30,8 +31,9 @@ LEASES_PATH = r"/gpuspawner/leases"
 
 
 class LeasesPage(BaseHandler):  # type: ignore[misc]
-    def initialize(self, source: Any) -> None:
-        """``source``: the hub's :class:`gpuspawner.hub.culleractions.CullerActions`."""
+    def initialize(self, source: Callable[[], Any]) -> None:
+        """``source``: returns the hub's :class:`gpuspawner.hub.culleractions.CullerActions` (the
+        one its pages use now), or None when no culler is wired."""
         self.source = source
 
     @web.authenticated
@@ -41,12 +43,17 @@ class LeasesPage(BaseHandler):  # type: ignore[misc]
     @web.authenticated
     async def post(self) -> None:
         server = self.get_body_argument("server", "") or self.get_argument("server", "")
-        status, message = await self.source.extend(self.current_user.name, server)
+        actions = self.source()
+        if actions is None:
+            status, message = 503, "GPU leases are not wired on this hub (no GPU culler is configured)"
+        else:
+            status, message = await actions.extend(self.current_user.name, server)
         self.log.info("GPU lease of %s/%s: extend asked on the hub's page: %s %s", self.current_user.name, server, status, message)
         await self._answer(status, message)
 
     async def _answer(self, status: int, message: str) -> None:
-        leases: list[dict[str, Any]] = await self.source.leases_for(self.current_user.name)
+        actions = self.source()
+        leases: list[dict[str, Any]] = await actions.leases_for(self.current_user.name) if actions is not None else []
         self.set_status(status)
         self.set_header("Cache-Control", "no-store")
         if "application/json" in self.request.headers.get("Accept", ""):

@@ -30,6 +30,7 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL
+from gpuspawner.names.vocabulary import BUDGET_REMAINING, BUDGET_SPEND_RATE
 from tests.culler.culler_hub import CONTRACT, EXAMPLE_ROLE, Hub, join_gpu_users
 
 
@@ -149,6 +150,8 @@ class GpuAnswers:
     def __init__(self, namespace: str = "jhub") -> None:
         self.namespace = namespace
         self.pods: dict[str, tuple[float, float, float]] = {}
+        #: the hub's GPU-hour budgets, per user name: (hours left, GPU-hours spent per hour)
+        self.budgets: dict[str, tuple[float, float]] = {}
         self.asked = 0
         answers = self
 
@@ -182,6 +185,10 @@ class GpuAnswers:
                 (f"{FB_USED}:count", 40),
             ):
                 out.append({"metric": {**labels, SERIES_LABEL: tag}, "value": [now, str(value)]})
+        for user, (left, rate) in sorted(self.budgets.items()):  # as the hub exports them (gpuspawner.hub.budgets)
+            labels = {"user": user, "name": user}
+            out.append({"metric": {**labels, SERIES_LABEL: f"{BUDGET_REMAINING}:last"}, "value": [now, str(left)]})
+            out.append({"metric": {**labels, SERIES_LABEL: f"{BUDGET_SPEND_RATE}:last"}, "value": [now, str(rate)]})
         return out
 
     def close(self) -> None:

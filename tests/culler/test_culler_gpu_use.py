@@ -17,37 +17,17 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import pytest_asyncio
 from jupyterhub_idle_culler import utcnow
 
 from gpuspawner.culler.policy import KEEP, STOP
 from gpuspawner.culler.records import GPU_IDLE_LIMIT, GPU_LEASE, IDLE
 from tests.culler.culler_hub import in_process_culler
-from tests.culler.loopback_pods import GpuAnswers, Pod, loopback_hub
+from tests.culler.loopback_pods import Pod
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 HANG_GUARD_S = 240
 M = timedelta(minutes=1)
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def make_hub(tmp_path):
-    """A hub of the test's own: ``await make_hub({user: (offering, pod, (mean, max, fb))})``."""
-    opened = []
-
-    async def make(servers: dict[str, tuple[str, Pod, tuple[float, float, float]]]):
-        gpus = GpuAnswers()
-        for user, (_, _, gpu) in servers.items():
-            gpus.pods[f"jupyter-{user}"] = gpu
-        cm = loopback_hub(tmp_path / f"hub{len(opened)}", {u: (o, p) for u, (o, p, _) in servers.items()}, gpus)
-        hub = await cm.__aenter__()
-        opened.append(cm)
-        return hub, gpus
-
-    yield make
-    for cm in opened:
-        await cm.__aexit__(None, None, None)
 
 
 async def cycle(c, at):

@@ -25,6 +25,8 @@ import urllib.request
 
 import pytest
 
+from gpuspawner.culler.gpu_metrics import parse_query_response
+from gpuspawner.culler.gpu_query import GpuQuerySettings, build_query
 from gpuspawner.devcluster.prometheus import Prometheus
 from tests.conftest import wait_for
 from tests.e2e.demo_stack import demo_with_token
@@ -104,6 +106,14 @@ def hub_metrics(demo) -> str:
         return resp.read().decode()
 
 
+def culler_view(demo):
+    """The culler's GPU view (its one query) as the demo's Prometheus answers it now."""
+    settings = GpuQuerySettings()
+    query = urllib.parse.urlencode({"query": build_query(settings)})
+    with urllib.request.urlopen(f"{demo.prometheus.url}/api/v1/query?{query}", timeout=30) as resp:
+        return parse_query_response(json.loads(resp.read()), settings)
+
+
 def running(demo, user: str, name: str = "") -> bool:
     server = call(demo, "GET", f"/users/{user}")[1]["servers"].get(name)
     return bool(server and server.get("ready"))
@@ -143,7 +153,7 @@ def test_budget_from_prometheus_then_from_the_hubs_own_record(tmp_path_factory):
                 .decode()
             )
             remaining = re.search(
-                r'gpuspawner_budget_remaining_hours\{user="student1",window="rolling-7d",name="student1"\} (\S+)', metrics
+                r'gpuspawner_budget_remaining_hours\{name="student1",user="student1",window="rolling-7d"\} (\S+)', metrics
             )
             assert remaining and float(remaining.group(1)) < 0.02
             refused = [line for line in metrics.splitlines() if line.startswith("gpuspawner_refusals_total") and 'reason="budget"' in line]
@@ -164,9 +174,14 @@ def test_budget_from_prometheus_then_from_the_hubs_own_record(tmp_path_factory):
                 r'gpuspawner_budget_used_hours\{source="hub-record",user="researcher1",window="day"\} (\S+)', hub_metrics(demo)
             )
             left = re.search(
-                r'gpuspawner_budget_remaining_hours\{user="researcher1",window="day",name="researcher1"\} (\S+)', hub_metrics(demo)
+                r'gpuspawner_budget_remaining_hours\{name="researcher1",user="researcher1",window="day"\} (\S+)', hub_metrics(demo)
             )
             assert used and left and 0 < float(used.group(1)) < 0.1 and 0.4 < float(left.group(1)) < 0.5
+            # ... and reach the culler: its own query, asked of the demo's Prometheus (which scrapes the hub)
+            budgets = wait_for(
+                lambda: culler_view(demo).budgets.get("researcher1"), "researcher1's budget in the culler's view", timeout=120, interval=1
+            )
+            assert 0.4 < budgets[0] < 0.5 and budgets[1] == 0.5, budgets
             page = spawn_page(demo, "researcher1", "two")  # (their default server runs: its page is JupyterLab)
             assert "of 0.5 GPU-hours used today" in page and "from the hub&#39;s own record" in page
             call(demo, "DELETE", "/users/researcher1/server")
