@@ -52,7 +52,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check clean
 
 test: install devcluster-build lint precommit
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 # The pre-commit hooks that `make lint` does not already run (end of files, whitespace, YAML,
 # TOML, prettier on ui/ and charts/): a fixer that changes a file fails the run.
