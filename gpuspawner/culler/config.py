@@ -341,20 +341,14 @@ class CullerSettings(ConnectionSettings):
             raise TraitError(f"{proposal['trait'].name}: {proposal['value']} must be 0 or more")
         return int(proposal["value"])
 
-    @validate("offering_gpu_lease_extensions")
-    def _valid_offering_extensions(self, proposal: dict) -> dict:
+    @validate("offering_gpu_leases", "offering_gpu_lease_extensions")
+    def _valid_per_offering_counts(self, proposal: dict) -> dict:
         value = dict(proposal["value"])
         negative = sorted(k for k, v in value.items() if v < 0)
         if negative:
-            raise TraitError(f"offering_gpu_lease_extensions: {negative} must be 0 (none) or more")
-        return value
-
-    @validate("offering_gpu_leases")
-    def _valid_offering_leases(self, proposal: dict) -> dict:
-        value = dict(proposal["value"])
-        negative = sorted(k for k, v in value.items() if v < 0)
-        if negative:
-            raise TraitError(f"offering_gpu_leases: {negative} must be 0 (no lease) or more seconds")
+            name = proposal["trait"].name
+            zero = "0 (no lease) or more seconds" if name == "offering_gpu_leases" else "0 (none) or more"
+            raise TraitError(f"{name}: {negative} must be {zero}")
         return value
 
     @validate("gpu_leases")

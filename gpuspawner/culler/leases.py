@@ -194,7 +194,9 @@ class LeaseBook:
         self._grants[(user, server)] = grant
         ends = status.ends_at + timedelta(seconds=status.extension_seconds)
         left = status.extensions_allowed - grant.extensions
-        status = replace(status, ends_at=ends, extensions_used=grant.extensions, why_not=used_up(status.extensions_allowed) if left <= 0 else "")
+        status = replace(
+            status, ends_at=ends, extensions_used=grant.extensions, why_not=used_up(status.extensions_allowed) if left <= 0 else ""
+        )
         self.status[(user, server)] = status
         srv = f"your server '{server}'" if server else "your server"
         record = {

@@ -80,12 +80,19 @@ def test_example_service_registers_the_minimal_role():
     [svc, pages] = c.JupyterHub.services
     [role, user_role, pages_role] = c.JupyterHub.load_roles
     assert svc["name"] == "gpu-culler" and svc["command"][1:3] == ["-m", "gpuspawner.culler"]
-    # telling users: every user may call the service (each reads only their own
-    # actions); the pages' token reads everyone's, and nothing else
+    # telling users: every user may call the service (each reads only their own actions and
+    # leases); the pages' token reads everyone's and extends a lease for its page's user, and
+    # nothing else
     assert user_role == {"name": "user", "scopes": ["self", "access:services!service=gpu-culler"]}
     assert pages["name"] == pages_role["services"][0] == "gpu-culler-pages" and len(pages["api_token"]) >= 32
-    assert sorted(pages_role["scopes"]) == ["access:services!service=gpu-culler", "custom:gpu-culler:read-actions"]
-    assert "custom:gpu-culler:read-actions" in c.JupyterHub.custom_scopes
+    assert sorted(pages_role["scopes"]) == [
+        "access:services!service=gpu-culler",
+        "custom:gpu-culler:extend-leases",
+        "custom:gpu-culler:read-actions",
+    ]
+    assert {"custom:gpu-culler:read-actions", "custom:gpu-culler:extend-leases"} <= set(c.JupyterHub.custom_scopes)
+    [(path, handler, kwargs)] = c.JupyterHub.extra_handlers  # the page where users extend their leases
+    assert path == "/gpuspawner/leases" and handler.__name__ == "LeasesPage" and callable(kwargs["source"])
     assert role["services"] == ["gpu-culler"]
     assert sorted(role["scopes"]) == sorted(REQUIRED_SCOPES)
     assert "admin:users" not in role["scopes"] and "admin:servers" not in role["scopes"]
@@ -168,3 +175,26 @@ def test_fair_turns_flags():
     assert p.reclaim_for_waiting_after == 900 and p.offering_gpu_leases == {"h100": 14400}
     with pytest.raises(TraitError, match="offering_gpu_leases"):
         GpuCuller(offering_gpu_leases={"h100": -1})
+
+
+def test_lease_extension_flags_and_what_is_refused():
+    a = app(
+        [
+            "--gpu-lease-extensions=2",
+            "--offering-gpu-lease-extensions",
+            "h100=1",
+            "--gpu-lease-extension=1800",
+            "--offering-gpu-lease-ends",
+            "t4=reclaim",
+        ]
+    )
+    p = a.policy()
+    assert (p.gpu_lease_extensions, dict(p.offering_gpu_lease_extensions), p.gpu_lease_extension) == (2, {"h100": 1}, 1800)
+    assert dict(p.offering_gpu_lease_ends) == {"t4": "reclaim"}
+    for bad, words in (
+        ({"offering_gpu_lease_ends": {"t4": "pause"}}, r"offering_gpu_lease_ends: \['t4'\]: give 'stop' or 'reclaim'"),
+        ({"offering_gpu_lease_extensions": {"h100": -1}}, r"offering_gpu_lease_extensions: \['h100'\] must be 0 \(none\) or more"),
+        ({"gpu_lease_extension": -5}, "gpu_lease_extension: -5 must be 0 or more"),
+    ):
+        with pytest.raises(TraitError, match=words):
+            GpuCuller(**bad)
