@@ -60,7 +60,7 @@ from gpuspawner.pod.podspec import POD_SETTINGS, default_hub_id, hub_id_problem,
 
 #: The settings :func:`gpuspawner.capacity.checks.config_problems` checks.
 CHECKED_TRAITS = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
-CHECKED_TRAITS += ("memory_guard_kinds", "memory_guard_user_env", "user_gpu_budget", "group_gpu_budgets")
+CHECKED_TRAITS += ("memory_guard_kinds", "memory_guard_user_env", "user_gpu_budget", "group_gpu_budgets", "queue_timeout", "start_timeout")
 
 
 class GPUSpawner(KubeSpawner):
@@ -145,7 +145,9 @@ class GPUSpawner(KubeSpawner):
 
     queue_timeout = Integer(
         300,
-        help="Seconds a queued spawn waits for a free unit before it is refused (per offering: `queue_timeout`).",
+        help="""Seconds a queued spawn waits for a free unit before it is refused (per offering: `queue_timeout`).
+        Keep it shorter than `start_timeout` (by the time a server takes to start), or JupyterHub gives the
+        waiting spawn up first: `check_config` refuses a queue that waits as long as `start_timeout` or longer.""",
     ).tag(config=True)
 
     user_quota = Dict(

@@ -122,6 +122,10 @@ c.GPUSpawner.offering_overrides = {
 
 c.GPUSpawner.user_quota = {"total": 2, "full": 1}
 
+# Longer than the A100 queue's wait (900 s, above) plus a start: otherwise JupyterHub gives a
+# waiting spawn up first (check_config refuses that mix).
+c.KubeSpawner.start_timeout = 1200
+
 # Refuse to start the hub if any GPUSpawner setting above is wrong, with every problem
 # named (JupyterHub creates spawners only when someone spawns: nothing else checks sooner).
 from gpuspawner import check_config  # noqa: E402 - checked after the settings above

@@ -35,6 +35,9 @@ c = get_config()  # noqa: F821  (JupyterHub provides it)
 
 c.JupyterHub.spawner_class = "gpu"  # gpuspawner's GPUSpawner, a KubeSpawner
 c.KubeSpawner.image = "quay.io/jupyter/pytorch-notebook:cuda12-latest"  # pin a dated tag in production
+# Longer than the MIG 3g.20gb queue's wait (600 s, below) plus a start: otherwise JupyterHub
+# gives a waiting spawn up first (check_config refuses that mix).
+c.KubeSpawner.start_timeout = 900
 
 # A curated menu: exactly the offerings below (plus "No GPU"). Set this to True to also
 # offer whatever else GPU Feature Discovery finds on new nodes.

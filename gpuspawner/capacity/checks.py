@@ -64,6 +64,43 @@ def config_problems(section: Mapping[str, Any]) -> list[str]:
     policy = section.get("admission", AdmissionPolicy.BLOCK.value)
     if policy not in tuple(AdmissionPolicy):
         problems.append(f"c.GPUSpawner.admission must be one of {[p.value for p in AdmissionPolicy]}, got {policy!r}")
+    problems += queue_problems(section)
+    return problems
+
+
+#: JupyterHub's ``Spawner.start_timeout`` and GPUSpawner's ``queue_timeout`` when not set
+DEFAULT_START_TIMEOUT, DEFAULT_QUEUE_TIMEOUT = 60, 300
+
+
+def queue_problems(section: Mapping[str, Any]) -> list[str]:
+    """A queue that waits as long as JupyterHub's ``start_timeout`` or longer cannot work: the
+    hub gives the waiting spawn up first, with its own "timed out" and no word of the queue.
+    Each place that queues (``admission``, an offering, an override) is checked."""
+    start = section.get("start_timeout", DEFAULT_START_TIMEOUT)
+    default_policy = section.get("admission", AdmissionPolicy.BLOCK.value)
+    default_wait = section.get("queue_timeout", DEFAULT_QUEUE_TIMEOUT)
+    if not isinstance(start, int | float) or isinstance(start, bool):
+        return []  # (a wrong start_timeout is JupyterHub's to refuse)
+    places: list[tuple[str, Any, Any]] = [("c.GPUSpawner.admission", default_policy, default_wait)]
+    for entry in section.get("offerings", []) if isinstance(section.get("offerings"), list) else []:
+        if isinstance(entry, Mapping):
+            where = f"c.GPUSpawner.offerings[slug={entry.get('slug')!r}]"
+            places.append((where, entry.get("admission", default_policy), entry.get("queue_timeout") or default_wait))
+    overrides = section.get("offering_overrides", {})
+    for slug, entry in overrides.items() if isinstance(overrides, Mapping) else []:
+        if isinstance(entry, Mapping) and ("admission" in entry or "queue_timeout" in entry):
+            where = f"c.GPUSpawner.offering_overrides[{slug!r}]"
+            places.append((where, entry.get("admission", default_policy), entry.get("queue_timeout") or default_wait))
+    problems = []
+    for where, policy, wait in places:
+        if policy != AdmissionPolicy.QUEUE.value or not isinstance(wait, int | float) or isinstance(wait, bool):
+            continue
+        if wait >= start:
+            problems.append(
+                f"{where}: a spawn may wait {wait:g} s in the queue, but c.KubeSpawner.start_timeout is {start:g} s, so"
+                ' JupyterHub gives the waiting spawn up first ("timed out", nothing about the queue); set start_timeout'
+                f" to the queue's wait plus the time a server takes to start (e.g. {int(wait) + 300})"
+            )
     return problems
 
 

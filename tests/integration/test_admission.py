@@ -156,7 +156,7 @@ async def test_user_quota_counts_servers_across_the_users_named_servers(devclust
 
 
 async def test_queue_waits_for_a_unit_and_then_starts(devcluster, kube, namespace, other_namespace):
-    overrides = {"gpu-nvidia-h100-80gb-hbm3": {"admission": "queue", "queue_timeout": 60}}
+    overrides = {"gpu-nvidia-h100-80gb-hbm3": {"admission": "queue", "queue_timeout": 45}}  # (shorter than start_timeout)
     kube.request(
         "POST",
         f"/api/v1/namespaces/{other_namespace}/pods",

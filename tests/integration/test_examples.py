@@ -149,14 +149,18 @@ def z2jh_values() -> dict:
 
 def z2jh_as_config_file(directory: Path) -> Path:
     """A jupyterhub_config.py doing what z2jh's own does with the values: ``c[app].update(cfg)``
-    for each ``hub.config`` section, then each ``hub.extraConfig`` entry, in key order."""
-    hub = z2jh_values()["hub"]
+    for each ``hub.config`` section, ``singleuser.startTimeout`` as ``start_timeout`` (z2jh's
+    default 300 when unset), then each ``hub.extraConfig`` entry, in key order."""
+    values = z2jh_values()
+    hub = values["hub"]
+    start_timeout = (values.get("singleuser") or {}).get("startTimeout", 300)
     path = directory / "z2jh_hub_config.py"
     path.write_text(
         "import json\n"
         "c = get_config()  # noqa: F821\n"
         f"for app, cfg in json.loads({json.dumps(json.dumps(hub['config']))}).items():\n"
         "    c[app].update(cfg)\n"
+        f"c.KubeSpawner.start_timeout = {int(start_timeout)}\n"
         f"for key, config_py in sorted(json.loads({json.dumps(json.dumps(hub.get('extraConfig') or {}))}).items()):\n"
         "    exec(config_py)\n"
     )
