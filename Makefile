@@ -23,6 +23,9 @@
 #                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N)
 #   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
 #   make bench            the benchmarks, printed side by side
+#   make kueue-check      the devcluster with the real Kueue (built from its Go module, a few
+#                         minutes the first time): pods gated and admitted by its queues, its
+#                         webhooks failing closed while it is down (tests/kueue, docs/kueue.md)
 #   make framework-check  the memory guard against framework releases too big for make test:
 #                         older jaxlib (JAXLIB_OLD, default 0.4.30 and 0.4.38: the last that
 #                         reads only XLA_PYTHON_CLIENT_MEM_FRACTION and the first seen to read
@@ -49,7 +52,7 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check clean
+.PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check clean
 
 test: install devcluster-build lint precommit
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25
@@ -108,6 +111,10 @@ capacity-truth: install devcluster-build
 
 dra-truth: install devcluster-build
 	$(PY) -m gpuspawner.devcluster.dratruth --states $(or $(DRA_STATES),100) --quiet
+
+kueue-check: install devcluster-build
+	$(VENV)/bin/gpuspawner devcluster build --kueue
+	GPUSPAWNER_KUEUE_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/kueue
 
 fuzz-clusters: install
 	GPUSPAWNER_CLUSTERS=$(CLUSTERS) $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_cluster_properties.py

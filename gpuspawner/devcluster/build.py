@@ -23,6 +23,8 @@ ETCD_VERSION = "v3.6.8"
 KWOK_VERSION = "v0.8.0"
 #: Prometheus' Go module version for server v3.16.0 (Go modules number v3.x as v0.3xx).
 PROMETHEUS_VERSION = "v0.316.0"
+#: Kueue's controller (``go list -m -versions sigs.k8s.io/kueue`` on the module proxy here).
+KUEUE_VERSION = "v0.17.0"
 
 GOMOD_DIR = Path(__file__).with_name("gomod")
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
@@ -89,15 +91,7 @@ def missing_binaries(directory: Path | None = None) -> list[str]:
 
 def _write_kwok_stages() -> None:
     """Copy kwok's stage configs out of its module, into one multi-document file."""
-    proc = subprocess.run(
-        ["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{KWOK_VERSION}"],
-        capture_output=True,
-        text=True,
-        env=_go_env(GOFLAGS=""),
-    )
-    if proc.returncode != 0:
-        raise BuildError(f"could not fetch sigs.k8s.io/kwok@{KWOK_VERSION} for its stage configs: {proc.stderr.strip()}")
-    module_dir = Path(json.loads(proc.stdout)["Dir"])
+    module_dir = _module_dir(f"sigs.k8s.io/kwok@{KWOK_VERSION}")
     docs = [(module_dir / "kustomize" / "stage" / rel).read_text() for rel in KWOK_STAGES]
     tmp = stages_file().with_suffix(".tmp")
     tmp.write_text("\n---\n".join(d.strip() for d in docs) + "\n")
@@ -156,6 +150,50 @@ def build_tools(force: bool = False) -> Path:
             _run(cmd, None, f"{name} {pkg.rpartition('@')[2]}", GOBIN=str(gobin), GOFLAGS="")
             os.replace(gobin / name, target / name)
     return target
+
+
+def kueue_dir() -> Path:
+    """Kueue's controller and the manifests shipped in its module (CRDs, webhook configuration),
+    under a key of their own: only ``devcluster up --kueue`` and its tests need them."""
+    return cache_root() / "devcluster" / f"kueue-{KUEUE_VERSION}"
+
+
+#: what :func:`build_kueue` copies out of Kueue's module, beside the binary
+KUEUE_FILES = ("kueue", "crds.yaml", "webhooks.yaml")
+
+
+def build_kueue(force: bool = False) -> Path:
+    """Build Kueue's controller with `go install` and copy its CRDs and webhook configuration
+    out of its module, unless they are there; returns :func:`kueue_dir`."""
+    target = kueue_dir()
+    if not force and all((target / name).is_file() for name in KUEUE_FILES):
+        print(f"[devcluster build] kueue {KUEUE_VERSION} present in {target}", file=sys.stderr, flush=True)
+        return target
+    if shutil.which("go") is None:
+        raise BuildError("Go is not on PATH: install Go 1.26 or newer, then run this again.")
+    target.mkdir(parents=True, exist_ok=True)
+    print("[devcluster build] a cold build of Kueue takes about 6 minutes on 2 cores; later runs reuse it", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        gobin = Path(scratch) / "bin"
+        gobin.mkdir()
+        cmd = ["go", "install", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kueue/cmd/kueue@{KUEUE_VERSION}"]
+        _run(cmd, None, f"kueue {KUEUE_VERSION}", GOBIN=str(gobin), GOFLAGS="")
+        module = _module_dir(f"sigs.k8s.io/kueue@{KUEUE_VERSION}")
+        crds = sorted((module / "config" / "components" / "crd" / "bases").glob("*.yaml"))
+        (Path(scratch) / "crds.yaml").write_text("\n---\n".join(p.read_text().strip() for p in crds) + "\n")
+        shutil.copyfile(module / "config" / "components" / "webhook" / "manifests.yaml", Path(scratch) / "webhooks.yaml")
+        for name in ("crds.yaml", "webhooks.yaml"):
+            os.replace(Path(scratch) / name, target / name)
+        os.replace(gobin / "kueue", target / "kueue")  # last: its presence says the rest is there
+    return target
+
+
+def _module_dir(module: str) -> Path:
+    """Where the Go module cache holds ``module`` (path@version), downloading it if needed."""
+    proc = subprocess.run(["go", "mod", "download", "-json", module], capture_output=True, text=True, env=_go_env(GOFLAGS=""))
+    if proc.returncode != 0:
+        raise BuildError(f"could not fetch {module}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return Path(json.loads(proc.stdout)["Dir"])
 
 
 def build(force: bool = False) -> Path:

@@ -62,3 +62,23 @@ def write_certificates(pki: Path) -> Path:
     for name in ("apiserver.key", "sa.key"):
         (pki / name).chmod(0o600)
     return pki
+
+
+def write_serving_certificate(directory: Path, name: str) -> Path:
+    """A CA of its own and a serving certificate it signed for 127.0.0.1 and localhost, as
+    ``ca.crt``, ``tls.crt`` and ``tls.key`` in ``directory`` (the names controller-runtime's
+    webhook server reads): for a webhook the API server calls by URL. Kept if present."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if all((directory / f).is_file() for f in ("ca.crt", "tls.crt", "tls.key")):
+        return directory
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"gpuspawner-devcluster-{name}-ca")])
+    ca_cert = _cert(f"gpuspawner-devcluster-{name}-ca", ca_key, ca_name, ca_key, ca=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert = _cert(name, key, ca_name, ca_key, ca=False, sans=sans)
+    (directory / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "tls.key").write_bytes(_pem_key(key))
+    (directory / "tls.key").chmod(0o600)
+    return directory

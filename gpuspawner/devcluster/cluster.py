@@ -33,6 +33,7 @@ from gpuspawner.devcluster.clusterstate import (
     log_tail,
     terminate,
 )
+from gpuspawner.devcluster.kueue import Kueue
 from gpuspawner.devcluster.nodes import standard_nodes
 from gpuspawner.devcluster.ports import free_ports
 
@@ -75,13 +76,17 @@ class DevCluster:
 
     # ------------------------------------------------------------------ up / down
 
-    def up(self, nodes: Iterable[dict] | None = None, timeout: float = 90.0, log=print) -> ClusterState:
-        """Start everything (building binaries first if needed) and load ``nodes``.
+    def up(self, nodes: Iterable[dict] | None = None, timeout: float = 90.0, log=print, kueue: bool = False) -> ClusterState:
+        """Start everything (building binaries first if needed) and load ``nodes``; with
+        ``kueue``, also Kueue's controller, its CRDs and its webhooks (:mod:`.kueue`).
 
-        Idempotent: a cluster already running here is left as it is.
+        Idempotent: a cluster already running here is left as it is (Kueue started on it
+        when asked and not running).
         """
         if self.state is not None and all(self.running().values()):
             log(f"devcluster already running in {self.directory}")
+            if kueue:
+                self.kueue().up(timeout=timeout)
             return self.state
         self.down(quiet=True)
         started = time.monotonic()
@@ -95,8 +100,20 @@ class DevCluster:
                 if attempt == 2:
                     raise
                 log(f"devcluster: {exc}; starting again on other ports")
-        log(f"devcluster up in {time.monotonic() - started:.1f}s: {state.server} (KUBECONFIG={self.kubeconfig})")
+        if kueue:
+            try:
+                self.kueue().up(timeout=timeout)
+            except BaseException:
+                self.down(quiet=True)
+                raise
+        log(
+            f"devcluster up in {time.monotonic() - started:.1f}s: {state.server}{' with Kueue' if kueue else ''} (KUBECONFIG={self.kubeconfig})"
+        )
         return state
+
+    def kueue(self) -> Kueue:
+        """This cluster's Kueue controller (:mod:`.kueue`)."""
+        return Kueue(self._require_state(), self.kubeconfig)
 
     def _start_all(self, bins: Path, nodes: list[dict], timeout: float) -> ClusterState:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -145,7 +162,7 @@ class DevCluster:
         state = self.state or ClusterState.load(self.directory)
         if state is None:
             return
-        for name in reversed(COMPONENTS):
+        for name in [*(n for n in state.pids if n not in COMPONENTS), *reversed(COMPONENTS)]:  # (Kueue first)
             pid = state.pids.get(name)
             if pid and alive(pid):
                 terminate(pid)

@@ -87,6 +87,14 @@ class KubeHTTP:
             raw = resp.read()
         return json.loads(raw) if raw and raw[:1] in b"{[" else raw.decode()
 
+    def apply(self, path: str, document: str, timeout: float = 30.0) -> Any:
+        """Server-side apply of ``document`` (JSON or YAML) at ``path`` (with its query)."""
+        req = urllib.request.Request(self.state.server + path, data=document.encode(), method="PATCH")
+        req.add_header("Authorization", f"Bearer {self.state.token}")
+        req.add_header("Content-Type", "application/apply-patch+yaml")
+        with urllib.request.urlopen(req, context=self.context, timeout=timeout) as resp:
+            return json.loads(resp.read())
+
     def create_node(self, node: dict[str, Any], cidr: str | None = None) -> Any:
         """Create ``node`` with a pod network of this cluster's own band (``cidr``, or the
         first one no node has now), whatever ``podCIDR`` its manifest carried: two clusters
