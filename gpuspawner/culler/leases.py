@@ -187,6 +187,8 @@ class LeaseBook:
             raise LeaseRefused(404, f"{user}'s {what} has no GPU lease running (is it a GPU server, and started?)")
         if status.why_not:
             raise LeaseRefused(409, f"the GPU lease cannot be extended: {status.why_not}")
+        if now >= status.ends_at:  # ended since the last cycle saw it: its end is under way
+            raise LeaseRefused(409, "the GPU lease cannot be extended: the lease has ended")
         grant = self._grants.get((user, server))
         if grant is None or grant.started != status.started:
             grant = LeaseGrant(status.started)

@@ -97,6 +97,15 @@ def test_the_lease_book_grants_refuses_and_survives_a_restart(tmp_path):
     assert replace(p, leases=again.grants()).lease_ends_at(s) == NOW + 5 * H
 
 
+def test_a_lease_that_ended_since_the_last_cycle_is_not_extended(tmp_path):
+    book = LeaseBook(ActionLog(tmp_path / "a.jsonl", clock=lambda: NOW))
+    book.status[("alice", "")] = lease_status(h100(started=NOW - H), leased(), NOW)  # ends at NOW + 3 h
+    with pytest.raises(LeaseRefused) as ended:
+        book.extend("alice", "", leased(), NOW + 3 * H)
+    assert ended.value.status == 409 and str(ended.value) == "the GPU lease cannot be extended: the lease has ended"
+    assert book.grants() == {}
+
+
 def test_nobody_extends_while_someone_waits_for_the_offering(tmp_path):
     book = LeaseBook(ActionLog(tmp_path / "a.jsonl", clock=lambda: NOW))
     p = leased(waiting={SLUG: (1, "H100 80GB")})
