@@ -21,6 +21,23 @@ const WAIT_MS = Number(env.WAIT_S || 300) * 1000;
 
 const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
 
+/** Click a notification's "Why?" until the panel opens: a click that lands while JupyterLab
+ * re-renders its notifications can be lost (the button keeps focus, nothing else happens), as a
+ * person would click again. Three tries, then the panel's own wait fails with its error. */
+async function why(toast, panel) {
+  for (let i = 0; i < 2; i++) {
+    await toast.getByRole("button", { name: "Why?" }).click();
+    try {
+      await panel.waitFor({ timeout: 20_000 });
+      return;
+    } catch {
+      if ((await toast.count()) === 0) break;
+    }
+  }
+  if ((await toast.count()) > 0) await toast.getByRole("button", { name: "Why?" }).click();
+  await panel.waitFor();
+}
+
 async function story({ user, slug, keep }) {
   const out = { user, keep, texts: [], screenshots: [] };
   const context = await browser.newContext({ viewport: { width: 1280, height: 720 } });
@@ -113,9 +130,8 @@ async function story({ user, slug, keep }) {
       await shot("kept");
     } else {
       // "Why?" opens the panel with the culler's reason in full
-      await toast.getByRole("button", { name: "Why?" }).click();
       const panel = page.locator(".jp-Dialog .gpuspawner-panel");
-      await panel.waitFor();
+      await why(toast, panel);
       out.panel = (await panel.innerText()).trim();
       await page.locator(".jp-Dialog").getByRole("button", { name: "Close" }).click();
       const reclaimed = page.locator(".Toastify__toast", { hasText: "reclaimed for idleness" });
@@ -123,8 +139,7 @@ async function story({ user, slug, keep }) {
       out.reclaimedAt = Date.now();
       await settled(reclaimed);
       out.reclaimedToast = (await reclaimed.textContent()).trim();
-      await reclaimed.getByRole("button", { name: "Why?" }).click();
-      await panel.waitFor();
+      await why(reclaimed, panel);
       out.panelAfterReclaim = (await panel.innerText()).trim();
       await page.locator(".jp-Dialog").getByRole("button", { name: /Close|OK/ }).first().click();
       out.kernelsAfter = (await serverGet("api/kernels")).map((k) => k.id);
