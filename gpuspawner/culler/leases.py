@@ -19,7 +19,7 @@ from typing import Any
 
 from gpuspawner.culler.actionlog import ActionLog
 from gpuspawner.culler.dates import parse_time
-from gpuspawner.culler.notices import duration_words, thing
+from gpuspawner.culler.notices import duration_words, people_waiting, thing
 from gpuspawner.culler.policy import RECLAIM, LeaseGrant, Policy
 from gpuspawner.culler.records import GPU_LEASE, ServerRecord
 
@@ -101,8 +101,7 @@ def lease_status(server: ServerRecord, policy: Policy, now: datetime) -> LeaseSt
     elif now >= ends:
         why_not = "the lease has ended"
     elif waiting > 0:
-        people = "1 person is" if waiting == 1 else f"{waiting} people are"
-        why_not = f"{people} waiting for {name}"
+        why_not = f"{people_waiting(waiting)} waiting for {name}"
     else:
         why_not = ""
     return LeaseStatus(

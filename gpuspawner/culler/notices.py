@@ -48,6 +48,13 @@ def duration_words(seconds: float) -> str:
     return f"{hours} hours" + (f" {rest} minutes" if rest else "")
 
 
+def people_waiting(count: int, now: bool = True) -> str:
+    """ "1 person is", "3 people were": the subject of "... waiting for MIG 3g.20gb"."""
+    if count == 1:
+        return "1 person is" if now else "1 person was"
+    return f"{count} people {'are' if now else 'were'}"
+
+
 def _idle_and_limit(idle_s: float, limit_s: float) -> str:
     """ "30 minutes (limit 30)" when both are in minutes; else both in full."""
     if idle_s < 120 * 60 and limit_s < 120 * 60:
@@ -90,7 +97,7 @@ def why_words(server: ServerRecord, decision: CullDecision, policy: Policy, earl
         )
     if decision.stop_reason == WAITING:
         count, name = policy.waiting.get(o.slug or "", (0, o.slug or "this offering"))
-        people = ("1 person is" if now else "1 person was") if count == 1 else f"{count} people {'are' if now else 'were'}"
+        people = people_waiting(count, now)
         bound = policy.waiting_bound_for(o)
         return f"{people} waiting for {name} and {what} {was} idle for {idle(decision.inactive, bound)}"
     if decision.stop_reason == UNRESPONSIVE:

@@ -175,28 +175,26 @@ class CullerActions:
             return {}
 
 
-def template_vars(url: str, token: str, **kw: Any) -> dict[str, Callable[[Any], Callable[[], Awaitable[list[dict[str, str]]]]]]:
+def template_vars(url: str, token: str, **kw: Any) -> dict[str, Callable[[Any], Callable[[], Awaitable[list[Any]]]]]:
     """``c.JupyterHub.template_vars.update(template_vars(url, token))``: the pages'
-    ``gpuspawner_culler_actions()``, bound to each page's logged-in user."""
+    ``gpuspawner_culler_actions()`` and ``gpuspawner_leases()``, bound to each page's
+    logged-in user."""
     source = CullerActions.latest = CullerActions(url, token, **kw)
 
-    def bind(user: Any) -> Callable[[], Awaitable[list[dict[str, str]]]]:
-        async def actions() -> list[dict[str, str]]:
-            if user is None or not getattr(user, "name", None):
-                return []
-            return await source.for_user(user.name)
+    def bound(fetch: Callable[[str], Awaitable[list[Any]]]) -> Callable[[Any], Callable[[], Awaitable[list[Any]]]]:
+        """A template var: for each page's logged-in user, ``fetch`` of that user's name ([] without one)."""
 
-        return actions
+        def bind(user: Any) -> Callable[[], Awaitable[list[Any]]]:
+            async def items() -> list[Any]:
+                if user is None or not getattr(user, "name", None):
+                    return []
+                return await fetch(user.name)
 
-    def bind_leases(user: Any) -> Callable[[], Awaitable[list[dict[str, Any]]]]:
-        async def leases() -> list[dict[str, Any]]:
-            if user is None or not getattr(user, "name", None):
-                return []
-            return await source.leases_for(user.name)
+            return items
 
-        return leases
+        return bind
 
-    return {TEMPLATE_VAR: bind, LEASES_VAR: bind_leases}
+    return {TEMPLATE_VAR: bound(source.for_user), LEASES_VAR: bound(source.leases_for)}
 
 
 #: the custom scope that reads every user's actions (the culler's ``actions_read_all_scopes``)
