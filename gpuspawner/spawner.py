@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import importlib.resources
 import os
@@ -29,6 +30,7 @@ from traitlets import Bool, Dict, Float, Integer, List, Unicode, default, valida
 from gpuspawner.capacity.admission import QuotaLedger
 from gpuspawner.capacity.checks import config_problems
 from gpuspawner.capacity.index import ClusterIndex, Health
+from gpuspawner.capacity.kueuequeues import KueueRouting
 from gpuspawner.capacity.policy import Requester, allowed, named
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.core.windows import window_state
@@ -61,6 +63,7 @@ from gpuspawner.pod.podspec import POD_SETTINGS, default_hub_id, hub_id_problem,
 #: The settings :func:`gpuspawner.capacity.checks.config_problems` checks.
 CHECKED_TRAITS = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
 CHECKED_TRAITS += ("memory_guard_kinds", "memory_guard_user_env", "user_gpu_budget", "group_gpu_budgets", "queue_timeout", "start_timeout")
+CHECKED_TRAITS += ("kueue_queues", "kueue_priority_classes")
 
 
 class GPUSpawner(KubeSpawner):
@@ -330,6 +333,35 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
+    kueue_queues = Dict(
+        help="""
+        Which servers go through Kueue (docs/kueue.md), by the LocalQueue in the server's
+        namespace: `default` for every GPU offering, `groups` (group -> queue; the first group
+        listed that the user is in wins) and `offerings` (slug -> queue, "" for none; the only way
+        to send the CPU offering through Kueue). The most specific wins: offering, group, default.
+        The pod gets the label `kueue.x-k8s.io/queue-name` and Kueue admits it by its
+        ClusterQueue's quota. Empty: no server goes through Kueue. Example::
+
+            c.GPUSpawner.kueue_queues = {"default": "gpu", "groups": {"ml-course": "ml-course"}}
+        """,
+    ).tag(config=True)
+
+    kueue_priority_classes = Dict(
+        help="""
+        A Kueue WorkloadPriorityClass per group (group -> name; the first group listed that the
+        user is in wins), set as the pod label `kueue.x-k8s.io/priority-class` on servers that go
+        through Kueue. Example: `c.GPUSpawner.kueue_priority_classes = {"staff": "interactive-high"}`.
+        """,
+    ).tag(config=True)
+
+    @property
+    def kueue_routing(self) -> KueueRouting:
+        """The queue mapping (empty while the settings are wrong: config_problems refuses the spawn first)."""
+        try:
+            return KueueRouting.from_settings(self.kueue_queues, self.kueue_priority_classes)
+        except ValueError:
+            return KueueRouting()
+
     def config_problems(self) -> list[str]:
         """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.capacity.checks`)."""
         problems = config_problems({name: getattr(self, name) for name in CHECKED_TRAITS})
@@ -539,6 +571,9 @@ class GPUSpawner(KubeSpawner):
         except GuardConfigError as exc:  # config_problems has refused the spawn before this
             raise OfferingConfigError(str(exc)) from None
         changes = pod_changes(choice.offering, choice.count, guard)
+        queued = self.kueue_routing.labels(choice.offering, self.requester().groups)
+        if queued:  # Kueue admits this server by its queue's quota (docs/kueue.md)
+            changes = dataclasses.replace(changes, labels={**changes.labels, **queued})
         state = self.spawn_state
         state.choice, state.pod_changes, state.user_env = choice, changes, user_env
         self.user_options = {**choice.as_user_options(), **self._passthrough_options(), RECORD_KEY: self.record()}

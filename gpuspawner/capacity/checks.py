@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpuspawner.capacity.admission import validate_quota
 from gpuspawner.capacity.budgets import budget_problems
+from gpuspawner.capacity.kueuequeues import KueueRouting, mix_problems, routing_problems
 from gpuspawner.names.vocabulary import AdmissionPolicy
 from gpuspawner.offerings.catalog import CatalogConfig
 from gpuspawner.offerings.entry import OfferingConfigError
@@ -31,8 +32,9 @@ class GPUSpawnerConfigError(ValueError):
 def config_problems(section: Mapping[str, Any]) -> list[str]:
     """Problems in a GPUSpawner settings mapping (trait name -> value); empty if none."""
     problems = []
+    configured = []
     try:
-        CatalogConfig.from_settings(section).configured()
+        configured = CatalogConfig.from_settings(section).configured()
     except OfferingConfigError as exc:
         problems.append(str(exc))
     try:
@@ -65,7 +67,19 @@ def config_problems(section: Mapping[str, Any]) -> list[str]:
     if policy not in tuple(AdmissionPolicy):
         problems.append(f"c.GPUSpawner.admission must be one of {[p.value for p in AdmissionPolicy]}, got {policy!r}")
     problems += queue_problems(section)
+    problems += kueue_problems(section, configured)
     return problems
+
+
+def kueue_problems(section: Mapping[str, Any], configured: list[Any]) -> list[str]:
+    """The queue mapping's own problems, then a mix with the hub's settings that cannot work (see
+    :func:`gpuspawner.capacity.kueuequeues.mix_problems`)."""
+    queues, priorities = section.get("kueue_queues", {}), section.get("kueue_priority_classes", {})
+    problems = routing_problems(queues, priorities)
+    if problems:
+        return problems
+    routing = KueueRouting.from_settings(queues, priorities)
+    return mix_problems(routing, configured, section.get("admission", AdmissionPolicy.BLOCK.value))
 
 
 #: JupyterHub's ``Spawner.start_timeout`` and GPUSpawner's ``queue_timeout`` when not set
