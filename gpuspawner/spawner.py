@@ -19,7 +19,7 @@ import functools
 import importlib.resources
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
@@ -34,7 +34,20 @@ from gpuspawner.capacity.kueuequeues import KueueRouting
 from gpuspawner.capacity.policy import Requester, allowed, named
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.core.windows import window_state
-from gpuspawner.hub import admitting, budgets, catalogs, claimlife, hubhooks, lifecycle, metrics, orphans, spawnform, storedoptions
+from gpuspawner.hub import (
+    admitting,
+    budgets,
+    catalogs,
+    claimlife,
+    culleractions,
+    hubhooks,
+    lifecycle,
+    metrics,
+    orphans,
+    spawnform,
+    storedoptions,
+)
+from gpuspawner.hub import kueue as hubkueue
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.orphans import OrphanReconciler
 from gpuspawner.hub.reflector import VerdictPodReflector, needs_restart
@@ -47,6 +60,7 @@ from gpuspawner.names.vocabulary import (
     OFFERING_KEY,
     RECORD_KEY,
     RECORD_OFFERING,
+    STOP_NOTICE_KEY,
     AdmissionPolicy,
     Refusal,
 )
@@ -697,7 +711,25 @@ class GPUSpawner(KubeSpawner):
                 return 0  # the hub then stops it as a server that has exited
         if status is None:
             await budgets.refresh(self)  # the exported budget figures stay fresh (for the culler)
+        else:
+            self._note_kueue_stop()
         return status
+
+    #: Why Kueue stopped this server, for the home page ({"time", "text"}; kept in the saved
+    #: state past the stop, until the next start).
+    stop_notice: dict[str, str] | None = None
+
+    def _note_kueue_stop(self) -> None:
+        """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home page."""
+        reflector = self.pod_reflector
+        ended = getattr(reflector, "ended", {}).pop(f"{self.namespace}/{self.pod_name}", None)
+        if ended is None:
+            return
+        notice = hubkueue.stop_notice(*ended)
+        at = culleractions.when_words(notice["time"], datetime.now(UTC) + timedelta(days=1))  # (always with the date)
+        server = f"Your server '{self.name}'" if self.name else "Your server"
+        self.stop_notice = {"time": notice["time"], "text": f"{server} was stopped at {at} {notice['why']}."}
+        self.log.info("%s: stopped by Kueue: %s", self._log_name, self.stop_notice["text"])
 
     async def stop(self, now: bool = False):
         """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``)."""
@@ -746,12 +778,15 @@ class GPUSpawner(KubeSpawner):
             state[RECORD_KEY] = record
         if self.gpu_usage:
             state[BUDGET_LEDGER_KEY] = list(self.gpu_usage)
+        if self.stop_notice:
+            state[STOP_NOTICE_KEY] = dict(self.stop_notice)
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self.spawn_state.saved_record = state.get(RECORD_KEY)
         self.gpu_usage = list(state.get(BUDGET_LEDGER_KEY) or [])
+        self.stop_notice = state.get(STOP_NOTICE_KEY) or None
 
     def clear_state(self) -> None:
         """KubeSpawner's, and the spawn's; the GPU-hour ledger stays (the hub saves it after a stop)."""

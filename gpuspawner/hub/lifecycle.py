@@ -16,7 +16,7 @@ from typing import Any
 from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import allowed
-from gpuspawner.hub import admitting, budgets, claimlife, metrics
+from gpuspawner.hub import admitting, budgets, claimlife, kueue, metrics
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.reflector import scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, unreachable_cause
@@ -37,11 +37,12 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         refused.during_start = True
         raise refused
     starting = asyncio.ensure_future(kubespawner_start())
-    watch = asyncio.ensure_future(watch_scheduling(spawner))
+    watch = asyncio.ensure_future(first_verdict(watch_scheduling(spawner), kueue.held(spawner)))
     try:
         done, _ = await asyncio.wait({starting, watch}, return_when=asyncio.FIRST_COMPLETED)
         if starting in done:
             url = starting.result()
+            kueue.say_admitted(spawner.spawn_state)
             await claimlife.record_devices(spawner)
             state = spawner.spawn_state
             if state.choice is not None and state.started_at is not None:
@@ -54,7 +55,7 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
             raise SpawnRefused(reason, Refusal.UNSCHEDULABLE)
     except BaseException as exc:
         spawner.quota_ledger.release(admitting.reservation_key(spawner))
-        refused = exc if isinstance(exc, SpawnRefused) else unreachable_refusal(spawner, exc) if isinstance(exc, Exception) else None
+        refused = exc if isinstance(exc, SpawnRefused) else failed_call_refusal(spawner, exc) if isinstance(exc, Exception) else None
         if refused is None:
             raise
         refused.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
@@ -66,6 +67,7 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         watch.cancel()
         starting.cancel()  # an interrupted spawn must not go on to create its pod after the stop
         admitting.release_reservation(spawner)
+    spawner.stop_notice = None  # (why Kueue stopped it last time: running again now)
     if spawner.choice is not None:
         budgets.opened(spawner, spawner.choice.offering, spawner.choice.count)  # the GPU-hour ledger
         # Without the hub's Server object (a script, a test) there is no base URL to name.
@@ -75,6 +77,35 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
             # The hub's REST API serves orm_spawner.user_options; the hub commits after start returns.
             spawner.orm_spawner.user_options = dict(spawner.user_options)
     return url
+
+
+async def first_verdict(*watches: Awaitable[str]) -> str:
+    """The first refusal any of ``watches`` returns (the scheduler's, Kueue's); the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in watches]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        return next(iter(done)).result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def failed_call_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None:
+    """The 503 for a start whose Kubernetes call failed for want of a dependency: the API
+    server (see :func:`unreachable_refusal`) or an admission webhook such as Kueue's, which
+    fail closed (see :func:`gpuspawner.hub.kueue.webhook_refusal`); None for any other failure."""
+    cause: BaseException | None = exc
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        words = kueue.webhook_refusal(cause)
+        if words:
+            spawner.log.warning("%s: refusing the spawn: %s", spawner._log_name, words)
+            spawner.spawn_state.refused = True  # no pod was made
+            return SpawnRefused(words, Refusal.UNREACHABLE)
+        cause = cause.__cause__ or cause.__context__
+    return unreachable_refusal(spawner, exc)
 
 
 def unreachable_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None:
@@ -132,6 +163,7 @@ async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> 
     key = admitting.reservation_key(spawner)
     deadline = time.monotonic() + spawner.stop_retry_timeout
     attempt = 0
+    releasing = asyncio.ensure_future(kueue.release_finalizer(spawner)) if kueue.managed(spawner) else None
     try:
         while True:
             try:
@@ -155,6 +187,8 @@ async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> 
                 )
                 await asyncio.sleep(delay)
     finally:
+        if releasing is not None:
+            releasing.cancel()
         spawner.quota_ledger.release(key)
         budgets.closed(spawner)
 

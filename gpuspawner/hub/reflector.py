@@ -15,7 +15,11 @@ from typing import Any
 from kubespawner.spawner import PodReflector
 from traitlets import validate
 
+from gpuspawner.hub.kueue import ended_by_kueue, queue_of
 from gpuspawner.hub.scheduling import unschedulable_reason
+
+#: How many pods' last words (Kueue's reason for stopping them) a reflector keeps, at most.
+ENDED_KEPT = 1000
 
 
 class _Told(dict):
@@ -37,6 +41,8 @@ class VerdictPodReflector(PodReflector):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._waiters: dict[str, list[asyncio.Future[str]]] = {}
+        #: Pods Kueue is stopping (preempted, evicted) by ``namespace/name``: its condition and the pod's queue.
+        self.ended: dict[str, tuple[Any, str]] = {}
         super().__init__(*args, **kwargs)
 
     @validate("resources")
@@ -62,6 +68,11 @@ class VerdictPodReflector(PodReflector):
             self._waiters.pop(key, None)
 
     def _changed(self, key: str, pod: Any) -> None:
+        ended = ended_by_kueue(pod)
+        if ended is not None and key not in self.ended:
+            if len(self.ended) >= ENDED_KEPT:
+                self.ended.pop(next(iter(self.ended)))
+            self.ended[key] = (ended, queue_of((pod.get("metadata") or {}).get("labels")))
         waiters = self._waiters.get(key)
         reason = unschedulable_reason(pod) if waiters else None
         for future in list(waiters or ()) if reason else ():

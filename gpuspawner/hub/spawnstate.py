@@ -44,6 +44,7 @@ class SpawnState:
     messages: list[str] = field(default_factory=list)  # our progress steps (admission, reservation, queue)
     expect_wait: bool = False  # admitted with a warning that the pod may wait: no fail-fast watch
     queue_position: int | None = None  # place in the offering's wait queue, while waiting
+    held_in: str | None = None  # the Kueue LocalQueue the progress said holds the spawn (until admitted)
     started_at: float | None = None  # monotonic time _start began, for the time-to-schedule metric
     record_url: str | None = None  # the server's URL as the record names it (None without a Server)
     saved_record: dict[str, Any] | None = None  # the record from the hub's saved state (after a restart)
@@ -56,7 +57,7 @@ class SpawnState:
         """Forget an earlier load's decisions, in place (the start that is timing it may hold this object)."""
         self.choice, self.refused, self.messages, self.expect_wait = None, False, [], False
         self.pod_changes, self.profile_env_keys, self.user_env = None, frozenset(), False
-        self.queue_position, self.record_url, self.saved_record = None, None, None
+        self.queue_position, self.record_url, self.saved_record, self.held_in = None, None, None, None
         self.devices = None
         self.decided.clear()
 

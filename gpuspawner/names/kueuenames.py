@@ -25,7 +25,8 @@ ADMISSION_GATE = "kueue.x-k8s.io/admission"
 MANAGED_FINALIZER = "kueue.x-k8s.io/managed"
 
 #: The pod condition Kueue sets just before it deletes a pod it stops, its reason one of
-#: ``StopReason*`` (``WorkloadEvicted`` for a preemption) and its message Kueue's words.
+#: ``StopReason*``, for an eviction ``WorkloadEvictedDueTo<the Workload's Evicted reason>``
+#: (``WorkloadEvictedDueToPreempted``; ``jobframework/reconciler.go``), its message Kueue's words.
 TERMINATION_TARGET = "TerminationTarget"
 STOP_EVICTED = "WorkloadEvicted"
 

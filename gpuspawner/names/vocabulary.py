@@ -93,6 +93,9 @@ RECORD_KEY = "gpuspawner"
 #: Key of the GPU-hour ledger in a server's saved state (gpuspawner.hub.budgets): rows of
 #: {"start", "end", "cost"}, kept after the server stops.
 BUDGET_LEDGER_KEY = "gpu_usage"
+#: The server's saved-state key for why it was last stopped by something else than its user
+#: (Kueue's preemption): kept past the stop, shown on the home page, cleared by the next start.
+STOP_NOTICE_KEY = "gpuspawner_stop_notice"
 
 # Keys inside the record (docs/culler.md, "The contract"); the culler reads them.
 RECORD_OFFERING = OFFERING_KEY  #: the offering's slug

@@ -18,8 +18,6 @@ import urllib.error
 
 import pytest
 
-from gpuspawner.devcluster.cluster import DevCluster
-from gpuspawner.devcluster.nodes import standard_nodes
 from tests.conftest import fresh_namespace, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -27,16 +25,6 @@ GATE = "kueue.x-k8s.io/admission"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = DevCluster(tmp_path_factory.mktemp("kueue-devcluster"))
-    try:
-        cluster.up(nodes=standard_nodes(), kueue=True)
-        yield cluster
-    finally:
-        cluster.down(quiet=True)
 
 
 @pytest.fixture

@@ -1,0 +1,285 @@
+"""A server that goes through Kueue (docs/kueue.md), as the hub sees it: a spawn Kueue holds
+says so in its progress, in Kueue's words and with its place in the queue where Kueue's
+visibility API is served; a spawn Kueue can never admit is refused in seconds with Kueue's
+reason; a pod creation that Kueue's fail-closed webhooks refuse (Kueue down) is a 503 that
+names the cause; a stop that Kueue's finalizer would hold forever is finished; and a server
+Kueue preempts is stopped with Kueue's reason in words the home page shows.
+
+The pod's own labels say whether it goes through Kueue (``kueue.x-k8s.io/queue-name``, set
+from :class:`gpuspawner.capacity.kueuequeues.KueueRouting`); nothing here runs for one that
+does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio.client import ApiException, CustomObjectsApi
+
+from gpuspawner.hub.scheduling import brief
+from gpuspawner.names.kueuenames import (
+    ADMISSION_GATE,
+    COND_QUOTA_RESERVED,
+    GROUP,
+    JOB_UID_LABEL,
+    MANAGED_FINALIZER,
+    POD_WEBHOOKS,
+    QUEUE_LABEL,
+    REASON_INADMISSIBLE,
+    STOP_EVICTED,
+    TERMINATION_TARGET,
+    VERSION,
+)
+
+#: Kueue's visibility API (served through an APIService where the cluster has it).
+VISIBILITY = f"/apis/visibility.{GROUP}/{VERSION}"
+#: Seconds between two looks at a held spawn's Workload.
+LOOK_EVERY = 1.0
+#: Seconds a deleted pod may keep Kueue's finalizer before the hub removes it (Kueue removes it
+#: within a second when it runs).
+FINALIZER_GRACE = 30.0
+
+#: The parts of Kueue's "couldn't assign flavors" message that say waiting cannot help: the
+#: request is more than the ClusterQueue could ever give, or a resource it does not cover.
+_NEVER = re.compile(r"> maximum capacity|unavailable in ClusterQueue|flavor \S+ not found")
+_WAITING_HELPS = "insufficient unused quota"
+
+
+def queue_of(pod_labels: Mapping[str, str] | None) -> str:
+    """The LocalQueue a pod goes through ("" for none)."""
+    return (pod_labels or {}).get(QUEUE_LABEL, "")
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    """Whether Kueue still holds ``pod`` (its admission gate is on: it holds no GPU yet)."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or (pod.get("spec") or {}).get("scheduling_gates") or ()
+    return any(g.get("name") == ADMISSION_GATE for g in gates)
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == kind), None)
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith(".") else text + "."
+
+
+def held_words(workload: Mapping[str, Any] | None, queue: str, place: tuple[int, int] | None = None) -> tuple[str, str | None]:
+    """What the spawn's progress says while Kueue holds it, and the refusal when Kueue can
+    never admit it (None while waiting may help)."""
+    where = f"in queue {queue}" + (f" (position {place[0]} of {place[1]})" if place else "")
+    reserved = _condition(workload or {}, COND_QUOTA_RESERVED)
+    if workload is None or reserved is None:
+        return f"Waiting for GPU quota {where}.", None
+    message = str(reserved.get("message") or "")
+    if reserved.get("status") == "True":
+        return f"Kueue has reserved GPU quota {where}.", None
+    if reserved.get("reason") == REASON_INADMISSIBLE:
+        return "", f"Kueue cannot admit this server in queue {queue}: {_sentence(message)} Please tell your administrator."
+    if _NEVER.search(message) and _WAITING_HELPS not in message:
+        return "", f"Kueue can never admit this server in queue {queue}: {_sentence(message)} Please pick a smaller option."
+    return f"Waiting for GPU quota {where}. Kueue says: {_sentence(message)}" if message else f"Waiting for GPU quota {where}.", None
+
+
+def position(summary: Mapping[str, Any] | None, workload_name: str) -> tuple[int, int] | None:
+    """(1-based place, how many wait) of ``workload_name`` in a LocalQueue's pending workloads
+    (Kueue's visibility API's ``PendingWorkloadsSummary``); None when it is not listed."""
+    items = (summary or {}).get("items") or []
+    for item in items:
+        if (item.get("metadata") or {}).get("name") == workload_name:
+            return int(item.get("positionInLocalQueue", 0)) + 1, len(items)
+    return None
+
+
+class KueueReader:
+    """The hub's reads of Kueue's objects for one spawn (through the spawner's API client)."""
+
+    #: Whether the visibility API answered in this process (None: not asked yet; False: not served).
+    visibility: bool | None = None
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+        self.custom = CustomObjectsApi(api.api_client)
+
+    async def workload(self, pod_uid: str) -> dict[str, Any] | None:
+        """The Workload Kueue made for the pod with ``pod_uid`` (None: not made yet)."""
+        body = await self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "workloads", label_selector=f"{JOB_UID_LABEL}={pod_uid}", _request_timeout=5
+        )
+        items = body.get("items") or []
+        return items[0] if items else None
+
+    async def place(self, queue: str, workload_name: str) -> tuple[int, int] | None:
+        """The Workload's place in its LocalQueue from the visibility API, where it is served."""
+        if KueueReader.visibility is False:
+            return None
+        path = f"{VISIBILITY}/namespaces/{self.namespace}/localqueues/{queue}/pendingworkloads"
+        try:
+            response = await self.api.api_client.call_api(
+                path,
+                "GET",
+                header_params={"Accept": "application/json"},
+                response_types_map={200: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+                _request_timeout=5,
+            )
+        except ApiException as exc:
+            if exc.status in (403, 404, 503):
+                KueueReader.visibility = False  # not served here (or not ours to read): the conditions say enough
+            return None
+        KueueReader.visibility = True
+        return position(response if isinstance(response, dict) else None, workload_name)
+
+
+async def held(spawner: Any) -> str:
+    """While Kueue holds the spawn's pod, say so in its progress (updated as Kueue's words or
+    the place change); return the refusal as soon as Kueue says it can never admit it. Never
+    returns for a pod that does not go through Kueue or once Kueue admits it (the scheduler's
+    watch takes over then)."""
+    state = spawner.spawn_state
+    await state.decided.wait()
+    queue = queue_of(state.pod_changes.labels if state.pod_changes is not None else None)
+    if not queue:
+        await asyncio.Future()
+    key = f"{spawner.namespace}/{spawner.pod_name}"
+    reader, said, failures = KueueReader(spawner.api, spawner.namespace), "", 0
+    while True:
+        reflector = spawner.pod_reflector
+        pod = reflector.pods.get(key) if reflector is not None else None
+        if pod is not None and not gated(pod):
+            say_admitted(state)
+            await asyncio.Future()
+        if pod is not None:
+            try:
+                workload = await reader.workload(pod["metadata"]["uid"])
+                place = await reader.place(queue, workload["metadata"]["name"]) if workload else None
+            except (TimeoutError, ApiException, OSError) as exc:
+                failures += 1
+                if failures == 1:
+                    spawner.log.warning("%s: cannot read Kueue's Workload (%s); the progress says less", spawner._log_name, brief(exc))
+                workload, place = None, None
+            words, refusal = held_words(workload, queue, place)
+            if refusal:
+                spawner.log.info("%s: refused by Kueue: %s", spawner._log_name, refusal)
+                return refusal
+            if words != said:
+                state.messages.append(words)
+                state.held_in, said = queue, words
+        await asyncio.sleep(LOOK_EVERY)
+
+
+def say_admitted(state: Any) -> None:
+    """Say once in the spawn's progress that Kueue admitted it, if it said Kueue held it (from
+    the watch above, or from the start that finished first)."""
+    if state.held_in:
+        state.messages.append(f"Kueue admitted the server in queue {state.held_in}.")
+        state.held_in = None
+
+
+def webhook_refusal(exc: BaseException) -> str | None:
+    """The user's words when the API server refused a pod because an admission webhook could
+    not be called (Kueue's fail closed: Kueue is down), else None."""
+    if not isinstance(exc, ApiException) or (exc.status or 0) < 500:
+        return None
+    body = str(exc.body or "")
+    try:
+        body = str(json.loads(body).get("message") or body)
+    except (ValueError, AttributeError):
+        pass
+    match = re.search(r'failed calling webhook \\?"([^"\\]+)', body)
+    if match is None:
+        return None
+    if match.group(1) in POD_WEBHOOKS:
+        return (
+            "Kueue, which admits this cluster's servers, is not answering, so no server can start now"
+            f' (the cluster said: failed calling webhook "{match.group(1)}"). Please try again in a few minutes;'
+            " if it lasts, tell your administrator."
+        )
+    return (
+        f'The cluster\'s admission webhook "{match.group(1)}" is not answering, so no server can start now.'
+        " Please try again in a few minutes; if it lasts, tell your administrator."
+    )
+
+
+async def release_finalizer(spawner: Any, grace: float | None = None) -> None:
+    """Once the server's pod has been deleted for ``grace`` seconds and still carries only
+    Kueue's finalizer (Kueue is gone and cannot remove it), remove it so the stop finishes;
+    logged. Runs beside KubeSpawner's stop; returns when the pod is gone or released."""
+    grace = FINALIZER_GRACE if grace is None else grace
+    key = f"{spawner.namespace}/{spawner.pod_name}"
+    deleted_seen: float | None = None
+    while True:
+        reflector = spawner.pod_reflector
+        pod = reflector.pods.get(key) if reflector is not None else None
+        if pod is None and deleted_seen is not None:
+            return
+        meta = (pod or {}).get("metadata") or {}
+        deleting = bool(meta.get("deletionTimestamp") or meta.get("deletion_timestamp"))
+        if deleting and deleted_seen is None:
+            deleted_seen = time.monotonic()
+        finalizers = meta.get("finalizers") or []
+        if deleted_seen is not None and time.monotonic() - deleted_seen >= grace and finalizers == [MANAGED_FINALIZER]:
+            patch = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers}, {"op": "remove", "path": "/metadata/finalizers"}]
+            try:
+                # Through pods/status: Kueue's validating webhook takes every update of "pods" (and
+                # fails closed while Kueue is down), not of "pods/status"; the API server keeps a
+                # status update's finalizers (podStatusStrategy.PrepareForUpdate resets spec, not them).
+                await spawner.api.patch_namespaced_pod_status(
+                    spawner.pod_name, spawner.namespace, patch, _content_type="application/json-patch+json", _request_timeout=5
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    spawner.log.warning("%s: could not remove Kueue's finalizer (%s); trying again", spawner._log_name, brief(exc))
+                    await asyncio.sleep(5)
+                    continue
+            spawner.log.warning(
+                "%s: pod %s kept Kueue's finalizer %s for %.0f s after its deletion (is Kueue running?); removed it so the stop"
+                " can finish. Kueue counts the pod's quota as released when it sees the pod gone.",
+                spawner._log_name,
+                key,
+                MANAGED_FINALIZER,
+                grace,
+            )
+            return
+        await asyncio.sleep(1.0)
+
+
+def stop_notice(condition: Mapping[str, Any], queue: str, at: datetime | None = None) -> dict[str, str]:
+    """What the home page says about a server Kueue stopped (its pod's ``TerminationTarget``
+    condition): {"time": ISO, "why": words}."""
+    reason, message = str(condition.get("reason") or ""), str(condition.get("message") or "")
+    where = f" in queue {queue}" if queue else ""
+    evicted = reason.startswith(STOP_EVICTED)  # "WorkloadEvictedDueTo<the Workload's Evicted reason>"
+    if evicted and "prioritization in the ClusterQueue" in message:
+        why = f"to make room for a higher-priority job{where}"
+    elif evicted and "reclamation within the cohort" in message:
+        why = f"because another queue took back the GPU quota its queue{where} had lent"
+    elif evicted and reason.endswith("PodsReadyTimeout"):
+        why = f"by Kueue{where}: it was not ready within the time Kueue allows (its waitForPodsReady timeout)"
+    elif evicted and "Fair Sharing" in message:
+        why = f"to give other queues their fair share of the GPUs (Kueue's fair sharing){where}"
+    else:
+        why = f"by Kueue{where}: {(message or reason or 'no reason given').strip().rstrip('.')}"
+    when = condition.get("lastTransitionTime") or (at or datetime.now(UTC)).isoformat()
+    return {"time": str(when), "why": why}
+
+
+def ended_by_kueue(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Kueue's ``TerminationTarget`` condition on a pod it is stopping, else None."""
+    cond = _condition(pod, TERMINATION_TARGET)
+    return cond if cond is not None and cond.get("status") == "True" else None
+
+
+def managed(spawner: Any) -> bool:
+    """Whether the server's pod, as KubeSpawner's reflector last saw it, carries Kueue's finalizer."""
+    reflector = spawner.pod_reflector
+    pod = reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector is not None else None
+    return MANAGED_FINALIZER in (((pod or {}).get("metadata") or {}).get("finalizers") or ())

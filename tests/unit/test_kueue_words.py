@@ -1,0 +1,73 @@
+"""What the hub says of a spawn Kueue holds, refuses, preempts, or cannot be asked about, from
+Kueue's own shapes (Workload conditions, the visibility API's summary, the API server's
+webhook refusal, the pod condition Kueue sets before it deletes a pod)."""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes_asyncio.client import ApiException
+
+from gpuspawner.hub.kueue import held_words, position, stop_notice, webhook_refusal
+
+PENDING = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h100, 1 more needed"
+
+
+def workload(reason: str, message: str, status: str = "False") -> dict:
+    return {
+        "metadata": {"name": "pod-x-1"},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": status, "reason": reason, "message": message}]},
+    }
+
+
+def test_held_words_wait_refuse_or_say_the_place():
+    assert held_words(None, "ml") == ("Waiting for GPU quota in queue ml.", None)
+    words, refusal = held_words(workload("Pending", PENDING), "ml", (3, 7))
+    assert words == f"Waiting for GPU quota in queue ml (position 3 of 7). Kueue says: {PENDING}." and refusal is None
+    _, refusal = held_words(workload("Inadmissible", "LocalQueue ml doesn't exist"), "ml")
+    assert refusal == "Kueue cannot admit this server in queue ml: LocalQueue ml doesn't exist. Please tell your administrator."
+    never = "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor h100, previously considered podsets requests (0) + current podset request (4) > maximum capacity (2)"
+    assert held_words(workload("Pending", never), "ml")[1].startswith("Kueue can never admit this server in queue ml: couldn't assign")
+    # one flavor can never fit, another may once quota frees up: waiting helps
+    assert held_words(workload("Pending", f"{never}; {PENDING}"), "ml")[1] is None
+    assert held_words(workload("QuotaReserved", "", "True"), "ml")[0] == "Kueue has reserved GPU quota in queue ml."
+
+
+def test_the_place_comes_from_the_visibility_summary():
+    summary = {
+        "items": [{"metadata": {"name": "a"}, "positionInLocalQueue": 0}, {"metadata": {"name": "pod-x-1"}, "positionInLocalQueue": 1}]
+    }
+    assert position(summary, "pod-x-1") == (2, 2)
+    assert position(summary, "gone") is None and position(None, "a") is None
+
+
+def test_a_failed_webhook_call_is_a_503_message_naming_kueue():
+    body = json.dumps(
+        {
+            "kind": "Status",
+            "message": 'Internal error occurred: failed calling webhook "mpod.kb.io": failed to call webhook: Post "https://127.0.0.1:1/mutate--v1-pod": dial tcp 127.0.0.1:1: connect: connection refused',
+        }
+    )
+    exc = ApiException(status=500, reason="Internal Server Error")
+    exc.body = body
+    assert webhook_refusal(exc).startswith("Kueue, which admits this cluster's servers, is not answering")
+    other = ApiException(status=500)
+    other.body = json.dumps({"message": 'failed calling webhook "policy.example.org": timeout'})
+    assert webhook_refusal(other).startswith('The cluster\'s admission webhook "policy.example.org" is not answering')
+    forbidden = ApiException(status=403)
+    forbidden.body = body
+    assert webhook_refusal(forbidden) is None and webhook_refusal(ValueError("x")) is None
+
+
+def test_kueues_stop_reasons_in_words():
+    preempted = "Preempted to accommodate a workload (UID: u, JobUID: j) due to prioritization in the ClusterQueue; preemptor path: /cq; preemptee path: /cq"
+    notice = stop_notice(
+        {"reason": "WorkloadEvictedDueToPreempted", "message": preempted, "lastTransitionTime": "2026-11-27T14:02:00Z"}, "research"
+    )
+    assert notice == {"time": "2026-11-27T14:02:00Z", "why": "to make room for a higher-priority job in queue research"}
+    reclaimed = preempted.replace("prioritization in the ClusterQueue", "reclamation within the cohort")
+    assert "took back the GPU quota" in stop_notice({"reason": "WorkloadEvictedDueToPreempted", "message": reclaimed}, "ml")["why"]
+    ready = stop_notice({"reason": "WorkloadEvictedDueToPodsReadyTimeout", "message": "Exceeded the PodsReady timeout ns/pod-x."}, "ml")
+    assert ready["why"] == "by Kueue in queue ml: it was not ready within the time Kueue allows (its waitForPodsReady timeout)"
+    other = stop_notice({"reason": "WorkloadEvictedDueToDeactivated", "message": "The workload is deactivated."}, "ml")
+    assert other["why"] == "by Kueue in queue ml: The workload is deactivated"
