@@ -213,7 +213,10 @@ def kueue_documents(
 
     documents = [
         Document(
-            f"The cpu/memory flavor of ClusterQueue {cluster_queue}: no node labels, it matches every node.",
+            f"The cpu/memory flavor of ClusterQueue {cluster_queue}: no node labels, it matches every node.\n"
+            "The GPU flavors below: one per placement of the GPU offerings, nodeLabels from the offering's node\n"
+            "selector, tolerations as its pod has them. Node affinity (e.g. 'not a MIG node') has no place in a\n"
+            "flavor: the pod keeps it, and Kueue reads it when it picks a flavor.",
             {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": CPU_FLAVOR}, "spec": {}},
         )
     ]
@@ -225,8 +228,7 @@ def kueue_documents(
             spec["tolerations"] = flavor.tolerations
         documents.append(
             Document(
-                f"Offering(s) {', '.join(flavor.slugs)}: nodeLabels from the node selector, tolerations as the pod has them.\n"
-                "Offerings' node affinity (e.g. 'not a MIG node') has no place in a flavor: the pod keeps it.",
+                f"Offering(s) {', '.join(flavor.slugs)}: their node selector and tolerations.",
                 {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor.name}, "spec": spec},
             )
         )
