@@ -25,6 +25,7 @@ import yaml
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.nodes import standard_nodes
 from tests.conftest import fresh_namespace, wait_for
+from tests.kueue.test_kueue_devcluster import condition, pod, workload_of
 
 pytestmark = pytest.mark.cluster
 API = "/apis/kueue.x-k8s.io/v1beta2"
@@ -106,21 +107,6 @@ def pod_for(name: str, queue: str, limits: dict, selector: dict, tolerations: li
 
 def mig_pod(name: str) -> dict:
     return pod_for(name, "gpu", {"nvidia.com/mig-1g.5gb": "1"}, {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}, [GPU_TOLERATION])
-
-
-def pod(kube, ns, name):
-    return kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
-
-
-def workload_of(kube, ns, name) -> dict | None:
-    for wl in kube.request("GET", f"{API}/namespaces/{ns}/workloads")["items"]:
-        if any(o.get("name") == name and o.get("kind") == "Pod" for o in wl["metadata"].get("ownerReferences") or []):
-            return wl
-    return None
-
-
-def condition(wl: dict | None, kind: str) -> dict | None:
-    return next((c for c in ((wl or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
 
 def admitted(kube, ns, name) -> dict | None:
