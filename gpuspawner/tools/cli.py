@@ -3,6 +3,8 @@
 gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
 gpuspawner offerings [--nodes F] [--pods F] [--slices F --device-classes F [--claims F]] [--config F]
                      [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
+gpuspawner kueue [--config F] [--nodes F ...] [--cluster-queue NAME] [--namespace NS] [--output F]
+                     Kueue's flavors, ClusterQueue and LocalQueues as YAML (docs/kueue.md)
 gpuspawner report [--since 7d] [--by user|group|offering] [--format table|csv|json] --prometheus-url URL
 gpuspawner probe [--once] [--port N] [--node NAME] [--namespace NS] [--proc DIR]   the per-pod GPU probe (docs/probe.md)
 """
@@ -214,33 +216,46 @@ def _dra_state(nodes: list[dict], dra: dict[str, list[dict]] | None):
     return index.dra
 
 
+def _snapshot(args: argparse.Namespace):
+    """The config (or None), the notebook and where its cpu/memory came from, the nodes, pods,
+    DRA state and the hub's catalog, from --nodes files or the live cluster.
+
+    Raises ValueError or OfferingConfigError for the admin's mistakes, RuntimeError where the
+    cluster could not be read."""
+    from gpuspawner.offerings.catalog import build_catalog
+    from gpuspawner.offerings.discovery import discover
+
+    config = _config_from_file(args.config) if args.config else None
+    notebook, source = _notebook(config, args)
+    if args.nodes:
+        nodes = _read_items(args.nodes, "nodes")
+        pods = _read_items(args.pods, "pods -A") if args.pods else []
+        dra = _dra_files(args)
+    elif args.pods or args.slices or args.device_classes or args.claims:
+        raise ValueError("--pods, --slices, --device-classes and --claims need --nodes (or none of them, to read the live cluster)")
+    else:
+        try:
+            nodes, pods, dra = _live_items(args)
+        except Exception as exc:
+            raise RuntimeError(f"could not read the cluster ({type(exc).__name__}: {exc}); give --nodes FILE to work offline") from None
+    catalog_config = _catalog_config(config)
+    dra_state = _dra_state(nodes, dra)
+    discovered = discover(nodes, catalog_config.vgpu_class_labels) + dra_state.discovered()
+    catalog = build_catalog(catalog_config, nodes, discovered)
+    return config, notebook, source, nodes, pods, dra_state, catalog, catalog_config
+
+
 def _offerings(args: argparse.Namespace) -> int:
     from gpuspawner.capacity.counts import availability, unreached
     from gpuspawner.dra.devices import unmatched
-    from gpuspawner.offerings.catalog import build_catalog
-    from gpuspawner.offerings.discovery import discover
     from gpuspawner.offerings.entry import OfferingConfigError
 
     try:
-        config = _config_from_file(args.config) if args.config else None
-        notebook, source = _notebook(config, args)
-        if args.nodes:
-            nodes = _read_items(args.nodes, "nodes")
-            pods = _read_items(args.pods, "pods -A") if args.pods else []
-            dra = _dra_files(args)
-        elif args.pods or args.slices or args.device_classes or args.claims:
-            return _fail("--pods, --slices, --device-classes and --claims need --nodes (or none of them, to read the live cluster)")
-        else:
-            try:
-                nodes, pods, dra = _live_items(args)
-            except Exception as exc:
-                return _fail(f"could not read the cluster ({type(exc).__name__}: {exc}); give --nodes FILE to work offline", 1)
-        catalog_config = _catalog_config(config)
-        dra_state = _dra_state(nodes, dra)
-        discovered = discover(nodes, catalog_config.vgpu_class_labels) + dra_state.discovered()
-        catalog = build_catalog(catalog_config, nodes, discovered)
+        _, notebook, source, nodes, pods, dra_state, catalog, catalog_config = _snapshot(args)
     except (ValueError, OfferingConfigError) as exc:
         return _fail(str(exc))
+    except RuntimeError as exc:
+        return _fail(str(exc), 1)
     for warning in unmatched(catalog, dra_state):
         print(f"gpuspawner: warning: {warning}", file=sys.stderr)
     rows = []
@@ -278,7 +293,74 @@ def _offerings(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- kueue
+
+
+def _kueue(args: argparse.Namespace) -> int:
+    """Kueue's ResourceFlavors, ClusterQueue and LocalQueues for the hub's offerings, as YAML (docs/kueue.md)."""
+    from gpuspawner.capacity.checks import gpuspawner_section
+    from gpuspawner.capacity.counts import availability
+    from gpuspawner.capacity.kueuequeues import KueueRouting
+    from gpuspawner.capacity.kueueyaml import allocatable_totals, kueue_documents, render
+    from gpuspawner.offerings.entry import OfferingConfigError
+
+    try:
+        config, notebook, _, nodes, pods, dra_state, catalog, _ = _snapshot(args)
+        section = gpuspawner_section(config)
+        routing = KueueRouting.from_settings(section.get("kueue_queues"), section.get("kueue_priority_classes"))
+        namespace = args.namespace or section.get("namespace")
+        if not namespace:
+            raise ValueError("no namespace for the LocalQueues: give --namespace, or --config with c.KubeSpawner.namespace")
+        capacities = {o.slug: availability(o, nodes, pods, notebook).capacity for o in catalog if o.claim is None}
+        documents = kueue_documents(
+            catalog,
+            capacities,
+            cluster_queue=args.cluster_queue,
+            namespace=namespace,
+            local_queues=routing.queues(),
+            cpu_memory=allocatable_totals(nodes),
+            priority_classes=routing.priority_classes.values(),
+        )
+    except (ValueError, OfferingConfigError) as exc:
+        return _fail(str(exc))
+    except RuntimeError as exc:
+        return _fail(str(exc), 1)
+    if not routing.queues():
+        print("gpuspawner: warning: c.GPUSpawner.kueue_queues names no queue: no LocalQueue written", file=sys.stderr)
+    text = render(
+        documents,
+        header="Written by `gpuspawner kueue` (docs/kueue.md). Review it, then: kubectl apply --server-side -f FILE",
+    )
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 # --------------------------------------------------------------------------- main
+
+
+def _snapshot_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of :func:`_snapshot`: where the nodes, pods and config come from."""
+    parser.add_argument("--nodes", metavar="FILE", help="`kubectl get nodes -o json` output (offline mode)")
+    parser.add_argument("--pods", metavar="FILE", help="`kubectl get pods -A -o json` output, for free counts")
+    parser.add_argument("--slices", metavar="FILE", help="`kubectl get resourceslices -o json` output: DRA devices (with --nodes)")
+    parser.add_argument("--device-classes", metavar="FILE", help="`kubectl get deviceclasses -o json` output (with --slices)")
+    parser.add_argument("--claims", metavar="FILE", help="`kubectl get resourceclaims -A -o json` output, for DRA free counts")
+    parser.add_argument("--config", metavar="FILE", help="a jupyterhub_config.py to read c.GPUSpawner from")
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for live mode (default: $KUBECONFIG)")
+    parser.add_argument(
+        "--cpu-guarantee",
+        type=float,
+        metavar="CORES",
+        help="CPU cores each notebook requests (default: c.KubeSpawner.cpu_guarantee from --config)",
+    )
+    parser.add_argument(
+        "--mem-guarantee",
+        metavar="SIZE",
+        help="memory each notebook requests, e.g. 1G (zero-to-jupyterhub's default; default: c.KubeSpawner.mem_guarantee)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -294,26 +376,18 @@ def parser() -> argparse.ArgumentParser:
     dev.set_defaults(func=_devcluster)
 
     off = sub.add_parser("offerings", help="print the offerings the spawner would show, with capacity and free counts")
-    off.add_argument("--nodes", metavar="FILE", help="`kubectl get nodes -o json` output (offline mode)")
-    off.add_argument("--pods", metavar="FILE", help="`kubectl get pods -A -o json` output, for free counts")
-    off.add_argument("--slices", metavar="FILE", help="`kubectl get resourceslices -o json` output: DRA devices (with --nodes)")
-    off.add_argument("--device-classes", metavar="FILE", help="`kubectl get deviceclasses -o json` output (with --slices)")
-    off.add_argument("--claims", metavar="FILE", help="`kubectl get resourceclaims -A -o json` output, for DRA free counts")
-    off.add_argument("--config", metavar="FILE", help="a jupyterhub_config.py to read c.GPUSpawner from")
-    off.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for live mode (default: $KUBECONFIG)")
-    off.add_argument(
-        "--cpu-guarantee",
-        type=float,
-        metavar="CORES",
-        help="CPU cores each notebook requests (default: c.KubeSpawner.cpu_guarantee from --config)",
-    )
-    off.add_argument(
-        "--mem-guarantee",
-        metavar="SIZE",
-        help="memory each notebook requests, e.g. 1G (zero-to-jupyterhub's default; default: c.KubeSpawner.mem_guarantee)",
-    )
+    _snapshot_arguments(off)
     off.add_argument("--json", action="store_true", help="print a JSON list")
     off.set_defaults(func=_offerings)
+
+    kq = sub.add_parser("kueue", help="Kueue's ResourceFlavors, ClusterQueue and LocalQueues for the offerings, as YAML to review")
+    _snapshot_arguments(kq)
+    kq.add_argument("--cluster-queue", default="gpuspawner", metavar="NAME", help="the ClusterQueue's name (default: gpuspawner)")
+    kq.add_argument(
+        "--namespace", metavar="NS", help="the hub's namespace, for the LocalQueues (default: c.KubeSpawner.namespace from --config)"
+    )
+    kq.add_argument("--output", "-o", metavar="FILE", help="write the YAML to FILE (default: standard output)")
+    kq.set_defaults(func=_kueue)
 
     from gpuspawner.tools import report
 

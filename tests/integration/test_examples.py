@@ -579,6 +579,33 @@ def test_chart_values_name_the_service_account_and_reject_typos(tmp_path):
     assert typo.returncode != 0 and "serviceaccount" in typo.stderr, typo.stdout + typo.stderr
 
 
+def test_chart_kueue_reads_only_when_enabled(tmp_path):
+    """kueue.enabled adds to the ClusterRole reads of Kueue's four kinds (docs/kueue.md), and no more."""
+
+    def rules(*sets: str) -> list[dict]:
+        args = [a for s in sets for a in ("--set", s)]
+        rendered = helm("template", "r", str(CHART), "--namespace", "jhub", *args, home=tmp_path)
+        assert rendered.returncode == 0, rendered.stderr
+        (role,) = [d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "ClusterRole"]
+        return role["rules"]
+
+    off = rules()
+    assert not any("kueue.x-k8s.io" in rule["apiGroups"] for rule in off)  # off by default
+    on = rules("kueue.enabled=true")
+    assert on[: len(off)] == off
+    assert on[len(off) :] == [
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["workloads", "localqueues", "clusterqueues", "resourceflavors"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    lint = helm("lint", "--strict", str(CHART), "--set", "kueue.enabled=true", home=tmp_path)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    typo = helm("template", "r", str(CHART), "--set", "kueue.enable=true", home=tmp_path)
+    assert typo.returncode != 0 and "enable" in typo.stderr, typo.stdout + typo.stderr
+
+
 @cluster
 def test_chart_dra_role_lets_the_hub_manage_claim_templates_in_its_namespace_only(kube, namespace, tmp_path):
     """With dra.enabled the hub may make, own, list and delete ResourceClaimTemplates and read
