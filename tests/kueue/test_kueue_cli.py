@@ -22,8 +22,6 @@ import sys
 import pytest
 import yaml
 
-from gpuspawner.devcluster.cluster import DevCluster
-from gpuspawner.devcluster.nodes import standard_nodes
 from tests.conftest import fresh_namespace, wait_for
 from tests.kueue.test_kueue_devcluster import condition, pod, workload_of
 
@@ -33,16 +31,6 @@ GATE = "kueue.x-k8s.io/admission"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 MIG_FLAVOR = "mig-nvidia-a100-sxm4-40gb"
 T4_FLAVOR = "shared-tesla-t4-time-slicing-4x"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = DevCluster(tmp_path_factory.mktemp("kueue-cli-devcluster"))
-    try:
-        cluster.up(nodes=standard_nodes(), kueue=True)
-        yield cluster
-    finally:
-        cluster.down(quiet=True)
 
 
 @pytest.fixture(scope="module")
