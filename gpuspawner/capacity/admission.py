@@ -28,6 +28,8 @@ QUOTA_KEYS = ("total", *(k.value for k in Kind if k is not Kind.CPU))
 class Decision:
     action: str
     message: str = ""
+    #: The Kueue LocalQueue whose quota, not the nodes, refused or delayed it ("" otherwise).
+    queue: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ def admit(
     what = offering.display_name if count == 1 else f"{count} x {offering.display_name} on one node"
     instead = alternatives(others, offering.slug)
     room = avail.queue
-    if room is not None and room.known and (room.largest or 0) < count:  # Kueue's quota alone refuses it
+    by_queue = room.queue if room is not None and room.known and (room.largest or 0) < count else ""
+    if room is not None and by_queue:  # Kueue's quota alone refuses it
         why = f"No {what} is free now: {queue_words(room.queue, room.largest or 0, avail.node_free or 0)}."
     elif offering.scalable_nodes:
         return Decision(
@@ -87,10 +90,10 @@ def admit(
     refusal = why + (f" Free now: {instead}." if instead else "")
     policy = offering.admission or default_policy
     if policy == AdmissionPolicy.WARN:
-        return Decision(WARN, f"No {what} is free right now; your server will start when one is. {refusal}")
+        return Decision(WARN, f"No {what} is free right now; your server will start when one is. {refusal}", by_queue)
     if policy == AdmissionPolicy.QUEUE:
-        return Decision(QUEUE, f"No {what} is free right now: you are in the queue for the next one.")
-    return Decision(REFUSE, refusal)
+        return Decision(QUEUE, f"No {what} is free right now: you are in the queue for the next one.", by_queue)
+    return Decision(REFUSE, refusal, by_queue)
 
 
 @dataclass(frozen=True)

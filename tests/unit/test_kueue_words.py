@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from gpuspawner.capacity.admission import REFUSE, WARN, Decision, admit
 from gpuspawner.core.model import Availability, QueueRoom
+from gpuspawner.hub.scheduling import refusal
+from gpuspawner.names.vocabulary import Refusal
 from gpuspawner.offerings.config import offering_from_config
 from gpuspawner.page.cards import availability_text
 
@@ -45,7 +47,9 @@ def test_page_words():
 
 def test_a_block_spawn_the_queue_allows_none_is_refused_in_the_same_words():
     decision = admit(H100, 1, NODES.within(QueueRoom("ml-course", free=0, largest=0)), "block")
-    assert decision == Decision(REFUSE, "No H100 is free now: 2 free on the nodes; your queue 'ml-course' allows none more.")
+    assert decision == Decision(REFUSE, "No H100 is free now: 2 free on the nodes; your queue 'ml-course' allows none more.", "ml-course")
+    refused = str(refusal(Refusal.NO_CAPACITY, decision))
+    assert refused.endswith("allows none more. Please pick another option, or try again when a server of your queue has stopped.")
     # four GPUs for one server where the queue's flavors leave at most two in one: the queue says so
     decision = admit(H100, 4, Availability(8, 0, 8, 8).within(QueueRoom("ml-course", free=3, largest=2)), "warn")
     assert (
