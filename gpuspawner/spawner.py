@@ -440,13 +440,13 @@ class GPUSpawner(KubeSpawner):
         inventory = self.inventory
         return None if inventory.forbidden else inventory.index
 
-    def availability(self, offering: Offering) -> Availability:
+    def availability(self, offering: Offering, through_queue: bool = True) -> Availability:
         """Capacity and free units of ``offering`` now; uncounted where there are no counts.
-        Where this user's server of it goes through a Kueue queue, the smaller of the nodes'
-        count and what the queue still admits (see :meth:`queue_room`)."""
+        Where this user's server of it goes through a Kueue queue (and ``through_queue``), the
+        smaller of the nodes' count and what the queue still admits (see :meth:`queue_room`)."""
         index = self.counts()
         avail = index.availability(offering) if index is not None else UNCOUNTED
-        room = self.queue_room(offering)
+        room = self.queue_room(offering) if through_queue else None
         return avail.within(room) if room is not None else avail
 
     def queue_room(self, offering: Offering) -> QueueRoom | None:
