@@ -340,7 +340,10 @@ class GPUSpawner(KubeSpawner):
         listed that the user is in wins) and `offerings` (slug -> queue, "" for none; the only way
         to send the CPU offering through Kueue). The most specific wins: offering, group, default.
         The pod gets the label `kueue.x-k8s.io/queue-name` and Kueue admits it by its
-        ClusterQueue's quota. Empty: no server goes through Kueue. Example::
+        ClusterQueue's quota. The spawn page's free count, and admission, are then the smaller
+        of the nodes' and what the user's queue still allows (the hub watches Kueue's queues:
+        it needs list/watch on `localqueues`, `clusterqueues` and `resourceflavors`; without,
+        the page says the queue's limit is unknown). Empty: no server goes through Kueue. Example::
 
             c.GPUSpawner.kueue_queues = {"default": "gpu", "groups": {"ml-course": "ml-course"}}
         """,
