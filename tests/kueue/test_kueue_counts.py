@@ -6,6 +6,9 @@ A GPUSpawner in this process, on a devcluster of this module's own with Kueue v0
 ResourceFlavor for the H100 node (8 GPUs), a ClusterQueue with 2 of them, a LocalQueue
 ``ml-course`` in the hub's namespace, and ``kueue_queues`` sending the H100 offering there (the others count the nodes only).
 
+On a second devcluster without Kueue (its API not served: 404), the hub's watch says so, the
+nodes' count stands and the page says the queue's limit is unknown.
+
 The spawner's event loop runs in a thread of its own, so that its watches go on while the
 test waits (``wait_for``) for them to see a change.
 """
@@ -23,8 +26,10 @@ import pytest
 
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.nodes import standard_nodes
+from gpuspawner.hub.inventory import KUEUE_NOT_SERVED, Inventory
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.hub.spawnform import render_gpu_form
+from gpuspawner.page.cards import availability_text
 from tests.conftest import fresh_namespace, wait_for
 from tests.integration.test_spawner import make_spawner
 
@@ -106,9 +111,17 @@ def queues(kube, ns):
     return "ml-course"
 
 
-def test_the_page_says_the_queue_limits_its_count_drops_and_a_block_spawn_is_refused(cluster, ns, loop, queues):
+def in_loop(loop):
+    """``run(coro)``: run a coroutine in ``loop``'s thread and wait for its result."""
+
     def run(coro, timeout: float = 120):
         return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+    return run
+
+
+def test_the_page_says_the_queue_limits_its_count_drops_and_a_block_spawn_is_refused(cluster, ns, loop, queues):
+    run = in_loop(loop)
 
     async def awaited(call):
         return await call()  # (start() and stop() make their task in the loop that runs them)
@@ -158,3 +171,38 @@ def test_the_page_says_the_queue_limits_its_count_drops_and_a_block_spawn_is_ref
     finally:
         for server in started:
             run(awaited(functools.partial(server.stop, now=True)))
+
+
+def test_without_kueue_the_nodes_are_counted_and_the_queue_limit_is_unknown(tmp_path_factory, loop):
+    """A cluster that does not serve Kueue's API (404): the hub's watch says so, the nodes' count
+    stands, and the page says the queue's limit is unknown (never an error, never a made-up number)."""
+    from kubernetes_asyncio import client, config
+
+    run = in_loop(loop)
+    plain = DevCluster(tmp_path_factory.mktemp("no-kueue"))
+    try:
+        plain.up(nodes=standard_nodes())
+
+        async def watching() -> tuple[Inventory, object]:
+            api = await config.new_client_from_config(str(plain.kubeconfig))
+            inventory = Inventory(client.CoreV1Api(api))
+            inventory.start()
+            inventory.watch_kueue("default")
+            return inventory, api
+
+        inventory, api = run(watching())
+        try:
+            kueue = inventory.index.kueue
+            wait_for(lambda: inventory.ready and kueue.unavailable, "the inventory to find Kueue's API not served", 60)
+            assert kueue.unavailable == KUEUE_NOT_SERVED
+            h100 = next(o for o in inventory.index.discovered() if o.slug == H100)
+            room = kueue.room(h100, inventory.index.notebook, "default", "ml-course")
+            assert not room.known
+            avail = inventory.index.availability(h100).within(room)
+            assert avail.free == 8 and inventory.health.ready
+            assert availability_text(h100, avail, "block", 0) == ("8 of 8 free on the nodes; your queue's limit is unknown", "")
+        finally:
+            run(inventory.stop())
+            run(api.close())
+    finally:
+        plain.down(quiet=True)
