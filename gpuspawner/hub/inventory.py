@@ -153,6 +153,7 @@ class Inventory:
         #: Kubernetes' custom objects API for Kueue's kinds (None: a stand-in without one).
         self.kueue_api = kueue_api if kueue_api is not None else _custom_api(api)
         self._kueue_started = False
+        self._kueue_refusals: dict[str, str] = {}  # stream -> why it may not be read
         #: The resource.k8s.io/v1 API (None: no DRA streams; DRA offerings then have no counts).
         self.dra_api = dra_api if dra_api is not None else _resource_api(api)
         self._dra_synced = dict.fromkeys(DRA_STREAMS, False)
@@ -375,22 +376,30 @@ class Inventory:
                 )
 
     def _kueue_refused(self, kind: str, refused: Refused) -> None:
-        """Kueue not served (404) or not readable (403): each queue's limit is unknown; the rest is untouched."""
+        """Kueue not served (404) or not readable (403): each queue's limit is unknown; the rest is
+        untouched. Said once in the log until that stream may be read again."""
         self._set_synced(kind, False)
-        kueue = self.index.kueue
-        if not kueue.unavailable:
-            if refused.status == 404:
-                kueue.unavailable = KUEUE_NOT_SERVED
-                log.warning("inventory: %s; the spawn page says each queue's limit is unknown", kueue.unavailable)
-            else:
-                kueue.unavailable = KUEUE_FORBIDDEN
-                log.warning(
-                    "GPUSpawner cannot read Kueue's queues: %s (the API server answered %d to %s). Grant those "
-                    "permissions; until then the spawn page counts the nodes only and says each queue's limit is unknown.",
-                    kueue.unavailable,
-                    refused.status,
-                    refused.what,
-                )
+        why = KUEUE_NOT_SERVED if refused.status == 404 else KUEUE_FORBIDDEN
+        said = self._kueue_refusals.get(kind)
+        self._kueue_refusals[kind] = why
+        self.index.kueue.unavailable = next(iter(self._kueue_refusals.values()))
+        if said == why or why in [w for k, w in self._kueue_refusals.items() if k != kind]:
+            return
+        if refused.status == 404:
+            log.warning("inventory: %s; the spawn page says each queue's limit is unknown", why)
+        else:
+            log.warning(
+                "GPUSpawner cannot read Kueue's queues: %s (the API server answered %d to %s). Grant those "
+                "permissions; until then the spawn page counts the nodes only and says each queue's limit is unknown.",
+                why,
+                refused.status,
+                refused.what,
+            )
+
+    def _kueue_allowed(self, kind: str) -> None:
+        """The ``kind`` stream's watch was accepted."""
+        if self._kueue_refusals.pop(kind, None) is not None:
+            self.index.kueue.unavailable = next(iter(self._kueue_refusals.values()), "")
 
     def _apply(self, kind: str):
         if kind in KUEUE_STREAMS:
@@ -435,9 +444,15 @@ class Inventory:
                     self._dra_refused(kind, exc)
                     await asyncio.sleep(self.forbidden_retry)
                     continue
-                if kind in KUEUE_STREAMS and isinstance(exc, Refused) and exc.status in (403, 404):
-                    self._kueue_refused(kind, exc)
-                    await asyncio.sleep(self.forbidden_retry)
+                if kind in KUEUE_STREAMS:  # Kueue's streams never touch the nodes' health or the outage count
+                    if isinstance(exc, Refused) and exc.status in (403, 404):
+                        self._kueue_refused(kind, exc)
+                        await asyncio.sleep(self.forbidden_retry)
+                        continue
+                    self._set_synced(kind, False)
+                    log.warning("inventory: %s stream failed (%s: %s); retrying in %.1fs", kind, type(exc).__name__, exc, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
                     continue
                 self.stream_failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
@@ -465,7 +480,7 @@ class Inventory:
         if kind in DRA_STREAMS:
             self._dra_unavailable = ""
         elif kind in KUEUE_STREAMS:
-            self.index.kueue.unavailable = ""
+            self._kueue_allowed(kind)
         else:
             self._allowed(kind)
         buffer = b""

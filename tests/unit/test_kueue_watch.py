@@ -49,14 +49,16 @@ class Refusing(Body):
 class Custom:
     """CustomObjectsApi's two list calls, answering from ``items`` by plural (or refusing with ``status``)."""
 
-    def __init__(self, status: int = 200):
-        self.status = status
+    def __init__(self, status: int = 200, refuse: tuple[str, ...] = ()):
+        self.status, self.refuse = status, refuse  # refuse: only these plurals get ``status``
         self.calls: list[tuple] = []
         self.items = {"localqueues": [LOCAL], "clusterqueues": [cq("0", "1")], "resourceflavors": [FLAVOR]}
         self.watch_events = {"clusterqueues": [event("MODIFIED", cq("1", "2"))]}
 
     async def _answer(self, plural: str, kwargs: dict):
-        if self.status != 200:
+        if self.status == 0 and plural in self.refuse:
+            raise ConnectionResetError("Kueue's stream dropped")
+        if self.status != 200 and (not self.refuse or plural in self.refuse):
             return Refusing(self.status)
         if kwargs.get("watch"):
             return Body(b"", self.watch_events.pop(plural, []))
@@ -115,3 +117,28 @@ async def test_kueue_not_installed_or_not_readable_leaves_the_limit_unknown_and_
             assert inventory.ready and inventory.health.ready and not inventory.forbidden  # the nodes' counts stand
         finally:
             await inventory.stop()
+
+
+async def test_one_kind_refused_keeps_the_limit_unknown_and_kueues_failures_are_not_outages():
+    inventory = Inventory(Api(), kueue_api=Custom(403, refuse=("resourceflavors",)), forbidden_retry=60)
+    inventory.start()
+    try:
+        assert await inventory.wait_ready(5)
+        inventory.watch_kueue("jhub")
+        kueue = inventory.index.kueue
+        await until(lambda: kueue.synced["localqueues"] and kueue.synced["clusterqueues"] and kueue.unavailable)
+        await asyncio.sleep(0.05)  # the other streams' watches are accepted: the refusal stays
+        assert kueue.unavailable == KUEUE_FORBIDDEN and not kueue.room(H100, Notebook(), "jhub", "team").known
+    finally:
+        await inventory.stop()
+
+    inventory = Inventory(Api(), kueue_api=Custom(0, refuse=("clusterqueues",)))
+    inventory.start()
+    try:
+        assert await inventory.wait_ready(5)
+        inventory.watch_kueue("jhub")
+        await asyncio.sleep(0.3)  # the ClusterQueue stream fails and retries meanwhile
+        assert inventory.stream_failures == 0 and inventory.health.ready and not inventory.last_error
+        assert inventory.index.kueue.room(H100, Notebook(), "jhub", "team").unknown  # not listed: unknown, no number
+    finally:
+        await inventory.stop()
