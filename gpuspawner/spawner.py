@@ -32,7 +32,7 @@ from gpuspawner.capacity.checks import config_problems
 from gpuspawner.capacity.index import ClusterIndex, Health
 from gpuspawner.capacity.kueuequeues import KueueRouting
 from gpuspawner.capacity.policy import Requester, allowed, named
-from gpuspawner.core.model import UNCOUNTED, Availability, Offering
+from gpuspawner.core.model import UNCOUNTED, Availability, Offering, QueueRoom
 from gpuspawner.core.windows import window_state
 from gpuspawner.hub import (
     admitting,
@@ -354,7 +354,10 @@ class GPUSpawner(KubeSpawner):
         listed that the user is in wins) and `offerings` (slug -> queue, "" for none; the only way
         to send the CPU offering through Kueue). The most specific wins: offering, group, default.
         The pod gets the label `kueue.x-k8s.io/queue-name` and Kueue admits it by its
-        ClusterQueue's quota. Empty: no server goes through Kueue. Example::
+        ClusterQueue's quota. The spawn page's free count, and admission, are then the smaller
+        of the nodes' and what the user's queue still allows (the hub watches Kueue's queues:
+        it needs list/watch on `localqueues`, `clusterqueues` and `resourceflavors`; without,
+        the page says the queue's limit is unknown). Empty: no server goes through Kueue. Example::
 
             c.GPUSpawner.kueue_queues = {"default": "gpu", "groups": {"ml-course": "ml-course"}}
         """,
@@ -454,10 +457,28 @@ class GPUSpawner(KubeSpawner):
         inventory = self.inventory
         return None if inventory.forbidden else inventory.index
 
-    def availability(self, offering: Offering) -> Availability:
-        """Capacity and free units of ``offering`` now; uncounted where there are no counts."""
+    def availability(self, offering: Offering, through_queue: bool = True) -> Availability:
+        """Capacity and free units of ``offering`` now; uncounted where there are no counts.
+        Where this user's server of it goes through a Kueue queue (and ``through_queue``), the
+        smaller of the nodes' count and what the queue still admits (see :meth:`queue_room`)."""
         index = self.counts()
-        return index.availability(offering) if index is not None else UNCOUNTED
+        avail = index.availability(offering) if index is not None else UNCOUNTED
+        room = self.queue_room(offering) if through_queue else None
+        return avail.within(room) if room is not None else avail
+
+    def queue_room(self, offering: Offering) -> QueueRoom | None:
+        """What the Kueue LocalQueue this user's server of ``offering`` goes to still admits, from
+        the inventory's watch of Kueue's queues (started here, once); None where it goes through
+        no queue (docs/kueue.md). Cohort borrowing is not counted (capacity.kueuequota)."""
+        if not offering.takes_units:
+            return None
+        routing = self.kueue_routing
+        queue = routing.queue_for(offering, (name for name, _ in self.user_groups())) if routing.enabled else ""
+        if not queue or not self.catalog_config.needs_inventory():
+            return None
+        inventory = self.inventory
+        inventory.watch_kueue(None if self.enable_user_namespaces else self.namespace)
+        return inventory.index.kueue.room(offering, inventory.index.notebook, self.namespace, queue)
 
     def _default_slug(self, offerings: dict[str, Offering]) -> str | None:
         if self.default_offering and self.default_offering in offerings:

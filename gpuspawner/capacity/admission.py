@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from gpuspawner.capacity.counts import units
 from gpuspawner.core.model import Availability, Offering
-from gpuspawner.core.wording import group_title
+from gpuspawner.core.wording import group_title, queue_words
 from gpuspawner.names.vocabulary import AdmissionPolicy, Kind, Refusal
 
 #: The decision's action. ``warn`` and ``queue`` are also the names of the admin's
@@ -28,6 +28,8 @@ QUOTA_KEYS = ("total", *(k.value for k in Kind if k is not Kind.CPU))
 class Decision:
     action: str
     message: str = ""
+    #: The Kueue LocalQueue whose quota, not the nodes, refused or delayed it ("" otherwise).
+    queue: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,20 +74,26 @@ def admit(
     if (avail.largest_free or 0) >= count:
         return Decision(ADMIT)
     what = offering.display_name if count == 1 else f"{count} x {offering.display_name} on one node"
-    if offering.scalable_nodes:
+    instead = alternatives(others, offering.slug)
+    room = avail.queue
+    by_queue = room.queue if room is not None and room.known and (room.largest or 0) < count else ""
+    if room is not None and by_queue:  # Kueue's quota alone refuses it
+        why = f"No {what} is free now: {queue_words(room.queue, room.largest or 0, avail.node_free or 0)}."
+    elif offering.scalable_nodes:
         return Decision(
             WARN,
             f"No {what} is free right now; the pool can grow by up to {offering.scalable_nodes} node(s), "
             f"so your server should start in about {offering.scale_up_minutes} minutes.",
         )
-    instead = alternatives(others, offering.slug)
-    refusal = f"No {what} is free ({describe_free(offering, avail)} free)." + (f" Free now: {instead}." if instead else "")
+    else:
+        why = f"No {what} is free ({describe_free(offering, avail)} free)."
+    refusal = why + (f" Free now: {instead}." if instead else "")
     policy = offering.admission or default_policy
     if policy == AdmissionPolicy.WARN:
-        return Decision(WARN, f"No {what} is free right now; your server will start when one is. {refusal}")
+        return Decision(WARN, f"No {what} is free right now; your server will start when one is. {refusal}", by_queue)
     if policy == AdmissionPolicy.QUEUE:
-        return Decision(QUEUE, f"No {what} is free right now: you are in the queue for the next one.")
-    return Decision(REFUSE, refusal)
+        return Decision(QUEUE, f"No {what} is free right now: you are in the queue for the next one.", by_queue)
+    return Decision(REFUSE, refusal, by_queue)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.capacity.counts import NO_NOTEBOOK, Row, Tally
+from gpuspawner.capacity.kueuequota import KueueState
 from gpuspawner.core.fit import NodeFacts, holds_resources, pod_requests
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra.devices import DraState
@@ -135,6 +136,8 @@ class ClusterIndex:
         self._discovered: list[Offering] | None = []
         #: Devices of Dynamic Resource Allocation (ResourceSlices, DeviceClasses, ResourceClaims).
         self.dra = DraState()
+        #: Kueue's queues, where the hub watches them (``kueue_queues``; capacity.kueuequota).
+        self.kueue = KueueState()
 
     # ------------------------------------------------------------------ reads
 

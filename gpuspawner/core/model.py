@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuspawner.core.wording import isolation_phrase
@@ -200,18 +200,68 @@ CPU_OFFERING = Offering(
 
 
 @dataclass(frozen=True)
+class QueueRoom:
+    """What a Kueue LocalQueue still admits of one offering now (docs/kueue.md).
+
+    ``free``: how many more one-unit servers its ClusterQueue's quota admits; ``largest``: the
+    most units one server may take; both None when not known, and ``unknown`` says why (Kueue
+    not installed, the hub may not read its queues, not listed yet, a DRA offering).
+    """
+
+    queue: str
+    free: int | None = None
+    largest: int | None = None
+    unknown: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.free is not None
+
+
+@dataclass(frozen=True)
 class Availability:
-    """Units of one offering: how many exist, are taken and are free, and where."""
+    """Units of one offering: how many exist, are taken and are free, and where.
+
+    Where the offering goes through a Kueue queue (:meth:`within`), ``free`` and
+    ``largest_free`` are the smaller of the nodes' and the queue's, ``queue`` is what the
+    queue allows and ``node_free`` what the nodes alone have free.
+    """
 
     capacity: int | None
     allocated: int | None
     free: int | None
     largest_free: int | None
     nodes: tuple[str, ...] = ()
+    queue: QueueRoom | None = None
+    node_free: int | None = None
 
     @property
     def counted(self) -> bool:
         return self.capacity is not None
+
+    def within(self, room: QueueRoom) -> Availability:
+        """These counts through the queue ``room``: the smaller of the nodes' and the queue's."""
+        if not self.counted or not room.known:
+            return replace(self, queue=room, node_free=self.free)
+        return replace(
+            self,
+            free=min(self.free or 0, room.free or 0),
+            largest_free=min(self.largest_free or 0, room.largest or 0),
+            queue=room,
+            node_free=self.free,
+        )
+
+    @property
+    def queue_limits(self) -> bool:
+        """Whether the queue is what limits the free count: it allows fewer than the nodes have
+        free, or none at all."""
+        room = self.queue
+        return room is not None and room.known and self.counted and ((room.free or 0) < (self.node_free or 0) or not room.free)
+
+    @property
+    def queue_unknown(self) -> bool:
+        """Whether the offering goes through a queue whose limit cannot be read now."""
+        return self.queue is not None and not self.queue.known
 
 
 UNCOUNTED = Availability(capacity=None, allocated=None, free=None, largest_free=None)

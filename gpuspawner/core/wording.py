@@ -119,3 +119,16 @@ def turn_words(name: str, position: int, seconds: float) -> str:
     if position == 1:
         return f"An idle {name} will be reclaimed for you {when}."
     return f"An idle {name} will be reclaimed {when}; you are number {position} in the queue."
+
+
+def queue_words(queue: str, allowed: int, node_free: int) -> str:
+    """Where a Kueue queue's quota, not the nodes, limits an offering (docs/kueue.md): "2 free on
+    the nodes; your queue 'ml-course' allows 1 more" (or "allows none more"). The spawn page's
+    badge and a refused spawn's reason say it in these words."""
+    nodes = f"{node_free} free on the nodes" if node_free else "none free on the nodes"
+    more = f"allows {allowed} more" if allowed else "allows none more"
+    return f"{nodes}; your queue '{queue}' {more}"
+
+
+#: What the spawn page adds to the nodes' free count where the queue's quota cannot be read.
+QUEUE_UNKNOWN = "your queue's limit is unknown"

@@ -22,6 +22,15 @@ the missing permissions, says so in :attr:`Inventory.forbidden` and ``health.for
 every ``forbidden_retry`` seconds, quietly, so that granting them later makes the counts
 live without a hub restart.
 
+Where ``c.GPUSpawner.kueue_queues`` sends servers through Kueue, :meth:`Inventory.watch_kueue`
+adds three more (``kueue.x-k8s.io/v1beta2``: ``localqueues`` in the hub's namespace, or in all
+namespaces with user namespaces; ``clusterqueues`` and ``resourceflavors``; ``list`` and
+``watch``), kept in :attr:`ClusterIndex.kueue` (:mod:`gpuspawner.capacity.kueuequota`) so the
+spawn page reads what each queue still admits without a request. Like DRA's they are
+optional: Kueue not installed (404) or not readable (403) leaves each queue's limit unknown
+(the page says so, the nodes' counts stand), said once in the log and asked again every
+``forbidden_retry`` seconds.
+
 A watch can outlive the API server's will to answer: on SIGTERM kube-apiserver refuses new
 connections but keeps established watches open for a while, so the streams look live while
 every new request fails. :meth:`Inventory.call_failed` (the spawner calls it when a Kubernetes
@@ -37,9 +46,12 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 from typing import Any
 
 from gpuspawner.capacity.index import ClusterIndex, Health
+from gpuspawner.capacity.kueuequota import STREAMS as KUEUE_STREAMS
+from gpuspawner.names.kueuenames import CLUSTER_QUEUES, GROUP, LOCAL_QUEUES, RESOURCE_FLAVORS, VERSION
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS
 
 log = logging.getLogger("gpuspawner.hub.inventory")
@@ -54,10 +66,27 @@ _STREAM_WHAT = {
     "slices": "resourceslices",
     "classes": "deviceclasses",
     "claims": "resourceclaims in all namespaces",
+    LOCAL_QUEUES: f"{LOCAL_QUEUES}.{GROUP}",
+    CLUSTER_QUEUES: f"{CLUSTER_QUEUES}.{GROUP}",
+    RESOURCE_FLAVORS: f"{RESOURCE_FLAVORS}.{GROUP}",
 }
 #: The Dynamic Resource Allocation streams (optional: see the module's docstring).
 DRA_STREAMS = ("slices", "classes", "claims")
 NEEDED_DRA_PERMISSIONS = "list/watch resourceslices, deviceclasses and resourceclaims (resource.k8s.io/v1, cluster-wide)"
+NEEDED_KUEUE_PERMISSIONS = f"list/watch {LOCAL_QUEUES}, {CLUSTER_QUEUES} and {RESOURCE_FLAVORS} ({GROUP}/{VERSION})"
+#: Why a queue's limit is unknown where Kueue's API is not served (404) or may not be read (403).
+KUEUE_NOT_SERVED = f"Kueue is not installed (the API server does not serve {GROUP}/{VERSION})"
+KUEUE_FORBIDDEN = f"the hub may not read Kueue's queues ({NEEDED_KUEUE_PERMISSIONS})"
+
+
+def _custom_api(api: Any) -> Any:
+    """Kubernetes' custom objects API on the same connection as ``api`` (None for a stand-in without one)."""
+    client = getattr(api, "api_client", None)
+    if client is None:
+        return None
+    from kubernetes_asyncio.client import CustomObjectsApi
+
+    return CustomObjectsApi(client)
 
 
 def _resource_api(api: Any) -> Any:
@@ -118,8 +147,13 @@ class Inventory:
         page_size: int = 500,
         forbidden_retry: float = 60.0,
         dra_api: Any = None,
+        kueue_api: Any = None,
     ):
         self.api = api
+        #: Kubernetes' custom objects API for Kueue's kinds (None: a stand-in without one).
+        self.kueue_api = kueue_api if kueue_api is not None else _custom_api(api)
+        self._kueue_started = False
+        self._kueue_refusals: dict[str, str] = {}  # stream -> why it may not be read
         #: The resource.k8s.io/v1 API (None: no DRA streams; DRA offerings then have no counts).
         self.dra_api = dra_api if dra_api is not None else _resource_api(api)
         self._dra_synced = dict.fromkeys(DRA_STREAMS, False)
@@ -227,6 +261,24 @@ class Inventory:
                 }
                 self._tasks += [asyncio.ensure_future(self._run(kind, method, {})) for kind, method in methods.items()]
 
+    def watch_kueue(self, namespace: str | None) -> None:
+        """Start watching Kueue's LocalQueues (in ``namespace``; None: all namespaces), ClusterQueues
+        and ResourceFlavors, once (the spawner calls it where ``kueue_queues`` is set)."""
+        if self._kueue_started or self.kueue_api is None or not self._tasks:
+            return
+        self._kueue_started = True
+        custom = self.kueue_api
+        if namespace:
+            local = partial(custom.list_namespaced_custom_object, GROUP, VERSION, namespace, LOCAL_QUEUES)
+        else:
+            local = partial(custom.list_cluster_custom_object, GROUP, VERSION, LOCAL_QUEUES)
+        methods = {
+            LOCAL_QUEUES: local,
+            CLUSTER_QUEUES: partial(custom.list_cluster_custom_object, GROUP, VERSION, CLUSTER_QUEUES),
+            RESOURCE_FLAVORS: partial(custom.list_cluster_custom_object, GROUP, VERSION, RESOURCE_FLAVORS),
+        }
+        self._tasks += [asyncio.ensure_future(self._run(kind, method, {})) for kind, method in methods.items()]
+
     async def stop(self) -> None:
         if self._probe_task is not None:
             self._probe_task.cancel()
@@ -255,6 +307,9 @@ class Inventory:
         return self.health
 
     def _set_synced(self, kind: str, value: bool) -> None:
+        if kind in KUEUE_STREAMS:
+            self.index.kueue.synced[kind] = value
+            return
         if kind in DRA_STREAMS:
             self._dra_synced[kind] = value
             self.index.dra.synced = all(self._dra_synced.values())
@@ -320,7 +375,35 @@ class Inventory:
                     refused.what,
                 )
 
+    def _kueue_refused(self, kind: str, refused: Refused) -> None:
+        """Kueue not served (404) or not readable (403): each queue's limit is unknown; the rest is
+        untouched. Said once in the log until that stream may be read again."""
+        self._set_synced(kind, False)
+        why = KUEUE_NOT_SERVED if refused.status == 404 else KUEUE_FORBIDDEN
+        said = self._kueue_refusals.get(kind)
+        self._kueue_refusals[kind] = why
+        self.index.kueue.unavailable = next(iter(self._kueue_refusals.values()))
+        if said == why or why in [w for k, w in self._kueue_refusals.items() if k != kind]:
+            return
+        if refused.status == 404:
+            log.warning("inventory: %s; the spawn page says each queue's limit is unknown", why)
+        else:
+            log.warning(
+                "GPUSpawner cannot read Kueue's queues: %s (the API server answered %d to %s). Grant those "
+                "permissions; until then the spawn page counts the nodes only and says each queue's limit is unknown.",
+                why,
+                refused.status,
+                refused.what,
+            )
+
+    def _kueue_allowed(self, kind: str) -> None:
+        """The ``kind`` stream's watch was accepted."""
+        if self._kueue_refusals.pop(kind, None) is not None:
+            self.index.kueue.unavailable = next(iter(self._kueue_refusals.values()), "")
+
     def _apply(self, kind: str):
+        if kind in KUEUE_STREAMS:
+            return self.index.kueue.event(kind)
         dra = self.index.dra
         return {
             "nodes": self.index.node_event,
@@ -333,6 +416,8 @@ class Inventory:
     def _replace(self, kind: str, items: list[dict]) -> None:
         if kind in ("nodes", "pods"):
             self.index.replace(**{kind: items})
+        elif kind in KUEUE_STREAMS:
+            self.index.kueue.replace(kind, items)
         else:
             self.index.dra.replace(**{kind: items})
 
@@ -359,6 +444,16 @@ class Inventory:
                     self._dra_refused(kind, exc)
                     await asyncio.sleep(self.forbidden_retry)
                     continue
+                if kind in KUEUE_STREAMS:  # Kueue's streams never touch the nodes' health or the outage count
+                    if isinstance(exc, Refused) and exc.status in (403, 404):
+                        self._kueue_refused(kind, exc)
+                        await asyncio.sleep(self.forbidden_retry)
+                        continue
+                    self._set_synced(kind, False)
+                    log.warning("inventory: %s stream failed (%s: %s); retrying in %.1fs", kind, type(exc).__name__, exc, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
+                    continue
                 self.stream_failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, Refused) and exc.status == 403:
@@ -384,6 +479,8 @@ class Inventory:
         await _raise_for_status(resp, f"watching {_STREAM_WHAT[kind]}")
         if kind in DRA_STREAMS:
             self._dra_unavailable = ""
+        elif kind in KUEUE_STREAMS:
+            self._kueue_allowed(kind)
         else:
             self._allowed(kind)
         buffer = b""

@@ -9,6 +9,7 @@ The spawner passes itself (``spawner``) and KubeSpawner's call (its ``super()``'
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -149,7 +150,8 @@ async def watch_scheduling(spawner: Any) -> str:
     offering = choice.offering
     admitting.release_reservation(spawner)  # this pod will not run: its own units are not what stands in the way
     catalog = allowed(await spawner.catalog(), spawner.requester()).values()
-    availability = spawner.availability
+    # the nodes' counts only: the scheduler speaks of nodes, and Kueue's quota already holds this pod
+    availability = functools.partial(spawner.availability, through_queue=False)
     decision = admit(offering, choice.count, availability(offering), AdmissionPolicy.BLOCK, [(o, availability(o)) for o in catalog])
     metrics.refused(offering, Refusal.UNSCHEDULABLE)
     head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."

@@ -41,3 +41,16 @@ REASON_INADMISSIBLE = "Inadmissible"
 #: The names of Kueue's mutating and validating pod webhooks, as the hub sees them in an
 #: API server's refusal when Kueue is down ("failed calling webhook \"mpod.kb.io\"").
 POD_WEBHOOKS = ("mpod.kb.io", "vpod.kb.io")
+
+#: The kinds the hub watches for the spawn page's counts (their API plurals,
+#: ``apis/kueue/v1beta2``): LocalQueues (namespaced; ``spec.clusterQueue``), ClusterQueues
+#: (``spec.resourceGroups[].coveredResources`` and ``.flavors[].resources[].nominalQuota``,
+#: ``status.flavorsReservation[].resources[].total``) and ResourceFlavors (``spec.nodeLabels``,
+#: ``spec.nodeTaints``, ``spec.tolerations``).
+LOCAL_QUEUES = "localqueues"
+CLUSTER_QUEUES = "clusterqueues"
+RESOURCE_FLAVORS = "resourceflavors"
+#: A ClusterQueue's condition that is ``False`` while it admits nothing (e.g. a flavor missing).
+COND_ACTIVE = "Active"
+#: ``spec.stopPolicy`` of a ClusterQueue or LocalQueue: anything but this admits nothing new.
+STOP_NONE = "None"

@@ -15,7 +15,7 @@ from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import Requester, may_use
 from gpuspawner.core.model import Availability, Offering
 from gpuspawner.core.windows import window_state
-from gpuspawner.core.wording import isolation_phrase, memory_truth
+from gpuspawner.core.wording import QUEUE_UNKNOWN, isolation_phrase, memory_truth, queue_words
 from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY, AdmissionPolicy, Kind
 from gpuspawner.offerings.discovery import product_name
 from gpuspawner.page.views import OptionView
@@ -26,11 +26,19 @@ def availability_text(offering: Offering, avail: Availability, policy: str, queu
     if not avail.counted:  # nothing to count (CPU), or the hub may not read the cluster
         return ("free count unavailable" if offering.takes_units else ""), ""
     free = avail.free or 0
+    policy = offering.admission or policy
+    room = avail.queue
+    if avail.queue_limits and room is not None:  # Kueue's quota is the smaller: say so, beside the nodes' count
+        text = queue_words(room.queue, room.free or 0, avail.node_free or 0)
+        if free > 0:
+            return text, ""
+        if policy != AdmissionPolicy.BLOCK:  # Kueue holds the server until its quota allows it
+            return f"{text}: your server would wait", ""
+        return text, f"your queue '{room.queue}' allows none more right now"
     if free > 0:
-        return f"{free} of {avail.capacity} free", ""
+        return f"{free} of {avail.capacity} free" + (f" on the nodes; {QUEUE_UNKNOWN}" if avail.queue_unknown else ""), ""
     if offering.scalable_nodes:
         return f"free after scale-up, about {offering.scale_up_minutes} min", ""
-    policy = offering.admission or policy
     if policy == AdmissionPolicy.QUEUE:
         return (f"queue: {queued} waiting" if queued else "none free: you would be first in the queue"), ""
     if policy == AdmissionPolicy.WARN:
