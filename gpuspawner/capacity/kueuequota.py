@@ -269,7 +269,8 @@ class KueueState:
 
     def room(self, offering: Offering, notebook: Notebook, namespace: str, queue: str) -> QueueRoom:
         """What the LocalQueue ``queue`` in ``namespace`` still admits of ``offering``. A queue
-        or ClusterQueue that does not exist admits none (Kueue holds such a pod)."""
+        or ClusterQueue the hub has not seen is unknown (Kueue refuses the pod if it does not
+        exist: see gpuspawner.hub.kueue); a stopped or inactive one admits none."""
         if self.unavailable:
             return QueueRoom(queue, unknown=self.unavailable)
         if not all(self.synced.values()):
@@ -278,7 +279,12 @@ class KueueState:
             return QueueRoom(queue, unknown=NOT_FOR_DRA)
         local = self.local.get((namespace, queue))
         cq = self.cluster.get(local.cluster_queue) if local is not None else None
-        if local is None or cq is None or not local.admits:
+        if local is None or cq is None:
+            # Not seen (yet: just made, or a watch behind) or misnamed: Kueue decides, and says
+            # "LocalQueue ... doesn't exist" itself (the spawn is refused with its words).
+            missing = f"LocalQueue {queue}" if local is None else f"ClusterQueue {local.cluster_queue}"
+            return QueueRoom(queue, unknown=f"{missing} is not known to the hub")
+        if not local.admits:
             return QueueRoom(queue, free=0, largest=0)
         free, largest = room(offering, notebook, cq, self.flavors)
         return QueueRoom(queue, free=free, largest=largest)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import html
-import os
 import secrets
 import threading
 
@@ -37,20 +36,6 @@ pytestmark = pytest.mark.cluster
 API = "/apis/kueue.x-k8s.io/v1beta2"
 H100 = "gpu-nvidia-h100-80gb-hbm3"  # the discovered offering of gpu-h100-8x (8 GPUs)
 PRODUCT = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = DevCluster(tmp_path_factory.mktemp("kueue-counts"))
-    try:
-        cluster.up(nodes=standard_nodes(), kueue=True)
-        from kubernetes_asyncio.config import kube_config
-
-        os.environ.update(cluster.env())  # KubeSpawner loads the default kubeconfig
-        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(cluster.kubeconfig)
-        yield cluster
-    finally:
-        cluster.down(quiet=True)
 
 
 @pytest.fixture(scope="module")

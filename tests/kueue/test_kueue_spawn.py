@@ -37,6 +37,9 @@ def ns(kube):
 
 
 def spawner_in(cluster, ns, groups=(), **config) -> GPUSpawner:
+    """A spawn through the LocalQueue ml-course; with admission 'warn' (docs/kueue.md) Kueue holds
+    what its queue cannot admit yet, where 'block' would refuse it at once."""
+    config.setdefault("admission", "warn")
     spawner = make_spawner(cluster, ns, kueue_queues={"default": "ml-course"}, **config)
     spawner.user = User(spawner.user.name, groups=groups)
     spawner.server = spawner.user.server

@@ -105,8 +105,16 @@ def test_flavor_matching_as_kueue_does_it():
 
 def test_a_queue_that_admits_nothing_allows_none_and_an_unreadable_one_is_unknown():
     groups = [group(["nvidia.com/gpu"], h100={"nvidia.com/gpu": "8"})]
-    assert state([cluster_queue("cq", groups)], FLAVORS).room(H100, Notebook(), "jhub", "other").free == 0  # no such LocalQueue
-    assert state([cluster_queue("cq", groups)], FLAVORS).room(H100, Notebook(), "elsewhere", "team").free == 0
+    # a LocalQueue the hub has not seen (made just now, or misnamed): Kueue decides, and refuses a misnamed one itself
+    assert (
+        state([cluster_queue("cq", groups)], FLAVORS).room(H100, Notebook(), "jhub", "other").unknown
+        == "LocalQueue other is not known to the hub"
+    )
+    assert state([cluster_queue("cq", groups)], FLAVORS).room(H100, Notebook(), "elsewhere", "team").unknown
+    assert (
+        state([cluster_queue("other-cq", groups)], FLAVORS).room(H100, Notebook(), "jhub", "team").unknown
+        == "ClusterQueue cq is not known to the hub"
+    )
     assert state([cluster_queue("cq", groups, stopPolicy="Hold")], FLAVORS).room(H100, Notebook(), "jhub", "team").free == 0
     inactive = cluster_queue("cq", groups)
     inactive["status"]["conditions"] = [{"type": "Active", "status": "False", "reason": "FlavorNotFound"}]
@@ -131,4 +139,4 @@ def test_watch_events_move_the_count():
     kueue.event("clusterqueues")("MODIFIED", cluster_queue("cq", groups, {"h100": {"nvidia.com/gpu": "1"}}))
     assert kueue.room(H100, Notebook(), "jhub", "team").free == 1
     kueue.event("localqueues")("DELETED", {"metadata": {"namespace": "jhub", "name": "team"}, "spec": {}})
-    assert kueue.room(H100, Notebook(), "jhub", "team").free == 0
+    assert kueue.room(H100, Notebook(), "jhub", "team").unknown == "LocalQueue team is not known to the hub"
