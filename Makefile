@@ -23,9 +23,9 @@
 #                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N)
 #   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
 #   make bench            the benchmarks, printed side by side
-#   make kueue-check      the devcluster with the real Kueue (built from its Go module, a few
-#                         minutes the first time): pods gated and admitted by its queues, its
-#                         webhooks failing closed while it is down (tests/kueue, docs/kueue.md)
+#   make kueue-check      only the tests on the real Kueue (built from its Go module, a few
+#                         minutes the first time; make test runs them too): queues, held,
+#                         refused and preempted spawns, Kueue down (tests/kueue, docs/kueue.md)
 #   make framework-check  the memory guard against framework releases too big for make test:
 #                         older jaxlib (JAXLIB_OLD, default 0.4.30 and 0.4.38: the last that
 #                         reads only XLA_PYTHON_CLIENT_MEM_FRACTION and the first seen to read
@@ -54,8 +54,17 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check clean
 
+# The tests on the real Kueue (tests/kueue) run in a pytest process of their own, on a devcluster
+# of their own (Kueue's webhooks take every pod of a cluster), beside the main run: about a
+# minute, mostly spent waiting on Kueue. Their output follows the main run's.
 test: install devcluster-build lint precommit
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25
+	$(VENV)/bin/gpuspawner devcluster build --kueue
+	@kueue_log=$$(mktemp); \
+	GPUSPAWNER_KUEUE_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/kueue >$$kueue_log 2>&1 & kueue=$$!; \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25; main=$$?; \
+	wait $$kueue; kueue_status=$$?; \
+	echo "---- tests/kueue (the real Kueue) ----"; cat $$kueue_log; rm -f $$kueue_log; \
+	test $$main -eq 0 && test $$kueue_status -eq 0
 
 # The pre-commit hooks that `make lint` does not already run (end of files, whitespace, YAML,
 # TOML, prettier on ui/ and charts/): a fixer that changes a file fails the run.

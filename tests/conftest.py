@@ -15,8 +15,10 @@ from gpuspawner.devcluster.clusterstate import KubeHTTP
 
 ARTIFACTS = Path(os.environ.get("GPUSPAWNER_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
 
-#: tests/kueue needs Kueue's controller, a Go build of its own: `make kueue-check` runs it
-#: (GPUSPAWNER_KUEUE_TESTS=1); `make test` leaves it out.
+#: tests/kueue runs on a devcluster of its own with Kueue's controller, in a pytest process of
+#: its own (GPUSPAWNER_KUEUE_TESTS=1): `make test` starts it beside the main run, `make
+#: kueue-check` alone. (Kueue's webhooks take every pod of its cluster, and KubeSpawner's
+#: client is one per process.)
 collect_ignore = [] if os.environ.get("GPUSPAWNER_KUEUE_TESTS") else ["kueue"]
 
 
