@@ -22,6 +22,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiException, CustomObjectsApi
 
+from gpuspawner.hub import admitting
 from gpuspawner.hub.scheduling import brief
 from gpuspawner.names.kueuenames import (
     ADMISSION_GATE,
@@ -158,6 +159,11 @@ async def held(spawner: Any) -> str:
             say_admitted(state)
             await asyncio.Future()
         if pod is not None:
+            if not said:
+                # A gated pod holds no GPU yet: the node units reserved for it go back, so the page
+                # and other spawns count them free while Kueue holds this one (once admitted, the
+                # scheduler places it where there is room, or refuses it with its reason).
+                admitting.release_reservation(spawner)
             try:
                 workload = await reader.workload(pod["metadata"]["uid"])
                 place = await reader.place(queue, workload["metadata"]["name"]) if workload else None

@@ -13,6 +13,8 @@ import time
 import pytest
 
 from gpuspawner.hub import kueue as hubkueue
+from gpuspawner.hub.admitting import reservation_key
+from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.names.kueuenames import ADMISSION_GATE, MANAGED_FINALIZER, PRIORITY_LABEL, QUEUE_LABEL
 from gpuspawner.names.vocabulary import STOP_NOTICE_KEY
@@ -64,6 +66,8 @@ async def test_a_held_spawn_says_so_and_starts_once_kueue_admits_it(cluster, kub
         assert said[0].startswith("Waiting for GPU quota in queue ml-course."), said
         assert "Kueue says: couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu" in said[-1], said
         assert not starting.done()
+        # held by Kueue, it holds no GPU on the nodes: its reservation in the counts is given back
+        assert reservation_key(second) not in Inventory.running(second.api).index.reservations
         assert ADMISSION_GATE in [g["name"] for g in (await pod_of(second))["spec"]["schedulingGates"]]
     finally:
         await first.stop(now=True)
