@@ -142,9 +142,10 @@ class KueueReader:
 
 async def held(spawner: Any) -> str:
     """While Kueue holds the spawn's pod, say so in its progress (updated as Kueue's words or
-    the place change); return the refusal as soon as Kueue says it can never admit it. Never
-    returns for a pod that does not go through Kueue or once Kueue admits it (the scheduler's
-    watch takes over then)."""
+    the place change); return the refusal as soon as Kueue says it can never admit it, or once
+    Kueue stops the pod before the server started (preempted, or not ready within its
+    ``waitForPodsReady`` timeout). Never returns for a pod that does not go through Kueue, nor
+    for one that starts (the scheduler's watch decides the rest)."""
     state = spawner.spawn_state
     await state.decided.wait()
     queue = queue_of(state.pod_changes.labels if state.pod_changes is not None else None)
@@ -155,10 +156,14 @@ async def held(spawner: Any) -> str:
     while True:
         reflector = spawner.pod_reflector
         pod = reflector.pods.get(key) if reflector is not None else None
+        ended = getattr(reflector, "ended", {}).pop(key, None)
+        if ended is not None:
+            refusal = f"The server was stopped before it started {stop_notice(*ended)['why']}."
+            spawner.log.info("%s: stopped by Kueue while starting: %s", spawner._log_name, refusal)
+            return refusal
         if pod is not None and not gated(pod):
-            say_admitted(state)
-            await asyncio.Future()
-        if pod is not None:
+            say_admitted(state)  # (then only Kueue's stop of the pod is looked for, in the reflector)
+        elif pod is not None:
             if not said:
                 # A gated pod holds no GPU yet: the node units reserved for it go back, so the page
                 # and other spawns count them free while Kueue holds this one (once admitted, the

@@ -71,3 +71,47 @@ def test_kueues_stop_reasons_in_words():
     assert ready["why"] == "by Kueue in queue ml: it was not ready within the time Kueue allows (its waitForPodsReady timeout)"
     other = stop_notice({"reason": "WorkloadEvictedDueToDeactivated", "message": "The workload is deactivated."}, "ml")
     assert other["why"] == "by Kueue in queue ml: The workload is deactivated"
+
+
+async def test_a_pod_kueue_stops_while_the_server_starts_ends_the_spawn_with_why():
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    from gpuspawner.hub import kueue as hubkueue
+    from gpuspawner.hub.spawnstate import SpawnState
+    from gpuspawner.names.kueuenames import QUEUE_LABEL
+    from gpuspawner.pod.podspec import PodChanges
+
+    state = SpawnState(pod_changes=PodChanges(labels={QUEUE_LABEL: "ml"}))
+    state.decided.set()
+    state.held_in = "ml"  # the progress said Kueue held it; now admitted, bound, not yet ready
+    pod = {"metadata": {"uid": "u", "labels": {QUEUE_LABEL: "ml"}}, "spec": {"nodeName": "gpu-h100-8x"}}
+    reflector = SimpleNamespace(pods={"ns/jupyter-a": pod}, ended={})
+    spawner = SimpleNamespace(
+        spawn_state=state,
+        namespace="ns",
+        pod_name="jupyter-a",
+        pod_reflector=reflector,
+        api=SimpleNamespace(api_client=None),
+        log=logging.getLogger("t"),
+        _log_name="a",
+    )
+    watching = asyncio.ensure_future(hubkueue.held(spawner))
+    await asyncio.sleep(0.1)
+    assert not watching.done() and state.messages == ["Kueue admitted the server in queue ml."]
+    reflector.ended["ns/jupyter-a"] = (
+        {
+            "type": "TerminationTarget",
+            "status": "True",
+            "reason": "WorkloadEvictedDueToPodsReadyTimeout",
+            "message": "Exceeded the PodsReady timeout ns/pod-jupyter-a",
+        },
+        "ml",
+    )
+    refusal = await asyncio.wait_for(watching, 5)
+    assert (
+        refusal
+        == "The server was stopped before it started by Kueue in queue ml: it was not ready within the time Kueue allows (its waitForPodsReady timeout)."
+    )
+    assert reflector.ended == {}  # taken: poll will not explain it a second time
