@@ -247,6 +247,15 @@ async def release_finalizer(spawner: Any, grace: float | None = None) -> None:
                     spawner.pod_name, spawner.namespace, patch, _content_type="application/json-patch+json", _request_timeout=5
                 )
             except ApiException as exc:
+                if exc.status == 403:
+                    spawner.log.error(
+                        "%s: pod %s keeps Kueue's finalizer %s (is Kueue running?), and the hub may not remove it: grant"
+                        " 'patch' on pods/status in this namespace (the chart's kueue.enabled does), or remove it by hand",
+                        spawner._log_name,
+                        key,
+                        MANAGED_FINALIZER,
+                    )
+                    return
                 if exc.status != 404:
                     spawner.log.warning("%s: could not remove Kueue's finalizer (%s); trying again", spawner._log_name, brief(exc))
                     await asyncio.sleep(5)

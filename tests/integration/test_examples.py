@@ -580,7 +580,8 @@ def test_chart_values_name_the_service_account_and_reject_typos(tmp_path):
 
 
 def test_chart_kueue_reads_only_when_enabled(tmp_path):
-    """kueue.enabled adds to the ClusterRole reads of Kueue's four kinds (docs/kueue.md), and no more."""
+    """kueue.enabled adds to the ClusterRole reads of Kueue's four kinds and of a queue's pending
+    workloads (docs/kueue.md), and a Role in the hub's namespace that patches pods/status."""
 
     def rules(*sets: str) -> list[dict]:
         args = [a for s in sets for a in ("--set", s)]
@@ -598,8 +599,17 @@ def test_chart_kueue_reads_only_when_enabled(tmp_path):
             "apiGroups": ["kueue.x-k8s.io"],
             "resources": ["workloads", "localqueues", "clusterqueues", "resourceflavors"],
             "verbs": ["get", "list", "watch"],
-        }
+        },
+        {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
     ]
+    # and in the hub's namespace only, the one write: Kueue's finalizer off a pod Kueue left behind
+    rendered = helm(
+        "template", "r", str(CHART), "--namespace", "jhub", "--set", "kueue.enabled=true", "--set", "dra.enabled=true", home=tmp_path
+    )
+    roles = {d["metadata"]["name"]: d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Role"}
+    kueue_role = next(r for name, r in roles.items() if name.endswith("-kueue"))
+    assert kueue_role["metadata"]["namespace"] == "jhub" and len(roles) == 2  # beside the DRA Role, not instead of it
+    assert kueue_role["rules"] == [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}]
     lint = helm("lint", "--strict", str(CHART), "--set", "kueue.enabled=true", home=tmp_path)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     typo = helm("template", "r", str(CHART), "--set", "kueue.enable=true", home=tmp_path)
