@@ -1,5 +1,7 @@
 """Certificates for the devcluster: a CA, the API server's serving certificate and
-the service-account signing key pair. Generated once per state folder."""
+the service-account signing key pair, generated once per state folder; and, for a cluster
+that aggregates an API server (Kueue's visibility API), a front-proxy CA and the client
+certificate the API server proxies with."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ def _pem_key(key) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
-def _cert(subject: str, key, issuer_name: x509.Name, issuer_key, ca: bool, sans: list | None = None) -> x509.Certificate:
+def _cert(
+    subject: str, key, issuer_name: x509.Name, issuer_key, ca: bool, sans: list | None = None, client: bool = False
+) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
@@ -37,6 +41,8 @@ def _cert(subject: str, key, issuer_name: x509.Name, issuer_key, ca: bool, sans:
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         builder = builder.add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+    if client:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
 
 
@@ -61,6 +67,32 @@ def write_certificates(pki: Path) -> Path:
     )
     for name in ("apiserver.key", "sa.key"):
         (pki / name).chmod(0o600)
+    return pki
+
+
+#: the front-proxy client certificate's name: the one name --requestheader-allowed-names allows
+FRONT_PROXY_CLIENT = "front-proxy-client"
+FRONT_PROXY_FILES = ("front-proxy-ca.crt", "front-proxy-client.crt", "front-proxy-client.key")
+
+
+def write_front_proxy_certificates(pki: Path) -> Path:
+    """Write front-proxy-ca.crt and front-proxy-client.crt/.key into ``pki`` (kept if present):
+    the CA an aggregated API server trusts for the user the API server names in its
+    X-Remote-* headers, and the client certificate the API server proxies with (kubeadm's
+    names). A CA of its own, never the cluster's: a certificate the cluster's CA signs must
+    not be able to assert a user in headers."""
+    pki.mkdir(parents=True, exist_ok=True)
+    if all((pki / f).is_file() for f in FRONT_PROXY_FILES):
+        return pki
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpuspawner-devcluster-front-proxy-ca")])
+    ca_cert = _cert("gpuspawner-devcluster-front-proxy-ca", ca_key, ca_name, ca_key, ca=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _cert(FRONT_PROXY_CLIENT, key, ca_name, ca_key, ca=False, client=True)
+    (pki / "front-proxy-ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    (pki / "front-proxy-client.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (pki / "front-proxy-client.key").write_bytes(_pem_key(key))
+    (pki / "front-proxy-client.key").chmod(0o600)
     return pki
 
 

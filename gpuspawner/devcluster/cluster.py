@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gpuspawner.devcluster import build, podnet
-from gpuspawner.devcluster.certs import write_certificates
+from gpuspawner.devcluster.certs import FRONT_PROXY_CLIENT, write_certificates, write_front_proxy_certificates
 from gpuspawner.devcluster.clusterstate import (
     ClusterState,
     ComponentExited,
@@ -44,6 +44,24 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 #: The resourceclaim controller makes a pod's ResourceClaims from its ResourceClaimTemplates
 #: and removes them with the pod (Dynamic Resource Allocation).
 KCM_CONTROLLERS = "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller"
+
+
+def aggregation_args(pki: Path) -> list[str]:
+    """kube-apiserver's flags for the aggregation layer, on a cluster with Kueue only (its
+    visibility API is an APIService): the front-proxy client certificate it proxies with, the
+    CA and the name an aggregated server trusts for the user in its X-Remote-* headers (in the
+    ``kube-system/extension-apiserver-authentication`` ConfigMap it reads), and routing to the
+    Service's EndpointSlices rather than its cluster IP (no kube-proxy here)."""
+    return [
+        f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+        "--enable-aggregator-routing=true",
+    ]
 
 
 class DevCluster:
@@ -81,11 +99,17 @@ class DevCluster:
         ``kueue``, also Kueue's controller, its CRDs and its webhooks (:mod:`.kueue`).
 
         Idempotent: a cluster already running here is left as it is (Kueue started on it
-        when asked and not running).
+        when asked and not running; its API server restarted first with the aggregation layer's
+        flags, :func:`aggregation_args`, where it runs without them).
         """
         if self.state is not None and all(self.running().values()):
             log(f"devcluster already running in {self.directory}")
             if kueue:
+                if not self.state.aggregation:
+                    self.kueue().stop()  # (started without its visibility server: started again with it)
+                    write_front_proxy_certificates(self.directory / "pki")
+                    self.state.aggregation = True
+                    self.restart(("kube-apiserver",), timeout=timeout)
                 self.kueue().up(timeout=timeout)
             return self.state
         self.down(quiet=True)
@@ -94,7 +118,7 @@ class DevCluster:
         nodes = list(nodes) if nodes is not None else standard_nodes()
         for attempt in (1, 2):
             try:
-                state = self._start_all(bins, nodes, timeout)
+                state = self._start_all(bins, nodes, timeout, aggregation=kueue)
                 break
             except ComponentExited as exc:
                 if attempt == 2:
@@ -115,7 +139,7 @@ class DevCluster:
         """This cluster's Kueue controller (:mod:`.kueue`)."""
         return Kueue(self._require_state(), self.kubeconfig)
 
-    def _start_all(self, bins: Path, nodes: list[dict], timeout: float) -> ClusterState:
+    def _start_all(self, bins: Path, nodes: list[dict], timeout: float, aggregation: bool = False) -> ClusterState:
         self.directory.mkdir(parents=True, exist_ok=True)
         # Every `up` is a fresh cluster: the nodes of nodes.yaml and nothing else.
         shutil.rmtree(self.directory / "etcd", ignore_errors=True)
@@ -129,9 +153,12 @@ class DevCluster:
             started_at=time.time(),
             pod_net=podnet.claim(str(self.directory), width, alive, _running),
             pod_width=width,
+            aggregation=aggregation,
         )
         self.state = state
         pki = write_certificates(self.directory / "pki")
+        if aggregation:
+            write_front_proxy_certificates(pki)
         (self.directory / "tokens.csv").write_text(f'{state.token},gpuspawner-admin,gpuspawner-admin,"system:masters"\n')
         self.kubeconfig.write_text(kubeconfig_text(state, pki / "ca.crt"))
         state.save()
@@ -284,6 +311,7 @@ class DevCluster:
 
     def _apiserver_args(self, s: ClusterState, pki: Path) -> list[str]:
         return [
+            *(aggregation_args(pki) if s.aggregation else []),
             f"--etcd-servers=http://127.0.0.1:{s.ports['etcd']}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",

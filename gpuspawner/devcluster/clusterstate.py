@@ -43,6 +43,9 @@ class ClusterState:
     #: second octet and its width in octets (0: a cluster from before bands, as its nodes say)
     pod_net: int = 0
     pod_width: int = 0
+    #: whether kube-apiserver runs with the aggregation layer's front proxy (a cluster with
+    #: Kueue, for its visibility API; see :func:`gpuspawner.devcluster.cluster.aggregation_args`)
+    aggregation: bool = False
 
     @property
     def path(self) -> Path:

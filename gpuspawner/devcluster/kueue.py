@@ -22,7 +22,11 @@ until Kueue admits its Workload.
 from __future__ import annotations
 
 import base64
+import fcntl
+import ipaddress
 import json
+import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -38,6 +42,15 @@ from gpuspawner.devcluster.ports import free_ports
 #: where Kueue v0.17 reads its metrics server's certificate when its own certificate
 #: management is off (a fixed path in cmd/kueue/main.go, not a setting)
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+#: where Kueue v0.17 reads its visibility server's certificate (tls.crt, tls.key) when its own
+#: certificate management is off (``certDir`` in pkg/visibility/server.go, not a setting)
+VISIBILITY_CERTS = Path("/visibility")
+#: the Service of Kueue's visibility server and its port's name (config/components/visibility)
+VISIBILITY_SERVICE = "visibility-server"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+#: the versions of its visibility API Kueue v0.17 serves (pkg/visibility/server.go's install),
+#: one APIService each, as config/components/visibility ships them
+VISIBILITY_VERSIONS = ("v1beta1", "v1beta2")
 #: the process's key in the cluster's recorded pids, and its ports' keys
 NAME = "kueue"
 PORTS = ("kueue-webhook", "kueue-health", "kueue-metrics", "kueue-visibility")
@@ -52,10 +65,13 @@ UNMANAGED = ["kube-system", NAMESPACE]
 FIELD_MANAGER = "gpuspawner-devcluster"
 
 
-def configuration(ports: dict[str, int], cert_dir: Path, wait_for_pods_ready: int = 0) -> dict[str, Any]:
+def configuration(
+    ports: dict[str, int], cert_dir: Path, wait_for_pods_ready: int = 0, visibility_address: str | None = None
+) -> dict[str, Any]:
     """Kueue's ``Configuration`` (config.kueue.x-k8s.io/v1beta2) for the devcluster.
     ``wait_for_pods_ready``: seconds Kueue waits for an admitted workload's pods to be ready
-    before it evicts them (0: off, Kueue's own default)."""
+    before it evicts them (0: off, Kueue's own default). ``visibility_address``: the address
+    its visibility server listens on (None: no visibility server)."""
     config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -73,7 +89,70 @@ def configuration(ports: dict[str, int], cert_dir: Path, wait_for_pods_ready: in
     }
     if wait_for_pods_ready > 0:
         config["waitForPodsReady"] = {"timeout": f"{int(wait_for_pods_ready)}s"}
+    if visibility_address:
+        # (its port: --visibility-server-port; the configuration's bindPort wins only when not 8082)
+        config["visibilityServer"] = {"bindAddress": visibility_address}
     return config
+
+
+def machine_ipv4() -> str | None:
+    """This machine's own IPv4 address that an EndpointSlice may hold: the first interface's
+    that is not loopback, link-local or unspecified (None: none)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:  # SIOCGIFADDR: the interface's IPv4 address
+                raw = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            ip = ipaddress.IPv4Address(raw[20:24])
+            if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast):
+                return str(ip)
+    return None
+
+
+def visibility_objects(address: str, port: int) -> list[tuple[str, dict[str, Any]]]:
+    """(API path, object) of what serves Kueue's visibility API through the API server: the
+    Service, its EndpointSlice (``address``:``port``, Kueue's visibility server) and one
+    APIService per version (Kueue's own: insecureSkipTLSVerify, as it ships them)."""
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": VISIBILITY_SERVICE, "namespace": NAMESPACE},
+        "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]},
+    }
+    endpoints = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": VISIBILITY_SERVICE,
+            "namespace": NAMESPACE,
+            "labels": {"kubernetes.io/service-name": VISIBILITY_SERVICE, "endpointslice.kubernetes.io/managed-by": FIELD_MANAGER},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+    }
+    out = [
+        (f"/api/v1/namespaces/{NAMESPACE}/services/{VISIBILITY_SERVICE}", service),
+        (f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices/{VISIBILITY_SERVICE}", endpoints),
+    ]
+    for version in VISIBILITY_VERSIONS:
+        name = f"{version}.{VISIBILITY_GROUP}"
+        api_service = {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": name},
+            "spec": {
+                "group": VISIBILITY_GROUP,
+                "version": version,
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+                "insecureSkipTLSVerify": True,
+                "service": {"name": VISIBILITY_SERVICE, "namespace": NAMESPACE, "port": 443},
+            },
+        }
+        out.append((f"/apis/apiregistration.k8s.io/v1/apiservices/{name}", api_service))
+    return out
 
 
 def webhook_configurations(manifests: str, url: str, ca: bytes) -> list[dict[str, Any]]:
@@ -116,6 +195,22 @@ def metrics_certificate(directory: Path = METRICS_CERTS) -> None:
         ) from None
 
 
+def visibility_certificate(directory: Path = VISIBILITY_CERTS) -> None:
+    """Kueue's visibility server reads its certificate from ``directory`` (``/visibility``)
+    when its own certificate management is off; the API server does not verify it
+    (insecureSkipTLSVerify, as Kueue ships its APIServices), so every devcluster on the
+    machine shares one, written once."""
+    if (directory / "tls.crt").is_file() and (directory / "tls.key").is_file():
+        return
+    try:
+        write_serving_certificate(directory, "kueue-visibility")
+    except OSError as exc:
+        raise DevClusterError(
+            f"Kueue v0.17 reads its visibility server's certificate from {directory} (a fixed path) and could not be given one"
+            f" there ({exc}): create {directory} writable for this user, or run as a user who may, then `devcluster up --kueue` again"
+        ) from None
+
+
 class Kueue:
     """The Kueue controller of one devcluster (its state folder's ``kueue/``)."""
 
@@ -138,29 +233,54 @@ class Kueue:
         self.state.save()
         certs = write_serving_certificate(self.directory / "certs", "kueue-webhook")
         metrics_certificate()
-        (self.directory / "config.yaml").write_text(yaml.safe_dump(configuration(self.state.ports, certs, wait_for_pods_ready)))
+        address = None
+        if self.state.aggregation:
+            address = machine_ipv4()
+            if address is None:
+                raise DevClusterError(
+                    "Kueue's visibility API needs an IPv4 address of this machine other than loopback (the API server refuses"
+                    " loopback addresses in EndpointSlices), and it has none"
+                )
+            visibility_certificate()
+        config = configuration(self.state.ports, certs, wait_for_pods_ready, address)
+        (self.directory / "config.yaml").write_text(yaml.safe_dump(config))
         self._namespace()
         self._apply_crds((bins / "crds.yaml").read_text(), timeout)
         self.start(timeout)
         url = f"https://127.0.0.1:{self.state.ports['kueue-webhook']}"
-        for config in webhook_configurations((bins / "webhooks.yaml").read_text(), url, (certs / "ca.crt").read_bytes()):
-            self._apply(f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s/{config['metadata']['name']}", config)
+        for hooks in webhook_configurations((bins / "webhooks.yaml").read_text(), url, (certs / "ca.crt").read_bytes()):
+            self._apply(f"/apis/admissionregistration.k8s.io/v1/{hooks['kind'].lower()}s/{hooks['metadata']['name']}", hooks)
+        if address is not None:
+            for path, body in visibility_objects(address, self.state.ports["kueue-visibility"]):
+                self._apply(path, body)
+            self._wait_available(timeout)
+
+    @property
+    def visibility(self) -> bool:
+        """Whether its configuration runs its visibility server (set by :meth:`up`)."""
+        try:
+            config = yaml.safe_load((self.directory / "config.yaml").read_text()) or {}
+        except FileNotFoundError:
+            return False
+        return bool(config.get("visibilityServer"))
 
     def start(self, timeout: float = 120.0) -> None:
         """Start the controller (again, after :meth:`stop`) and wait until it is ready."""
         if self.running:
             return
+        args = [
+            str(build.kueue_dir() / "kueue"),
+            f"--config={self.directory / 'config.yaml'}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--visibility-server-port={self.state.ports['kueue-visibility']}",
+        ]
+        if not self.visibility:
+            # its visibility server is served through an APIService, which needs the API server's
+            # aggregation layer: off where the API server runs without it
+            args.append("--feature-gates=VisibilityOnDemand=false")
         log = open(Path(self.state.directory) / "logs" / "kueue.log", "ab")
         proc = subprocess.Popen(
-            [
-                str(build.kueue_dir() / "kueue"),
-                f"--config={self.directory / 'config.yaml'}",
-                f"--kubeconfig={self.kubeconfig}",
-                f"--visibility-server-port={self.state.ports['kueue-visibility']}",
-                # its visibility API server reads a certificate from /visibility (a fixed path) and
-                # would be served through an APIService to a Service: not on this devcluster
-                "--feature-gates=VisibilityOnDemand=false",
-            ],
+            args,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -204,6 +324,26 @@ class Kueue:
                 if time.monotonic() > deadline:
                     raise DevClusterError(f"Kueue's CRD {name} was not established within {timeout:.0f}s")
                 time.sleep(0.2)
+
+    def _wait_available(self, timeout: float) -> None:
+        """Wait until the API server says each of the visibility API's APIServices is Available
+        (it reached Kueue's visibility server through the Service's EndpointSlice)."""
+        deadline = time.monotonic() + timeout
+        for version in VISIBILITY_VERSIONS:
+            while True:
+                api_service = self.client.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.{VISIBILITY_GROUP}")
+                available = next((c for c in (api_service.get("status") or {}).get("conditions") or [] if c.get("type") == "Available"), {})
+                if available.get("status") == "True":
+                    break
+                if not self.running:
+                    tail = log_tail(Path(self.state.directory) / "logs" / "kueue.log")
+                    raise ComponentExited(f"kueue exited while its visibility API was registered; its log ends: {tail}")
+                if time.monotonic() > deadline:
+                    raise DevClusterError(
+                        f"Kueue's visibility API {version}.{VISIBILITY_GROUP} was not Available within {timeout:.0f}s"
+                        f" ({available.get('reason')}: {available.get('message')}); see {self.state.directory}/logs/kueue.log"
+                    )
+                time.sleep(0.3)
 
     def _established(self, name: str) -> bool:
         crd = self.client.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
