@@ -42,6 +42,9 @@ from gpuspawner.names.kueuenames import (
 VISIBILITY = f"/apis/visibility.{GROUP}/{VERSION}"
 #: Seconds between two looks at a held spawn's Workload.
 LOOK_EVERY = 1.0
+#: Seconds the hub reads no place from the visibility API once it was not served (or not ours
+#: to read, or unavailable: Kueue restarting); then it asks again.
+VISIBILITY_RETRY = 60.0
 #: Seconds a deleted pod may keep Kueue's finalizer before the hub removes it (Kueue removes it
 #: within a second when it runs).
 FINALIZER_GRACE = 30.0
@@ -102,8 +105,9 @@ def position(summary: Mapping[str, Any] | None, workload_name: str) -> tuple[int
 class KueueReader:
     """The hub's reads of Kueue's objects for one spawn (through the spawner's API client)."""
 
-    #: Whether the visibility API answered in this process (None: not asked yet; False: not served).
-    visibility: bool | None = None
+    #: Until when (time.monotonic()) this process does not ask the visibility API, which was not
+    #: served when it last asked (0: ask).
+    unserved_until: float = 0.0
 
     def __init__(self, api: Any, namespace: str) -> None:
         self.api, self.namespace = api, namespace
@@ -119,7 +123,7 @@ class KueueReader:
 
     async def place(self, queue: str, workload_name: str) -> tuple[int, int] | None:
         """The Workload's place in its LocalQueue from the visibility API, where it is served."""
-        if KueueReader.visibility is False:
+        if time.monotonic() < KueueReader.unserved_until:
             return None
         path = f"{VISIBILITY}/namespaces/{self.namespace}/localqueues/{queue}/pendingworkloads"
         try:
@@ -133,11 +137,23 @@ class KueueReader:
                 _request_timeout=5,
             )
         except ApiException as exc:
+            if exc.status == 404 and _details(exc).get("group") == f"visibility.{GROUP}":
+                return None  # served, and the LocalQueue is not (yet) in Kueue's queues
             if exc.status in (403, 404, 503):
-                KueueReader.visibility = False  # not served here (or not ours to read): the conditions say enough
+                # not served here (or not ours to read, or Kueue restarting): the conditions say
+                # enough; asked again after a while
+                KueueReader.unserved_until = time.monotonic() + VISIBILITY_RETRY
             return None
-        KueueReader.visibility = True
         return position(response if isinstance(response, dict) else None, workload_name)
+
+
+def _details(exc: ApiException) -> Mapping[str, Any]:
+    """The ``details`` of the API's Status in ``exc`` ({} when it has none)."""
+    try:
+        details = json.loads(exc.body or "").get("details")
+    except (ValueError, AttributeError, TypeError):
+        return {}
+    return details if isinstance(details, dict) else {}
 
 
 async def held(spawner: Any) -> str:

@@ -8,7 +8,8 @@ import json
 
 from kubernetes_asyncio.client import ApiException
 
-from gpuspawner.hub.kueue import held_words, position, stop_notice, webhook_refusal
+from gpuspawner.hub import kueue as hubkueue
+from gpuspawner.hub.kueue import KueueReader, held_words, position, stop_notice, webhook_refusal
 
 PENDING = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h100, 1 more needed"
 
@@ -115,3 +116,34 @@ async def test_a_pod_kueue_stops_while_the_server_starts_ends_the_spawn_with_why
         == "The server was stopped before it started by Kueue in queue ml: it was not ready within the time Kueue allows (its waitForPodsReady timeout)."
     )
     assert reflector.ended == {}  # taken: poll will not explain it a second time
+
+
+class _Api:
+    """A spawner's API client whose visibility API answers ``status`` (0: a summary)."""
+
+    def __init__(self, status: int, body: dict | None = None) -> None:
+        self.api_client, self.status, self.body, self.calls = self, status, body or {}, 0
+
+    async def call_api(self, *args, **kwargs):
+        self.calls += 1
+        if self.status:
+            exc = ApiException(status=self.status)
+            exc.body = json.dumps(self.body)
+            raise exc
+        return {"items": [{"metadata": {"name": "w"}, "positionInLocalQueue": 0}]}
+
+
+async def test_a_visibility_api_not_served_is_asked_again_after_a_while(monkeypatch):
+    monkeypatch.setattr(KueueReader, "unserved_until", 0.0)
+    clock = [1000.0]
+    monkeypatch.setattr(hubkueue.time, "monotonic", lambda: clock[0])
+    missing = _Api(404, {"kind": "Status", "reason": "NotFound"})  # no such API on this cluster
+    assert await KueueReader(missing, "ns").place("ml", "w") is None
+    assert await KueueReader(missing, "ns").place("ml", "w") is None and missing.calls == 1  # not asked again at once
+    served = _Api(0)
+    clock[0] += hubkueue.VISIBILITY_RETRY
+    assert await KueueReader(served, "ns").place("ml", "w") == (1, 1) and served.calls == 1  # asked again after a while
+    # Kueue's own "no such LocalQueue" says the API is served: the next read asks at once
+    no_queue = _Api(404, {"kind": "Status", "details": {"name": "ml", "group": "visibility.kueue.x-k8s.io", "kind": "localqueue"}})
+    assert await KueueReader(no_queue, "ns").place("ml", "w") is None
+    assert await KueueReader(served, "ns").place("ml", "w") == (1, 1) and served.calls == 2
