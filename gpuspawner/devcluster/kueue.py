@@ -253,7 +253,7 @@ class Kueue:
         if address is not None:
             for path, body in visibility_objects(address, self.state.ports["kueue-visibility"]):
                 self._apply(path, body)
-            self._wait_available(timeout)
+            self._wait_served(timeout)
 
     @property
     def visibility(self) -> bool:
@@ -299,6 +299,8 @@ class Kueue:
             if time.monotonic() > deadline:
                 raise DevClusterError(f"kueue did not become ready within {timeout:.0f}s; see {self.state.directory}/logs/kueue.log")
             time.sleep(0.3)
+        if self.visibility and self._registered():  # (started again: its visibility API too)
+            self._wait_served(max(1.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
         """Stop the controller and leave its webhooks registered: Kueue down, as a cluster sees it."""
@@ -325,25 +327,31 @@ class Kueue:
                     raise DevClusterError(f"Kueue's CRD {name} was not established within {timeout:.0f}s")
                 time.sleep(0.2)
 
-    def _wait_available(self, timeout: float) -> None:
-        """Wait until the API server says each of the visibility API's APIServices is Available
-        (it reached Kueue's visibility server through the Service's EndpointSlice)."""
+    def _wait_served(self, timeout: float) -> None:
+        """Wait until the API server answers each version of the visibility API from Kueue's
+        visibility server (its APIService Available, and the server authenticating the API
+        server's front proxy: right after a start it answers as to an anonymous user for a
+        moment, until it has read the front proxy's CA)."""
         deadline = time.monotonic() + timeout
         for version in VISIBILITY_VERSIONS:
-            while True:
-                api_service = self.client.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.{VISIBILITY_GROUP}")
-                available = next((c for c in (api_service.get("status") or {}).get("conditions") or [] if c.get("type") == "Available"), {})
-                if available.get("status") == "True":
-                    break
+            while not self.client.ok(f"/apis/{VISIBILITY_GROUP}/{version}"):
                 if not self.running:
                     tail = log_tail(Path(self.state.directory) / "logs" / "kueue.log")
-                    raise ComponentExited(f"kueue exited while its visibility API was registered; its log ends: {tail}")
+                    raise ComponentExited(f"kueue exited before its visibility API was served; its log ends: {tail}")
                 if time.monotonic() > deadline:
+                    api_service = self.client.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.{VISIBILITY_GROUP}")
+                    conditions = (api_service.get("status") or {}).get("conditions") or []
+                    available = next((c for c in conditions if c.get("type") == "Available"), {})
                     raise DevClusterError(
-                        f"Kueue's visibility API {version}.{VISIBILITY_GROUP} was not Available within {timeout:.0f}s"
-                        f" ({available.get('reason')}: {available.get('message')}); see {self.state.directory}/logs/kueue.log"
+                        f"Kueue's visibility API {version}.{VISIBILITY_GROUP} was not served within {timeout:.0f}s (Available:"
+                        f" {available.get('status')}, {available.get('reason')}: {available.get('message')});"
+                        f" see {self.state.directory}/logs/kueue.log"
                     )
                 time.sleep(0.3)
+
+    def _registered(self) -> bool:
+        """Whether the visibility API's APIServices are registered (by an earlier :meth:`up`)."""
+        return self.client.ok(f"/apis/apiregistration.k8s.io/v1/apiservices/{VISIBILITY_VERSIONS[-1]}.{VISIBILITY_GROUP}")
 
     def _established(self, name: str) -> bool:
         crd = self.client.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
