@@ -63,7 +63,7 @@ async def test_a_held_spawn_says_so_and_starts_once_kueue_admits_it(cluster, kub
         said = await asyncio.to_thread(
             wait_for, lambda: [m for m in second.spawn_state.messages if m.startswith("Waiting for GPU quota")], "held", timeout=60
         )
-        assert said[0].startswith("Waiting for GPU quota in queue ml-course."), said
+        assert said[0].startswith("Waiting for GPU quota in queue ml-course"), said  # (its place, once Kueue lists it)
         assert "Kueue says: couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu" in said[-1], said
         assert not starting.done()
         # held by Kueue, it holds no GPU on the nodes: its reservation in the counts is given back
