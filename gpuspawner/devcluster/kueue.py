@@ -225,7 +225,9 @@ class Kueue:
         return alive(self.state.pids.get(NAME))
 
     def up(self, timeout: float = 120.0, wait_for_pods_ready: int = 0) -> None:
-        """Build (if needed), install the CRDs, start the controller, register its webhooks."""
+        """Build (if needed), install the CRDs, start the controller, register its webhooks; where
+        the API server runs with the aggregation layer, serve its visibility API too (step 5
+        above) and wait until the API server answers it."""
         bins = build.build_kueue()
         self.directory.mkdir(parents=True, exist_ok=True)
         for key, port in free_ports(PORTS).items():
