@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"  usage: gpuspawner report --prometheus-url={demo.prometheus.url} --since 1h --by user)\n"
                 f"Hub log: {demo.state / 'jupyterhub.log'}   KUBECONFIG={demo.cluster.kubeconfig}\n"
                 f"Other logs (Prometheus, dcgm-exporter stand-in, pods): {demo.state}\n"
-                f"{demokueue.banner(demo.kueue) if demo.kueue else ''}"
+                f"{demokueue.banner(demo.kueue, demo.cluster.kubeconfig) if demo.kueue else ''}"
                 "Press Ctrl-C to stop everything. The hub's log and the culler's decisions follow.\n",
                 flush=True,
             )

@@ -156,15 +156,15 @@ def set_up(kube: KubeHTTP, config: Path, env: Mapping[str, str], state: Path, ti
     return KueueDemo(cluster_queue=CLUSTER_QUEUE, hub_queues=hub_queues, documents=documents)
 
 
-def banner(kueue: KueueDemo) -> str:
+def banner(kueue: KueueDemo, kubeconfig: Path) -> str:
     """The demo console's lines about Kueue."""
     queues = ", ".join(f"'{q}'" for q in kueue.hub_queues)
     return (
-        f"Kueue is on: every GPU server goes through the LocalQueue {queues} (ClusterQueue '{kueue.cluster_queue}', "
-        f"at most {GPU_QUOTA} of each GPU per flavor;\n"
-        f"  admission 'warn': a spawn the queue allows none of waits for Kueue). Competing for the same quota: "
-        f"the batch Job {BATCH_NAMESPACE}/{BATCH_JOB}\n"
-        f"  (one H100 GPU, LocalQueue '{BATCH_QUEUE}'). Watch: kubectl get clusterqueues,workloads -A\n"
+        f"Kueue is on (ClusterQueue '{kueue.cluster_queue}', at most {GPU_QUOTA} of each GPU resource per flavor): every GPU\n"
+        f"  server goes through the LocalQueue {queues}, admission 'warn' (a spawn the queue allows none of\n"
+        "  goes ahead and Kueue holds it). Competing for the same quota: the batch Job\n"
+        f"  {BATCH_NAMESPACE}/{BATCH_JOB}, one H100 GPU through LocalQueue '{BATCH_QUEUE}' (so the H100 row says\n"
+        f"  how many more the queue allows). Watch: KUBECONFIG={kubeconfig} kubectl get clusterqueues,workloads -A\n"
     )
 
 

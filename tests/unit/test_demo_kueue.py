@@ -108,3 +108,10 @@ def test_kwok_leaves_a_keep_running_pod_of_a_job_running():
     }
     assert stages["pod-complete"]["spec"]["next"]["statusTemplate"] == "phase: Succeeded\n"
     assert stages["pod-ready"] == yaml.safe_load(STAGES.split("---")[0])
+
+
+def test_the_banner_says_kueue_is_on_and_what_competes(tmp_path):
+    text = demokueue.banner(demokueue.KueueDemo("demo", ["demo"], []), tmp_path / "kubeconfig")
+    assert text.startswith("Kueue is on (ClusterQueue 'demo'")
+    assert "LocalQueue 'demo'" in text and "admission 'warn'" in text
+    assert f"{demokueue.BATCH_NAMESPACE}/{demokueue.BATCH_JOB}, one H100 GPU through LocalQueue 'batch'" in text
