@@ -5,7 +5,8 @@
 #   make lint    the import-linter contracts of pyproject.toml: the layers and the pure
 #                core's "no I/O" (docs/architecture.md); a wrong import is named; and
 #                mypy, strict on the pure core; ruff's lint and format check
-#   make demo    the GPU hub on a simulated GPU cluster (see README.md)
+#   make demo    the GPU hub on a simulated GPU cluster (see README.md); KUEUE=1: with the
+#                real Kueue and a batch Job competing for the same GPUs (docs/kueue.md)
 #   make unit    the pure-Python tests only (needs Python alone: no Go, npm or Chromium)
 #   make labextension  rebuild the notebook's GPU view for JupyterLab (ui/labextension, npm)
 #                into gpuspawner/notebook_ext/labextension; the build backend builds it on
@@ -110,7 +111,8 @@ devcluster-build: install
 	$(VENV)/bin/gpuspawner devcluster build
 
 demo: install devcluster-build
-	$(PY) -m gpuspawner.tools.demo
+	$(if $(filter 1,$(KUEUE)),$(VENV)/bin/gpuspawner devcluster build --kueue)
+	$(PY) -m gpuspawner.tools.demo $(if $(filter 1,$(KUEUE)),--kueue)
 
 bench: install devcluster-build
 	$(PY) -m bench

@@ -4,6 +4,9 @@ A readable example of a real configuration. `python -m gpuspawner.tools.demo` st
 devcluster, sets the environment variables read below, and runs
 `jupyterhub -f hub_config/demo_config.py` in a scratch folder.
 
+With GPUSPAWNER_DEMO_KUEUE=1 (`make demo KUEUE=1`) every GPU server goes through Kueue's
+LocalQueue "demo" (the "Kueue" section below).
+
 Users (any password is accepted by the DummyAuthenticator, the demo's is "gpu"):
   student1, student2   group "students":    No GPU, shared GPUs, MIG 1g slices
   researcher1, researcher2  group "researchers": everything, whole GPUs up to 4
@@ -95,6 +98,20 @@ c.GPUSpawner.offering_overrides = {
     "vgpu-nvidia-a10-24q": {"groups": ["researchers"]},
     "vgpu-vgpu-type-v100-8g-8gb": {"groups": ["researchers"]},
 }
+
+# ---------------------------------------------------------------- Kueue (make demo KUEUE=1)
+# The demo's devcluster runs the real Kueue, and a batch Job of another namespace takes quota
+# from the same ClusterQueue (gpuspawner/tools/demokueue.py, docs/kueue.md).
+if os.environ.get("GPUSPAWNER_DEMO_KUEUE") == "1":
+    # Every GPU server goes through the LocalQueue "demo" (its pod labelled
+    # kueue.x-k8s.io/queue-name: demo); the CPU offering does not.
+    c.GPUSpawner.kueue_queues = {"default": "demo"}
+    # 'warn', not 'block': a spawn the queue allows none of goes ahead, and Kueue holds the
+    # pod until the queue's quota allows it ('block' would refuse it on the spawn page).
+    c.GPUSpawner.admission = "warn"
+    # One queue per server: Kueue queues the MIG 3g.20gb now, not the hub (check_config
+    # refuses admission 'queue' for a server that goes through Kueue).
+    c.GPUSpawner.offering_overrides["mig-nvidia-a100-sxm4-40gb-3g-20gb"] = {"groups": ["researchers"], "admission": "warn"}
 
 # ---------------------------------------------------------------- the GPU-aware culler
 # Short timeouts so that a visitor can watch it work; the end-to-end tests shorten them further.

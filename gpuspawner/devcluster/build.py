@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 K8S_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.8"
 KWOK_VERSION = "v0.8.0"
@@ -82,6 +84,24 @@ def tool(name: str) -> Path:
 
 def stages_file() -> Path:
     return bin_dir().parent / "kwok-stages.yaml"
+
+
+#: A pod annotated so (any value) is left Running by kwok's pod-complete stage, which otherwise
+#: completes every Running pod a Job owns at once: the Kueue demo's batch Job then holds its
+#: GPU, and its quota, until it is deleted.
+KEEP_RUNNING = "gpuspawner.dev/keep-running"
+
+
+def cluster_stages(stages: str) -> str:
+    """kwok's stages (:func:`stages_file`'s text) as a devcluster runs them: the pod-complete
+    stage skips pods annotated :data:`KEEP_RUNNING`."""
+    docs = [d for d in yaml.safe_load_all(stages) if d]
+    for doc in docs:
+        if doc.get("kind") == "Stage" and doc["metadata"]["name"] == "pod-complete":
+            doc["spec"]["selector"].setdefault("matchExpressions", []).append(
+                {"key": f'.metadata.annotations["{KEEP_RUNNING}"]', "operator": "DoesNotExist"}
+            )
+    return yaml.safe_dump_all(docs, sort_keys=False)
 
 
 def missing_binaries(directory: Path | None = None) -> list[str]:

@@ -42,8 +42,9 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 #: them), their tokens, garbage collection and namespace deletion. Never the node
 #: lifecycle controller: kwok's nodes send no heartbeats and would be tainted NotReady.
 #: The resourceclaim controller makes a pod's ResourceClaims from its ResourceClaimTemplates
-#: and removes them with the pod (Dynamic Resource Allocation).
-KCM_CONTROLLERS = "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller"
+#: and removes them with the pod (Dynamic Resource Allocation). The job controller makes a
+#: batch/v1 Job's pods (the Kueue demo's batch Job, which Kueue suspends until it admits it).
+KCM_CONTROLLERS = "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller,job-controller"
 
 
 def aggregation_args(pki: Path) -> list[str]:
@@ -355,9 +356,11 @@ class DevCluster:
         return [*self._component_auth(), "--bind-address=127.0.0.1", f"--secure-port={s.ports['scheduler']}", "--v=2"]
 
     def _kwok_args(self, s: ClusterState) -> list[str]:
+        stages = self.directory / "kwok-stages.yaml"
+        stages.write_text(build.cluster_stages(build.stages_file().read_text()))
         return [
             f"--kubeconfig={self.kubeconfig}",
-            f"--config={build.stages_file()}",
+            f"--config={stages}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--server-address=127.0.0.1:{s.ports['kwok']}",

@@ -1,6 +1,7 @@
 """The demo: a JupyterHub with GPUSpawner on the simulated GPU cluster, in one command.
 
     python -m gpuspawner.tools.demo            (or: make demo)
+    python -m gpuspawner.tools.demo --kueue    (or: make demo KUEUE=1): with the real Kueue
 
 Starts the devcluster (building it once), puts some GPU pods of another team on
 it, runs the local pod runner (so spawned pods become real JupyterLab servers on
@@ -10,6 +11,10 @@ metrics (with the chart's recording and alerting rules loaded), and JupyterHub w
 hub_config/demo_config.py behind a real configurable-http-proxy; then prints the URLs
 and who to log in as. Logs go to files in the scratch folder. Ctrl-C stops
 everything and removes the scratch folder.
+
+With ``--kueue`` the devcluster runs Kueue too, every GPU server goes through its LocalQueue
+``demo``, and a batch Job of another namespace competes for the same ClusterQueue
+(:mod:`gpuspawner.tools.demokueue`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from gpuspawner.devcluster.podrunner import PodRunner
 from gpuspawner.devcluster.ports import free_port
 from gpuspawner.devcluster.prometheus import RULES_FILE, Prometheus, ScrapeJob
 from gpuspawner.names.nvidia import GPU, GPU_SHARED, MIG_PREFIX, PRODUCT_LABEL
+from gpuspawner.tools import demokueue
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "hub_config" / "demo_config.py"
@@ -65,6 +71,8 @@ class Demo:
     hub: subprocess.Popen
     telemetry: SimulatedDCGM
     prometheus: Prometheus
+    #: what the demo set up in Kueue (``kueue=True``), else None
+    kueue: demokueue.KueueDemo | None = None
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen, log_file: Path) -> None:
@@ -101,6 +109,7 @@ def running_demo(
     quiet: bool = False,
     extra_env: dict[str, str] | None = None,
     scrape_interval: str = "5s",
+    kueue: bool = False,
 ) -> Iterator[Demo]:
     """Everything the demo runs, torn down on exit (also on errors and Ctrl-C), in reverse order."""
     if not (REPO / "node_modules" / ".bin" / "configurable-http-proxy").exists():
@@ -110,7 +119,7 @@ def running_demo(
         stack.callback(shutil.rmtree, state, ignore_errors=True)
         cluster = DevCluster(state / "cluster")
         stack.callback(cluster.down, quiet=True)
-        cluster.up(log=(lambda m: None) if quiet else print)
+        cluster.up(log=(lambda m: None) if quiet else print, kueue=kueue)
         kube = cluster.client()
         kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         seed_other_team(kube)
@@ -150,8 +159,12 @@ def running_demo(
             "GPUSPAWNER_DEMO_PROMETHEUS_URL": prometheus.url,
             "GPUSPAWNER_DEMO_PROMETHEUS_TOKEN": prometheus_token,
             "GPUSPAWNER_DEMO_CULLER_METRICS_PORT": str(culler_metrics_port),
+            **(demokueue.hub_env() if kueue else {}),
             **(extra_env or {}),
         }
+        # Kueue's objects for the hub's offerings, as `gpuspawner kueue` writes them from the
+        # hub's own config, and the batch Job competing with the hub for the same quota
+        kueue_demo = demokueue.set_up(kube, CONFIG, env, state) if kueue else None
         log_file = state / "jupyterhub.log"
         hub_process = HubProcess(state, port, hub_port, proxy_api_port, log_path=log_file)  # its config: CONFIG, from env
         hub = hub_process.launch(CONFIG, env)
@@ -167,6 +180,7 @@ def running_demo(
             hub=hub,
             telemetry=telemetry,
             prometheus=prometheus,
+            kueue=kueue_demo,
         )
 
 
@@ -236,10 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="JupyterHub with GPUSpawner on a simulated GPU cluster")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--no-culler", action="store_true", help="do not run the GPU-aware culler service")
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="run the real Kueue: GPU servers go through its queue, beside a competing batch Job (docs/kueue.md)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        with running_demo(port=args.port, hub_port=free_port(), culler=not args.no_culler) as demo:
+        with running_demo(port=args.port, hub_port=free_port(), culler=not args.no_culler, kueue=args.kueue) as demo:
             print(
                 f"\nJupyterHub with GPUSpawner is running: {demo.url}\n\n"
                 "Log in (password: gpu) as\n"
@@ -250,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"  usage: gpuspawner report --prometheus-url={demo.prometheus.url} --since 1h --by user)\n"
                 f"Hub log: {demo.state / 'jupyterhub.log'}   KUBECONFIG={demo.cluster.kubeconfig}\n"
                 f"Other logs (Prometheus, dcgm-exporter stand-in, pods): {demo.state}\n"
+                f"{demokueue.banner(demo.kueue, demo.cluster.kubeconfig) if demo.kueue else ''}"
                 "Press Ctrl-C to stop everything. The hub's log and the culler's decisions follow.\n",
                 flush=True,
             )
