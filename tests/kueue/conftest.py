@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import os
+import secrets
 
 import pytest
 
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.nodes import standard_nodes
+from tests.conftest import fresh_namespace
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +25,15 @@ def cluster(tmp_path_factory):
         yield cluster
     finally:
         cluster.down(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def kube(cluster):
+    return cluster.client()
+
+
+@pytest.fixture
+def ns(kube, request):
+    """A namespace of the test's own, named after its module (``kueue_spawn`` -> ``ks-...``)."""
+    prefix = "k" + request.module.__name__.rsplit("_", 1)[-1][:1]
+    yield from fresh_namespace(kube, f"{prefix}-{secrets.token_hex(3)}")

@@ -34,11 +34,6 @@ T4_FLAVOR = "shared-tesla-t4-time-slicing-4x"
 
 
 @pytest.fixture(scope="module")
-def kube(cluster):
-    return cluster.client()
-
-
-@pytest.fixture(scope="module")
 def ns(kube):
     yield from fresh_namespace(kube, f"kcli-{secrets.token_hex(3)}")
 

@@ -39,11 +39,6 @@ PRODUCT = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 
 
 @pytest.fixture(scope="module")
-def kube(cluster):
-    return cluster.client()
-
-
-@pytest.fixture(scope="module")
 def ns(kube):
     yield from fresh_namespace(kube, f"kc-{secrets.token_hex(3)}")
 

@@ -13,28 +13,17 @@ its Go module (v0.17.0), its CRDs and fail-closed webhooks, on a devcluster of i
 
 from __future__ import annotations
 
-import secrets
 import urllib.error
 
 import pytest
 
-from tests.conftest import fresh_namespace, wait_for
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.cluster
 GATE = "kueue.x-k8s.io/admission"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-
-@pytest.fixture
-def kube(cluster):
-    return cluster.client()
-
-
-@pytest.fixture
-def ns(kube):
-    yield from fresh_namespace(kube, f"kq-{secrets.token_hex(3)}")
 
 
 def queues(kube, ns: str, gpus: int) -> None:

@@ -6,27 +6,16 @@ places, and a spawn Kueue holds says its place in its progress, moving up as the
 from __future__ import annotations
 
 import asyncio
-import secrets
 
 import pytest
 
 from gpuspawner.devcluster.kueue import VISIBILITY_GROUP, VISIBILITY_VERSIONS
 from gpuspawner.hub import kueue as hubkueue
-from tests.conftest import fresh_namespace, wait_for
+from tests.conftest import wait_for
 from tests.kueue.test_kueue_devcluster import queues
 from tests.kueue.test_kueue_spawn import spawner_in
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def kube(cluster):
-    return cluster.client()
-
-
-@pytest.fixture
-def ns(kube):
-    yield from fresh_namespace(kube, f"kp-{secrets.token_hex(3)}")
 
 
 def said(spawner, words: str) -> list[str]:

@@ -7,7 +7,6 @@ down: a 503 naming it at once, and a stop that Kueue's finalizer would hold fore
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 
 import pytest
@@ -19,23 +18,13 @@ from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.names.kueuenames import ADMISSION_GATE, MANAGED_FINALIZER, PRIORITY_LABEL, QUEUE_LABEL
 from gpuspawner.names.vocabulary import STOP_NOTICE_KEY
 from gpuspawner.spawner import GPUSpawner
-from tests.conftest import fresh_namespace, wait_for
+from tests.conftest import wait_for
 from tests.integration.test_spawner import User, make_spawner, pod_of
 from tests.kueue.test_kueue_devcluster import queues
 
 pytestmark = pytest.mark.cluster
 H100 = "gpu-nvidia-h100-80gb-hbm3"
 KUEUE = "kueue.x-k8s.io/v1beta2"
-
-
-@pytest.fixture
-def kube(cluster):
-    return cluster.client()
-
-
-@pytest.fixture
-def ns(kube):
-    yield from fresh_namespace(kube, f"ks-{secrets.token_hex(3)}")
 
 
 def spawner_in(cluster, ns, groups=(), **config) -> GPUSpawner:

@@ -30,3 +30,11 @@ def test_the_saved_notice_is_shown_escaped_and_only_where_there_is_one():
     assert "<b>" not in render(user_with({STOP_NOTICE_KEY: {"time": "t", "text": "<b>x</b>"}}))  # escaped
     assert "gpuspawner-stops" not in render(user_with({}, {"gpu_usage": []}))
     assert render(None).strip() == ""  # (a page without a logged-in user)
+
+
+def test_the_culler_actions_share_the_notice_markup():
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(hub_templates_dir()), autoescape=True)
+    items = [{"time": "2026-11-27T14:02:00Z", "text": "Your server was stopped at 14:02: idle."}]
+    page = env.get_template("gpuspawner_culler_actions.html").render(gpuspawner_culler_actions=lambda: items)
+    assert 'id="gpuspawner-culler-actions"' in page and "alert-info" in page and "Your server was stopped at 14:02: idle." in page
+    assert env.get_template("gpuspawner_culler_actions.html").render().strip() == ""  # no culler wired
