@@ -63,6 +63,16 @@ WEBHOOK_GROUPS = frozenset({"", "batch", "kueue.x-k8s.io"})
 #: the namespaces Kueue's pod webhooks leave alone (as its kustomization patches them)
 UNMANAGED = ["kube-system", NAMESPACE]
 FIELD_MANAGER = "gpuspawner-devcluster"
+#: workers per controller, as Kueue's release configures them
+RELEASE_CONCURRENCY = {
+    "Job.batch": 5,
+    "Pod": 5,
+    "Workload.kueue.x-k8s.io": 5,
+    "LocalQueue.kueue.x-k8s.io": 1,
+    "Cohort.kueue.x-k8s.io": 1,
+    "ClusterQueue.kueue.x-k8s.io": 1,
+    "ResourceFlavor.kueue.x-k8s.io": 1,
+}
 
 
 def configuration(
@@ -86,6 +96,11 @@ def configuration(
             "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": UNMANAGED}]
         },
         "integrations": {"frameworks": ["pod", "batch/job"]},
+        # As the release's own configuration sets them (config/components/manager/
+        # controller_manager_config.yaml); without them Kueue takes its code's defaults (20 queries
+        # a second, burst 30, one worker per controller) and admits a burst of pods seconds later.
+        "clientConnection": {"qps": 50, "burst": 100},
+        "controller": {"groupKindConcurrency": RELEASE_CONCURRENCY},
     }
     if wait_for_pods_ready > 0:
         config["waitForPodsReady"] = {"timeout": f"{int(wait_for_pods_ready)}s"}
