@@ -27,6 +27,9 @@
 #   make kueue-check      only the tests on the real Kueue (built from its Go module, a few
 #                         minutes the first time; make test runs them too): queues, held,
 #                         refused and preempted spawns, Kueue down (tests/kueue, docs/kueue.md)
+#   make kueue-bench      spawn to admission through a LocalQueue with free quota vs the same
+#                         offering without Kueue, on a devcluster with the real Kueue (median
+#                         and p90 of 20 spawns each, side by side; bench/kueue_latency.py)
 #   make framework-check  the memory guard against framework releases too big for make test:
 #                         older jaxlib (JAXLIB_OLD, default 0.4.30 and 0.4.38: the last that
 #                         reads only XLA_PYTHON_CLIENT_MEM_FRACTION and the first seen to read
@@ -53,7 +56,7 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check clean
+.PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench clean
 
 # The tests on the real Kueue (tests/kueue) run in a pytest process of their own, on a devcluster
 # of their own (Kueue's webhooks take every pod of a cluster), beside the main run: about a
@@ -126,6 +129,10 @@ dra-truth: install devcluster-build
 kueue-check: install devcluster-build
 	$(VENV)/bin/gpuspawner devcluster build --kueue
 	GPUSPAWNER_KUEUE_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/kueue
+
+kueue-bench: install devcluster-build
+	$(VENV)/bin/gpuspawner devcluster build --kueue
+	$(PY) -m bench.kueue_latency --spawns $(or $(KUEUE_SPAWNS),20)
 
 fuzz-clusters: install
 	GPUSPAWNER_CLUSTERS=$(CLUSTERS) $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_cluster_properties.py
