@@ -5,7 +5,9 @@ restart in the middle loses no notebook and leaves no gated pod behind.
 Each "hub" is a set of GPUSpawner objects in this test's process with a hub identity of its
 own (``hub_id``), in a namespace of its own, its GPU offerings mapped to a LocalQueue there
 (``kueue_queues``); both LocalQueues point to one ClusterQueue with 4 of the H100 node's 8
-GPUs, so Kueue, not the nodes, is what limits them. All 40 spawns start at once (admission
+GPUs, so Kueue, not the nodes, is what limits them. (In one process the two share what a hub
+process keeps per API server, its inventory of nodes and pods; with admission ``warn`` neither
+is refused by its counts. Two real hubs are two processes.) All 40 spawns start at once (admission
 ``warn``: the hub lets Kueue hold them) and each server stops shortly after it starts, so the
 held ones are admitted in turn. A thread lists the pods of both namespaces in one request every
 0.2 s: bound, non-terminating GPU pods never hold more than the quota at any sample.
