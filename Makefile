@@ -59,8 +59,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench clean
 
 # The tests on the real Kueue (tests/kueue) run in a pytest process of their own, on a devcluster
-# of their own (Kueue's webhooks take every pod of a cluster), beside the main run: about a
-# minute, mostly spent waiting on Kueue. Their output follows the main run's.
+# of their own (Kueue's webhooks take every pod of a cluster), beside the main run: under
+# two minutes alone, mostly spent waiting on Kueue. Their output follows the main run's.
 test: install devcluster-build lint precommit
 	$(VENV)/bin/gpuspawner devcluster build --kueue
 	@kueue_log=$$(mktemp); \
