@@ -50,11 +50,6 @@ START_TIMEOUT = 400
 
 
 @pytest.fixture
-def kube(cluster):
-    return cluster.client()
-
-
-@pytest.fixture
 def ns_a(kube):
     yield from fresh_namespace(kube, f"k2a-{secrets.token_hex(3)}")
 
