@@ -60,11 +60,12 @@ STAMP  := $(VENV)/.installed
 
 # The tests on the real Kueue (tests/kueue) run in a pytest process of their own, on a devcluster
 # of their own (Kueue's webhooks take every pod of a cluster), beside the main run: under
-# two minutes alone, mostly spent waiting on Kueue. Their output follows the main run's.
+# two minutes alone, mostly spent waiting on Kueue, at a lower CPU priority (nice) so that the
+# main run, the longer one, is not slowed. Their output follows the main run's.
 test: install devcluster-build lint precommit
 	$(VENV)/bin/gpuspawner devcluster build --kueue
 	@kueue_log=$$(mktemp); \
-	GPUSPAWNER_KUEUE_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/kueue >$$kueue_log 2>&1 & kueue=$$!; \
+	GPUSPAWNER_KUEUE_TESTS=1 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/kueue >$$kueue_log 2>&1 & kueue=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25; main=$$?; \
 	wait $$kueue; kueue_status=$$?; \
 	echo "---- tests/kueue (the real Kueue) ----"; cat $$kueue_log; rm -f $$kueue_log; \
