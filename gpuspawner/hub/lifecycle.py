@@ -20,7 +20,7 @@ from gpuspawner.capacity.policy import allowed
 from gpuspawner.hub import admitting, budgets, claimlife, kueue, metrics
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.reflector import scheduler_verdict
-from gpuspawner.hub.scheduling import SpawnRefused, brief, unreachable_cause
+from gpuspawner.hub.scheduling import SpawnRefused, brief, chain, unreachable_cause
 from gpuspawner.hub.spawnstate import SpawnState
 from gpuspawner.names.vocabulary import RECORD_KEY, AdmissionPolicy, Refusal
 from gpuspawner.page.cards import unreachable_message
@@ -96,16 +96,11 @@ def failed_call_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None
     """The 503 for a start whose Kubernetes call failed for want of a dependency: the API
     server (see :func:`unreachable_refusal`) or an admission webhook such as Kueue's, which
     fail closed (see :func:`gpuspawner.hub.kueue.webhook_refusal`); None for any other failure."""
-    cause: BaseException | None = exc
-    seen: set[int] = set()
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        words = kueue.webhook_refusal(cause)
-        if words:
-            spawner.log.warning("%s: refusing the spawn: %s", spawner._log_name, words)
-            spawner.spawn_state.refused = True  # no pod was made
-            return SpawnRefused(words, Refusal.UNREACHABLE)
-        cause = cause.__cause__ or cause.__context__
+    words = next(filter(None, map(kueue.webhook_refusal, chain(exc))), None)
+    if words:
+        spawner.log.warning("%s: refusing the spawn: %s", spawner._log_name, words)
+        spawner.spawn_state.refused = True  # no pod was made
+        return SpawnRefused(words, Refusal.UNREACHABLE)
     return unreachable_refusal(spawner, exc)
 
 

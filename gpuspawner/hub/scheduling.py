@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,19 +158,25 @@ def refusal(reason: str, decision: Any) -> SpawnRefused:
 _KUBESPAWNER_GAVE_UP = "Could not create "
 
 
+def chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc``, then what caused it (``__cause__``, else ``__context__``), and so on, each once."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def unreachable_cause(exc: BaseException | None) -> BaseException | None:
     """The exception in ``exc``'s chain that says the API server could not be reached: a
     connection refused, reset or timed out (aiohttp's, the OS's), or KubeSpawner giving up on
     a call that kept timing out. None for anything else (an answer with an HTTP error is an
     answer; a pod that does not start in ``start_timeout`` is not the API server's fault)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, (aiohttp.ClientConnectionError, ConnectionError)):
-            return exc
-        if isinstance(exc, TimeoutError) and str(exc).startswith(_KUBESPAWNER_GAVE_UP):
-            return exc
-        exc = exc.__cause__ or exc.__context__
+    for cause in chain(exc):
+        if isinstance(cause, (aiohttp.ClientConnectionError, ConnectionError)):
+            return cause
+        if isinstance(cause, TimeoutError) and str(cause).startswith(_KUBESPAWNER_GAVE_UP):
+            return cause
     return None
 
 
