@@ -119,13 +119,19 @@ class ClusterQueue:
         reserved = {
             str(f.get("name") or ""): _quantities(f.get("resources") or (), "total") for f in status.get("flavorsReservation") or ()
         }
-        return cls(name=str(_meta(obj).get("name", "")), groups=groups, reserved=reserved, admits=_admits(spec, status))
+        return cls(name=str(_meta(obj).get("name", "")), groups=groups, reserved=reserved, admits=_admits(obj))
 
 
-def _admits(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
-    if (spec.get("stopPolicy") or STOP_NONE) != STOP_NONE:
+def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The condition of type ``kind`` in a Kubernetes object's ``status.conditions`` (None: not there)."""
+    return next((c for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == kind), None)
+
+
+def _admits(obj: Mapping[str, Any]) -> bool:
+    """Whether a ClusterQueue admits at all: no ``stopPolicy``, and not ``Active`` False."""
+    if ((obj.get("spec") or {}).get("stopPolicy") or STOP_NONE) != STOP_NONE:
         return False
-    active = next((c for c in status.get("conditions") or () if c.get("type") == COND_ACTIVE), None)
+    active = condition(obj, COND_ACTIVE)
     return active is None or active.get("status") != "False"
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiException, CustomObjectsApi
 
+from gpuspawner.capacity.kueuequota import condition
 from gpuspawner.hub import admitting
 from gpuspawner.hub.scheduling import brief
 from gpuspawner.names.kueuenames import (
@@ -62,12 +63,13 @@ def queue_of(pod_labels: Mapping[str, str] | None) -> str:
 
 def gated(pod: Mapping[str, Any]) -> bool:
     """Whether Kueue still holds ``pod`` (its admission gate is on: it holds no GPU yet)."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or (pod.get("spec") or {}).get("scheduling_gates") or ()
-    return any(g.get("name") == ADMISSION_GATE for g in gates)
+    return any(g.get("name") == ADMISSION_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or ())
 
 
-def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == kind), None)
+def _pod(spawner: Any) -> Mapping[str, Any] | None:
+    """The server's pod as KubeSpawner's reflector last saw it (the watch's own JSON), or None."""
+    reflector = spawner.pod_reflector
+    return reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector is not None else None
 
 
 def _sentence(text: str) -> str:
@@ -79,7 +81,7 @@ def held_words(workload: Mapping[str, Any] | None, queue: str, place: tuple[int,
     """What the spawn's progress says while Kueue holds it, and the refusal when Kueue can
     never admit it (None while waiting may help)."""
     where = f"in queue {queue}" + (f" (position {place[0]} of {place[1]})" if place else "")
-    reserved = _condition(workload or {}, COND_QUOTA_RESERVED)
+    reserved = condition(workload or {}, COND_QUOTA_RESERVED)
     if workload is None or reserved is None:
         return f"Waiting for GPU quota {where}.", None
     message = str(reserved.get("message") or "")
@@ -170,9 +172,8 @@ async def held(spawner: Any) -> str:
     key = f"{spawner.namespace}/{spawner.pod_name}"
     reader, said, failures = KueueReader(spawner.api, spawner.namespace), "", 0
     while True:
-        reflector = spawner.pod_reflector
-        pod = reflector.pods.get(key) if reflector is not None else None
-        ended = getattr(reflector, "ended", {}).pop(key, None)
+        pod = _pod(spawner)
+        ended = getattr(spawner.pod_reflector, "ended", {}).pop(key, None)
         if ended is not None:
             refusal = f"The server was stopped before it started {stop_notice(*ended)['why']}."
             spawner.log.info("%s: stopped by Kueue while starting: %s", spawner._log_name, refusal)
@@ -244,12 +245,11 @@ async def release_finalizer(spawner: Any, grace: float | None = None) -> None:
     key = f"{spawner.namespace}/{spawner.pod_name}"
     deleted_seen: float | None = None
     while True:
-        reflector = spawner.pod_reflector
-        pod = reflector.pods.get(key) if reflector is not None else None
+        pod = _pod(spawner)
         if pod is None and deleted_seen is not None:
             return
         meta = (pod or {}).get("metadata") or {}
-        deleting = bool(meta.get("deletionTimestamp") or meta.get("deletion_timestamp"))
+        deleting = bool(meta.get("deletionTimestamp"))
         if deleting and deleted_seen is None:
             deleted_seen = time.monotonic()
         finalizers = meta.get("finalizers") or []
@@ -288,10 +288,10 @@ async def release_finalizer(spawner: Any, grace: float | None = None) -> None:
         await asyncio.sleep(1.0)
 
 
-def stop_notice(condition: Mapping[str, Any], queue: str, at: datetime | None = None) -> dict[str, str]:
+def stop_notice(stopped: Mapping[str, Any], queue: str) -> dict[str, str]:
     """What the home page says about a server Kueue stopped (its pod's ``TerminationTarget``
     condition): {"time": ISO, "why": words}."""
-    reason, message = str(condition.get("reason") or ""), str(condition.get("message") or "")
+    reason, message = str(stopped.get("reason") or ""), str(stopped.get("message") or "")
     where = f" in queue {queue}" if queue else ""
     evicted = reason.startswith(STOP_EVICTED)  # "WorkloadEvictedDueTo<the Workload's Evicted reason>"
     if evicted and "prioritization in the ClusterQueue" in message:
@@ -304,18 +304,16 @@ def stop_notice(condition: Mapping[str, Any], queue: str, at: datetime | None = 
         why = f"to give other queues their fair share of the GPUs (Kueue's fair sharing){where}"
     else:
         why = f"by Kueue{where}: {(message or reason or 'no reason given').strip().rstrip('.')}"
-    when = condition.get("lastTransitionTime") or (at or datetime.now(UTC)).isoformat()
+    when = stopped.get("lastTransitionTime") or datetime.now(UTC).isoformat()
     return {"time": str(when), "why": why}
 
 
 def ended_by_kueue(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """Kueue's ``TerminationTarget`` condition on a pod it is stopping, else None."""
-    cond = _condition(pod, TERMINATION_TARGET)
+    cond = condition(pod, TERMINATION_TARGET)
     return cond if cond is not None and cond.get("status") == "True" else None
 
 
 def managed(spawner: Any) -> bool:
     """Whether the server's pod, as KubeSpawner's reflector last saw it, carries Kueue's finalizer."""
-    reflector = spawner.pod_reflector
-    pod = reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector is not None else None
-    return MANAGED_FINALIZER in (((pod or {}).get("metadata") or {}).get("finalizers") or ())
+    return MANAGED_FINALIZER in (((_pod(spawner) or {}).get("metadata") or {}).get("finalizers") or ())
