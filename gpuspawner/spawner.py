@@ -19,7 +19,7 @@ import functools
 import importlib.resources
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
@@ -39,7 +39,6 @@ from gpuspawner.hub import (
     budgets,
     catalogs,
     claimlife,
-    culleractions,
     hubhooks,
     lifecycle,
     metrics,
@@ -742,14 +741,10 @@ class GPUSpawner(KubeSpawner):
 
     def _note_kueue_stop(self) -> None:
         """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home page."""
-        reflector = self.pod_reflector
-        ended = getattr(reflector, "ended", {}).pop(f"{self.namespace}/{self.pod_name}", None)
+        ended = hubkueue.take_ended(self)
         if ended is None:
             return
-        notice = hubkueue.stop_notice(*ended)
-        at = culleractions.when_words(notice["time"], datetime.now(UTC) + timedelta(days=1))  # (always with the date)
-        server = f"Your server '{self.name}'" if self.name else "Your server"
-        self.stop_notice = {"time": notice["time"], "text": f"{server} was stopped at {at} {notice['why']}."}
+        self.stop_notice = hubkueue.home_notice(ended, self.name)
         self.log.info("%s: stopped by Kueue: %s", self._log_name, self.stop_notice["text"])
 
     async def stop(self, now: bool = False):

@@ -47,13 +47,14 @@ def hub_templates_dir() -> str:
     raise FileNotFoundError(f"gpuspawner's hub page templates are missing under {package}: reinstall gpuspawner.")
 
 
-def when_words(iso: str, now: datetime) -> str:
-    """ "14:02 UTC" today, "Nov 23 14:02 UTC" before."""
+def when_words(iso: str, now: datetime | None = None) -> str:
+    """ "14:02 UTC" today, "Nov 23 14:02 UTC" before (always with the date where there is no ``now``:
+    words kept to be shown later)."""
     try:
         when = datetime.fromisoformat(iso).astimezone(UTC)
     except (TypeError, ValueError):
         return "an unknown time"
-    if when.date() == now.astimezone(UTC).date():
+    if now is not None and when.date() == now.astimezone(UTC).date():
         return when.strftime("%H:%M UTC")
     return when.strftime("%b %d %H:%M UTC")
 

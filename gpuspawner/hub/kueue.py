@@ -24,6 +24,7 @@ from kubernetes_asyncio.client import ApiException, CustomObjectsApi
 
 from gpuspawner.capacity.kueuequota import condition
 from gpuspawner.hub import admitting
+from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.scheduling import brief
 from gpuspawner.names.kueuenames import (
     ADMISSION_GATE,
@@ -169,11 +170,10 @@ async def held(spawner: Any) -> str:
     queue = queue_of(state.pod_changes.labels if state.pod_changes is not None else None)
     if not queue:
         await asyncio.Future()
-    key = f"{spawner.namespace}/{spawner.pod_name}"
     reader, said, failures = KueueReader(spawner.api, spawner.namespace), "", 0
     while True:
         pod = _pod(spawner)
-        ended = getattr(spawner.pod_reflector, "ended", {}).pop(key, None)
+        ended = take_ended(spawner)
         if ended is not None:
             refusal = f"The server was stopped before it started {stop_notice(*ended)['why']}."
             spawner.log.info("%s: stopped by Kueue while starting: %s", spawner._log_name, refusal)
@@ -306,6 +306,21 @@ def stop_notice(stopped: Mapping[str, Any], queue: str) -> dict[str, str]:
         why = f"by Kueue{where}: {(message or reason or 'no reason given').strip().rstrip('.')}"
     when = stopped.get("lastTransitionTime") or datetime.now(UTC).isoformat()
     return {"time": str(when), "why": why}
+
+
+def take_ended(spawner: Any) -> tuple[Mapping[str, Any], str] | None:
+    """Kueue's stop of the server's pod as KubeSpawner's reflector saw it go by (its
+    ``TerminationTarget`` condition and the pod's queue), taken: it is explained once."""
+    return getattr(spawner.pod_reflector, "ended", {}).pop(f"{spawner.namespace}/{spawner.pod_name}", None)
+
+
+def home_notice(ended: tuple[Mapping[str, Any], str], server_name: str) -> dict[str, str]:
+    """The home page's notice of a server Kueue stopped ({"time", "text"}), kept in the server's
+    saved state: "Your server 'train' was stopped at Nov 27 14:02 UTC to make room for a
+    higher-priority job in queue research." """
+    notice = stop_notice(*ended)
+    server = f"Your server '{server_name}'" if server_name else "Your server"
+    return {"time": notice["time"], "text": f"{server} was stopped at {when_words(notice['time'])} {notice['why']}."}
 
 
 def ended_by_kueue(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -147,3 +147,18 @@ async def test_a_visibility_api_not_served_is_asked_again_after_a_while(monkeypa
     no_queue = _Api(404, {"kind": "Status", "details": {"name": "ml", "group": "visibility.kueue.x-k8s.io", "kind": "localqueue"}})
     assert await KueueReader(no_queue, "ns").place("ml", "w") is None
     assert await KueueReader(served, "ns").place("ml", "w") == (1, 1) and served.calls == 2
+
+
+def test_the_home_pages_notice_names_the_server_and_always_the_date():
+    from gpuspawner.hub.kueue import home_notice
+
+    preempted = {
+        "reason": "WorkloadEvictedDueToPreempted",
+        "message": "Preempted to accommodate a workload (UID: u, JobUID: j) due to prioritization in the ClusterQueue",
+        "lastTransitionTime": "2026-11-27T14:02:00Z",
+    }
+    assert home_notice((preempted, "research"), "train") == {
+        "time": "2026-11-27T14:02:00Z",
+        "text": "Your server 'train' was stopped at Nov 27 14:02 UTC to make room for a higher-priority job in queue research.",
+    }
+    assert home_notice((preempted, "research"), "")["text"].startswith("Your server was stopped at Nov 27 14:02 UTC ")
