@@ -6,7 +6,9 @@ import os
 import secrets
 import time
 import urllib.error
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,13 +24,12 @@ ARTIFACTS = Path(os.environ.get("GPUSPAWNER_TEST_ARTIFACTS", Path(__file__).reso
 collect_ignore = [] if os.environ.get("GPUSPAWNER_KUEUE_TESTS") else ["kueue"]
 
 
-@pytest.fixture(scope="session")
-def devcluster(tmp_path_factory) -> DevCluster:
-    """A real kube-apiserver, kube-scheduler, kube-controller-manager and kwok, with the
-    simulated GPU nodes of nodes.yaml. Built from Go modules on first use (cached)."""
-    cluster = DevCluster(tmp_path_factory.mktemp("devcluster"))
+def process_cluster(directory: Path, **up: Any) -> Iterator[DevCluster]:
+    """A devcluster in ``directory``, up (``DevCluster.up(**up)``) for this test process, its
+    kubeconfig the one KubeSpawner loads; down afterwards."""
+    cluster = DevCluster(directory)
     try:
-        cluster.up()
+        cluster.up(**up)
         # KubeSpawner loads the default kubeconfig; kubernetes_asyncio reads $KUBECONFIG at import.
         from kubernetes_asyncio.config import kube_config
 
@@ -37,6 +38,13 @@ def devcluster(tmp_path_factory) -> DevCluster:
         yield cluster
     finally:
         cluster.down(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def devcluster(tmp_path_factory) -> Iterator[DevCluster]:
+    """A real kube-apiserver, kube-scheduler, kube-controller-manager and kwok, with the
+    simulated GPU nodes of nodes.yaml. Built from Go modules on first use (cached)."""
+    yield from process_cluster(tmp_path_factory.mktemp("devcluster"))
 
 
 @pytest.fixture(scope="session")

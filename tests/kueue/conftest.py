@@ -3,28 +3,17 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 
 import pytest
 
-from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.nodes import standard_nodes
-from tests.conftest import fresh_namespace
+from tests.conftest import fresh_namespace, process_cluster
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    cluster = DevCluster(tmp_path_factory.mktemp("kueue-devcluster"))
-    try:
-        cluster.up(nodes=standard_nodes(), kueue=True)
-        from kubernetes_asyncio.config import kube_config
-
-        os.environ.update(cluster.env())
-        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(cluster.kubeconfig)
-        yield cluster
-    finally:
-        cluster.down(quiet=True)
+    yield from process_cluster(tmp_path_factory.mktemp("kueue-devcluster"), nodes=standard_nodes(), kueue=True)
 
 
 @pytest.fixture(scope="session")

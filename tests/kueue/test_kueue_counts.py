@@ -31,11 +31,10 @@ from gpuspawner.hub.spawnform import render_gpu_form
 from gpuspawner.page.cards import availability_text
 from tests.conftest import fresh_namespace, wait_for
 from tests.integration.test_spawner import make_spawner
+from tests.kueue.test_kueue_devcluster import queues as make_queues
 
 pytestmark = pytest.mark.cluster
-API = "/apis/kueue.x-k8s.io/v1beta2"
 H100 = "gpu-nvidia-h100-80gb-hbm3"  # the discovered offering of gpu-h100-8x (8 GPUs)
-PRODUCT = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 
 
 @pytest.fixture(scope="module")
@@ -57,37 +56,7 @@ def loop():
 @pytest.fixture(scope="module")
 def queues(kube, ns):
     """A ResourceFlavor for the H100 node, a ClusterQueue with 2 of its GPUs, LocalQueue ml-course in ``ns``."""
-    flavor, cq = f"h100-{ns}", f"cq-{ns}"
-    kube.request(
-        "POST",
-        f"{API}/resourceflavors",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {"nodeLabels": PRODUCT}},
-    )
-    quota = [
-        {"name": "cpu", "nominalQuota": "64"},
-        {"name": "memory", "nominalQuota": "512Gi"},
-        {"name": "nvidia.com/gpu", "nominalQuota": "2"},
-    ]
-    kube.request(
-        "POST",
-        f"{API}/clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": cq},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [{"name": flavor, "resources": quota}]}
-                ],
-            },
-        },
-    )
-    kube.request(
-        "POST",
-        f"{API}/namespaces/{ns}/localqueues",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "ml-course"}, "spec": {"clusterQueue": cq}},
-    )
+    make_queues(kube, ns, gpus=2)
     return "ml-course"
 
 

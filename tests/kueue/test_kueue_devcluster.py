@@ -65,15 +65,15 @@ def queues(kube, ns: str, gpus: int) -> None:
             },
         },
     )
+    local_queue(kube, ns, f"cq-{ns}")
+
+
+def local_queue(kube, ns: str, cluster_queue: str, name: str = "ml-course") -> None:
+    """LocalQueue ``name`` in ``ns``, on ClusterQueue ``cluster_queue``."""
     kube.request(
         "POST",
         f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "ml-course"},
-            "spec": {"clusterQueue": f"cq-{ns}"},
-        },
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": name}, "spec": {"clusterQueue": cluster_queue}},
     )
 
 

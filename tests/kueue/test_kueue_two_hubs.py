@@ -34,7 +34,7 @@ from gpuspawner.names.vocabulary import LABEL_HUB
 from gpuspawner.spawner import GPUSpawner
 from tests.conftest import fresh_namespace, wait_for
 from tests.integration.test_spawner import make_spawner
-from tests.kueue.test_kueue_devcluster import queues
+from tests.kueue.test_kueue_devcluster import local_queue, queues
 
 pytestmark = pytest.mark.cluster
 H100 = "gpu-nvidia-h100-80gb-hbm3"
@@ -62,16 +62,7 @@ def ns_b(kube):
 def shared_queue(kube, ns_a: str, ns_b: str) -> None:
     """ClusterQueue ``cq-<ns_a>`` with QUOTA H100 GPUs, and LocalQueue ``ml-course`` pointing to it in both namespaces."""
     queues(kube, ns_a, gpus=QUOTA)
-    kube.request(
-        "POST",
-        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns_b}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "ml-course"},
-            "spec": {"clusterQueue": f"cq-{ns_a}"},
-        },
-    )
+    local_queue(kube, ns_b, f"cq-{ns_a}")
 
 
 def hub_spawner(cluster, ns: str, hub_id: str) -> GPUSpawner:
