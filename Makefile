@@ -126,6 +126,7 @@ capacity-truth: install devcluster-build
 
 dra-truth: install devcluster-build
 	$(PY) -m gpuspawner.devcluster.dratruth --states $(or $(DRA_STATES),100) --quiet
+	$(PY) -m gpuspawner.devcluster.dratruth --kind extres --states $(or $(DRA_STATES),100) --quiet
 
 kueue-check: install devcluster-build
 	$(VENV)/bin/gpuspawner devcluster build --kueue

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuspawner.capacity.counts import NO_NOTEBOOK, Row, Tally
 from gpuspawner.capacity.kueuequota import KueueState
+from gpuspawner.capacity.mapped import mapped_rows, with_mapped
 from gpuspawner.core.fit import NodeFacts, holds_resources, pod_requests
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra.devices import DraState
@@ -156,7 +157,11 @@ class ClusterIndex:
         rows = self.tracked.get(offering.slug)
         if rows is None or rows.offering != offering:
             rows = self._track(offering)
-        return rows.availability()
+        # DRA nodes that serve the offering's resource through the extended-resource mapping (capacity.mapped).
+        mapped = mapped_rows(rows.tally, self.nodes, self.used, self.dra)
+        if mapped is None:
+            return UNCOUNTED
+        return with_mapped(rows.availability(), mapped)
 
     # ------------------------------------------------------------------ writes
 
@@ -254,13 +259,28 @@ class ClusterIndex:
         rows = self.tracked[offering.slug].rows
         fits = [(largest, free, node) for node, (_cap, _alloc, free, largest) in rows.items() if largest >= count]
         if not fits:
-            return None
+            return self._reserve_mapped(key, offering, count)
         *_, node = max(fits)
         requests = dict(self.notebook.requests)
         for name, amount in offering.limits_for(count).items():
             requests[name] = requests.get(name, 0) + amount
         self.reservations[key] = (node, requests)
         self._add_use(node, requests, +1)
+        self._refresh_node(node)
+        return node
+
+    def _reserve_mapped(self, key: str, offering: Offering, count: int) -> str | None:
+        """Hold ``count`` units of an extended-resource offering as free DRA devices of a node the
+        mapping serves it on (their claim is the scheduler's to make), and the notebook's room there."""
+        mapped = mapped_rows(self.tracked[offering.slug].tally, self.nodes, self.used, self.dra) or []
+        fits = [(row[3], row[2], node, devices) for node, row, devices in mapped if row[3] >= count]
+        if not fits:
+            return None
+        *_, node, devices = max(fits)
+        (per,) = offering.resources.values()
+        self.dra.hold(key, devices[: count * per])
+        self.reservations[key] = (node, dict(self.notebook.requests))
+        self._add_use(node, self.notebook.requests, +1)
         self._refresh_node(node)
         return node
 

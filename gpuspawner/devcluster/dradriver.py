@@ -68,6 +68,8 @@ class DraNode:
     gpus: int
     mig: tuple[tuple[str, int], ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Fields added to each whole GPU it publishes (e.g. :data:`BINDING_FIELDS`).
+    device_fields: Mapping[str, Any] = field(default_factory=dict)
 
 
 #: The devcluster's DRA nodes: whole H100s, whole L4s, an A100 in the balanced MIG layout.
@@ -76,6 +78,31 @@ DRA_NODES = (
     DraNode("dra-l4", L4, 4),
     DraNode("dra-a100-mig", A100_40GB, 1, mig=(("2g.10gb", 0), ("1g.5gb", 2), ("1g.5gb", 3), ("3g.20gb", 4))),
 )
+
+
+A10 = Product("NVIDIA A10", "Ampere", "8.6", 23028)
+
+#: A DRA-managed node that GPU Feature Discovery labels like a device-plugin H100 node, and no
+#: ``nvidia.com/gpu`` in its allocatable: a plain ``nvidia.com/gpu`` offering of H100s reaches it
+#: and the scheduler serves it from this node's devices through a claim of its own (the
+#: ``gpu.nvidia.com`` class maps ``nvidia.com/gpu``; see :mod:`gpuspawner.dra.extres`).
+EXTRES_NODE = DraNode(
+    "dra-h100-mapped", H100_80GB, 2, labels={"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+)
+
+#: The device status condition that a device with binding conditions waits for, and the one
+#: that fails its binding (names of our own: NVIDIA's GPU driver publishes no binding
+#: conditions; fabric-attached devices, KEP-5007, do).
+BOUND_CONDITION = "FabricAttached"
+BOUND_FAILURE = "FabricAttachFailed"
+BINDING_FIELDS: Mapping[str, Any] = {
+    "bindingConditions": [BOUND_CONDITION],
+    "bindingFailureConditions": [BOUND_FAILURE],
+    "bindsToNode": True,
+}
+#: A node whose GPU must be attached before a pod binds (the scheduler waits in PreBind until
+#: the claim's device status has ``FabricAttached: True``).
+ATTACHED_NODE = DraNode("dra-a10-attach", A10, 1, device_fields=BINDING_FIELDS)
 
 
 def _str(value: str) -> dict[str, str]:
@@ -140,7 +167,7 @@ def node_devices(spec: DraNode) -> list[dict[str, Any]]:
         if spec.mig:
             devices.extend(mig_device(spec.name, minor, spec.product, profile, start) for profile, start in spec.mig)
         else:
-            devices.append(gpu_device(spec.name, minor, spec.product))
+            devices.append({**gpu_device(spec.name, minor, spec.product), **spec.device_fields})
     return devices
 
 
@@ -232,6 +259,25 @@ class SimulatedDriver:
             self._ignore_missing("DELETE", f"/api/v1/nodes/{spec.name}")
         for obj in device_classes():
             self._ignore_missing("DELETE", f"/apis/resource.k8s.io/v1/deviceclasses/{obj['metadata']['name']}")
+
+    def set_device_condition(self, namespace: str, claim: str, condition: str = BOUND_CONDITION, status: str = "True") -> None:
+        """Set ``condition`` on every allocated device of the claim's ``status.devices``, as a driver
+        does once it has prepared (attached) them; the scheduler's PreBind reads it."""
+        path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{claim}"
+        obj = self.client.request("GET", path)
+        results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        entry = {
+            "type": condition,
+            "status": status,
+            "reason": "Simulated",
+            "message": f"{condition} set by the simulated driver",
+            "lastTransitionTime": now,
+        }
+        obj["status"]["devices"] = [
+            {"driver": r["driver"], "pool": r["pool"], "device": r["device"], "conditions": [entry]} for r in results
+        ]
+        self.client.request("PUT", f"{path}/status", obj)
 
     def _delete_slices(self, node: str) -> None:
         self._ignore_missing("DELETE", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={node}")

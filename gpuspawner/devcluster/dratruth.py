@@ -218,14 +218,24 @@ def claim_pod(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
     }
 
 
-async def run_states(cluster: DevCluster, seeds: list[int], log) -> list[Result]:
-    harness = Harness(cluster, log)
+def kind_of(name: str) -> tuple[Any, Any]:
+    """The harness class and state drawer of a ``--kind`` (static: this module's own)."""
+    if name == "extres":
+        from gpuspawner.devcluster import dratruth_extres
+
+        return dratruth_extres.ExtresHarness, dratruth_extres.draw_state
+    return Harness, draw_state
+
+
+async def run_states(cluster: DevCluster, seeds: list[int], log, kind: str = "static") -> list[Result]:
+    harness_class, draw = kind_of(kind)
+    harness = harness_class(cluster, log)
     await harness.setup()
     results: list[Result] = []
     try:
         for n, seed in enumerate(seeds, 1):
             started = time.monotonic()
-            state = draw_state(seed)
+            state = draw(seed)
             await harness.load(state)
             found = await harness.check(state)
             results.extend(found)
@@ -246,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--states", type=int, default=100, help="states to check, seeds 0..N-1 (default 100)")
     parser.add_argument("--seeds", help="exactly these seeds, e.g. 0-3 or 3,17")
     parser.add_argument("--json", metavar="FILE", help="also write every offering's result here")
+    parser.add_argument(
+        "--kind", choices=("static", "extres"), default="static", help="what the states hold (extres: the extended-resource mapping)"
+    )
     parser.add_argument("--quiet", action="store_true", help="print only disagreements and the summary")
     args = parser.parse_args(argv)
     seeds = _seeds(args.seeds) if args.seeds else list(range(args.states))
@@ -255,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet or "DISAGREE" in line:
             print(line, flush=True)
 
-    results = on_devcluster("gpuspawner-dratruth-", lambda cluster: run_states(cluster, seeds, log))
+    results = on_devcluster("gpuspawner-dratruth-", lambda cluster: run_states(cluster, seeds, log, args.kind))
     agree = sum(r.agrees for r in results)
     if args.json:
         Path(args.json).write_text(json.dumps([{**asdict(r), "agrees": r.agrees} for r in results], indent=1))

@@ -40,6 +40,7 @@ from typing import Any
 from gpuspawner.core.cel import Selector, SelectorError, compile_selector
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra.discover import discover
+from gpuspawner.dra.extres import class_resource
 from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey, Pool, build_pools
 
 
@@ -55,6 +56,8 @@ class DraState:
         self.slices: dict[str, Mapping[str, Any]] = {}
         self.classes: dict[str, tuple[Selector, ...]] = {}
         self.class_errors: dict[str, str] = {}
+        #: DeviceClass name -> (the extended resource its devices serve, creation time): see :mod:`gpuspawner.dra.extres`.
+        self.class_resources: dict[str, tuple[str, str]] = {}
         self.claims: dict[str, ClaimFacts] = {}
         #: Nodes whose GPUs the device plugin serves (their DRA devices are not counted).
         self.plugin_nodes: frozenset[str] = frozenset()
@@ -80,7 +83,7 @@ class DraState:
             self.slices = {_key(s): s for s in slices}
             self._changed_devices()
         if classes is not None:
-            self.classes, self.class_errors = {}, {}
+            self.classes, self.class_errors, self.class_resources = {}, {}, {}
             for raw in classes:
                 self.class_event("ADDED", raw)
         if claims is not None:
@@ -100,9 +103,11 @@ class DraState:
         name = (raw.get("metadata") or {}).get("name", "")
         self.classes.pop(name, None)
         self.class_errors.pop(name, None)
+        self.class_resources.pop(name, None)
         self._matches = {}
         if kind == "DELETED":
             return
+        self.class_resources[name] = class_resource(raw)
         expressions = [((s.get("cel") or {}).get("expression") or "") for s in (raw.get("spec") or {}).get("selectors") or []]
         try:
             self.classes[name] = tuple(compile_selector(e) for e in expressions if e)
@@ -147,6 +152,12 @@ class DraState:
         self.reservations[key] = (tuple(d.key for d in devices[:count]), None)
         self._taken = None
         return node or ""
+
+    def hold(self, key: str, devices: Iterable[DeviceKey]) -> None:
+        """Hold ``devices`` for the pod ``key`` until a claim reserved for it is allocated (a plain
+        extended-resource spawn on a DRA node: :mod:`gpuspawner.dra.extres`)."""
+        self.reservations[key] = (tuple(devices), None)
+        self._taken = None
 
     def release(self, key: str) -> None:
         if self.reservations.pop(key, None) is not None:

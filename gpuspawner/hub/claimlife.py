@@ -17,6 +17,7 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpuspawner.core.model import Offering
 from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
+from gpuspawner.dra.extres import extended_claim_name
 from gpuspawner.hub.claims import ClaimTemplates
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, brief
 from gpuspawner.names.vocabulary import (
@@ -138,10 +139,15 @@ async def delete_claims(spawner: Any, record: dict[str, Any]) -> None:
 
 async def record_devices(spawner: Any) -> None:
     """Note which devices the scheduler allocated to the pod's claim (for the record the
-    culler reads). Best effort: without them the culler never calls the GPU idle."""
-    if claimed(spawner) is None or spawner.pod_reflector is None:
+    culler reads): a DRA offering's, or the claim the scheduler made for a plain
+    ``nvidia.com/gpu`` pod on a DRA node (the extended-resource mapping, :mod:`gpuspawner.dra.extres`;
+    on a device-plugin node there is no claim, and the culler finds the GPU by pod name).
+    Best effort: without them the culler never calls the GPU idle."""
+    if spawner.pod_reflector is None:
         return
     pod = spawner.pod_reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}")
+    if claimed(spawner) is None and not (pod and extended_claim_name(pod)):
+        return
     try:
         spawner.spawn_state.devices = await claim_templates(spawner).devices(pod) if pod else None
     except Exception as exc:

@@ -24,6 +24,7 @@ from kubernetes_asyncio.client.rest import ApiException
 from gpuspawner.capacity.allocation import allocated_devices, pod_claim_name
 from gpuspawner.core.model import DeviceClaim
 from gpuspawner.dra.claimspec import device_claim_spec
+from gpuspawner.dra.extres import extended_claim_name
 from gpuspawner.names.dranames import RESOURCE_API
 from gpuspawner.names.vocabulary import LABEL_OFFERING
 from gpuspawner.pod.podspec import hub_selector
@@ -146,7 +147,7 @@ class ClaimTemplates:
     async def devices(self, pod: Mapping[str, Any]) -> list[dict[str, str]]:
         """The devices allocated to ``pod``'s GPU claim, with their identity from the driver's
         ResourceSlices of the pod's node (see :func:`gpuspawner.capacity.allocation.allocated_devices`)."""
-        claim_name = pod_claim_name(pod)
+        claim_name = pod_claim_name(pod) or extended_claim_name(pod)
         if claim_name is None:
             return []
         response = await self.api.read_namespaced_resource_claim(claim_name, self.namespace, _preload_content=False)
