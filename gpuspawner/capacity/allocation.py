@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuspawner.names.dranames import ATTR_PARENT_UUID, ATTR_PROFILE, ATTR_TYPE, ATTR_UUID, TYPE_MIG
-from gpuspawner.names.vocabulary import CLAIM_NAME, DEVICE_DRIVER, DEVICE_MIG_PROFILE, DEVICE_NAME, DEVICE_POOL, DEVICE_UUID
+from gpuspawner.names.vocabulary import CLAIM_NAME, DEVICE_DRIVER, DEVICE_MIG_PROFILE, DEVICE_NAME, DEVICE_POOL, DEVICE_REQUEST, DEVICE_UUID
 
 
 def pod_claim_name(pod: Mapping[str, Any]) -> str | None:
@@ -65,6 +65,8 @@ def allocated_devices(claim: Mapping[str, Any], slices: Iterable[Mapping[str, An
     for result in allocation_results(claim):
         driver, pool, name = str(result.get("driver", "")), str(result.get("pool", "")), str(result.get("device", ""))
         entry = {DEVICE_DRIVER: driver, DEVICE_POOL: pool, DEVICE_NAME: name}
+        if result.get("request"):
+            entry[DEVICE_REQUEST] = str(result["request"])
         device = _devices_by_name(slices, driver, pool).get(name)
         attributes = (device or {}).get("attributes") or {}
         mig = _attribute(attributes, driver, ATTR_TYPE) == TYPE_MIG

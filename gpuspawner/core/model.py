@@ -35,6 +35,32 @@ SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
+class DeviceAlternative:
+    """One choice of a "this, or else that" request (``firstAvailable``, resource.k8s.io/v1; GA
+    since Kubernetes 1.36): the scheduler takes the first choice it can satisfy, in order.
+    ``name`` is its subrequest's name (a DNS label; the allocation says
+    ``<request>/<name>``), ``label`` what the user is told they get ("MIG 2g.10gb")."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    label: str = ""
+
+
+#: The most subrequests one request may list (``FirstAvailableDeviceRequestMaxSize``).
+MAX_ALTERNATIVES = 8
+
+
+def subrequest_name(label: str, taken: tuple[str, ...] | list[str] = ()) -> str:
+    """A DNS label for a choice's subrequest, from its words ("MIG 2g.10gb" -> "mig-2g-10gb"), unique among ``taken``."""
+    base = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:60] or "choice"
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base[:57]}-{n}", n + 1
+    return name
+
+
+@dataclass(frozen=True)
 class DeviceClaim:
     """What an offering served through Dynamic Resource Allocation asks for (``resource.k8s.io/v1``).
 
@@ -54,6 +80,9 @@ class DeviceClaim:
     match_attributes: tuple[str, ...] = ()
     config: tuple[Mapping[str, Any], ...] = ()
     replicas: int = 1
+    #: "This, or else that": every choice in order, the first being ``device_class`` and
+    #: ``selectors`` themselves; empty: one choice (``exactly``). See :mod:`gpuspawner.dra.alternatives`.
+    alternatives: tuple[DeviceAlternative, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import random
 import sys
@@ -218,13 +219,17 @@ def claim_pod(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def kind_of(name: str) -> tuple[Any, Any]:
-    """The harness class and state drawer of a ``--kind`` (static: this module's own)."""
-    if name == "extres":
-        from gpuspawner.devcluster import dratruth_extres
+#: What a state may hold (``--kind``): static (this module), or a module ``dratruth_<kind>``
+#: of this package with its own ``HARNESS`` (a :class:`Harness`) and ``draw_state``.
+KINDS = ("static", "extres")
 
-        return dratruth_extres.ExtresHarness, dratruth_extres.draw_state
-    return Harness, draw_state
+
+def kind_of(name: str) -> tuple[Any, Any]:
+    """The harness class and state drawer of a ``--kind``."""
+    if name == "static":
+        return Harness, draw_state
+    module = importlib.import_module(f"gpuspawner.devcluster.dratruth_{name}")
+    return module.HARNESS, module.draw_state
 
 
 async def run_states(cluster: DevCluster, seeds: list[int], log, kind: str = "static") -> list[Result]:
@@ -272,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     agree = sum(r.agrees for r in results)
     if args.json:
         Path(args.json).write_text(json.dumps([{**asdict(r), "agrees": r.agrees} for r in results], indent=1))
-    print(f"{agree} of {len(results)} offerings agree over {len(seeds)} states ({time.monotonic() - started:.0f}s)")
+    retried = sum(r.retried for r in results)
+    print(f"{agree} of {len(results)} offerings agree over {len(seeds)} states ({retried} placed twice, {time.monotonic() - started:.0f}s)")
     return 0 if agree == len(results) else 1
 
 

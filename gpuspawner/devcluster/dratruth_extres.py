@@ -74,10 +74,10 @@ def draw_state(seed: int) -> ExtresState:
             nodes.append(DraNode(f"x{seed}-a100-{i}", A100_40GB, 1, mig=MIG_LAYOUT, labels={PRODUCT_LABEL: "NVIDIA-A100-SXM4-40GB"}))
     plugin = [PluginNode(f"x{seed}-dp-{i}", rng.choice((1, 2, 4)), rng.choice((H100_LABEL, "Tesla-T4"))) for i in range(rng.randint(0, 2))]
     state = ExtresState(seed, nodes, plugin)
-    whole = [n for n in nodes if not n.mig]
-    for node in whole + plugin:  # type: ignore[operator]
+    whole: list[tuple[str, int]] = [(n.name, n.gpus) for n in nodes if not n.mig] + [(p.name, p.gpus) for p in plugin]
+    for name, gpus in whole:
         if rng.random() < 0.5:
-            state.plain.append((node.name, rng.randint(1, node.gpus)))
+            state.plain.append((name, rng.randint(1, gpus)))
     for n in nodes:
         state.layout[n.name] = (1, rng.choice((1, 1, 2)))
         used = sum(c for name, c in state.plain if name == n.name)
@@ -119,15 +119,15 @@ class ExtresHarness(Harness):
             if slices > 1:
                 self.driver.publish(spec.name, node_devices(spec), generation=1, slice_count=slices)
         self.plugin_nodes = []
-        for i, node in enumerate(state.plugin):
+        for i, plugin_node in enumerate(state.plugin):
             entry = {
-                "name": node.name,
+                "name": plugin_node.name,
                 "x-gpuspawner-class": "dp",
-                "allocatable": {**HOST, GPU: str(node.gpus)},
-                "labels": {PRODUCT_LABEL: node.product},
+                "allocatable": {**HOST, GPU: str(plugin_node.gpus)},
+                "labels": {PRODUCT_LABEL: plugin_node.product},
             }
             self.kube.create_node(node_manifest(entry, 251 * 256 + i))
-            self.plugin_nodes.append(node.name)
+            self.plugin_nodes.append(plugin_node.name)
         await self._until(lambda: all(self._node_ready(n) for n in self.plugin_nodes), "device-plugin nodes Ready")
         for i, (node, gpus) in enumerate(state.plain):
             self.kube.request("POST", "/api/v1/namespaces/team-a/pods", plain_pod(f"plain-{i}", gpus, {"kubernetes.io/hostname": node}))
@@ -136,7 +136,9 @@ class ExtresHarness(Harness):
             uuid = next(d["attributes"]["uuid"]["string"] for d in node_devices(spec_of) if d["name"] == device)
             kind = "mig.nvidia.com" if "-mig-" in device else "gpu.nvidia.com"
             selector = {"cel": {"expression": f"device.attributes['{dn.DRIVER}'].uuid == '{uuid}'"}}
-            spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": kind, "selectors": [selector]}}]}}
+            spec: dict[str, Any] = {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": kind, "selectors": [selector]}}]}
+            }
             body = {"apiVersion": dn.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": f"held-{i}"}, "spec": spec}
             self.kube.request("POST", "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims", body)
             self.kube.request("POST", "/api/v1/namespaces/team-a/pods", claim_pod(f"held-{i}", {"resourceClaimName": f"held-{i}"}))
@@ -180,21 +182,21 @@ class ExtresHarness(Harness):
         results = await super().check(state)  # type: ignore[arg-type]  # the discovered DRA offerings
         for offering in OFFERINGS:
             predicted = self.inventory.index.availability(offering).free or 0
-            for i in range(predicted + MORE):
-                self.kube.request(
-                    "POST", "/api/v1/namespaces/probe/pods", plain_pod(f"{offering.slug}-{i}", 1, dict(offering.node_selector))
-                )
-            await self._until(self._probes_settled, "every probe pod bound or refused", 180)
-            placed = sum(1 for p in self._pods("probe") if p["spec"].get("nodeName"))
-            results.append(Result(state.seed, offering.slug, predicted, placed))
-            await self._clear("probe")
-            await self._until(self._inventory_sees, "the inventory to see the probes gone")
+            result = Result(state.seed, offering.slug, predicted, await self._place(offering, predicted + MORE))
+            if not result.agrees:  # a scheduler cache a moment behind the last deletions (as truth.py): once more
+                result = Result(state.seed, offering.slug, predicted, await self._place(offering, predicted + MORE), retried=True)
+            results.append(result)
         return results
 
-    def uninstall_extra(self) -> None:
-        for name in getattr(self, "plugin_nodes", []):
-            self._ignore_missing(f"/api/v1/nodes/{name}")
+    async def _place(self, offering: Offering, count: int) -> int:
+        """Create ``count`` one-GPU pods of ``offering``; how many does the scheduler bind? (The probes are gone after.)"""
+        for i in range(count):
+            self.kube.request("POST", "/api/v1/namespaces/probe/pods", plain_pod(f"{offering.slug}-{i}", 1, dict(offering.node_selector)))
+        await self._until(self._probes_settled, "every probe pod bound or refused", 180)
+        placed = sum(1 for p in self._pods("probe") if p["spec"].get("nodeName"))
+        await self._clear("probe")
+        await self._until(self._inventory_sees, "the inventory to see the probes gone")
+        return placed
 
 
-def summary_line(state: ExtresState) -> str:
-    return f"{len(state.nodes)} DRA nodes, {len(state.plugin)} device-plugin nodes, {len(state.plain)} plain pods, {len(state.held)} devices held"
+HARNESS = ExtresHarness

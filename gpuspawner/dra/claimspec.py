@@ -29,10 +29,12 @@ def device_claim_spec(claim: DeviceClaim, count: int) -> dict[str, Any]:
     """
     if count < 1:
         raise ValueError(f"a device claim needs a count of at least 1, not {count}")
-    exactly: dict[str, Any] = {"deviceClassName": claim.device_class, "allocationMode": "ExactCount", "count": count}
-    if claim.selectors:
-        exactly["selectors"] = [{"cel": {"expression": expression}} for expression in claim.selectors]
-    devices: dict[str, Any] = {"requests": [{"name": CLAIM_NAME, "exactly": exactly}]}
+    request: dict[str, Any] = {"name": CLAIM_NAME}
+    if claim.alternatives:  # "this, or else that": the scheduler takes the first it can satisfy
+        request["firstAvailable"] = [{"name": a.name, **_exact(a.device_class, a.selectors, count)} for a in claim.alternatives]
+    else:
+        request["exactly"] = _exact(claim.device_class, claim.selectors, count)
+    devices: dict[str, Any] = {"requests": [request]}
     if claim.match_attributes:
         devices["constraints"] = [{"requests": [CLAIM_NAME], "matchAttribute": name} for name in claim.match_attributes]
     if claim.config:
@@ -41,6 +43,14 @@ def device_claim_spec(claim: DeviceClaim, count: int) -> dict[str, Any]:
             for config in claim.config
         ]
     return {"devices": devices}
+
+
+def _exact(device_class: str, selectors: tuple[str, ...], count: int) -> dict[str, Any]:
+    """One request's (or subrequest's) class, selectors and count."""
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": expression}} for expression in selectors]
+    return exactly
 
 
 def claim_template(claim: DeviceClaim, count: int, name: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, Any]:

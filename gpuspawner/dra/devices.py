@@ -191,15 +191,17 @@ class DraState:
         claim = offering.claim
         if claim is None:
             return ()
-        cache_key = (claim.device_class, claim.selectors, complete_only)
+        cache_key = (claim.device_class, claim.selectors, claim.alternatives, complete_only)
         found = self._matches.get(cache_key)
         if found is None:
-            class_selectors = self.classes.get(claim.device_class)
-            if class_selectors is None:
-                found = ()
-            else:
-                selectors = class_selectors + tuple(compile_selector(s) for s in claim.selectors)
-                found = tuple(d for d in self.devices(complete_only) if all(s.matches(d.activation) for s in selectors))
+            # "This, or else that" (firstAvailable): a device of any choice serves the offering.
+            choices = [(a.device_class, a.selectors) for a in claim.alternatives] or [(claim.device_class, claim.selectors)]
+            tests = []
+            for device_class, own in choices:
+                class_selectors = self.classes.get(device_class)
+                if class_selectors is not None:
+                    tests.append(class_selectors + tuple(compile_selector(s) for s in own))
+            found = tuple(d for d in self.devices(complete_only) if any(all(s.matches(d.activation) for s in t) for t in tests))
             self._matches[cache_key] = found
         return found
 

@@ -25,13 +25,29 @@ from anything).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from gpuspawner.core.model import DeviceClaim, Kind, Offering
+from gpuspawner.core.model import DeviceClaim, Offering
+from gpuspawner.dra.slices import Device, DeviceKey
+from gpuspawner.names.vocabulary import Kind
 
-if TYPE_CHECKING:
-    from gpuspawner.dra.devices import DraState
-    from gpuspawner.dra.slices import Device
+
+class DraState(Protocol):
+    """What this module reads of :class:`gpuspawner.dra.devices.DraState` (which imports this module)."""
+
+    @property
+    def classes(self) -> Mapping[str, Any]: ...
+
+    @property
+    def class_resources(self) -> Mapping[str, tuple[str, str]]: ...
+
+    @property
+    def synced(self) -> bool: ...
+
+    def matching(self, offering: Offering, complete_only: bool = True) -> tuple[Device, ...]: ...
+
+    def taken(self) -> Mapping[DeviceKey, int]: ...
+
 
 #: The implicit extended resource of every DeviceClass: this prefix and the class's name
 #: (``resourceapi.ResourceDeviceClassPrefix``).

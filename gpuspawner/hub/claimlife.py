@@ -15,13 +15,18 @@ from typing import Any
 
 from kubernetes_asyncio.client.rest import ApiException
 
+from gpuspawner.capacity.allocation import pod_claim_name
 from gpuspawner.core.model import Offering
+from gpuspawner.dra import binding
+from gpuspawner.dra.alternatives import chosen_label
 from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.dra.extres import extended_claim_name
 from gpuspawner.hub.claims import ClaimTemplates
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, brief
 from gpuspawner.names.vocabulary import (
     CLAIM_NAME,
+    DEVICE_CHOICE,
+    DEVICE_REQUEST,
     LABEL_HUB,
     LABEL_KIND,
     LABEL_OFFERING,
@@ -149,7 +154,13 @@ async def record_devices(spawner: Any) -> None:
     if claimed(spawner) is None and not (pod and extended_claim_name(pod)):
         return
     try:
-        spawner.spawn_state.devices = await claim_templates(spawner).devices(pod) if pod else None
+        devices = await claim_templates(spawner).devices(pod) if pod else None
+        offering = claimed(spawner)
+        for device in devices or ():  # "this, or else that": which one the user got
+            label = chosen_label(offering.claim if offering else None, device.get(DEVICE_REQUEST, ""))
+            if label:
+                device[DEVICE_CHOICE] = label
+        spawner.spawn_state.devices = devices
     except Exception as exc:
         spawner.log.warning("%s: could not read the devices allocated to pod %s (%s)", spawner._log_name, spawner.pod_name, brief(exc))
 
@@ -157,3 +168,31 @@ async def record_devices(spawner: Any) -> None:
 def _claim_name_of(ref: Any) -> str | None:
     """The ``name`` of a pod's ``resourceClaims`` entry, a dict or a Kubernetes model."""
     return ref.get("name") if isinstance(ref, dict) else getattr(ref, "name", None)
+
+
+async def watch_binding(spawner: Any, interval: float = 1.0) -> None:
+    """Until the pod has a node: if its GPU claim's devices wait for binding conditions
+    (:mod:`gpuspawner.dra.binding`), add "Preparing the device (<condition>)…" to the spawn's
+    progress, and say when they are met. Ends when the pod is bound (or the start ends)."""
+    state, said = spawner.spawn_state, ""
+    while True:
+        await asyncio.sleep(interval)
+        pod = spawner.pod_reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if spawner.pod_reflector else None
+        if pod is None:
+            continue
+        if (pod.get("spec") or {}).get("nodeName"):
+            if said:
+                state.messages.append(binding.READY_WORDS)
+            return
+        name = pod_claim_name(pod) or extended_claim_name(pod)
+        if not name:
+            continue
+        try:
+            claim = await claim_templates(spawner).read(name)
+        except Exception as exc:  # best effort: the step is words, the scheduler decides
+            spawner.log.debug("%s: could not read claim %s (%s)", spawner._log_name, name, brief(exc))
+            continue
+        waiting = binding.pending(claim)
+        if waiting and binding.preparing_words(waiting) != said:
+            said = binding.preparing_words(waiting)
+            state.messages.append(said)

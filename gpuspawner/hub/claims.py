@@ -144,6 +144,11 @@ class ClaimTemplates:
                 users[name] = users.get(name, 0) + 1
         return users
 
+    async def read(self, name: str) -> dict[str, Any]:
+        """The ResourceClaim ``name`` of this namespace, as the API server's JSON."""
+        response = await self.api.read_namespaced_resource_claim(name, self.namespace, _preload_content=False)
+        return json.loads(await response.read())
+
     async def devices(self, pod: Mapping[str, Any]) -> list[dict[str, str]]:
         """The devices allocated to ``pod``'s GPU claim, with their identity from the driver's
         ResourceSlices of the pod's node (see :func:`gpuspawner.capacity.allocation.allocated_devices`)."""

@@ -39,6 +39,7 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         raise refused
     starting = asyncio.ensure_future(kubespawner_start())
     watch = asyncio.ensure_future(first_verdict(watch_scheduling(spawner), kueue.held(spawner)))
+    preparing = asyncio.ensure_future(claimlife.watch_binding(spawner))  # words only: a progress step
     try:
         done, _ = await asyncio.wait({starting, watch}, return_when=asyncio.FIRST_COMPLETED)
         if starting in done:
@@ -66,6 +67,7 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         raise refused from None
     finally:
         watch.cancel()
+        preparing.cancel()
         starting.cancel()  # an interrupted spawn must not go on to create its pod after the stop
         admitting.release_reservation(spawner)
     spawner.stop_notice = None  # (why Kueue stopped it last time: running again now)

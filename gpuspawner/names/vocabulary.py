@@ -123,6 +123,8 @@ DEVICE_POOL = "pool"  #: the pool (NVIDIA's driver: the node's name)
 DEVICE_NAME = "device"  #: the device's name in its pool, e.g. gpu-0
 DEVICE_UUID = "uuid"  #: the GPU's UUID (a MIG device: its parent GPU's), as dcgm-exporter's UUID label
 DEVICE_MIG_PROFILE = "mig_profile"  #: a MIG device's profile (dcgm-exporter's GPU_I_PROFILE), else absent
+DEVICE_REQUEST = "request"  #: the claim's request that got it (``<request>/<subrequest>`` for a firstAvailable choice)
+DEVICE_CHOICE = "choice"  #: of an offering with alternatives: which one the user got, in the page's words
 
 # ------------------------------------------------------------------------ the pod
 

@@ -64,10 +64,19 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpuspawner.core.cel import SelectorError, compile_selector
-from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, SLUG_RE, DeviceClaim, Offering
+from gpuspawner.core.model import (
+    DEFAULT_GPU_TOLERATION,
+    MAX_ALTERNATIVES,
+    SLUG_RE,
+    DeviceAlternative,
+    DeviceClaim,
+    Offering,
+    subrequest_name,
+)
 from gpuspawner.core.nodeclass import (
     GKE_ACCELERATOR_LABEL,
     GKE_PARTITION_LABEL,
@@ -196,7 +205,8 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
     )
 
 
-_DRA_FIELDS = {"device_class", "selector", "match_attributes", "interval", "mps"}
+_DRA_FIELDS = {"device_class", "selector", "match_attributes", "interval", "mps", "alternatives"}
+_ALTERNATIVE_FIELDS = {"device_class", "selector", "profile", "product", "label"}
 _DRA_KINDS = (Kind.FULL, Kind.MIG, Kind.SHARED)
 
 
@@ -255,7 +265,57 @@ def dra_claim(entry: Entry, kind: Kind, product: str | None) -> DeviceClaim:
             settings = dict(raw["mps"])
         parameters = dn.sharing_config(strategy, settings, mig=device_class == dn.CLASS_MIG)
         config = ({"driver": dn.DRIVER, "parameters": parameters},)
-    return DeviceClaim(device_class, tuple(selectors), tuple(match), config, replicas)
+    claim = DeviceClaim(device_class, tuple(selectors), tuple(match), config, replicas)
+    if "alternatives" in raw:
+        if replicas > 1:
+            raise entry.fail("dra", "['alternatives'] cannot be combined with a shared offering (its servers share one claim)")
+        first = (
+            f"MIG {entry.raw['profile']}"
+            if kind is Kind.MIG and "profile" in entry.raw
+            else entry.text("display_name", default=str(entry.raw.get("slug", "")))
+        )
+        claim = replace(claim, alternatives=_alternatives(entry, raw["alternatives"], claim, str(first), default_class, product))
+    return claim
+
+
+def _alternatives(
+    entry: Entry, given: Any, claim: DeviceClaim, first_label: str, default_class: str, product: str | None
+) -> tuple[DeviceAlternative, ...]:
+    """``dra.alternatives`` -> every choice of the claim, its own first ("this, or else that")."""
+    example = "[{'profile': '2g.10gb'}] or [{'selector': \"...\", 'label': 'any GPU of 40 GB or more'}]"
+    if not isinstance(given, (list, tuple)) or not given or len(given) >= MAX_ALTERNATIVES:
+        raise entry.fail("dra", f"['alternatives'] must list 1 to {MAX_ALTERNATIVES - 1} more choices, e.g. {example}; got {given!r}")
+    out = [DeviceAlternative(subrequest_name(first_label), claim.device_class, claim.selectors, first_label)]
+    for i, item in enumerate(given):
+        where = f"['alternatives'][{i}]"
+        if not isinstance(item, Mapping) or not item or not set(item) <= _ALTERNATIVE_FIELDS:
+            raise entry.fail("dra", f"{where} must be a dict with keys among {sorted(_ALTERNATIVE_FIELDS)}, e.g. {example}; got {item!r}")
+        texts = {k: item[k] for k in ("device_class", "profile", "product", "label") if k in item}
+        bad = next((k for k, v in texts.items() if not isinstance(v, str) or not v.strip()), None)
+        if bad:
+            raise entry.fail("dra", f"{where}['{bad}'] must be a non-empty string, got {item[bad]!r}")
+        own = item.get("selector", [])
+        selectors = [own] if isinstance(own, str) else own
+        if not isinstance(selectors, (list, tuple)) or not all(isinstance(e, str) and e.strip() for e in selectors):
+            raise entry.fail("dra", f"{where}['selector'] must be a CEL expression or a list of them, got {own!r}")
+        selectors = list(selectors)
+        device_class = str(item.get("device_class") or (dn.CLASS_MIG if "profile" in item else claim.device_class or default_class))
+        chosen_product = item.get("product", product)
+        if chosen_product:
+            selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PRODUCT} == {_quoted(chosen_product)}")
+        if "profile" in item:
+            selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PROFILE} == {_quoted(item['profile'])}")
+        for j, expression in enumerate(selectors):
+            try:
+                compile_selector(expression)
+            except SelectorError as exc:
+                raise entry.fail("dra", f"{where}['selector'][{j}] {exc}") from None
+        label = item.get("label") or (f"MIG {item['profile']}" if "profile" in item else chosen_product)
+        if not label:
+            raise entry.fail("dra", f"{where} needs a 'label': the words that tell the user what this choice gives")
+        name = subrequest_name(label, [a.name for a in out])
+        out.append(DeviceAlternative(name, device_class, tuple(selectors), str(label)))
+    return tuple(out)
 
 
 def _quoted(value: str) -> str:
