@@ -45,6 +45,8 @@ class DeviceAlternative:
     device_class: str
     selectors: tuple[str, ...] = ()
     label: str = ""
+    #: What NVML's name of such a device contains (a MIG profile, a product), for the user's GPU view.
+    match: str = ""
 
 
 #: The most subrequests one request may list (``FirstAvailableDeviceRequestMaxSize``).

@@ -151,6 +151,9 @@ ENV_COUNT = "GPUSPAWNER_GPU_COUNT"
 #: notebook's own GPU view (gpuspawner.notebook_ext, docs/user-gpu-view.md).
 ENV_DISPLAY_NAME = "GPUSPAWNER_DISPLAY_NAME"
 ENV_WORDS = "GPUSPAWNER_OFFERING_WORDS"
+#: An offering with alternatives ("this, or else that"): JSON ``[[label, match], ...]`` in order,
+#: ``match`` being what NVML's device name contains for that choice (the GPU view says which one the pod got).
+ENV_CHOICES = "GPUSPAWNER_CHOICES"
 #: The user's GPU-hour budget as the hub measured it at spawn (gpuspawner.hub.budgets.env), for the
 #: user's GPU view's running total: the budget, its window, the GPU-hours used then, what an hour
 #: of this server costs, when it was measured (ISO 8601) and from where (prometheus | hub-record).

@@ -21,7 +21,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from gpuspawner.notebook_ext.devices import Devices
-from gpuspawner.notebook_ext.offering import budget_from_env, offering_from_env
+from gpuspawner.notebook_ext.offering import budget_from_env, offering_from_env, with_choice
 from gpuspawner.notebook_ext.plainpage import render_page
 from gpuspawner.notebook_ext.status import leases_url, status_body
 from gpuspawner.notebook_ext.view import NoticeBoard, ViewError, parse_culler_view
@@ -41,7 +41,14 @@ class State:
         devices = await asyncio.to_thread(self.devices.read)
         shown = devices.to_json() if not isinstance(devices, list) else [d.to_json() for d in devices]
         now = datetime.now(UTC)
-        return status_body(offering_from_env(os.environ), shown, self.board, now, budget_from_env(os.environ, now), leases_url(os.environ))
+        return status_body(
+            with_choice(offering_from_env(os.environ), shown),
+            shown,
+            self.board,
+            now,
+            budget_from_env(os.environ, now),
+            leases_url(os.environ),
+        )
 
 
 class _Base(APIHandler):

@@ -8,19 +8,20 @@ what the user's own pod says, shown to that user only; nothing trusts them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from gpuspawner.names import vocabulary as v
-from gpuspawner.names.vocabulary import ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS
+from gpuspawner.names.vocabulary import ENV_CHOICES, ENV_COUNT, ENV_DISPLAY_NAME, ENV_KIND, ENV_OFFERING, ENV_WORDS
 
 #: How the status line names a budget's window.
 _WINDOW_WORDS = {"day": "today", "week": "this week", "rolling-7d": "in 7 days"}
 
 
 def offering_from_env(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """``{"slug", "display_name", "kind", "count", "words"}`` or ``None`` without GPUSpawner's env."""
+    """``{"slug", "display_name", "kind", "count", "words", "choices"}`` or ``None`` without GPUSpawner's env."""
     slug = env.get(ENV_OFFERING, "").strip()
     if not slug:
         return None
@@ -31,7 +32,29 @@ def offering_from_env(env: Mapping[str, str]) -> dict[str, Any] | None:
         "kind": env.get(ENV_KIND, "").strip(),
         "count": int(count) if count.isdigit() else None,
         "words": env.get(ENV_WORDS, "").strip(),
+        "choices": _choices(env.get(ENV_CHOICES, "")),
     }
+
+
+def _choices(raw: str) -> list[dict[str, str]]:
+    """An offering's alternatives (``[[label, match], ...]`` -> ``[{"label", "match"}]``); [] without them or when unreadable."""
+    try:
+        parsed = json.loads(raw) if raw.strip() else []
+    except ValueError:
+        return []
+    if not isinstance(parsed, list):
+        return []
+    return [{"label": str(c[0]), "match": str(c[1])} for c in parsed if isinstance(c, list) and len(c) == 2]
+
+
+def with_choice(offering: dict[str, Any] | None, devices: Any) -> dict[str, Any] | None:
+    """The offering with ``got``: of its alternatives, the one the devices NVML reports are (the first
+    whose ``match`` a device's name contains; none while NVML is unavailable). The status line names it."""
+    if not offering or not offering.get("choices") or not isinstance(devices, list):
+        return offering
+    names = [str(d.get("name", "")) for d in devices if isinstance(d, Mapping)]
+    got = next((c["label"] for c in offering["choices"] if c["match"] and any(c["match"] in n for n in names)), None)
+    return {**offering, "got": got} if got else offering
 
 
 def budget_from_env(env: Mapping[str, str], now: datetime) -> dict[str, Any] | None:

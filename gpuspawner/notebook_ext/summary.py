@@ -93,7 +93,7 @@ def status_line(
     """The status bar's text: "MIG 1g.10gb · 3.1 / 10 GB · idle 24 min, kernels reclaimed in 6 min";
     with no action coming, a recent reclaim instead: "... · idle 2 min · kernel reclaimed for
     idleness at 14:02 UTC"."""
-    name = str(offering["display_name"]) if offering else "No GPU offering"
+    name = str(offering.get("got") or offering["display_name"]) if offering else "No GPU offering"
     parts = [name]
     if not (offering is None and isinstance(devices, Mapping)):
         parts.append(memory_line(devices))

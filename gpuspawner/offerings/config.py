@@ -285,7 +285,8 @@ def _alternatives(
     example = "[{'profile': '2g.10gb'}] or [{'selector': \"...\", 'label': 'any GPU of 40 GB or more'}]"
     if not isinstance(given, (list, tuple)) or not given or len(given) >= MAX_ALTERNATIVES:
         raise entry.fail("dra", f"['alternatives'] must list 1 to {MAX_ALTERNATIVES - 1} more choices, e.g. {example}; got {given!r}")
-    out = [DeviceAlternative(subrequest_name(first_label), claim.device_class, claim.selectors, first_label)]
+    first_match = str(entry.raw.get("profile") or product or "")
+    out = [DeviceAlternative(subrequest_name(first_label), claim.device_class, claim.selectors, first_label, first_match)]
     for i, item in enumerate(given):
         where = f"['alternatives'][{i}]"
         if not isinstance(item, Mapping) or not item or not set(item) <= _ALTERNATIVE_FIELDS:
@@ -311,10 +312,10 @@ def _alternatives(
             except SelectorError as exc:
                 raise entry.fail("dra", f"{where}['selector'][{j}] {exc}") from None
         label = item.get("label") or (f"MIG {item['profile']}" if "profile" in item else chosen_product)
-        if not label:
-            raise entry.fail("dra", f"{where} needs a 'label': the words that tell the user what this choice gives")
+        if not label or "{" in label or "}" in label:
+            raise entry.fail("dra", f"{where} needs a 'label' without braces: the words that tell the user what this choice gives")
         name = subrequest_name(label, [a.name for a in out])
-        out.append(DeviceAlternative(name, device_class, tuple(selectors), str(label)))
+        out.append(DeviceAlternative(name, device_class, tuple(selectors), str(label), str(item.get("profile") or chosen_product or "")))
     return tuple(out)
 
 

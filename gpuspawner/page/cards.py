@@ -16,6 +16,7 @@ from gpuspawner.capacity.policy import Requester, may_use
 from gpuspawner.core.model import Availability, Offering
 from gpuspawner.core.windows import window_state
 from gpuspawner.core.wording import QUEUE_UNKNOWN, isolation_phrase, memory_truth, queue_words
+from gpuspawner.dra.alternatives import choice_words, choices
 from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY, AdmissionPolicy, Kind
 from gpuspawner.offerings.discovery import product_name
 from gpuspawner.page.views import OptionView
@@ -44,6 +45,16 @@ def availability_text(offering: Offering, avail: Availability, policy: str, queu
     if policy == AdmissionPolicy.WARN:
         return "none free: your server would wait", ""
     return "none free", "none free right now"
+
+
+def _with_choices(offering: Offering, availability: Callable[[Offering], Availability]) -> str:
+    """The description, after what an offering with alternatives may give ("MIG 3g.20gb (1 free),
+    or MIG 2g.10gb if none is free (2 free)."; :mod:`gpuspawner.dra.alternatives`)."""
+    claim = offering.claim
+    if claim is None or not claim.alternatives:
+        return offering.description
+    words = choice_words(claim, [availability(o).free for o in choices(offering)])
+    return f"{words}. {offering.description}".strip()
 
 
 def option_views(
@@ -79,7 +90,7 @@ def option_views(
                 slug=offering.slug,
                 kind=offering.kind.value,
                 display_name=offering.display_name,
-                description=offering.description,
+                description=_with_choices(offering, availability),
                 memory=memory_truth(
                     offering.kind,
                     offering.memory_mib,

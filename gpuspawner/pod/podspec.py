@@ -14,6 +14,7 @@ extended resource: its pod's claim is :mod:`gpuspawner.dra.claimspec`'s.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from gpuspawner.core.wording import offering_words
 from gpuspawner.names.selectors import Terms, terms_to_k8s
 from gpuspawner.names.vocabulary import (
     ANNOTATION_HUB_USER,
+    ENV_CHOICES,
     ENV_COUNT,
     ENV_DISPLAY_NAME,
     ENV_KIND,
@@ -73,6 +75,9 @@ def pod_changes(offering: Offering, count: int = 1, guard: GuardChanges | None =
     )
     if offering.is_gpu and offering.takes_units:
         env[ENV_COUNT] = str(count)
+    if offering.claim is not None and offering.claim.alternatives:
+        # [label, match] pairs, not objects: KubeSpawner expands {braces} in every env value.
+        env[ENV_CHOICES] = json.dumps([[a.label, a.match] for a in offering.claim.alternatives])
     labels = {**offering.labels, LABEL_OFFERING: offering.slug, LABEL_KIND: offering.kind.value}
     return PodChanges(
         limits={name: str(qty) for name, qty in offering.limits_for(count).items()},

@@ -17,7 +17,15 @@ import pytest
 from jupyterhub.objects import Hub
 from traitlets.config import Config
 
-from gpuspawner.devcluster.dradriver import ATTACHED_NODE, BOUND_CONDITION, EXTRES_NODE, SimulatedDriver, node_devices, resource_slices
+from gpuspawner.devcluster.dradriver import (
+    ATTACHED_NODE,
+    BOUND_CONDITION,
+    DRA_NODES,
+    EXTRES_NODE,
+    SimulatedDriver,
+    node_devices,
+    resource_slices,
+)
 from gpuspawner.dra.binding import READY_WORDS, preparing_words
 from gpuspawner.dra.extres import EXTENDED_CLAIM_ANNOTATION
 from gpuspawner.hub.scheduling import SpawnRefused
@@ -40,12 +48,21 @@ OFFERINGS = [
         "counts": [1, 2],
     },
     {"slug": "a10-attached", "kind": "full", "display_name": "A10 (attached on demand)", "product": "NVIDIA A10", "dra": {}},
+    # "This, or else that": a MIG 3g.20gb, or a 2g.10gb if none is free (the A100 in the balanced layout has one of each).
+    {
+        "slug": "mig-3g-or-2g",
+        "kind": "mig",
+        "display_name": "A100 · MIG 3g.20gb or 2g.10gb",
+        "product": "NVIDIA A100-SXM4-40GB",
+        "profile": "3g.20gb",
+        "dra": {"alternatives": [{"profile": "2g.10gb"}]},
+    },
 ]
 
 
 @pytest.fixture(scope="module")
 def mapped_driver(kube):
-    driver = SimulatedDriver(kube, (EXTRES_NODE, ATTACHED_NODE))
+    driver = SimulatedDriver(kube, (EXTRES_NODE, ATTACHED_NODE, DRA_NODES[2]))
     driver.install()
     try:
         yield driver
@@ -158,4 +175,24 @@ async def test_a_device_with_binding_conditions_shows_as_a_progress_step_until_t
         if not starting.done():
             starting.cancel()
         await spawner.stop(now=True)
+    assert await nothing_left(kube, namespace) == {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}
+
+
+async def test_this_or_else_that_gets_the_second_choice_once_the_first_is_taken_and_says_so(devcluster, kube, mapped_driver, namespace):
+    first, second = make_spawner(devcluster, namespace), make_spawner(devcluster, namespace)
+    assert await free_of(first, "mig-3g-or-2g", 2) == 2
+    first.user_options = second.user_options = {"offering": "mig-3g-or-2g"}
+    await first.start()
+    try:
+        await second.start()
+        got = [[d["choice"] for d in s.user_options["gpuspawner"]["devices"]] for s in (first, second)]
+        assert got == [["MIG 3g.20gb"], ["MIG 2g.10gb"]]
+        assert second.user_options["gpuspawner"]["devices"][0]["request"] == "gpuspawner-gpu/mig-2g-10gb"
+        pod = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{second.pod_name}")
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert "2g.10gb" in env["GPUSPAWNER_CHOICES"]
+        assert await free_of(first, "mig-3g-or-2g", 0) == 0
+    finally:
+        await first.stop(now=True)
+        await second.stop(now=True)
     assert await nothing_left(kube, namespace) == {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}

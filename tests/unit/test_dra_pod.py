@@ -131,11 +131,18 @@ def test_allocated_devices_name_the_gpu_as_dcgm_exporter_does():
     slices = [_slice("dra-h100", 2, [GPU0]), _slice("dra-h100", 1, [{**GPU0, "attributes": {}}]), _slice("dra-a100", 1, [MIG])]
     got = allocated_devices(claim(result("dra-h100", "gpu-0"), result("dra-a100", "gpu-0-mig-1g5gb-19-2")), slices)
     assert got == [
-        {"driver": "gpu.nvidia.com", "pool": "dra-h100", "device": "gpu-0", "uuid": "GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc77"},
+        {
+            "driver": "gpu.nvidia.com",
+            "pool": "dra-h100",
+            "device": "gpu-0",
+            "request": "gpuspawner-gpu",
+            "uuid": "GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc77",
+        },
         {
             "driver": "gpu.nvidia.com",
             "pool": "dra-a100",
             "device": "gpu-0-mig-1g5gb-19-2",
+            "request": "gpuspawner-gpu",
             "uuid": "GPU-34319582-d595-d1c7-d1d2-179bcfa61660",  # the parent's: dcgm-exporter's UUID label on MIG series
             "mig_profile": "1g.5gb",
         },
@@ -143,7 +150,9 @@ def test_allocated_devices_name_the_gpu_as_dcgm_exporter_does():
 
 
 def test_a_device_the_slices_do_not_list_keeps_only_its_name_and_an_unallocated_claim_has_none():
-    assert allocated_devices(claim(result("gone", "gpu-3")), []) == [{"driver": "gpu.nvidia.com", "pool": "gone", "device": "gpu-3"}]
+    assert allocated_devices(claim(result("gone", "gpu-3")), []) == [
+        {"driver": "gpu.nvidia.com", "pool": "gone", "device": "gpu-3", "request": "gpuspawner-gpu"}
+    ]
     assert allocated_devices({"status": {}}, [_slice("dra-h100", 1, [GPU0])]) == []
 
 
