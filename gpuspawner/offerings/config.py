@@ -54,9 +54,11 @@ Dynamic Resource Allocation (kinds full, mig, shared; instead of resources and n
                                "selector": CEL over device.attributes / device.capacity (or a list),
                                "match_attributes": ["gpu.nvidia.com/productName"],
                                "interval": Default | Short | Medium | Long (time-slicing),
-                               "mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"}}
+                               "mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"},
+                               "alternatives": [{"profile": "2g.10gb"}, {"selector": ..., "label": ...}]}
                               product and profile add selectors on productName and profile; a shared
-                              offering needs replicas (pods per device) and sharing (time-slicing | mps)
+                              offering needs replicas (pods per device) and sharing (time-slicing | mps);
+                              alternatives: the choices tried after the entry's own (firstAvailable)
 """
 
 from __future__ import annotations

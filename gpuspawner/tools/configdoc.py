@@ -78,6 +78,27 @@ opaque `GpuConfig` (`MigDeviceConfig` on `mig.nvidia.com`) with `sharing.strateg
 `TimeSlicing` or `MPS`; its free count is `replicas` per selected device, less the pods
 already sharing a claim with that config (`status.reservedFor`) and `replicas` for every
 device another claim holds.
+
+"This, or else that": `dra.alternatives` lists further choices, tried in order by the
+scheduler when the ones before cannot be had (the claim's `firstAvailable`; Kubernetes 1.34
+or newer, GA since 1.36). Each is a dict of `profile` (a MIG profile, class `mig.nvidia.com`),
+`product`, `selector`, `device_class` and `label` (the words for it; from the profile or
+product when not given). The page shows one choice saying each one's free count ("MIG
+3g.20gb (1 free), or MIG 2g.10gb if none is free (2 free)"); the record and the notebook's
+GPU view say which one the server got. Not with a shared offering.
+
+```python
+c.GPUSpawner.offerings = [
+    {
+        "slug": "a100-mig-3g-or-2g",
+        "kind": "mig",
+        "display_name": "A100 · MIG 3g.20gb or 2g.10gb",
+        "product": "NVIDIA A100-SXM4-40GB",
+        "profile": "3g.20gb",
+        "dra": {"alternatives": [{"profile": "2g.10gb"}]},
+    },
+]
+```
 """
 
 

@@ -46,3 +46,33 @@ def test_dra_free_counts_equal_what_the_real_scheduler_allocates(tmp_path):
     results = json.loads(report.read_text())
     assert all(r["agrees"] for r in results) and len(results) >= 8, summary
     assert sum(r["predicted"] for r in results) > 0
+
+
+EXTRES_SEEDS = os.environ.get("GPUSPAWNER_DRA_TRUTH_EXTRES_SEEDS", "0-3")
+
+
+def test_the_extended_resource_states_mix_both_kinds_of_node_and_both_kinds_of_holder():
+    from gpuspawner.devcluster.dratruth_extres import draw_state as draw_extres
+
+    states = [draw_extres(s) for s in _seeds(EXTRES_SEEDS)]
+    dra_nodes = {n.name for s in states for n in s.nodes}
+    assert any(s.plugin for s in states) and any(node in dra_nodes for s in states for node, _ in s.plain)
+
+
+def test_plain_gpu_offerings_count_mapped_dra_gpus_as_the_real_scheduler_allocates_them(tmp_path):
+    """``--kind extres``: plain nvidia.com/gpu offerings over device-plugin and DRA nodes (``make dra-truth`` checks 100 states)."""
+    report = tmp_path / "dratruth-extres.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuspawner.devcluster.dratruth", "--kind", "extres", "--seeds", EXTRES_SEEDS, "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "dra_truth_extres.txt").write_text(done.stdout + done.stderr[-4000:])
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
+    assert done.returncode == 0, f"{summary}\n{done.stdout[-6000:]}"
+    results = json.loads(report.read_text())
+    plain = [r for r in results if r["slug"] in ("h100-plain", "any-gpu-plain")]
+    assert all(r["agrees"] for r in results) and len(plain) == 2 * len(_seeds(EXTRES_SEEDS)), summary
+    assert sum(r["predicted"] for r in plain) > 0

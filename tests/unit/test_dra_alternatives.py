@@ -97,3 +97,16 @@ def test_the_record_and_the_gpu_view_say_which_choice_the_pod_got():
     assert shown["got"] == "MIG 2g.10gb"
     assert status_line(shown, nvml, None, datetime.now(UTC)).startswith("MIG 2g.10gb · ")
     assert "got" not in with_choice(seen, {"unavailable": "no NVML"})
+
+
+def test_the_documented_example_is_valid_and_counts_both_choices():
+    from types import SimpleNamespace
+
+    from gpuspawner.offerings.config import offerings_from_config
+    from gpuspawner.tools.configdoc import DRA_SECTION
+
+    code = DRA_SECTION.split("```python\n")[2].split("```", 1)[0]
+    c = SimpleNamespace(GPUSpawner=SimpleNamespace())
+    exec(code, {"c": c})
+    (documented,) = offerings_from_config(c.GPUSpawner.offerings)
+    assert state(slices=slices_of(A100)).availability(documented).capacity == 2
