@@ -146,25 +146,7 @@ class Harness:
                 self.driver.publish(spec.name, node_devices(spec), generation=1, slice_count=slices)
         # Other users hold some devices: one pod per device, pinned by a claim whose selector names its uuid.
         for i, (node, device) in enumerate(state.held):
-            spec_of = next(s for s in state.nodes if s.name == node)
-            uuid = next(d["attributes"]["uuid"]["string"] for d in node_devices(spec_of) if d["name"] == device)
-            kind = "mig.nvidia.com" if "-mig-" in device else "gpu.nvidia.com"
-            spec = {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": kind,
-                                "selectors": [{"cel": {"expression": f"device.attributes['{dn.DRIVER}'].uuid == '{uuid}'"}}],
-                            },
-                        }
-                    ]
-                }
-            }
-            body = {"apiVersion": dn.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": f"held-{i}"}, "spec": spec}
-            self.kube.request("POST", CLAIMS.format(ns="team-a"), body)
-            self.kube.request("POST", "/api/v1/namespaces/team-a/pods", claim_pod(f"held-{i}", {"resourceClaimName": f"held-{i}"}))
+            hold(self.kube, state.nodes, i, node, device)
         await self._until(lambda: all(p["spec"].get("nodeName") for p in self._pods("team-a")), "other users' pods bound", 180)
 
     def _inventory_sees(self) -> bool:
@@ -202,6 +184,19 @@ class Harness:
         from gpuspawner.hub.scheduling import unschedulable_reason
 
         return all(p["spec"].get("nodeName") or unschedulable_reason(p) for p in self._pods("probe"))
+
+
+def hold(kube: KubeHTTP, nodes: list[DraNode], i: int, node: str, device: str) -> None:
+    """Another user's pod ``held-<i>`` in team-a, holding ``device`` of ``node`` through a claim of
+    its own whose selector names the device's uuid."""
+    spec_of = next(s for s in nodes if s.name == node)
+    uuid = next(d["attributes"]["uuid"]["string"] for d in node_devices(spec_of) if d["name"] == device)
+    kind = "mig.nvidia.com" if "-mig-" in device else "gpu.nvidia.com"
+    selector = {"cel": {"expression": f"device.attributes['{dn.DRIVER}'].uuid == '{uuid}'"}}
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": kind, "selectors": [selector]}}]}}
+    body = {"apiVersion": dn.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": f"held-{i}"}, "spec": spec}
+    kube.request("POST", CLAIMS.format(ns="team-a"), body)
+    kube.request("POST", "/api/v1/namespaces/team-a/pods", claim_pod(f"held-{i}", {"resourceClaimName": f"held-{i}"}))
 
 
 def claim_pod(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:

@@ -6,9 +6,10 @@ simulated NVIDIA DRA driver serves (none in allocatable; the ``gpu.nvidia.com`` 
 MIG (not mapped: the class selects whole GPUs). Other users already hold GPUs three ways:
 plain ``nvidia.com/gpu`` pods on device-plugin nodes, plain ``nvidia.com/gpu`` pods on DRA
 nodes (served through a claim the scheduler makes for each), and pods with claims of their
-own. The inventory's free count of each plain ``nvidia.com/gpu`` offering (H100s by the
-node label, and any GPU) and of each discovered DRA offering is then checked against the
-real scheduler: that many one-GPU pods plus ``MORE`` are created and the bound ones counted.
+own. The inventory's free count of a plain ``nvidia.com/gpu`` offering (H100s by the node
+label on even seeds, any GPU on odd ones) and of each discovered DRA offering is then checked
+against the real scheduler: that many one-GPU pods plus ``MORE`` are created and the bound
+ones counted.
 A device that a scheduler-made claim holds must count once (taken), in both kinds of offering.
 
     python -m gpuspawner.devcluster.dratruth --kind extres --states 100
@@ -16,25 +17,21 @@ A device that a scheduler-made claim holds must count once (taken), in both kind
 
 from __future__ import annotations
 
-import asyncio
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspawner.core.model import Offering
-from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, SimulatedDriver, node_devices
-from gpuspawner.devcluster.dratruth import MORE, Harness, claim_pod
+from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, node_devices
+from gpuspawner.devcluster.dratruth import MORE, Harness
 from gpuspawner.devcluster.nodes import node_manifest
 from gpuspawner.devcluster.truth import Result
-from gpuspawner.names import dranames as dn
 from gpuspawner.names.vocabulary import Kind
 
 GPU = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 H100_LABEL = "NVIDIA-H100-80GB-HBM3"
 HOST = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "500Gi"}
-#: Seconds the scheduler is given after plain pods on DRA nodes bind, before they are deleted.
-SETTLE_S = 3.0
 MIG_LAYOUT = (("3g.20gb", 0), ("3g.20gb", 4))
 
 #: The plain offerings checked in every state: H100s by GPU Feature Discovery's label, and any GPU.
@@ -109,18 +106,9 @@ class ExtresHarness(Harness):
     plugin_nodes: list[str]
 
     async def load(self, state: ExtresState) -> None:  # type: ignore[override]
-        await self._clear("probe")
-        await self._clear("team-a")
         for name in getattr(self, "plugin_nodes", []):
             self._ignore_missing(f"/api/v1/nodes/{name}")
-        if self.driver is not None:
-            self.driver.uninstall()
-        self.driver = SimulatedDriver(self.kube, state.nodes)
-        self.driver.install()
-        for spec in state.nodes:
-            _generation, slices = state.layout[spec.name]
-            if slices > 1:
-                self.driver.publish(spec.name, node_devices(spec), generation=1, slice_count=slices)
+        await super().load(state)  # type: ignore[arg-type]  # the DRA nodes and the held devices
         self.plugin_nodes = []
         for i, plugin_node in enumerate(state.plugin):
             entry = {
@@ -134,17 +122,6 @@ class ExtresHarness(Harness):
         await self._until(lambda: all(self._node_ready(n) for n in self.plugin_nodes), "device-plugin nodes Ready")
         for i, (node, gpus) in enumerate(state.plain):
             self.kube.request("POST", "/api/v1/namespaces/team-a/pods", plain_pod(f"plain-{i}", gpus, {"kubernetes.io/hostname": node}))
-        for i, (node, device) in enumerate(state.held):
-            spec_of = next(s for s in state.nodes if s.name == node)
-            uuid = next(d["attributes"]["uuid"]["string"] for d in node_devices(spec_of) if d["name"] == device)
-            kind = "mig.nvidia.com" if "-mig-" in device else "gpu.nvidia.com"
-            selector = {"cel": {"expression": f"device.attributes['{dn.DRIVER}'].uuid == '{uuid}'"}}
-            spec: dict[str, Any] = {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": kind, "selectors": [selector]}}]}
-            }
-            body = {"apiVersion": dn.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": f"held-{i}"}, "spec": spec}
-            self.kube.request("POST", "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims", body)
-            self.kube.request("POST", "/api/v1/namespaces/team-a/pods", claim_pod(f"held-{i}", {"resourceClaimName": f"held-{i}"}))
         await self._until(lambda: all(p["spec"].get("nodeName") for p in self._pods("team-a")), "other users' pods bound", 180)
         await self._until(self._plain_claims_made, "the scheduler's claims of the plain pods on DRA nodes")
 
@@ -179,30 +156,34 @@ class ExtresHarness(Harness):
             if p["spec"].get("nodeName")
         }
         index = self.inventory.index
-        return super()._inventory_sees() and set(index.nodes) == nodes and bound <= set(index.pods)
+        return super()._inventory_sees() and set(index.nodes) == nodes and bound == set(index.pods)
 
     async def check(self, state: ExtresState) -> list[Result]:  # type: ignore[override]
         results = await super().check(state)  # type: ignore[arg-type]  # the discovered DRA offerings
-        for offering in OFFERINGS:
-            predicted = self.inventory.index.availability(offering).free or 0
-            result = Result(state.seed, offering.slug, predicted, await self._place(offering, predicted + MORE))
-            if not result.agrees:  # a scheduler cache a moment behind the last deletions (as truth.py): once more
-                result = Result(state.seed, offering.slug, predicted, await self._place(offering, predicted + MORE), retried=True)
-            results.append(result)
+        # One plain offering per state (H100s on even seeds, any GPU on odd ones): see _place.
+        offering = OFFERINGS[state.seed % len(OFFERINGS)]
+        predicted = self.inventory.index.availability(offering).free or 0
+        results.append(Result(state.seed, offering.slug, predicted, await self._place(offering, predicted)))
         return results
 
-    async def _place(self, offering: Offering, count: int) -> int:
-        """Create ``count`` one-GPU pods of ``offering``; how many does the scheduler bind? (The probes are gone after.)"""
-        for i in range(count):
-            self.kube.request("POST", "/api/v1/namespaces/probe/pods", plain_pod(f"{offering.slug}-{i}", 1, dict(offering.node_selector)))
-        await self._until(self._probes_settled, "every probe pod bound or refused", 180)
-        pods = self._pods("probe")
-        placed = sum(1 for p in pods if p["spec"].get("nodeName"))
-        if any((p.get("status") or {}).get("extendedResourceClaimStatus") for p in pods):
-            # Deleting pods the scheduler made claims for straight after they bound left the next
-            # batch's plain pods refused on free devices in ~5% of states (kube-scheduler 1.36.3),
-            # and not retried before the unschedulable flush: give it a moment first.
-            await asyncio.sleep(SETTLE_S)
+    async def _place(self, offering: Offering, predicted: int) -> int:
+        """Create ``predicted`` one-GPU pods of ``offering``, then, once those are bound or refused,
+        ``MORE``; how many does the scheduler bind? (The probes are gone after.)
+
+        In two steps, not at once: after a burst of plain pods on one node (one bound through
+        the scheduler's claim, the others refused at once) is deleted, kube-scheduler keeps that
+        device allocated in its memory (seen on 1.36.3 and 1.37.2: no claim in the API, yet
+        "cannot allocate all claims" for every later pod, with or without a claim of its own,
+        still 30 s later). That is the scheduler's to fix (docs/dra.md); counted here is the rest:
+        one plain offering per state, its fitting pods first, the ones that must be refused after.
+        """
+        for batch in (range(predicted), range(predicted, predicted + MORE)):
+            for i in batch:
+                self.kube.request(
+                    "POST", "/api/v1/namespaces/probe/pods", plain_pod(f"{offering.slug}-{i}", 1, dict(offering.node_selector))
+                )
+            await self._until(self._probes_settled, "every probe pod bound or refused", 180)
+        placed = sum(1 for p in self._pods("probe") if p["spec"].get("nodeName"))
         await self._clear("probe")
         await self._until(self._inventory_sees, "the inventory to see the probes gone")
         return placed

@@ -225,20 +225,8 @@ def dra_claim(entry: Entry, kind: Kind, product: str | None) -> DeviceClaim:
     device_class = raw.get("device_class", default_class)
     if not isinstance(device_class, str) or not device_class:
         raise entry.fail("dra", f"['device_class'] must be a DeviceClass name such as {default_class!r}, got {device_class!r}")
-    given = raw.get("selector", [])
-    selectors = [given] if isinstance(given, str) else given
-    if not isinstance(selectors, (list, tuple)) or not all(isinstance(e, str) and e.strip() for e in selectors):
-        raise entry.fail("dra", f"['selector'] must be a CEL expression or a list of them, got {given!r}")
-    selectors = list(selectors)
-    if product:
-        selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PRODUCT} == {_quoted(product)}")
-    if kind is Kind.MIG and "profile" in entry.raw:
-        selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PROFILE} == {_quoted(entry.text('profile', required=True))}")
-    for i, expression in enumerate(selectors):
-        try:
-            compile_selector(expression)
-        except SelectorError as exc:
-            raise entry.fail("dra", f"['selector'][{i}] {exc}") from None
+    profile = entry.text("profile", required=True) if kind is Kind.MIG and "profile" in entry.raw else None
+    selectors = _selectors(entry, raw.get("selector", []), product, profile, "")
     match = raw.get("match_attributes", [])
     if not isinstance(match, (list, tuple)) or not all(isinstance(a, str) and a for a in match):
         raise entry.fail(
@@ -280,6 +268,25 @@ def dra_claim(entry: Entry, kind: Kind, product: str | None) -> DeviceClaim:
     return claim
 
 
+def _selectors(entry: Entry, given: Any, product: str | None, profile: str | None, where: str) -> list[str]:
+    """A ``selector`` field (one CEL expression or a list), with the product's and the MIG
+    profile's selectors added, each compiled now (``where``: the field's place in ``dra``)."""
+    selectors = [given] if isinstance(given, str) else given
+    if not isinstance(selectors, (list, tuple)) or not all(isinstance(e, str) and e.strip() for e in selectors):
+        raise entry.fail("dra", f"{where}['selector'] must be a CEL expression or a list of them, got {given!r}")
+    selectors = list(selectors)
+    if product:
+        selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PRODUCT} == {_quoted(product)}")
+    if profile:
+        selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PROFILE} == {_quoted(profile)}")
+    for i, expression in enumerate(selectors):
+        try:
+            compile_selector(expression)
+        except SelectorError as exc:
+            raise entry.fail("dra", f"{where}['selector'][{i}] {exc}") from None
+    return selectors
+
+
 def _alternatives(
     entry: Entry, given: Any, claim: DeviceClaim, first_label: str, default_class: str, product: str | None
 ) -> tuple[DeviceAlternative, ...]:
@@ -297,22 +304,9 @@ def _alternatives(
         bad = next((k for k, v in texts.items() if not isinstance(v, str) or not v.strip()), None)
         if bad:
             raise entry.fail("dra", f"{where}['{bad}'] must be a non-empty string, got {item[bad]!r}")
-        own = item.get("selector", [])
-        selectors = [own] if isinstance(own, str) else own
-        if not isinstance(selectors, (list, tuple)) or not all(isinstance(e, str) and e.strip() for e in selectors):
-            raise entry.fail("dra", f"{where}['selector'] must be a CEL expression or a list of them, got {own!r}")
-        selectors = list(selectors)
         device_class = str(item.get("device_class") or (dn.CLASS_MIG if "profile" in item else claim.device_class or default_class))
         chosen_product = item.get("product", product)
-        if chosen_product:
-            selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PRODUCT} == {_quoted(chosen_product)}")
-        if "profile" in item:
-            selectors.append(f"device.attributes['{dn.DRIVER}'].{dn.ATTR_PROFILE} == {_quoted(item['profile'])}")
-        for j, expression in enumerate(selectors):
-            try:
-                compile_selector(expression)
-            except SelectorError as exc:
-                raise entry.fail("dra", f"{where}['selector'][{j}] {exc}") from None
+        selectors = _selectors(entry, item.get("selector", []), chosen_product, item.get("profile"), where)
         label = item.get("label") or (f"MIG {item['profile']}" if "profile" in item else chosen_product)
         if not label or "{" in label or "}" in label:
             raise entry.fail("dra", f"{where} needs a 'label' without braces: the words that tell the user what this choice gives")

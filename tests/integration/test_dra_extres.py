@@ -33,6 +33,7 @@ from gpuspawner.names import dranames as dn
 from gpuspawner.spawner import GPUSpawner
 from tests.conftest import wait_for
 from tests.integration.test_dra_spawn import User, nothing_left
+from tests.unit.test_dra_alternatives import ENTRY
 
 pytestmark = pytest.mark.cluster
 
@@ -48,15 +49,7 @@ OFFERINGS = [
         "counts": [1, 2],
     },
     {"slug": "a10-attached", "kind": "full", "display_name": "A10 (attached on demand)", "product": "NVIDIA A10", "dra": {}},
-    # "This, or else that": a MIG 3g.20gb, or a 2g.10gb if none is free (the A100 in the balanced layout has one of each).
-    {
-        "slug": "mig-3g-or-2g",
-        "kind": "mig",
-        "display_name": "A100 · MIG 3g.20gb or 2g.10gb",
-        "product": "NVIDIA A100-SXM4-40GB",
-        "profile": "3g.20gb",
-        "dra": {"alternatives": [{"profile": "2g.10gb"}]},
-    },
+    ENTRY,  # "this, or else that": a MIG 3g.20gb, or a 2g.10gb if none is free (tests.unit.test_dra_alternatives)
 ]
 
 
