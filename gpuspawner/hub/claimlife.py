@@ -154,9 +154,9 @@ async def record_devices(spawner: Any) -> None:
     if claimed(spawner) is None and not (pod and extended_claim_name(pod)):
         return
     try:
-        devices = await claim_templates(spawner).devices(pod) if pod else None
+        devices: list[dict[str, str]] | None = await claim_templates(spawner).devices(pod) if pod else None
         offering = claimed(spawner)
-        for device in devices or ():  # "this, or else that": which one the user got
+        for device in devices or []:  # "this, or else that": which one the user got
             label = chosen_label(offering.claim if offering else None, device.get(DEVICE_REQUEST, ""))
             if label:
                 device[DEVICE_CHOICE] = label
