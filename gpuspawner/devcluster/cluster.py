@@ -329,6 +329,11 @@ class DevCluster:
             f"--etcd-servers=http://127.0.0.1:{s.ports['etcd']}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # The default endpoint reconciler publishes the advertise address as the endpoint of
+            # the `kubernetes` Service, and from 1.37 refuses to start with a loopback one ("may
+            # not be in the loopback range"). Nothing in the devcluster reaches the API server
+            # through that Service (every client has the kubeconfig), so none is kept.
+            "--endpoint-reconciler-type=none",
             f"--secure-port={s.ports['apiserver']}",
             f"--cert-dir={pki}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
