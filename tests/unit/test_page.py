@@ -88,7 +88,8 @@ def test_quota_reason_and_counts_that_fit():
 
 def test_rows_carry_plain_words():
     mig = rows()["mig-1g"]
-    assert (mig.memory, mig.compute_share) == ("MIG: 5 GB, enforced by the hardware", "1/7 of the GPU's compute")
+    # NVIDIA's 4864 MiB of a 1g.5gb (issue 29), never the "5gb" of its name
+    assert (mig.memory, mig.compute_share) == ("MIG: 4.8 GB, enforced by the hardware", "1/7 of the GPU's compute")
     assert mig.isolation == "hardware isolated (own memory and compute)"
     shared = rows()["t4"].isolation
     assert shared.startswith("no isolation: shares memory and compute with other users")
