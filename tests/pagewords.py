@@ -42,9 +42,18 @@ class Card:
         return match.group(1) if match else None
 
 
+def fragment(page: str) -> str:
+    """gpuspawner's part of a whole spawn page (JupyterHub's own HTML around it is not ours to check):
+    from its ``<div class="gpuspawner"`` to the end of its script (whose "</" are escaped)."""
+    start = page.index('<div class="gpuspawner"')
+    end = page.index("</script>", start)
+    return page[start : page.index("</div>", end) + len("</div>")]
+
+
 def cards(html: str) -> dict[str, Card]:
-    """Each option of the rendered form by slug, with what its reader sees (hidden parts as "")."""
-    root = parse(html)
+    """Each option of the rendered form (or of a whole spawn page) by slug, with what its reader sees
+    (hidden parts as "")."""
+    root = parse(fragment(html))
     out = {}
     for group in root.find_all("fieldset"):
         kind = group.attrs.get("data-kind") or ""
