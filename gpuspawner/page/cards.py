@@ -66,8 +66,12 @@ def option_views(
     queue_length: Callable[[str], int] = lambda slug: 0,
     hide_forbidden: bool = False,
     hour_cost: Callable[[Offering], str] = lambda o: "",
+    image_reason: Callable[[Offering], str] = lambda o: "",
 ) -> list[OptionView]:
-    """One row per offering the page shows (hidden ones never; forbidden ones disabled or hidden)."""
+    """One row per offering the page shows (hidden ones never; forbidden ones disabled or hidden).
+
+    ``availability`` counts, and ``image_reason`` says why none of an offering's nodes can run
+    the image the form starts with (gpuspawner.core.imagefit; "" where one can)."""
     rows = []
     for offering in catalog:
         if offering.hidden:
@@ -81,6 +85,8 @@ def option_views(
             text, reason = "", "not allowed for your groups"
         elif closed := window_state(offering.windows, now) or quota_reason(offering):
             text, reason = count_text(avail), closed
+        elif misfit := image_reason(offering):  # none of its nodes can run the image: no promise either
+            text, reason = "not for this image", misfit
         counts = offering.counts
         if offering.kind is Kind.FULL and avail.counted and not offering.scalable_nodes and (avail.free or 0) > 0:
             counts = tuple(c for c in offering.counts if c <= (avail.largest_free or 0)) or offering.counts[:1]
