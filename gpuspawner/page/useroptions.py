@@ -181,3 +181,23 @@ def profile_image(options: Mapping[str, Any], profile_list: list[dict[str, Any]]
 def _override_image(override: Any, image: str) -> str:
     value = override.get("image") if isinstance(override, Mapping) else None
     return value if isinstance(value, str) and value else image
+
+
+def profile_images(profile_list: list[dict[str, Any]], image: str) -> dict[str, str]:
+    """Which image each choice of KubeSpawner's form runs, for the spawn page's script: ``""`` the
+    form's default, ``<profile slug>`` a profile with its default option choices, and
+    ``<profile slug>--<option>=<choice>`` a choice that overrides the image (the field names of
+    KubeSpawner's form: ``profile``, ``profile-option-<slug>--<option>``). Unlisted choices are
+    not known before they are typed: the start checks them."""
+    out = {"": profile_image({}, profile_list, image)}
+    for profile in profile_list:
+        slug = profile.get("slug")
+        if not isinstance(slug, str):
+            continue
+        out[slug] = profile_image({PROFILE_KEY: slug}, profile_list, image)
+        for name, option in (profile.get("profile_options") or {}).items():
+            for choice, spec in (option.get("choices") or {}).items():
+                overridden = _override_image(spec.get("kubespawner_override") if isinstance(spec, Mapping) else None, "")
+                if overridden:
+                    out[f"{slug}--{name}={choice}"] = overridden
+    return out

@@ -286,3 +286,48 @@ def test_the_image_a_profile_choice_runs_is_kubespawners():
     assert profile_image({"profile": "torch", "image": "old"}, PROFILES, "b") == "quay.io/jupyter/pytorch-notebook:cuda11-2023"
     assert profile_image({"profile": "torch", "image--unlisted-choice": "my/own:1"}, PROFILES, "b") == "my/own:1"
     assert profile_image({"profile": "x"}, [], "jupyter/base") == "jupyter/base"
+
+
+def test_the_page_carries_what_each_card_says_for_each_image_of_the_form():
+    from gpuspawner.hub.form import render_form
+    from gpuspawner.page.useroptions import profile_images
+    from gpuspawner.page.views import FormView, group_options, with_images
+
+    images = profile_images(PROFILES, "jupyter/base")
+    assert images == {
+        "": "jupyter/base",
+        "cpu": "jupyter/base",
+        "torch": "quay.io/jupyter/pytorch-notebook:cuda12-2025",
+        "torch--image=new": "quay.io/jupyter/pytorch-notebook:cuda12-2025",
+        "torch--image=old": "quay.io/jupyter/pytorch-notebook:cuda11-2023",
+    }
+    index = _index(_nodes("550.54.15", "570.124.06"))
+    catalog = [o for o in index.discovered() if o.slug in (H100_SLUG, "mig-nvidia-a100-sxm4-40gb-3g-20gb")]
+    rules = parse_rules({"*:cuda12-*": {"min_driver": "570"}})
+
+    def rows(image):
+        fits = {o.slug: index.fit(o, needs_for(image, rules)) for o in catalog}
+        when = datetime(2026, 11, 27, 9, tzinfo=ZoneInfo("UTC"))
+        return option_views(
+            catalog,
+            Requester("ann", frozenset()),
+            lambda o: index.availability(fits[o.slug][0]),
+            when,
+            image_reason=lambda o: fits[o.slug][1],
+        )
+
+    shown = with_images(rows(images[""]), {image: rows(image) for image in set(images.values())})
+    mig = next(r for r in shown if r.slug == "mig-nvidia-a100-sxm4-40gb-3g-20gb")
+    assert not mig.disabled  # the default image needs nothing
+    import json
+
+    said = json.loads(mig.by_image)
+    assert said["jupyter/base"] == ["1 of 1 free", "", "ok"]
+    assert said["quay.io/jupyter/pytorch-notebook:cuda12-2025"] == [
+        "not for this image",
+        "needs driver >= 570; these nodes have 550.54.15",
+        "off",
+    ]
+    html = render_form(FormView(groups=group_options(shown, ["full", "mig"]), selected=None, selected_count=1, images=json.dumps(images)))
+    assert "data-gs-images=" in html and html.count("data-gs-by-image=") == 2
+    assert "needs driver &gt;= 570; these nodes have 550.54.15" in html  # escaped in the attribute
