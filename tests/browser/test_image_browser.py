@@ -7,21 +7,16 @@ import json
 import os
 import shutil
 import subprocess
-from datetime import datetime
-from zoneinfo import ZoneInfo
 
 from markupsafe import Markup
 
-from gpuspawner.capacity.policy import Requester
-from gpuspawner.core.imagefit import needs_for, parse_rules
 from gpuspawner.hub.form import render_form
-from gpuspawner.page.cards import option_views
 from gpuspawner.page.useroptions import profile_images
-from gpuspawner.page.views import FormView, group_options, with_images
+from gpuspawner.page.views import FormView, group_options
 from tests.browser.test_form_browser import CHROMIUM, REPO
-from tests.unit.test_imagefit import H100_SLUG, PROFILES, _index, _nodes
+from tests.unit.test_imagefit import H100_SLUG, PROFILES, cards_per_image
+from tests.unit.test_imagefit import MIG_3G as MIG
 
-MIG = "mig-nvidia-a100-sxm4-40gb-3g-20gb"
 #: KubeSpawner's profile form, as its form.html names the fields (profile, profile-option-<slug>--<option>).
 KUBESPAWNER_FORM = """
 <div id="kubespawner-profiles-list">
@@ -36,22 +31,7 @@ KUBESPAWNER_FORM = """
 
 def page() -> str:
     images = profile_images(PROFILES, "jupyter/base")
-    index = _index(_nodes("550.54.15", "570.124.06"))
-    catalog = [o for o in index.discovered() if o.slug in (H100_SLUG, MIG)]
-    rules = parse_rules({"*:cuda12-*": {"min_driver": "570"}, "*:cuda11-*": {"min_driver": "600"}})
-
-    def rows(image):
-        fits = {o.slug: index.fit(o, needs_for(image, rules)) for o in catalog}
-        when = datetime(2026, 11, 27, 9, tzinfo=ZoneInfo("UTC"))
-        return option_views(
-            catalog,
-            Requester("ann", frozenset()),
-            lambda o: index.availability(fits[o.slug][0]),
-            when,
-            image_reason=lambda o: fits[o.slug][1],
-        )
-
-    shown = with_images(rows(images[""]), {image: rows(image) for image in set(images.values())})
+    shown = cards_per_image({"*:cuda12-*": {"min_driver": "570"}, "*:cuda11-*": {"min_driver": "600"}}, images)
     view = FormView(
         groups=group_options(shown, ["full", "mig"]),
         selected=None,

@@ -288,22 +288,17 @@ def test_the_image_a_profile_choice_runs_is_kubespawners():
     assert profile_image({"profile": "x"}, [], "jupyter/base") == "jupyter/base"
 
 
-def test_the_page_carries_what_each_card_says_for_each_image_of_the_form():
-    from gpuspawner.hub.form import render_form
-    from gpuspawner.page.useroptions import profile_images
-    from gpuspawner.page.views import FormView, group_options, with_images
+MIG_3G = "mig-nvidia-a100-sxm4-40gb-3g-20gb"
 
-    images = profile_images(PROFILES, "jupyter/base")
-    assert images == {
-        "": "jupyter/base",
-        "cpu": "jupyter/base",
-        "torch": "quay.io/jupyter/pytorch-notebook:cuda12-2025",
-        "torch--image=new": "quay.io/jupyter/pytorch-notebook:cuda12-2025",
-        "torch--image=old": "quay.io/jupyter/pytorch-notebook:cuda11-2023",
-    }
+
+def cards_per_image(requirements: dict, images: dict[str, str]) -> list:
+    """The H100 card (nodes on 550 and 570) and the A100 3g.20gb one (on 550) for the form's default
+    image ``images[""]``, each with what it says for every image of ``images``."""
+    from gpuspawner.page.views import with_images
+
     index = _index(_nodes("550.54.15", "570.124.06"))
-    catalog = [o for o in index.discovered() if o.slug in (H100_SLUG, "mig-nvidia-a100-sxm4-40gb-3g-20gb")]
-    rules = parse_rules({"*:cuda12-*": {"min_driver": "570"}})
+    catalog = [o for o in index.discovered() if o.slug in (H100_SLUG, MIG_3G)]
+    rules = parse_rules(requirements)
 
     def rows(image):
         fits = {o.slug: index.fit(o, needs_for(image, rules)) for o in catalog}
@@ -316,7 +311,23 @@ def test_the_page_carries_what_each_card_says_for_each_image_of_the_form():
             image_reason=lambda o: fits[o.slug][1],
         )
 
-    shown = with_images(rows(images[""]), {image: rows(image) for image in set(images.values())})
+    return with_images(rows(images[""]), {image: rows(image) for image in set(images.values())})
+
+
+def test_the_page_carries_what_each_card_says_for_each_image_of_the_form():
+    from gpuspawner.hub.form import render_form
+    from gpuspawner.page.useroptions import profile_images
+    from gpuspawner.page.views import FormView, group_options
+
+    images = profile_images(PROFILES, "jupyter/base")
+    assert images == {
+        "": "jupyter/base",
+        "cpu": "jupyter/base",
+        "torch": "quay.io/jupyter/pytorch-notebook:cuda12-2025",
+        "torch--image=new": "quay.io/jupyter/pytorch-notebook:cuda12-2025",
+        "torch--image=old": "quay.io/jupyter/pytorch-notebook:cuda11-2023",
+    }
+    shown = cards_per_image({"*:cuda12-*": {"min_driver": "570"}}, images)
     mig = next(r for r in shown if r.slug == "mig-nvidia-a100-sxm4-40gb-3g-20gb")
     assert not mig.disabled  # the default image needs nothing
     import json
