@@ -342,3 +342,21 @@ def test_the_page_carries_what_each_card_says_for_each_image_of_the_form():
     html = render_form(FormView(groups=group_options(shown, ["full", "mig"]), selected=None, selected_count=1, images=json.dumps(images)))
     assert "data-gs-images=" in html and html.count("data-gs-by-image=") == 2
     assert "needs driver &gt;= 570; these nodes have 550.54.15" in html  # escaped in the attribute
+
+
+def test_servers_of_a_shared_dra_offering_share_a_claim_only_for_the_same_selectors():
+    from gpuspawner.core.model import DeviceClaim, Offering
+    from gpuspawner.dra.claimspec import device_claim_spec
+    from gpuspawner.hub.claims import claim_selectors
+    from gpuspawner.names.vocabulary import Kind
+
+    shared = Offering(
+        "l4-half",
+        Kind.SHARED,
+        "L4 · 1/2",
+        claim=DeviceClaim("gpu.nvidia.com", ("device.attributes['gpu.nvidia.com'].productName == 'NVIDIA L4'",), replicas=2),
+    )
+    newer = fitted(shared, parse_needs({"min_driver": "570"}, "x"))
+    assert claim_selectors(device_claim_spec(shared.claim, 1)) == list(shared.claim.selectors)
+    assert claim_selectors(device_claim_spec(newer.claim, 1)) != claim_selectors(device_claim_spec(shared.claim, 1))
+    assert claim_selectors(None) == []
