@@ -32,6 +32,7 @@ from gpuspawner.capacity.checks import config_problems
 from gpuspawner.capacity.index import ClusterIndex, Health
 from gpuspawner.capacity.kueuequeues import KueueRouting
 from gpuspawner.capacity.policy import Requester, allowed, named
+from gpuspawner.core.imagefit import ImageNeeds, ImageNeedsError, fitted, needs_for, parse_rules
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering, QueueRoom
 from gpuspawner.core.windows import window_state
 from gpuspawner.hub import (
@@ -76,7 +77,7 @@ from gpuspawner.pod.podspec import POD_SETTINGS, default_hub_id, hub_id_problem,
 #: The settings :func:`gpuspawner.capacity.checks.config_problems` checks.
 CHECKED_TRAITS = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
 CHECKED_TRAITS += ("memory_guard_kinds", "memory_guard_user_env", "user_gpu_budget", "group_gpu_budgets", "queue_timeout", "start_timeout")
-CHECKED_TRAITS += ("kueue_queues", "kueue_priority_classes")
+CHECKED_TRAITS += ("kueue_queues", "kueue_priority_classes", "image_requirements")
 
 
 class GPUSpawner(KubeSpawner):
@@ -370,6 +371,49 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
+    image_requirements = Dict(
+        help="""
+        What an image needs of the GPU node's NVIDIA driver, by image: glob patterns on the image
+        (`*` matches anything, `/` too; the first pattern that matches wins, so put narrow ones
+        first), each a dict of `min_driver` (the driver version, e.g. "570" or "570.86"),
+        `min_cuda` (the CUDA version the driver must support, e.g. "12.8") and `min_compute` (the
+        GPU's compute capability, e.g. "8.0"), every one optional and written as text; or the
+        image's own `NVIDIA_REQUIRE_CUDA` string (its first alternative: `cuda>=`, `driver>=`,
+        `arch>=`). `{}` for a pattern says "needs nothing" before a broader one. Example::
+
+            c.GPUSpawner.image_requirements = {
+                "quay.io/jupyter/pytorch-notebook:cuda12-*": {"min_driver": "570", "min_cuda": "12.8"},
+                "nvcr.io/nvidia/pytorch:24.*": "cuda>=12.4 brand=tesla,driver>=470,driver<471",
+            }
+
+        A server's pod then lands only on nodes whose GPU Feature Discovery labels
+        (`nvidia.com/cuda.driver-version.*`, `nvidia.com/cuda.runtime-version.*`,
+        `nvidia.com/gpu.compute.*`) meet its image's needs (node affinity; a node without the
+        labels does not), and a DRA offering's claim selects only devices whose `driverVersion`,
+        `cudaDriverVersion` and `cudaComputeCapability` do. Free counts are of those nodes and
+        devices; an offering none of whose nodes can run the image is disabled on the spawn page
+        with the reason ("needs driver >= 570; these nodes have 535.183.01"), and a spawn of it
+        is refused (409) with the same words.
+        """,
+    ).tag(config=True)
+
+    @property
+    def image_rules(self) -> tuple[ImageNeeds, ...]:
+        """``image_requirements`` parsed (none while they are wrong: config_problems refuses the spawn first)."""
+        try:
+            return parse_rules(self.image_requirements)
+        except ImageNeedsError:
+            return ()
+
+    def image_fit(self, offering: Offering, image: str) -> tuple[Offering, str]:
+        """``offering`` for ``image`` (on the nodes and devices that can run it), and why none can
+        ("" where one can, where the image needs nothing, or where there are no counts)."""
+        needs = needs_for(image, self.image_rules)
+        index = self.counts()
+        if index is None:
+            return fitted(offering, needs), ""
+        return index.fit(offering, needs)
+
     @property
     def kueue_routing(self) -> KueueRouting:
         """The queue mapping (empty while the settings are wrong: config_problems refuses the spawn first)."""
@@ -563,6 +607,7 @@ class GPUSpawner(KubeSpawner):
             self.spawn_state.profile_env_keys = frozenset(k for k, v in self.environment.items() if k not in before or before[k] != v)
             choice = self.choose(self.user_options, catalog)
             if in_play:
+                choice = admitting.fit_image(self, choice, self.image)  # the profile has set the image by now
                 self.apply_choice(choice)
                 await admitting.admit(self, choice, catalog)
         except SpawnRefused:

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from gpuspawner.capacity.admission import validate_quota
 from gpuspawner.capacity.budgets import budget_problems
 from gpuspawner.capacity.kueuequeues import KueueRouting, mix_problems, routing_problems
+from gpuspawner.core.imagefit import ImageNeedsError, parse_rules
 from gpuspawner.names.vocabulary import AdmissionPolicy
 from gpuspawner.offerings.catalog import CatalogConfig
 from gpuspawner.offerings.entry import OfferingConfigError
@@ -68,6 +69,10 @@ def config_problems(section: Mapping[str, Any]) -> list[str]:
         problems.append(f"c.GPUSpawner.admission must be one of {[p.value for p in AdmissionPolicy]}, got {policy!r}")
     problems += queue_problems(section)
     problems += kueue_problems(section, configured)
+    try:
+        parse_rules(section.get("image_requirements", {}))
+    except ImageNeedsError as exc:
+        problems.append(str(exc))
     return problems
 
 

@@ -24,6 +24,7 @@ from gpuspawner.capacity.counts import NO_NOTEBOOK, Row, Tally
 from gpuspawner.capacity.kueuequota import KueueState
 from gpuspawner.capacity.mapped import mapped_rows, with_mapped
 from gpuspawner.core.fit import NodeFacts, holds_resources, pod_requests
+from gpuspawner.core.imagefit import NEEDS, ImageNeeds, fitted, misfit, node_has
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra.devices import DraState
 from gpuspawner.names.nvidia import PLUGIN_PREFIX
@@ -132,7 +133,7 @@ class ClusterIndex:
         self.pods: dict[str, PodFacts] = {}
         self.used: dict[str, Counter[str]] = {}
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}
-        self.tracked: dict[str, _OfferingRows] = {}
+        self.tracked: dict[tuple[str, Any], _OfferingRows] = {}
         self._node_offers: dict[str, list[tuple[Offering, int]]] = {}
         self._discovered: list[Offering] | None = []
         #: Devices of Dynamic Resource Allocation (ResourceSlices, DeviceClasses, ResourceClaims).
@@ -154,7 +155,7 @@ class ClusterIndex:
             return self.dra.availability(offering)
         if not offering.resources:
             return UNCOUNTED
-        rows = self.tracked.get(offering.slug)
+        rows = self.tracked.get(_track_key(offering))
         if rows is None or rows.offering != offering:
             rows = self._track(offering)
         # DRA nodes that serve the offering's resource through the extended-resource mapping (capacity.mapped).
@@ -163,14 +164,30 @@ class ClusterIndex:
             return UNCOUNTED
         return with_mapped(rows.availability(), mapped)
 
+    def fit(self, offering: Offering, needs: ImageNeeds) -> tuple[Offering, str]:
+        """``offering`` for an image that needs ``needs`` (:func:`gpuspawner.core.imagefit.fitted`), and
+        why none of its nodes or devices can run that image ("" where one can, or it is not known)."""
+        fit = fitted(offering, needs)
+        if fit is offering:
+            return offering, ""
+        base = self.availability(offering)
+        return fit, misfit(needs, offering, base, self.availability(fit), self.versions(offering, base.nodes))
+
+    def versions(self, offering: Offering, nodes: Iterable[str] = ()) -> list[dict[str, str | None]]:
+        """What each device of a DRA ``offering``, or each of ``nodes``, has of what images need
+        (driver, CUDA and compute capability versions, by :data:`gpuspawner.core.imagefit.NEEDS` key)."""
+        if offering.claim is not None:
+            return [{n.key: d.attribute(n.attribute) for n in NEEDS} for d in self.dra.matching(offering)]
+        return [{n.key: node_has(n, self.nodes[name].labels) for n in NEEDS} for name in nodes if name in self.nodes]
+
     # ------------------------------------------------------------------ writes
 
     def set_notebook(self, notebook: Notebook) -> None:
         """The hub's notebook pod (cpu/memory guarantees, selector, tolerations): every count fits it beside the GPU."""
         if notebook != self.notebook:
             self.notebook = notebook
-            for slug in list(self.tracked):
-                self._track(self.tracked[slug].offering)
+            for tracked in list(self.tracked):
+                self._track(self.tracked[tracked].offering)
 
     def replace(self, nodes: Iterable[Mapping[str, Any]] | None = None, pods: Iterable[Mapping[str, Any]] | None = None) -> None:
         """A (re)list: replace all nodes and/or all pods, then recompute every row."""
@@ -195,8 +212,8 @@ class ClusterIndex:
                     self.reservations.pop(key, None)
             for node, requests in self.reservations.values():
                 self._add_use(node, requests, +1)
-        for slug in list(self.tracked):
-            self._track(self.tracked[slug].offering)
+        for tracked in list(self.tracked):
+            self._track(self.tracked[tracked].offering)
 
     def node_event(self, kind: str, raw: Mapping[str, Any]) -> None:
         name = (raw.get("metadata") or {}).get("name", "")
@@ -256,7 +273,7 @@ class ClusterIndex:
         if offering.claim is not None:
             return self.dra.reserve(key, offering, count)
         self.availability(offering)
-        rows = self.tracked[offering.slug].rows
+        rows = self.tracked[_track_key(offering)].rows
         fits = [(largest, free, node) for node, (_cap, _alloc, free, largest) in rows.items() if largest >= count]
         if not fits:
             return self._reserve_mapped(key, offering, count)
@@ -325,8 +342,14 @@ class ClusterIndex:
             row = self._row(rows, node)
             if row is not None:
                 rows.set(node, row)
-        self.tracked[offering.slug] = rows
+        self.tracked[_track_key(offering)] = rows
         return rows
+
+
+def _track_key(offering: Offering) -> tuple[str, Any]:
+    """An offering's rows are kept per slug and placement: the same offering for an image that needs
+    a newer driver (:meth:`ClusterIndex.fit`) lands on fewer nodes, and both are counted side by side."""
+    return offering.slug, offering.placement_terms
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuspawner.capacity.admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaRequest, Quotas, in_order, units_held
 from gpuspawner.capacity.policy import allowed, named
+from gpuspawner.core.imagefit import image_refusal
 from gpuspawner.core.model import Offering
 from gpuspawner.core.windows import window_state
 from gpuspawner.core.wording import turn_words
@@ -23,7 +24,7 @@ from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
 from gpuspawner.hub.spawnstate import saved_holdings, user_label
 from gpuspawner.names.vocabulary import RECORD_KEY, Refusal
-from gpuspawner.offerings.choice import Choice
+from gpuspawner.offerings.choice import Choice, shown
 
 
 def reservation_key(spawner: Any) -> str:
@@ -85,6 +86,17 @@ def restore_grants(spawner: Any) -> None:
     spawner.quota_ledger.restore(saved)
     if saved:
         spawner.log.info("GPUSpawner: quotas count %d running server(s) from their saved records", len(saved))
+
+
+def fit_image(spawner: Any, choice: Choice, image: str) -> Choice:
+    """``choice`` on the nodes (devices) that can run ``image`` (``c.GPUSpawner.image_requirements``):
+    its pod's affinity, its claim's selectors and its free count are those of the fitting ones.
+    Refused (409) at once, with the versions in words, when the offering has nodes and none fits."""
+    offering, reason = spawner.image_fit(choice.offering, image)
+    if reason:
+        metrics.refused(choice.offering, Refusal.IMAGE)
+        raise SpawnRefused(image_refusal(choice.offering.display_name, shown(image, 160), reason), Refusal.IMAGE)
+    return Choice(offering, choice.count)
 
 
 def obstacle_now(spawner: Any, choice: Choice, offerings: list[Offering], grant: bool = False) -> tuple[str, Decision]:

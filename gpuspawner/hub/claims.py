@@ -107,15 +107,18 @@ class ClaimTemplates:
             _preload_content=False,
         )
         users = await self._users(slug)
+        spec = device_claim_spec(claim, 1)
         for item in sorted(json.loads(await response.read()).get("items") or [], key=lambda c: c["metadata"]["name"]):
             meta = item["metadata"]
-            if not meta.get("deletionTimestamp") and users.get(meta["name"], 0) < claim.replicas:
+            # (a claim made for another image has other selectors: c.GPUSpawner.image_requirements)
+            same = claim_selectors(item.get("spec")) == claim_selectors(spec)
+            if same and not meta.get("deletionTimestamp") and users.get(meta["name"], 0) < claim.replicas:
                 return str(meta["name"])
         manifest = {
             "apiVersion": RESOURCE_API,
             "kind": "ResourceClaim",
             "metadata": {"generateName": f"gpuspawner-{slug}-"[:58], "labels": {**labels, SHARED_LABEL: "true"}},
-            "spec": device_claim_spec(claim, 1),
+            "spec": spec,
         }
         response = await self.api.create_namespaced_resource_claim(self.namespace, manifest, _preload_content=False)
         return str(json.loads(await response.read())["metadata"]["name"])
@@ -161,3 +164,14 @@ class ClaimTemplates:
         selector = f"spec.nodeName={node}" if node else None
         response = await self.api.list_resource_slice(field_selector=selector, _preload_content=False)
         return allocated_devices(claim, json.loads(await response.read()).get("items") or [])
+
+
+def claim_selectors(spec: Mapping[str, Any] | None) -> list[str]:
+    """The CEL expressions of a ResourceClaim spec's requests, in order: two servers share a claim
+    only if theirs are the same (an image that needs a newer driver adds some)."""
+    requests = ((spec or {}).get("devices") or {}).get("requests") or []
+    return [
+        str((selector.get("cel") or {}).get("expression"))
+        for request in requests
+        for selector in (request.get("exactly") or {}).get("selectors") or ()
+    ]

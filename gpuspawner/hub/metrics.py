@@ -114,7 +114,15 @@ REGISTRY.register(_HoldingsCollector())
 
 
 #: what metrics.refused() and admitted() are called with (spawner.py)
-REFUSAL_REASONS = (Refusal.NO_CAPACITY, Refusal.QUOTA, Refusal.BUDGET, Refusal.WINDOW, Refusal.UNSCHEDULABLE, Refusal.QUEUE_TIMEOUT)
+REFUSAL_REASONS = (
+    Refusal.NO_CAPACITY,
+    Refusal.QUOTA,
+    Refusal.BUDGET,
+    Refusal.WINDOW,
+    Refusal.UNSCHEDULABLE,
+    Refusal.QUEUE_TIMEOUT,
+    Refusal.IMAGE,
+)
 ADMISSION_DECISIONS = ("admit", "warn", "queue")
 
 

@@ -37,6 +37,7 @@ REFUSAL_STATUS: dict[str, int] = {
     Refusal.NO_CAPACITY: 409,
     Refusal.QUEUE_TIMEOUT: 409,
     Refusal.UNSCHEDULABLE: 409,
+    Refusal.IMAGE: 409,
     Refusal.QUOTA: 429,
     Refusal.BUDGET: 429,
     Refusal.UNREACHABLE: 503,

@@ -7,6 +7,7 @@ The spawner passes itself (``spawner``) for the user, the traits and the live co
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from jupyterhub.utils import maybe_future
@@ -17,7 +18,7 @@ from gpuspawner.capacity.admission import REFUSE
 from gpuspawner.capacity.budgets import cost_text, standing_text
 from gpuspawner.core.model import Offering
 from gpuspawner.hub import budgets
-from gpuspawner.hub.admitting import bound_holdings, check_quota, group_members, obstacle_now
+from gpuspawner.hub.admitting import bound_holdings, check_quota, fit_image, group_members, obstacle_now
 from gpuspawner.hub.form import render_form
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, WaitQueue, refusal
 from gpuspawner.names.vocabulary import Kind
@@ -25,8 +26,8 @@ from gpuspawner.offerings.catalog import gpu_offerings_in_play
 from gpuspawner.offerings.choice import ChoiceError
 from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.page.cards import counts_notice, default_choice, option_views
-from gpuspawner.page.useroptions import check_profile
-from gpuspawner.page.views import FormView, group_options
+from gpuspawner.page.useroptions import check_profile, profile_image, profile_images
+from gpuspawner.page.views import FormView, OptionView, group_options, with_images
 
 
 async def render_gpu_form(spawner: Any) -> str:
@@ -55,18 +56,31 @@ async def render_gpu_form(spawner: Any) -> str:
     def hour_cost(offering: Offering) -> str:
         return cost_text(offering.hourly_cost(1)) + (" per GPU" if offering.kind is Kind.FULL else "") if standing is not None else ""
 
+    # Counts of the nodes that can run the image, and an offering none of whose nodes can is disabled
+    # with the versions in words: for the image the form starts with (the default profile's) and,
+    # for the page's script, every image a profile or an option's choice runs.
+    profiles = await spawner._initialized_profile_list() if spawner.profile_list else []
+    images = profile_images(profiles, spawner.image) if spawner.image_rules else {"": spawner.image}
     now = spawner.now()
-    rows = option_views(
-        catalog,
-        spawner.requester(),
-        spawner.availability,
-        now,
-        spawner.admission,
-        quota_reason,
-        WaitQueue.length,
-        spawner.hide_forbidden_offerings,
-        hour_cost,
-    )
+
+    def rows_for(image: str) -> list[OptionView]:
+        fits = {o.slug: spawner.image_fit(o, image) for o in catalog}
+        return option_views(
+            catalog,
+            spawner.requester(),
+            lambda offering: spawner.availability(fits[offering.slug][0]),
+            now,
+            spawner.admission,
+            quota_reason,
+            WaitQueue.length,
+            spawner.hide_forbidden_offerings,
+            hour_cost,
+            image_reason=lambda offering: fits[offering.slug][1],
+        )
+
+    rows = rows_for(images[""])
+    if len(set(images.values())) > 1:
+        rows = with_images(rows, {image: rows_for(image) for image in sorted(set(images.values()))})
     last = spawner.user_options or (spawner.orm_spawner.user_options if spawner.orm_spawner else None)
     # (JupyterHub shows the form again after a refusal: refused_options selects the refused choice)
     selected, count = default_choice(rows, spawner.default_offering, last, by_slug, spawner.refused_options)
@@ -79,6 +93,7 @@ async def render_gpu_form(spawner: Any) -> str:
             refresh_seconds=spawner.form_refresh_seconds,
             notice=counts_notice(spawner.health(), now),
             budget=standing_text(standing) if standing is not None else "",
+            images=json.dumps(images, sort_keys=True) if len(set(images.values())) > 1 else "",
         )
     )
 
@@ -108,8 +123,10 @@ def refuse_now(spawner: Any, options: dict[str, Any]) -> None:
     a callable profile_list (it may need awaiting), and everything while the hub has not
     heard from the cluster yet.
     """
+    profiles: list[dict] = []
     if spawner.profile_list and not callable(spawner.profile_list):
-        check_profile_choice(options, spawner._get_initialized_profile_list(spawner._sorted_dict_values(spawner.profile_list)))
+        profiles = spawner._get_initialized_profile_list(spawner._sorted_dict_values(spawner.profile_list))
+        check_profile_choice(options, profiles)
     try:
         if not spawner.config_problems() and spawner.catalog_config.needs_inventory() and not spawner.inventory.health.answered:
             return
@@ -118,6 +135,7 @@ def refuse_now(spawner: Any, options: dict[str, Any]) -> None:
         raise spawner.misconfigured(exc) from None
     choice = spawner.choose(options, catalog)
     if gpu_offerings_in_play(catalog):
+        choice = fit_image(spawner, choice, profile_image(options, profiles, spawner.image))
         reason, decision = obstacle_now(spawner, choice, catalog)
         if decision.action == REFUSE:
             raise refusal(reason, decision)

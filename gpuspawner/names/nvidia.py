@@ -31,6 +31,20 @@ MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
 VGPU_PRESENT_LABEL = "nvidia.com/vgpu.present"
+#: The node's NVIDIA driver version, as GFD's version labeler splits it (``570.124.06`` -> ``570``,
+#: ``124``, ``06``); GFD also writes the deprecated ``nvidia.com/cuda.driver.major/minor/rev``.
+DRIVER_VERSION_LABELS = (
+    "nvidia.com/cuda.driver-version.major",
+    "nvidia.com/cuda.driver-version.minor",
+    "nvidia.com/cuda.driver-version.revision",
+)
+DRIVER_VERSION_FULL_LABEL = "nvidia.com/cuda.driver-version.full"
+#: The newest CUDA version the node's driver supports (NVML's ``cudaDriverGetVersion``, e.g. ``12``,
+#: ``8``): GFD names it ``cuda.runtime-version`` although it is the driver's, not a runtime's.
+CUDA_VERSION_LABELS = ("nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor")
+CUDA_VERSION_FULL_LABEL = "nvidia.com/cuda.runtime-version.full"
+#: The GPUs' CUDA compute capability (``8``, ``0`` for an A100).
+COMPUTE_LABELS = ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
 
 
 def is_device_resource(name: str) -> bool:

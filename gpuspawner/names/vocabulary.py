@@ -66,6 +66,7 @@ class Refusal(StrEnum):
     NO_CAPACITY = "no_capacity"  #: nothing free now (409)
     QUEUE_TIMEOUT = "queue_timeout"  #: waited in the queue past its limit (409)
     UNSCHEDULABLE = "unschedulable"  #: the scheduler says the pod cannot run (409)
+    IMAGE = "image"  #: no node of the offering has the driver the image needs (409)
     QUOTA = "quota"  #: over the user's or a group's quota (429)
     BUDGET = "budget"  #: the user's GPU-hour budget does not cover another hour (429)
     UNREACHABLE = "unreachable"  #: the Kubernetes API cannot be reached (503)

@@ -14,16 +14,17 @@ from typing import Any
 from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import Requester, may_use
 from gpuspawner.core.model import Availability, Offering
+from gpuspawner.core.products import product_name
 from gpuspawner.core.windows import window_state
 from gpuspawner.core.wording import QUEUE_UNKNOWN, isolation_phrase, memory_truth, queue_words
 from gpuspawner.dra.alternatives import choice_words, choices
 from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY, AdmissionPolicy, Kind
-from gpuspawner.offerings.discovery import product_name
 from gpuspawner.page.views import OptionView
 
 
 def availability_text(offering: Offering, avail: Availability, policy: str, queued: int) -> tuple[str, str]:
-    """(badge text, disabled reason) for an offering the user may take."""
+    """(badge text, disabled reason) for an offering the user may take now: the badge may promise
+    a queue place or a wait (``admission``), as the start would keep that promise."""
     if not avail.counted:  # nothing to count (CPU), or the hub may not read the cluster
         return ("free count unavailable" if offering.takes_units else ""), ""
     free = avail.free or 0
@@ -57,6 +58,15 @@ def _with_choices(offering: Offering, availability: Callable[[Offering], Availab
     return f"{words}. {offering.description}".strip()
 
 
+def count_text(avail: Availability) -> str:
+    """The badge of a choice the user may not start now (outside its time window, over quota):
+    what is free, and no queue place, wait or scale-up promised, for none would be kept."""
+    if not avail.counted:
+        return ""
+    free = avail.free or 0
+    return f"{free} of {avail.capacity} free" if free > 0 else "none free"
+
+
 def option_views(
     catalog: Iterable[Offering],
     who: Requester,
@@ -67,8 +77,12 @@ def option_views(
     queue_length: Callable[[str], int] = lambda slug: 0,
     hide_forbidden: bool = False,
     hour_cost: Callable[[Offering], str] = lambda o: "",
+    image_reason: Callable[[Offering], str] = lambda o: "",
 ) -> list[OptionView]:
-    """One row per offering the page shows (hidden ones never; forbidden ones disabled or hidden)."""
+    """One row per offering the page shows (hidden ones never; forbidden ones disabled or hidden).
+
+    ``availability`` counts, and ``image_reason`` says why none of an offering's nodes can run
+    the image the form starts with (gpuspawner.core.imagefit; "" where one can)."""
     rows = []
     for offering in catalog:
         if offering.hidden:
@@ -78,10 +92,12 @@ def option_views(
             continue
         avail = availability(offering)
         text, reason = availability_text(offering, avail, default_policy, queue_length(offering.slug))
-        if not allowed:
-            reason = "not allowed for your groups"
-        else:
-            reason = window_state(offering.windows, now) or quota_reason(offering) or reason
+        if not allowed:  # no count, queue place or wait on a choice the user may never take
+            text, reason = "", "not allowed for your groups"
+        elif closed := window_state(offering.windows, now) or quota_reason(offering):
+            text, reason = count_text(avail), closed
+        elif misfit := image_reason(offering):  # none of its nodes can run the image: no promise either
+            text, reason = "not for this image", misfit
         counts = offering.counts
         if offering.kind is Kind.FULL and avail.counted and not offering.scalable_nodes and (avail.free or 0) > 0:
             counts = tuple(c for c in offering.counts if c <= (avail.largest_free or 0)) or offering.counts[:1]

@@ -143,3 +143,61 @@ def check_profile(options: Mapping[str, Any], profile_list: list[dict[str, Any]]
                     f"Choices: {', '.join(choices[:8]) or 'none'}.",
                     MALFORMED,
                 )
+
+
+def profile_image(options: Mapping[str, Any], profile_list: list[dict[str, Any]], image: str) -> str:
+    """The image a spawn with ``options`` runs: ``image`` (``c.KubeSpawner.image``) as the chosen
+    profile and its option choices override it, the way KubeSpawner's ``load_user_options``
+    applies their ``kubespawner_override`` (an unlisted choice's ``{value}`` filled in; a
+    callable override is left out: its image is known at start). ``profile_list`` is
+    KubeSpawner's initialized list; the choice is assumed checked (:func:`check_profile`)."""
+    if not profile_list:
+        return image
+    slug = options.get(PROFILE_KEY)
+    profile = next((p for p in profile_list if p.get("slug") == slug), None)
+    if profile is None:
+        profile = next((p for p in profile_list if p.get("default")), profile_list[0])
+    image = _override_image(profile.get("kubespawner_override"), image)
+    for name, option in (profile.get("profile_options") or {}).items():
+        unlisted = options.get(f"{name}{UNLISTED_SUFFIX}")
+        choices = option.get("choices") or {}
+        choice = options.get(name)
+        if isinstance(unlisted, str) and unlisted:
+            override = (option.get("unlisted_choice") or {}).get("kubespawner_override") or {}
+            template = override.get("image")
+            if isinstance(template, str):
+                try:
+                    image = template.format(value=unlisted)
+                except (KeyError, IndexError, ValueError):
+                    pass  # KubeSpawner refuses it at start
+        elif isinstance(choice, str) and choice in choices:
+            image = _override_image(choices[choice].get("kubespawner_override"), image)
+        else:
+            default = next((c for c in choices.values() if c.get("default")), None)
+            image = _override_image((default or {}).get("kubespawner_override"), image)
+    return image
+
+
+def _override_image(override: Any, image: str) -> str:
+    value = override.get("image") if isinstance(override, Mapping) else None
+    return value if isinstance(value, str) and value else image
+
+
+def profile_images(profile_list: list[dict[str, Any]], image: str) -> dict[str, str]:
+    """Which image each choice of KubeSpawner's form runs, for the spawn page's script: ``""`` the
+    form's default, ``<profile slug>`` a profile with its default option choices, and
+    ``<profile slug>--<option>=<choice>`` a choice that overrides the image (the field names of
+    KubeSpawner's form: ``profile``, ``profile-option-<slug>--<option>``). Unlisted choices are
+    not known before they are typed: the start checks them."""
+    out = {"": profile_image({}, profile_list, image)}
+    for profile in profile_list:
+        slug = profile.get("slug")
+        if not isinstance(slug, str):
+            continue
+        out[slug] = profile_image({PROFILE_KEY: slug}, profile_list, image)
+        for name, option in (profile.get("profile_options") or {}).items():
+            for choice, spec in (option.get("choices") or {}).items():
+                overridden = _override_image(spec.get("kubespawner_override") if isinstance(spec, Mapping) else None, "")
+                if overridden:
+                    out[f"{slug}--{name}={choice}"] = overridden
+    return out

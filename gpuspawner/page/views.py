@@ -16,8 +16,9 @@ named in :mod:`gpuspawner.names.vocabulary`:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuspawner.core.wording import group_title, isolation_phrase
@@ -41,6 +42,10 @@ class OptionView:
     disabled_reason: str  # "" if selectable, else e.g. "none free right now"
     counts: tuple[int, ...]  # allowed counts that fit right now (whole GPUs; others (1,))
     hour_cost: str = ""  # with a GPU-hour budget: "2 GPU-hours per hour" (budgets.cost_text), else ""
+    #: What the card says for each image KubeSpawner's form may choose, as JSON ({image: [availability,
+    #: disabled reason, availability tone]}; c.GPUSpawner.image_requirements), for the page's script; ""
+    #: when images need nothing.
+    by_image: str = ""
 
     @property
     def disabled(self) -> bool:
@@ -96,6 +101,19 @@ class FormView:
     extra_html: str = ""
     refresh_seconds: int = 15  # 0 turns the live refresh off
     budget: str = ""  # the user's GPU-hour budget and use (budgets.standing_text; "" without a budget)
+    #: Which image each choice of KubeSpawner's form runs, as JSON (useroptions.profile_images); "" when
+    #: images need nothing (the cards then never change with the profile).
+    images: str = ""
+
+
+def with_images(rows: Sequence[OptionView], by_image: Mapping[str, Sequence[OptionView]]) -> list[OptionView]:
+    """``rows`` (the form's default image) with what each card says for every image of ``by_image``
+    (the rows for that image, one per card, in the same order)."""
+    out = []
+    for i, row in enumerate(rows):
+        said = {image: [other[i].availability, other[i].disabled_reason, other[i].availability_tone] for image, other in by_image.items()}
+        out.append(replace(row, by_image=json.dumps(said, sort_keys=True)))
+    return out
 
 
 def group_options(options: Iterable[OptionView], order: Sequence[str]) -> tuple[GroupView, ...]:

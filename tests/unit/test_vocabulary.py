@@ -83,6 +83,7 @@ def test_every_refusal_reason_has_its_status():
         "no_capacity": 409,
         "queue_timeout": 409,
         "unschedulable": 409,
+        "image": 409,
         "quota": 429,
         "budget": 429,
         "unreachable": 503,

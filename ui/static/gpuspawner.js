@@ -47,6 +47,61 @@
     });
   }
 
+  // Images that fit the node (c.GPUSpawner.image_requirements): data-gs-images says which image each
+  // choice of KubeSpawner's form runs ("" the default, a profile's slug, "<slug>--<option>=<choice>"
+  // a choice that sets the image), and each card's data-gs-by-image what it says for each image
+  // ([availability, disabled reason, tone]). The hub checks the choice again on submit.
+  function parsed(element, name) {
+    try {
+      return JSON.parse(element.getAttribute(name) || "null");
+    } catch (e) {
+      return null;
+    }
+  }
+
+  function imageNow() {
+    var images = parsed(root, "data-gs-images");
+    if (!images) {
+      return null;
+    }
+    var radio = root.querySelector('input[name="profile"]:checked');
+    var slug = radio ? radio.value : "";
+    var image = images[slug] || images[""];
+    var prefix = "profile-option-" + slug + "--";
+    root.querySelectorAll("select[name^='" + prefix + "']").forEach(function (select) {
+      var key = slug + "--" + select.name.slice(prefix.length) + "=" + select.value;
+      if (images[key]) {
+        image = images[key];
+      }
+    });
+    return image;
+  }
+
+  function byImage() {
+    var image = imageNow();
+    if (image === null) {
+      return;
+    }
+    root.querySelectorAll(OPTION).forEach(function (option) {
+      var said = (parsed(option, "data-gs-by-image") || {})[image];
+      if (!said) {
+        return;
+      }
+      var avail = option.querySelector("[data-gs-avail]");
+      var reason = option.querySelector("[data-gs-reason]");
+      if (avail) {
+        avail.textContent = said[0];
+        avail.hidden = !said[0];
+        avail.className = avail.className.replace(/gs-tone-[a-z]+/, "gs-tone-" + said[2]);
+      }
+      if (reason) {
+        reason.textContent = said[1];
+        reason.hidden = !said[1];
+      }
+      option.classList.toggle("gs-disabled", !!said[1]);
+    });
+  }
+
   function copyText(target, source, selector, withClass) {
     var a = target.querySelector(selector);
     var b = source.querySelector(selector);
@@ -113,8 +168,12 @@
       copyText(option, source, "[data-gs-avail]", true);
       copyText(option, source, "[data-gs-reason]", false);
       option.classList.toggle("gs-disabled", source.classList.contains("gs-disabled"));
+      if (source.hasAttribute("data-gs-by-image")) {
+        option.setAttribute("data-gs-by-image", source.getAttribute("data-gs-by-image"));
+      }
       copyCounts(option, source);
     });
+    byImage();
     settle();
   }
 
@@ -189,6 +248,7 @@
         radio.checked = true;
       }
     }
+    byImage();
     settle();
   });
 
@@ -206,6 +266,11 @@
       stopped = true;
       stop();
     });
+  }
+
+  if (imageNow() !== null) {
+    byImage();
+    settle();
   }
 
   // Other scripts (and the tests) can ask for a refresh now.
