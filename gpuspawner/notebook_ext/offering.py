@@ -21,19 +21,23 @@ _WINDOW_WORDS = {"day": "today", "week": "this week", "rolling-7d": "in 7 days"}
 
 
 def offering_from_env(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """``{"slug", "display_name", "kind", "count", "words", "choices"}`` or ``None`` without GPUSpawner's env."""
+    """``{"slug", "display_name", "kind", "count", "words"}`` (and ``"choices"`` for an offering with
+    alternatives) or ``None`` without GPUSpawner's env."""
     slug = env.get(ENV_OFFERING, "").strip()
     if not slug:
         return None
     count = env.get(ENV_COUNT, "").strip()
-    return {
+    offering: dict[str, Any] = {
         "slug": slug,
         "display_name": env.get(ENV_DISPLAY_NAME, "").strip() or slug,
         "kind": env.get(ENV_KIND, "").strip(),
         "count": int(count) if count.isdigit() else None,
         "words": env.get(ENV_WORDS, "").strip(),
-        "choices": _choices(env.get(ENV_CHOICES, "")),
     }
+    choices = _choices(env.get(ENV_CHOICES, ""))
+    if choices:
+        offering["choices"] = choices
+    return offering
 
 
 def _choices(raw: str) -> list[dict[str, str]]:
