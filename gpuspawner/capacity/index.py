@@ -289,7 +289,7 @@ class ClusterIndex:
     def _reserve_mapped(self, key: str, offering: Offering, count: int) -> str | None:
         """Hold ``count`` units of an extended-resource offering as free DRA devices of a node the
         mapping serves it on (their claim is the scheduler's to make), and the notebook's room there."""
-        mapped = mapped_rows(self.tracked[offering.slug].tally, self.nodes, self.used, self.dra) or []
+        mapped = mapped_rows(self.tracked[_track_key(offering)].tally, self.nodes, self.used, self.dra) or []
         fits = [(row[3], row[2], node, devices) for node, row, devices in mapped if row[3] >= count]
         if not fits:
             return None
