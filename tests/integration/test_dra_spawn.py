@@ -96,7 +96,7 @@ def claim_of(kube, namespace: str, pod_name: str) -> dict:
 
 def slice_devices(kube, pool: str) -> dict[str, dict]:
     slices = kube.request("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"]
-    return {d["name"]: d for s in slices if s["spec"]["pool"]["name"] == pool for d in s["spec"]["devices"]}
+    return {d["name"]: d for s in slices if s["spec"]["pool"]["name"] == pool for d in s["spec"].get("devices") or []}  # (a counter-set slice has none)
 
 
 async def test_a_dra_spawn_gets_devices_of_its_kind_from_the_scheduler_and_stop_leaves_nothing(devcluster, kube, dra_driver, namespace):
