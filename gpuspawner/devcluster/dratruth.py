@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import random
 import sys
@@ -230,15 +231,19 @@ def claim_pod(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def kinds() -> dict[str, tuple[Callable[[int], State], type[Harness]]]:
-    """What ``--kind`` checks: each kind's states and the harness that loads them."""
-    from gpuspawner.devcluster import dratruth_counters
-
-    return {"devices": (draw_state, Harness), "dynamic-mig": (dratruth_counters.draw_state, dratruth_counters.Harness)}
+#: ``--kind`` -> the module whose ``draw_state`` and ``Harness`` check it: this one for whole and static MIG
+#: devices; a kind's module builds on this one, so it is found by name (an import here would be a cycle).
+KINDS = {"devices": __name__, "dynamic-mig": "gpuspawner.devcluster.dratruth_counters"}
 
 
-async def run_states(cluster: DevCluster, seeds: list[int], log, kind: str = "devices") -> list[Result]:
-    draw, harness_class = kinds()[kind]
+def kind(name: str) -> tuple[Callable[[int], State], type[Harness]]:
+    """The states and the harness of the kind ``name`` (:data:`KINDS`)."""
+    module = importlib.import_module(KINDS[name])
+    return module.draw_state, module.Harness
+
+
+async def run_states(cluster: DevCluster, seeds: list[int], log, kind_name: str = "devices") -> list[Result]:
+    draw, harness_class = kind(kind_name)
     harness = harness_class(cluster, log)
     await harness.setup()
     results: list[Result] = []
@@ -267,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", help="exactly these seeds, e.g. 0-3 or 3,17")
     parser.add_argument("--json", metavar="FILE", help="also write every offering's result here")
     parser.add_argument("--quiet", action="store_true", help="print only disagreements and the summary")
-    parser.add_argument("--kind", choices=sorted(kinds()), default="devices", help="which devices the states hold (default: devices)")
+    parser.add_argument("--kind", choices=sorted(KINDS), default="devices", help="which devices the states hold (default: devices)")
     args = parser.parse_args(argv)
     seeds = _seeds(args.seeds) if args.seeds else list(range(args.states))
     started = time.monotonic()

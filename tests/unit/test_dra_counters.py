@@ -8,6 +8,7 @@ import copy
 from gpuspawner.devcluster import dradriver as d
 from gpuspawner.dra import counters
 from gpuspawner.dra.devices import DraState
+from gpuspawner.dra.discover import DYNAMIC_MIG_WORDS
 from gpuspawner.names import dranames as dn
 
 NODE = d.DraNode("dynmig", d.A100_40GB, 2, dynamic_mig=True)
@@ -63,6 +64,7 @@ def test_the_driver_publishes_counter_sets_apart_and_one_device_slice_per_gpu():
 
 def test_an_empty_gpu_has_room_for_each_profile_as_nvidias_table_says():
     dra = state(dynamic_slices())
+    assert all(o.description.endswith(DYNAMIC_MIG_WORDS) and o.memory_mib for o in dra.discovered())
     assert free(dra) == {"1g.5gb": 14, "1g.5gb+me": 2, "1g.10gb": 8, "2g.10gb": 6, "3g.20gb": 4, "4g.20gb": 2, "7g.40gb": 2}
 
 
