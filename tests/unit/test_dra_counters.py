@@ -125,3 +125,15 @@ def test_counters_of_one_pool_do_not_leak_into_another():
     pools = counters.pool_counters(dynamic_slices() + dynamic_slices(d.DraNode("other", d.A100_40GB, 1, dynamic_mig=True)))
     assert set(pools) == {(dn.DRIVER, NODE.name), (dn.DRIVER, "other")}
     assert pools[(dn.DRIVER, "other")].invalid is None and len(pools[(dn.DRIVER, "other")].sets) == 1
+
+
+def test_counter_sets_beside_the_devices_in_one_slice_count_the_same():
+    """The driver's shape before Kubernetes 1.35 (``generateCombinedResourceSlices``): one slice per GPU with both."""
+    one = d.DraNode("one", d.A100_40GB, 1, dynamic_mig=True)
+    split = dynamic_slices(one)
+    combined = copy.deepcopy(split[1])
+    combined["spec"]["sharedCounters"] = split[0]["spec"]["sharedCounters"]
+    combined["spec"]["pool"]["resourceSliceCount"] = 1
+    taken = ("gpu-0-mig-2g10gb-14-2", "gpu-0-mig-1g5gb-19-6")
+    assert free(state([combined], *taken, pool="one")) == free(state(split, *taken, pool="one"))
+    assert free(state(split, *taken, pool="one"))["3g.20gb"] == 0
