@@ -21,7 +21,8 @@
 #                         cluster states (STATES=N for more); prints
 #                         "K of M offerings agree over N states"
 #   make dra-truth        DRA free counts against the real scheduler's allocator on 100
-#                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N)
+#                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N),
+#                         per kind: whole and static MIG devices, dynamic MIG
 #   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
 #   make bench            the benchmarks, printed side by side
 #   make kueue-check      only the tests on the real Kueue (built from its Go module, a few
@@ -58,18 +59,23 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench clean
 
-# The tests on the real Kueue (tests/kueue) run in a pytest process of their own, on a devcluster
-# of their own (Kueue's webhooks take every pod of a cluster), beside the main run: under
-# two minutes alone, mostly spent waiting on Kueue, at a lower CPU priority (nice) so that the
-# main run, the longer one, is not slowed. Their output follows the main run's.
+# `make test` runs three pytest processes side by side, each with a devcluster of its own (each
+# claims its own ports and loopback pod network): the stories (tests/e2e, tests/browser: each
+# module starts a whole demo hub and mostly waits on it), the tests on the real Kueue
+# (tests/kueue: Kueue's webhooks take every pod of a cluster; mostly waiting on Kueue, at a
+# lower CPU priority), and the rest. One machine's CPUs are then busy instead of idle while
+# hubs start. The stories' and Kueue's output follow the main run's; any failing fails the run.
+STORIES := tests/e2e tests/browser
 test: install devcluster-build lint precommit
 	$(VENV)/bin/gpuspawner devcluster build --kueue
-	@kueue_log=$$(mktemp); \
-	GPUSPAWNER_KUEUE_TESTS=1 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/kueue >$$kueue_log 2>&1 & kueue=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25; main=$$?; \
-	wait $$kueue; kueue_status=$$?; \
-	echo "---- tests/kueue (the real Kueue) ----"; cat $$kueue_log; rm -f $$kueue_log; \
-	test $$main -eq 0 && test $$kueue_status -eq 0
+	@logs=$$(mktemp -d); \
+	GPUSPAWNER_KUEUE_TESTS=1 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/kueue >$$logs/kueue 2>&1 & kueue=$$!; \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(STORIES) >$$logs/stories 2>&1 & stories=$$!; \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(foreach d,$(STORIES),--ignore=$(d)); main=$$?; \
+	wait $$stories; stories_status=$$?; wait $$kueue; kueue_status=$$?; \
+	echo "---- $(STORIES) (whole demo hubs) ----"; cat $$logs/stories; \
+	echo "---- tests/kueue (the real Kueue) ----"; cat $$logs/kueue; rm -rf $$logs; \
+	test $$main -eq 0 && test $$stories_status -eq 0 && test $$kueue_status -eq 0
 
 # The pre-commit hooks that `make lint` does not already run (end of files, whitespace, YAML,
 # TOML, prettier on ui/ and charts/): a fixer that changes a file fails the run.
@@ -126,6 +132,7 @@ capacity-truth: install devcluster-build
 
 dra-truth: install devcluster-build
 	$(PY) -m gpuspawner.devcluster.dratruth --states $(or $(DRA_STATES),100) --quiet
+	$(PY) -m gpuspawner.devcluster.dratruth --kind dynamic-mig --states $(or $(DRA_STATES),100) --quiet
 	$(PY) -m gpuspawner.devcluster.dratruth --kind extres --states $(or $(DRA_STATES),100) --quiet
 
 kueue-check: install devcluster-build

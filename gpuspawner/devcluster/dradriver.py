@@ -54,6 +54,21 @@ A100_40GB_MIG: dict[str, tuple[int, int, int, int, tuple[int, ...]]] = {
     "7g.40gb": (0, 40192, 98, 8, (7, 5, 0, 1, 1)),
 }
 
+#: Every A100-40GB GPU instance profile NVML reports (``GetGpuInstanceProfileInfo``), as the table above,
+#: with its possible placements (``GetGpuInstancePossiblePlacements``: start memory slices; the size is
+#: the memory slices column): what NVIDIA's driver walks for dynamic MIG (``inspectMigProfilesAndPlacements``).
+A100_40GB_DYNAMIC_MIG: dict[str, tuple[tuple[int, int, int, int, tuple[int, ...]], tuple[int, ...]]] = {
+    "1g.5gb": (A100_40GB_MIG["1g.5gb"], (0, 1, 2, 3, 4, 5, 6)),
+    "1g.5gb+me": ((20, 4864, 14, 1, (1, 1, 0, 1, 1)), (0, 1, 2, 3, 4, 5, 6)),
+    "1g.10gb": ((15, 9856, 14, 2, (1, 1, 0, 0, 0)), (0, 2, 4, 6)),
+    "2g.10gb": (A100_40GB_MIG["2g.10gb"], (0, 2, 4)),
+    "3g.20gb": (A100_40GB_MIG["3g.20gb"], (0, 4)),
+    "4g.20gb": ((5, 19968, 56, 4, (4, 2, 0, 0, 0)), (0,)),
+    "7g.40gb": (A100_40GB_MIG["7g.40gb"], (0,)),
+}
+#: The memory slices of an A100-40GB.
+A100_MEMORY_SLICES = 8
+
 DRIVER_VERSION = "550.54.15"
 CUDA_DRIVER_VERSION = "12.4.0"
 
@@ -61,13 +76,16 @@ CUDA_DRIVER_VERSION = "12.4.0"
 @dataclass(frozen=True)
 class DraNode:
     """One simulated node the DRA driver serves: ``gpus`` of ``product``; ``mig`` lays out each GPU
-    as (profile, placement start) pairs (static MIG), else the GPUs are whole."""
+    as (profile, placement start) pairs (static MIG), else the GPUs are whole; ``dynamic_mig``:
+    the driver's ``DynamicMIG`` on A100-40GBs in MIG mode (every placement of every profile,
+    partitionable devices taking from one counter set per GPU; :func:`dynamic_mig_devices`)."""
 
     name: str
     product: Product
     gpus: int
     mig: tuple[tuple[str, int], ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    dynamic_mig: bool = False
     #: Fields added to each whole GPU it publishes (e.g. :data:`BINDING_FIELDS`).
     device_fields: Mapping[str, Any] = field(default_factory=dict)
 
@@ -78,6 +96,9 @@ DRA_NODES = (
     DraNode("dra-l4", L4, 4),
     DraNode("dra-a100-mig", A100_40GB, 1, mig=(("2g.10gb", 0), ("1g.5gb", 2), ("1g.5gb", 3), ("3g.20gb", 4))),
 )
+#: A node whose two A100s the driver partitions on demand (dynamic MIG); apart from DRA_NODES, whose
+#: static A100 MIG devices it would join in the same offerings.
+DYNAMIC_MIG_NODES = (DraNode("dra-a100-dynmig", A100_40GB, 2, dynamic_mig=True),)
 
 
 A10 = Product("NVIDIA A10", "Ampere", "8.6", 23028)
@@ -160,35 +181,117 @@ def mig_device(node: str, minor: int, product: Product, profile: str, start: int
     return {"name": dn.mig_device_name(minor, profile, profile_id, start), "attributes": attributes, "capacity": capacity}
 
 
+def counter_set_name(minor: int) -> str:
+    """The counter set of one GPU (``GpuInfo.GetSharedCounterSetName``: ``gpu-<minor>-counter-set``)."""
+    return f"{dn.gpu_device_name(minor)}-counter-set"
+
+
+def _counters(profile_spec: tuple[int, int, int, int, tuple[int, ...]], start: int, size: int) -> dict[str, dict[str, str]]:
+    """A profile's capacities as counters (``capacitiesToCounters``: names in DNS form) plus ``memory-slice-<i>`` of 1
+    for each memory slice from ``start`` (``addCountersForMemSlices``)."""
+    _, memory_mib, sms, _, engines = profile_spec
+    counters = {"multiprocessors": {"value": str(sms)}, "memory": _quantity_mib(memory_mib)}
+    for engine, amount in zip(DYNAMIC_MIG_ENGINE_COUNTERS, engines, strict=True):
+        counters[engine] = {"value": str(amount)}
+    for i in range(start, start + size):
+        counters[f"memory-slice-{i}"] = {"value": "1"}
+    return counters
+
+
+#: ``camelToDNSName`` of :data:`gpuspawner.names.dranames.MIG_ENGINE_CAPACITIES`, the counters' names.
+DYNAMIC_MIG_ENGINE_COUNTERS = ("copy-engines", "decoders", "encoders", "jpeg-engines", "ofa-engines")
+
+
+def _largest(
+    table: Mapping[str, tuple[tuple[int, int, int, int, tuple[int, ...]], tuple[int, ...]]],
+) -> tuple[int, int, int, int, tuple[int, ...]]:
+    """Each capacity's largest value over all profiles (``maxCapacities``; the 7g.40gb's here)."""
+    specs = [spec for spec, _ in table.values()]
+    engines = tuple(max(s[4][i] for s in specs) for i in range(len(DYNAMIC_MIG_ENGINE_COUNTERS)))
+    return (0, max(s[1] for s in specs), max(s[2] for s in specs), max(s[3] for s in specs), engines)
+
+
+def node_counter_sets(spec: DraNode) -> list[dict[str, Any]]:
+    """The pool's ``sharedCounters``: one counter set per GPU of a dynamic-MIG node (``PartSharedCounterSets``)."""
+    if not spec.dynamic_mig:
+        return []
+    full = _largest(A100_40GB_DYNAMIC_MIG)
+    return [{"name": counter_set_name(minor), "counters": _counters(full, 0, A100_MEMORY_SLICES)} for minor in range(spec.gpus)]
+
+
+def dynamic_mig_device(node: str, minor: int, product: Product, profile: str, start: int) -> dict[str, Any]:
+    """A MIG placement that could be made, as the driver's ``MigSpec.PartGetDevice`` publishes it: the
+    attributes of ``CommonAttributesMig`` (no ``uuid``: the MIG device does not exist yet), the capacities
+    of ``CommonCapacitiesMig`` (no memory slices), and ``consumesCounters`` from its GPU's counter set."""
+    profile_spec, _ = A100_40GB_DYNAMIC_MIG[profile]
+    profile_id, memory_mib, sms, slices, engines = profile_spec
+    attributes = {dn.ATTR_TYPE: _str(dn.TYPE_MIG), dn.ATTR_PARENT_UUID: _str(_uuid("GPU", node, minor)), dn.ATTR_PROFILE: _str(profile)}
+    attributes.update(_product_attributes(product, f"0000:{0x0F + minor:02x}:00.0"))
+    capacity: dict[str, Any] = {dn.CAP_MEMORY: _quantity_mib(memory_mib), dn.CAP_MULTIPROCESSORS: {"value": str(sms)}}
+    for engine, amount in zip(dn.MIG_ENGINE_CAPACITIES, engines, strict=True):
+        capacity[engine] = {"value": str(amount)}
+    return {
+        "name": dn.mig_device_name(minor, profile, profile_id, start),
+        "attributes": attributes,
+        "capacity": capacity,
+        "consumesCounters": [{"counterSet": counter_set_name(minor), "counters": _counters(profile_spec, start, slices)}],
+    }
+
+
+def dynamic_mig_devices(node: str, minor: int, product: Product) -> list[dict[str, Any]]:
+    """Every placement of every profile of one A100-40GB in MIG mode, sorted by name as the driver publishes them.
+
+    The whole GPU is not among them: an A100 cannot leave MIG mode without a reset, so the driver
+    offers only its partitions there (``isDynamicMIGCapable``; Hopper and later also offer the GPU).
+    """
+    devices = [
+        dynamic_mig_device(node, minor, product, profile, start)
+        for profile, (_, starts) in A100_40GB_DYNAMIC_MIG.items()
+        for start in starts
+    ]
+    return sorted(devices, key=lambda d: d["name"])
+
+
 def node_devices(spec: DraNode) -> list[dict[str, Any]]:
     """Every device the driver publishes for ``spec``'s node."""
     devices = []
     for minor in range(spec.gpus):
-        if spec.mig:
+        if spec.dynamic_mig:
+            devices.extend(dynamic_mig_devices(spec.name, minor, spec.product))
+        elif spec.mig:
             devices.extend(mig_device(spec.name, minor, spec.product, profile, start) for profile, start in spec.mig)
         else:
             devices.append({**gpu_device(spec.name, minor, spec.product), **spec.device_fields})
     return devices
 
 
-def resource_slices(node: str, devices: list[dict[str, Any]], generation: int = 1, slice_count: int = 1) -> list[dict[str, Any]]:
-    """The node's pool as ``slice_count`` ResourceSlices of one ``generation`` (devices split evenly)."""
-    out = []
-    for i in range(slice_count):
-        out.append(
-            {
-                "apiVersion": dn.RESOURCE_API,
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{node}-{dn.DRIVER}-{generation}-{i}"},
-                "spec": {
-                    "driver": dn.DRIVER,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": generation, "resourceSliceCount": slice_count},
-                    "devices": devices[i::slice_count],
-                },
-            }
-        )
-    return out
+def resource_slices(
+    node: str, devices: list[dict[str, Any]], generation: int = 1, slice_count: int = 1, counter_sets: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The node's pool as ``slice_count`` ResourceSlices of one ``generation`` (devices split evenly).
+
+    ``counter_sets`` (partitionable devices): the pool's ``sharedCounters`` go first, in a slice of
+    their own (the API allows devices or counter sets in one slice, not both; NVIDIA's driver
+    splits them so from Kubernetes 1.35), and the devices are split in runs (one slice per GPU
+    when ``slice_count`` is the node's GPUs, as the driver's ``generateSplitResourceSlices``).
+    """
+    spec = {"driver": dn.DRIVER, "nodeName": node}
+    total = slice_count + (1 if counter_sets else 0)
+    bodies: list[dict[str, Any]] = [{"sharedCounters": counter_sets}] if counter_sets else []
+    if counter_sets:
+        run = -(-len(devices) // slice_count)
+        bodies += [{"devices": devices[i * run : (i + 1) * run]} for i in range(slice_count)]
+    else:
+        bodies += [{"devices": devices[i::slice_count]} for i in range(slice_count)]
+    return [
+        {
+            "apiVersion": dn.RESOURCE_API,
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{dn.DRIVER}-{generation}-{i}"},
+            "spec": {**spec, "pool": {"name": node, "generation": generation, "resourceSliceCount": total}, **body},
+        }
+        for i, body in enumerate(bodies)
+    ]
 
 
 def device_classes() -> list[dict[str, Any]]:
@@ -234,22 +337,33 @@ class SimulatedDriver:
             self._create("/apis/resource.k8s.io/v1/deviceclasses", obj)
         for i, spec in enumerate(self.nodes):
             self._create_node(dra_node_manifest(spec, i))
-            self.publish(spec.name, node_devices(spec))
+            self.publish(
+                spec.name, node_devices(spec), slice_count=spec.gpus if spec.dynamic_mig else 1, counter_sets=node_counter_sets(spec)
+            )
         deadline = time.monotonic() + timeout
         while not all(self._ready(spec.name) for spec in self.nodes):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"simulated DRA nodes not Ready after {timeout:.0f}s (is kwok running?)")
             time.sleep(0.2)
 
-    def publish(self, node: str, devices: list[dict[str, Any]], generation: int = 1, slice_count: int = 1, keep_old: bool = False) -> None:
+    def publish(
+        self,
+        node: str,
+        devices: list[dict[str, Any]],
+        generation: int = 1,
+        slice_count: int = 1,
+        keep_old: bool = False,
+        counter_sets: list[dict[str, Any]] | None = None,
+    ) -> None:
         """Replace ``node``'s pool with ``slice_count`` slices of ``generation`` (a driver restart or re-layout).
 
         ``keep_old``: leave the older generation's slices in place, as between a real driver's
         publishing the new generation and its deleting the old one (only the newest counts).
+        ``counter_sets``: partitionable devices' counter sets (:func:`resource_slices`).
         """
         if not keep_old:
             self._delete_slices(node)
-        for obj in resource_slices(node, devices, generation, slice_count):
+        for obj in resource_slices(node, devices, generation, slice_count, counter_sets):
             self._create("/apis/resource.k8s.io/v1/resourceslices", obj)
 
     def uninstall(self) -> None:

@@ -12,6 +12,7 @@ real scheduler decides: the offering agrees when the pods it binds equal the fre
 
     python -m gpuspawner.devcluster.dratruth --states 100          # make dra-truth
     python -m gpuspawner.devcluster.dratruth --seeds 0-3 --json F  # what the test runs
+    python -m gpuspawner.devcluster.dratruth --kind dynamic-mig     # dynamic MIG (dratruth_counters)
 
 prints ``K of M offerings agree over N states`` and exits 1 if any disagrees.
 """
@@ -25,13 +26,14 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.clusterstate import KubeHTTP
-from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, SimulatedDriver, node_devices
+from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, SimulatedDriver, node_counter_sets, node_devices
 from gpuspawner.devcluster.truth import Result, _seeds, on_devcluster
 from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.names import dranames as dn
@@ -140,10 +142,13 @@ class Harness:
         self.driver.install()
         for spec in state.nodes:
             generation, slices = state.layout[spec.name]
+            counters = node_counter_sets(spec)  # partitionable devices' counter sets (dynamic MIG), if any
             if generation > 1:  # a driver restart mid-way: the old generation is still there, only the new one counts
-                self.driver.publish(spec.name, published(spec, generation), generation=generation, slice_count=slices, keep_old=True)
+                self.driver.publish(
+                    spec.name, published(spec, generation), generation=generation, slice_count=slices, keep_old=True, counter_sets=counters
+                )
             elif slices > 1:
-                self.driver.publish(spec.name, node_devices(spec), generation=1, slice_count=slices)
+                self.driver.publish(spec.name, node_devices(spec), generation=1, slice_count=slices, counter_sets=counters)
         # Other users hold some devices: one pod per device, pinned by a claim whose selector names its uuid.
         for i, (node, device) in enumerate(state.held):
             hold(self.kube, state.nodes, i, node, device)
@@ -180,10 +185,17 @@ class Harness:
             await self._until(self._inventory_sees, "the inventory to see the probes gone")
         return results
 
-    def _probes_settled(self) -> bool:
+    def _probes_settled(self, ns: str = "probe") -> bool:
         from gpuspawner.hub.scheduling import unschedulable_reason
 
-        return all(p["spec"].get("nodeName") or unschedulable_reason(p) for p in self._pods("probe"))
+        return all(p["spec"].get("nodeName") or unschedulable_reason(p) for p in self._pods(ns))
+
+
+def pinned(uuid: str) -> str:
+    """A selector for the device of ``uuid``; it asks whether a device has a uuid first, since a CEL error on a
+    device without one (a dynamic MIG placement, not made yet) fails the pod's scheduling, not just that device."""
+    attributes = f"device.attributes['{dn.DRIVER}']"
+    return f"'{dn.ATTR_UUID}' in {attributes} && {attributes}.{dn.ATTR_UUID} == '{uuid}'"
 
 
 def hold(kube: KubeHTTP, nodes: list[DraNode], i: int, node: str, device: str) -> None:
@@ -192,7 +204,7 @@ def hold(kube: KubeHTTP, nodes: list[DraNode], i: int, node: str, device: str) -
     spec_of = next(s for s in nodes if s.name == node)
     uuid = next(d["attributes"]["uuid"]["string"] for d in node_devices(spec_of) if d["name"] == device)
     kind = "mig.nvidia.com" if "-mig-" in device else "gpu.nvidia.com"
-    selector = {"cel": {"expression": f"device.attributes['{dn.DRIVER}'].uuid == '{uuid}'"}}
+    selector = {"cel": {"expression": pinned(uuid)}}
     spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": kind, "selectors": [selector]}}]}}
     body = {"apiVersion": dn.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": f"held-{i}"}, "spec": spec}
     kube.request("POST", CLAIMS.format(ns="team-a"), body)
@@ -214,21 +226,23 @@ def claim_pod(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
     }
 
 
-#: What a state may hold (``--kind``): static (this module), or a module ``dratruth_<kind>``
-#: of this package with its own ``HARNESS`` (a :class:`Harness`) and ``draw_state``.
-KINDS = ("static", "extres")
+#: ``--kind`` -> the module whose ``draw_state`` and ``Harness`` check it: this one for whole and static MIG
+#: devices; a kind's module builds on this one, so it is found by name (an import here would be a cycle).
+KINDS = {
+    "devices": __name__,
+    "dynamic-mig": "gpuspawner.devcluster.dratruth_counters",
+    "extres": "gpuspawner.devcluster.dratruth_extres",
+}
 
 
-def kind_of(name: str) -> tuple[Any, Any]:
-    """The harness class and state drawer of a ``--kind``."""
-    if name == "static":
-        return Harness, draw_state
-    module = importlib.import_module(f"gpuspawner.devcluster.dratruth_{name}")
-    return module.HARNESS, module.draw_state
+def kind(name: str) -> tuple[Callable[[int], State], type[Harness]]:
+    """The states and the harness of the kind ``name`` (:data:`KINDS`)."""
+    module = importlib.import_module(KINDS[name])
+    return module.draw_state, module.Harness
 
 
-async def run_states(cluster: DevCluster, seeds: list[int], log, kind: str = "static") -> list[Result]:
-    harness_class, draw = kind_of(kind)
+async def run_states(cluster: DevCluster, seeds: list[int], log, kind_name: str = "devices") -> list[Result]:
+    draw, harness_class = kind(kind_name)
     harness = harness_class(cluster, log)
     await harness.setup()
     results: list[Result] = []
@@ -260,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         "--kind", choices=("static", "extres"), default="static", help="what the states hold (extres: the extended-resource mapping)"
     )
     parser.add_argument("--quiet", action="store_true", help="print only disagreements and the summary")
+    parser.add_argument("--kind", choices=sorted(KINDS), default="devices", help="which devices the states hold (default: devices)")
     args = parser.parse_args(argv)
     seeds = _seeds(args.seeds) if args.seeds else list(range(args.states))
     started = time.monotonic()

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspawner.core.model import Offering
+from gpuspawner.devcluster import dratruth
 from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, node_devices
-from gpuspawner.devcluster.dratruth import MORE, Harness
+from gpuspawner.devcluster.dratruth import MORE
 from gpuspawner.devcluster.nodes import node_manifest
 from gpuspawner.devcluster.truth import Result
 from gpuspawner.names.vocabulary import Kind
@@ -100,8 +101,8 @@ def plain_pod(name: str, gpus: int, node_selector: dict[str, str]) -> dict[str, 
     }
 
 
-class ExtresHarness(Harness):
-    """:class:`~gpuspawner.devcluster.dratruth.Harness` with device-plugin nodes and plain GPU pods beside the DRA nodes."""
+class ExtresHarness(dratruth.Harness):
+    """:class:`gpuspawner.devcluster.dratruth.Harness` with device-plugin nodes and plain GPU pods beside the DRA nodes."""
 
     plugin_nodes: list[str]
 
@@ -189,4 +190,5 @@ class ExtresHarness(Harness):
         return placed
 
 
-HARNESS = ExtresHarness
+#: What ``dratruth --kind extres`` runs (``dratruth.KINDS``).
+Harness = ExtresHarness

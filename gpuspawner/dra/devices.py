@@ -20,10 +20,11 @@ as extended resources on nodes. :class:`DraState` keeps the slim facts of the th
   :mod:`gpuspawner.capacity.counts` from allocatable, and any DRA devices published for it are left
   out here (NVIDIA's driver and its device plugin must not manage the same GPUs). So no GPU
   is counted twice.
-* **Not counted.** Partitionable devices (``consumesCounters``: NVIDIA's dynamic MIG
-  publishes every placement, and placements overlap) and devices that allow several
-  allocations (``allowMultipleAllocations``) are discovered but left uncounted: one device
-  taken does not mean one unit gone.
+* **Partitionable devices** (``consumesCounters``: NVIDIA's dynamic MIG publishes every
+  placement, and placements overlap) are counted as the allocator spends their pools'
+  counter sets (:mod:`gpuspawner.dra.counters`).
+* **Not counted.** Devices that allow several allocations (``allowMultipleAllocations``)
+  are discovered but left uncounted: one device taken does not mean one unit gone.
 * **The extended-resource mapping.** With ``extendedResourceName: nvidia.com/gpu`` on the
   gpu class, the scheduler may serve a plain ``nvidia.com/gpu`` pod with a DRA GPU on a node
   without that allocatable. It then writes a claim for the pod, so the device shows as taken
@@ -39,6 +40,7 @@ from typing import Any
 
 from gpuspawner.core.cel import Selector, SelectorError, compile_selector
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
+from gpuspawner.dra import counters
 from gpuspawner.dra.discover import discover
 from gpuspawner.dra.extres import class_resource
 from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey, Pool, build_pools
@@ -69,6 +71,7 @@ class DraState:
         self._taken: Counter[DeviceKey] | None = None
         self._matches: dict[tuple[Any, ...], tuple[Device, ...]] = {}
         self._discovered: list[Offering] | None = None
+        self._counters: dict[tuple[str, str], counters.PoolCounters] | None = None
 
     # ------------------------------------------------------------------ writes
 
@@ -214,6 +217,8 @@ class DraState:
         if any(d.key not in complete for d in self.matching(offering, complete_only=False)):
             return UNCOUNTED  # a pool of its devices is incomplete: unknown, never zero or full
         devices = self.matching(offering)
+        if claim.replicas == 1 and counters.partitionable(devices, self.pool_counters()):
+            return counters.availability(devices, self.pool_counters(), self.taken(), max(offering.counts))
         if any(d.shared_counters for d in devices):
             return UNCOUNTED  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
         taken = self.taken()
@@ -227,6 +232,12 @@ class DraState:
         largest = min(max(free_by_node.values(), default=0), max(offering.counts))
         nodes = tuple(sorted({d.node or "" for d in devices}))
         return Availability(capacity=len(devices), allocated=len(devices) - free, free=free, largest_free=largest, nodes=nodes)
+
+    def pool_counters(self) -> dict[tuple[str, str], counters.PoolCounters]:
+        """The counter sets of partitionable devices (dynamic MIG), per pool (:mod:`gpuspawner.dra.counters`)."""
+        if self._counters is None:
+            self._counters = counters.pool_counters(self.slices.values())
+        return self._counters
 
     def taken(self) -> Counter[DeviceKey]:
         """How many claims (and reservations) hold each device."""
@@ -243,7 +254,10 @@ class DraState:
 
     def _free_devices(self, offering: Offering) -> list[Device]:
         taken = self.taken()
-        return [d for d in self.matching(offering) if not taken[d.key]]
+        devices = self.matching(offering)
+        if counters.partitionable(devices, self.pool_counters()):
+            return counters.placeable(devices, self.pool_counters(), taken)
+        return [d for d in devices if not taken[d.key]]
 
     def _shared_availability(self, offering: Offering, devices: tuple[Device, ...], taken: Counter[DeviceKey]) -> Availability:
         claim = offering.claim
@@ -268,6 +282,7 @@ class DraState:
         self._pools = None
         self._matches = {}
         self._discovered = None
+        self._counters = None
 
     def _release_for(self, raw: Mapping[str, Any]) -> None:
         """An allocated claim reserved for a pod ends that pod's reservation (its devices now count as allocated)."""

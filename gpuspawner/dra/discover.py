@@ -64,14 +64,19 @@ def _gpu_offering(product: str, memory: str | None, most: int) -> Offering:
     )
 
 
-def _mig_offering(product: str, profile: str, memory: str | None) -> Offering:
+#: Said of a MIG profile some of whose devices the driver makes on demand (partitionable devices).
+DYNAMIC_MIG_WORDS = " Made when your server starts, from what the GPU has left: each slice taken leaves less room for the others."
+
+
+def _mig_offering(product: str, profile: str, memory: str | None, dynamic: bool = False) -> Offering:
     name = _display(product)
     parts = mig_profile_parts(profile)
     return Offering(
         slug=_slug("dra", "mig", name, profile),
         kind=Kind.MIG,
         display_name=f"{name} · MIG {profile}",
-        description=f"A MIG slice {profile} of an {name}: its own memory and compute, isolated in hardware.",
+        description=f"A MIG slice {profile} of an {name}: its own memory and compute, isolated in hardware."
+        + (DYNAMIC_MIG_WORDS if dynamic else ""),
         tolerations=(dict(DEFAULT_GPU_TOLERATION),),
         claim=DeviceClaim(dn.CLASS_MIG, (attribute_equals(dn.ATTR_PRODUCT, product), attribute_equals(dn.ATTR_PROFILE, profile))),
         product=product,
@@ -94,6 +99,7 @@ def discover(devices: Iterable[Device]) -> list[Offering]:
     memory (counts up to the most one node has), MIG devices by product and profile."""
     gpus: dict[tuple[str, str | None], Counter[str | None]] = {}
     migs: dict[tuple[str, str], str | None] = {}
+    dynamic: set[tuple[str, str]] = set()  # profiles with partitionable devices (dynamic MIG)
     for device in devices:
         if device.driver != dn.DRIVER:
             continue
@@ -104,8 +110,10 @@ def discover(devices: Iterable[Device]) -> list[Offering]:
             gpus.setdefault((product, device.quantity(dn.CAP_MEMORY)), Counter())[device.node] += 1
         elif kind == dn.TYPE_MIG and isinstance(profile := device.attribute(dn.ATTR_PROFILE), str):
             migs.setdefault((product, profile), device.quantity(dn.CAP_MEMORY))
+            if device.shared_counters:
+                dynamic.add((product, profile))
     out = [_gpu_offering(product, memory, max(per_node.values())) for (product, memory), per_node in gpus.items()]
-    out += [_mig_offering(product, profile, memory) for (product, profile), memory in migs.items()]
+    out += [_mig_offering(product, profile, memory, (product, profile) in dynamic) for (product, profile), memory in migs.items()]
     seen: set[str] = set()
     unique = []
     for offering in sorted(out, key=lambda o: (o.kind is not Kind.MIG, o.memory_mib or 0, o.slug)):

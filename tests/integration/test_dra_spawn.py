@@ -95,8 +95,9 @@ def claim_of(kube, namespace: str, pod_name: str) -> dict:
 
 
 def slice_devices(kube, pool: str) -> dict[str, dict]:
+    """The devices of ``pool`` by name (a slice of counter sets, dynamic MIG's, has none)."""
     slices = kube.request("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"]
-    return {d["name"]: d for s in slices if s["spec"]["pool"]["name"] == pool for d in s["spec"]["devices"]}
+    return {d["name"]: d for s in slices if s["spec"]["pool"]["name"] == pool for d in s["spec"].get("devices") or []}
 
 
 async def test_a_dra_spawn_gets_devices_of_its_kind_from_the_scheduler_and_stop_leaves_nothing(devcluster, kube, dra_driver, namespace):

@@ -3,7 +3,9 @@ binds with claims of that offering, over random states of the simulated NVIDIA d
 split over slices, a newer generation published beside the old one, devices other users hold).
 
 Runs gpuspawner.devcluster.dratruth (``make dra-truth`` checks 100 states) in its own process
-with its own devcluster, on a few fixed seeds; GPUSPAWNER_DRA_TRUTH_SEEDS replaces them.
+with its own devcluster, on a few fixed seeds; GPUSPAWNER_DRA_TRUTH_SEEDS replaces them. The same
+for dynamic MIG (``--kind dynamic-mig``: free counts per MIG profile from counter sets), whose seeds
+GPUSPAWNER_DRA_TRUTH_DYNAMIC_MIG_SEEDS replaces.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 
 import pytest
 
+from gpuspawner.devcluster import dratruth_counters
 from gpuspawner.devcluster.dratruth import draw_state
 from gpuspawner.devcluster.truth import _seeds
 from tests.conftest import ARTIFACTS
@@ -22,6 +25,7 @@ from tests.conftest import ARTIFACTS
 pytestmark = pytest.mark.cluster
 
 SEEDS = os.environ.get("GPUSPAWNER_DRA_TRUTH_SEEDS", "0-3")
+DYNAMIC_MIG_SEEDS = os.environ.get("GPUSPAWNER_DRA_TRUTH_DYNAMIC_MIG_SEEDS", "0-2,5")
 
 
 def test_the_ci_states_cover_split_pools_newer_generations_and_held_devices():
@@ -31,26 +35,42 @@ def test_the_ci_states_cover_split_pools_newer_generations_and_held_devices():
     assert any(s.held for s in states) and any(n.mig for s in states for n in s.nodes)
 
 
-def dratruth(tmp_path, artifact: str, *args: str) -> tuple[list[dict], str]:
-    """Run ``python -m gpuspawner.devcluster.dratruth`` with ``args``: its results, and its summary line."""
+def run_dratruth(tmp_path, seeds: str, *kind: str) -> list[dict]:
+    """``python -m gpuspawner.devcluster.dratruth`` on ``seeds``; its exit status and every offering's result."""
     report = tmp_path / "dratruth.json"
     done = subprocess.run(
-        [sys.executable, "-m", "gpuspawner.devcluster.dratruth", *args, "--json", str(report)],
+        [sys.executable, "-m", "gpuspawner.devcluster.dratruth", *kind, "--seeds", seeds, "--json", str(report)],
         capture_output=True,
         text=True,
         timeout=900,
     )
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / artifact).write_text(done.stdout + done.stderr[-4000:])
+    (ARTIFACTS / f"dra_truth{'_' + kind[-1] if kind else ''}.txt").write_text(done.stdout + done.stderr[-4000:])
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
     assert done.returncode == 0, f"{summary}\n{done.stdout[-6000:]}"
-    return json.loads(report.read_text()), summary
+    results = json.loads(report.read_text())
+    assert all(r["agrees"] for r in results), summary
+    return results
 
 
 def test_dra_free_counts_equal_what_the_real_scheduler_allocates(tmp_path):
-    results, summary = dratruth(tmp_path, "dra_truth.txt", "--seeds", SEEDS)
-    assert all(r["agrees"] for r in results) and len(results) >= 8, summary
+    results = run_dratruth(tmp_path, SEEDS)
+    assert len(results) >= 8
     assert sum(r["predicted"] for r in results) > 0
+
+
+def test_the_dynamic_mig_ci_states_cover_other_users_holes_two_gpus_static_mig_and_newer_generations():
+    states = [dratruth_counters.draw_state(s) for s in _seeds(DYNAMIC_MIG_SEEDS)]
+    assert any(s.stops for s in states) and any(len(s.asks) > len(s.stops) for s in states)
+    assert any(n.dynamic_mig and n.gpus > 1 for s in states for n in s.nodes)
+    assert any(n.mig for s in states for n in s.nodes)  # static MIG devices in the same offerings
+    assert any(gen > 1 for s in states for gen, _ in s.layout.values())
+
+
+def test_dynamic_mig_free_counts_per_profile_equal_what_the_real_scheduler_allocates(tmp_path):
+    results = run_dratruth(tmp_path, DYNAMIC_MIG_SEEDS, "--kind", "dynamic-mig")
+    assert len({r["slug"] for r in results}) == 7  # every A100-40GB profile
+    assert sum(r["predicted"] for r in results) > 0 and any(r["predicted"] == 0 for r in results)
 
 
 EXTRES_SEEDS = os.environ.get("GPUSPAWNER_DRA_TRUTH_EXTRES_SEEDS", "0-3")
@@ -66,7 +86,6 @@ def test_the_extended_resource_states_mix_both_kinds_of_node_and_both_kinds_of_h
 
 def test_plain_gpu_offerings_count_mapped_dra_gpus_as_the_real_scheduler_allocates_them(tmp_path):
     """``--kind extres``: plain nvidia.com/gpu offerings over device-plugin and DRA nodes (``make dra-truth`` checks 100 states)."""
-    results, summary = dratruth(tmp_path, "dra_truth_extres.txt", "--kind", "extres", "--seeds", EXTRES_SEEDS)
+    results = run_dratruth(tmp_path, EXTRES_SEEDS, "--kind", "extres")
     plain = [r for r in results if r["slug"] in ("h100-plain", "any-gpu-plain")]
-    assert all(r["agrees"] for r in results) and len(plain) == len(_seeds(EXTRES_SEEDS)), summary
-    assert sum(r["predicted"] for r in plain) > 0
+    assert len(plain) == len(_seeds(EXTRES_SEEDS)) and sum(r["predicted"] for r in plain) > 0

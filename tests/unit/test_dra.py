@@ -312,10 +312,11 @@ def test_the_documented_dra_examples_are_valid_and_count_on_the_simulated_driver
     assert dra.availability(offerings["h100-mps"]).capacity == 4
 
 
-def test_partitionable_devices_are_offered_but_not_counted_one_by_one():
+def test_devices_taking_from_a_counter_set_their_pool_lacks_are_offered_but_never_free():
+    """The allocator deems such a pool invalid and allocates none of its devices (``validateDeviceCounterConsumption``)."""
     slices = slices_of(L4)
     for dev in slices[0]["spec"]["devices"]:
         dev["consumesCounters"] = [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "1Gi"}}}]
     dra = state(slices=slices)
     l4 = by_slug(dra)["dra-gpu-l4"]
-    assert not dra.availability(l4).counted
+    assert dra.availability(l4).free == 0 and dra.availability(l4).capacity == 0
