@@ -13,6 +13,7 @@ real scheduler decides: the offering agrees when the pods it binds equal the fre
     python -m gpuspawner.devcluster.dratruth --states 100          # make dra-truth
     python -m gpuspawner.devcluster.dratruth --seeds 0-3 --json F  # what the test runs
     python -m gpuspawner.devcluster.dratruth --kind dynamic-mig     # dynamic MIG (dratruth_counters)
+    python -m gpuspawner.devcluster.dratruth --kind extres          # plain nvidia.com/gpu on DRA nodes (dratruth_extres)
 
 prints ``K of M offerings agree over N states`` and exits 1 if any disagrees.
 """
@@ -270,9 +271,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--states", type=int, default=100, help="states to check, seeds 0..N-1 (default 100)")
     parser.add_argument("--seeds", help="exactly these seeds, e.g. 0-3 or 3,17")
     parser.add_argument("--json", metavar="FILE", help="also write every offering's result here")
-    parser.add_argument(
-        "--kind", choices=("static", "extres"), default="static", help="what the states hold (extres: the extended-resource mapping)"
-    )
     parser.add_argument("--quiet", action="store_true", help="print only disagreements and the summary")
     parser.add_argument("--kind", choices=sorted(KINDS), default="devices", help="which devices the states hold (default: devices)")
     args = parser.parse_args(argv)
