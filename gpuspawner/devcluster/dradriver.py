@@ -26,6 +26,7 @@ from typing import Any
 
 from gpuspawner.devcluster.nodes import node_manifest
 from gpuspawner.names import dranames as dn
+from gpuspawner.names.nvidia import PRODUCT_LABEL
 
 MIB = 1024 * 1024
 
@@ -107,9 +108,7 @@ A10 = Product("NVIDIA A10", "Ampere", "8.6", 23028)
 #: ``nvidia.com/gpu`` in its allocatable: a plain ``nvidia.com/gpu`` offering of H100s reaches it
 #: and the scheduler serves it from this node's devices through a claim of its own (the
 #: ``gpu.nvidia.com`` class maps ``nvidia.com/gpu``; see :mod:`gpuspawner.dra.extres`).
-EXTRES_NODE = DraNode(
-    "dra-h100-mapped", H100_80GB, 2, labels={"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-)
+EXTRES_NODE = DraNode("dra-h100-mapped", H100_80GB, 2, labels={PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"})
 
 #: The device status condition that a device with binding conditions waits for, and the one
 #: that fails its binding (names of our own: NVIDIA's GPU driver publishes no binding

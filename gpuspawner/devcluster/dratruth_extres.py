@@ -27,10 +27,9 @@ from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, n
 from gpuspawner.devcluster.dratruth import MORE
 from gpuspawner.devcluster.nodes import node_manifest
 from gpuspawner.devcluster.truth import Result
+from gpuspawner.names.nvidia import GPU, PRODUCT_LABEL
 from gpuspawner.names.vocabulary import Kind
 
-GPU = "nvidia.com/gpu"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 H100_LABEL = "NVIDIA-H100-80GB-HBM3"
 HOST = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "500Gi"}
 MIG_LAYOUT = (("3g.20gb", 0), ("3g.20gb", 4))
