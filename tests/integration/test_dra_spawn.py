@@ -256,7 +256,7 @@ async def test_a_claim_field_an_older_server_drops_refuses_the_spawn_with_the_re
 
     monkeypatch.setattr(claimlife, "claim_template", with_a_share)
     await refused_as_misconfigured(devcluster, kube, namespace)
-    assert "without devices.requests[0].exactly.capacity" in caplog.text
+    assert "without spec.devices.requests[0].exactly.capacity" in caplog.text
     assert "gate DRAConsumableCapacity, on by default from Kubernetes 1.36" in caplog.text
 
 
