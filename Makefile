@@ -24,6 +24,10 @@
 #                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N),
 #                         per kind: whole and static MIG devices, dynamic MIG
 #   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
+#   make test-oldest-k8s  the device-plugin and DRA spawn suites on the oldest Kubernetes
+#                         GPUSpawner supports (build.RELEASES' last, 1.34; its own binaries:
+#                         about 10 minutes more the first time); tests of newer features
+#                         skip, naming the release they need (docs/dra.md's table)
 #   make bench            the benchmarks, printed side by side
 #   make kueue-check      only the tests on the real Kueue (built from its Go module, a few
 #                         minutes the first time; make test runs them too): queues, held,
@@ -57,7 +61,7 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench clean
+.PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench test-oldest-k8s clean
 
 # `make test` runs three pytest processes side by side, each with a devcluster of its own (each
 # claims its own ports and loopback pod network): the stories (tests/e2e, tests/browser: each
@@ -134,6 +138,15 @@ dra-truth: install devcluster-build
 	$(PY) -m gpuspawner.devcluster.dratruth --states $(or $(DRA_STATES),100) --quiet
 	$(PY) -m gpuspawner.devcluster.dratruth --kind dynamic-mig --states $(or $(DRA_STATES),100) --quiet
 	$(PY) -m gpuspawner.devcluster.dratruth --kind extres --states $(or $(DRA_STATES),100) --quiet
+
+# GPUSPAWNER_K8S_VERSION=oldest: the devcluster builds and runs the last release of
+# gpuspawner/devcluster/build.py's RELEASES, cached apart from the default one.
+OLDEST_K8S_TESTS := tests/integration/test_devcluster.py tests/integration/test_spawner.py \
+	tests/integration/test_admission.py tests/integration/test_dra_driver.py \
+	tests/integration/test_dra_spawn.py tests/integration/test_dra_truth.py tests/compat
+test-oldest-k8s: install
+	GPUSPAWNER_K8S_VERSION=oldest $(VENV)/bin/gpuspawner devcluster build
+	GPUSPAWNER_K8S_VERSION=oldest $(PY) -m pytest -q -p no:cacheprovider -rs $(OLDEST_K8S_TESTS)
 
 kueue-check: install devcluster-build
 	$(VENV)/bin/gpuspawner devcluster build --kueue

@@ -52,6 +52,28 @@ def kube(devcluster) -> KubeHTTP:
     return devcluster.client()
 
 
+@pytest.fixture(scope="session")
+def k8s_release(kube: KubeHTTP) -> tuple[int, int]:
+    """The devcluster's Kubernetes release as the API server reports it (``/version``): (1, 37)."""
+    version = kube.request("GET", "/version")
+    return int(version["major"]), int(version["minor"].rstrip("+"))
+
+
+@pytest.fixture(autouse=True)
+def _needs_k8s(request) -> None:
+    """Skip a test marked ``@pytest.mark.k8s("1.36", "partitionable devices (DRAPartitionableDevices)")``
+    on an older server (``make test-oldest-k8s`` runs the suites on the oldest release GPUSpawner
+    supports), the reason naming both releases and the feature. Only for features newer than
+    that release: everything else must pass on it."""
+    marker = request.node.get_closest_marker("k8s")
+    if marker is None:
+        return
+    need, feature = marker.args
+    have = request.getfixturevalue("k8s_release")
+    if have < tuple(int(part) for part in need.split(".")):
+        pytest.skip(f"{feature} needs Kubernetes {need} or newer; this devcluster runs {have[0]}.{have[1]}")
+
+
 @pytest.fixture(scope="module")
 def dra_driver(kube: KubeHTTP):
     """The simulated NVIDIA DRA driver on the devcluster for one test module: its DeviceClasses,

@@ -5,6 +5,10 @@ wrapper module in ``gomod/`` (k8s.io/kubernetes with its staging modules pinned
 to their published twins); kwok comes from ``go install``. Everything lands in a
 per-user cache folder keyed by the versions, so a second build is a no-op and an
 interrupted one resumes (Go's own build cache keeps the finished packages).
+
+The devcluster runs the newest Kubernetes of :data:`RELEASES`; ``GPUSPAWNER_K8S_VERSION``
+picks another (the oldest one GPUSpawner supports: ``make test-oldest-k8s``), built from
+its own go.mod in ``gomod/`` (``go build -modfile``) into a cache folder of its own.
 """
 
 from __future__ import annotations
@@ -20,9 +24,21 @@ from pathlib import Path
 
 import yaml
 
-K8S_VERSION = "v1.37.2"
-#: etcd's server as Kubernetes pins it (its go.mod; kubeadm's DefaultEtcdVersion 3.7.0-0).
-ETCD_VERSION = "v3.7.0"
+#: The Kubernetes releases the devcluster builds: version -> (the wrapper module's go.mod in
+#: ``gomod/``, with its go.sum twin; etcd's server version that module pins, as Kubernetes'
+#: own go.mod does). The first is the default; the last is the oldest release GPUSpawner
+#: supports (DRA's resource.k8s.io/v1 is GA from 1.34; docs/dra.md says which feature needs
+#: which release).
+RELEASES = {
+    "v1.37.2": ("go.mod", "v3.7.0"),
+    "v1.34.4": ("k8s-v1.34.mod", "v3.6.4"),
+}
+#: picks the release (unset: the newest; ``oldest``: the oldest supported, as `make
+#: test-oldest-k8s` does), for `gpuspawner devcluster build|up` and the tests alike
+K8S_VERSION_ENV = "GPUSPAWNER_K8S_VERSION"
+_ASKED = os.environ.get(K8S_VERSION_ENV, "").strip()
+K8S_VERSION = list(RELEASES)[-1] if _ASKED == "oldest" else _ASKED or next(iter(RELEASES))
+GOMOD_FILE, ETCD_VERSION = RELEASES.get(K8S_VERSION, ("", ""))
 KWOK_VERSION = "v0.8.0"
 #: Prometheus' Go module version for server v3.16.0 (Go modules number v3.x as v0.3xx).
 PROMETHEUS_VERSION = "v0.316.0"
@@ -48,6 +64,16 @@ def cache_root() -> Path:
     if not os.environ.get("GPUSPAWNER_CACHE"):
         root = root / "gpuspawner"
     return root
+
+
+def check_release() -> None:
+    """BuildError unless :data:`K8S_VERSION` (``GPUSPAWNER_K8S_VERSION``) is one of :data:`RELEASES`."""
+    if K8S_VERSION not in RELEASES:
+        known = ", ".join(f"{v} ({GOMOD_DIR.name}/{mod})" for v, (mod, _etcd) in RELEASES.items())
+        raise BuildError(
+            f"{K8S_VERSION_ENV}={K8S_VERSION} is not a Kubernetes release the devcluster builds; "
+            f"it builds {known}. Unset {K8S_VERSION_ENV} for the default, {next(iter(RELEASES))}."
+        )
 
 
 def bin_dir() -> Path:
@@ -221,6 +247,7 @@ def build(force: bool = False) -> Path:
     """Build whatever is missing and return the folder holding the control-plane binaries."""
     if shutil.which("go") is None:
         raise BuildError("Go is not on PATH: install Go 1.26 or newer, then run this again.")
+    check_release()
     build_tools(force)
     target = bin_dir()
     todo = list(ALL_BINARIES) if force else missing_binaries(target)
@@ -248,7 +275,7 @@ def build(force: bool = False) -> Path:
             else:
                 pkg = "./cmd/etcd" if name == "etcd" else f"k8s.io/kubernetes/cmd/{name}"
                 built = out / name
-                cmd = ["go", "build", "-trimpath", f"-ldflags={_version_ldflags()}", "-o", str(built), pkg]
+                cmd = ["go", "build", f"-modfile={GOMOD_FILE}", "-trimpath", f"-ldflags={_version_ldflags()}", "-o", str(built), pkg]
                 version = ETCD_VERSION if name == "etcd" else K8S_VERSION
                 _run(cmd, GOMOD_DIR, f"{name} {version}")
             os.replace(built, target / name)

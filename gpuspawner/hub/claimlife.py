@@ -21,6 +21,7 @@ from gpuspawner.dra import binding
 from gpuspawner.dra.alternatives import chosen_label
 from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.dra.extres import extended_claim_name
+from gpuspawner.dra.gates import dropped, needs
 from gpuspawner.hub.claims import ClaimTemplates
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, brief
 from gpuspawner.names.vocabulary import (
@@ -79,7 +80,7 @@ async def create_pod(spawner: Any, offering: Offering, pod: Any, request_timeout
     meta, templates = pod.metadata, claim_templates(spawner)
     template = claim_template(offering.claim, spawner.choice.count, spawner.pod_name, meta.labels or {}, meta.annotations or {})
     try:
-        await templates.create(template)
+        stored = await templates.create(template)
     except ApiException as exc:
         if exc.status not in (403, 404):
             raise
@@ -99,6 +100,18 @@ async def create_pod(spawner: Any, offering: Offering, pod: Any, request_timeout
         )
         raise SpawnRefused(MISCONFIGURED_MESSAGE, Refusal.MISCONFIGURED) from None
     spawner.spawn_state.claim_template = spawner.pod_name
+    lost = dropped(template["spec"], stored.get("spec") or {})
+    if lost:  # an older API server kept the template without a feature's fields: not this claim
+        await templates.delete(spawner.pod_name)
+        spawner.spawn_state.claim_template = None
+        spawner.log.error(
+            "%s: offering %s needs a newer Kubernetes: the API server stored its ResourceClaimTemplate without %s (%s)",
+            spawner._log_name,
+            offering.slug,
+            ", ".join(lost),
+            needs(lost),
+        )
+        raise SpawnRefused(MISCONFIGURED_MESSAGE, Refusal.MISCONFIGURED)
     created = await create(pod, request_timeout)
     if created:
         try:

@@ -47,21 +47,23 @@ class ClaimTemplates:
         #: This hub's identity (``c.GPUSpawner.hub_id``): shared claims and their pods are this hub's only.
         self.hub_id = hub_id
 
-    async def create(self, manifest: Mapping[str, Any]) -> None:
-        """Create the template; one left over under the same name (a spawn the hub lost) is replaced.
+    async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the template and return it as the API server stored it; one left over under
+        the same name (a spawn the hub lost) is replaced.
 
         A template's spec cannot be changed, so the old one is deleted first: a pod that used
         it already has its own claim.
         """
         name = manifest["metadata"]["name"]
         try:
-            await self.api.create_namespaced_resource_claim_template(self.namespace, dict(manifest))
+            response = await self.api.create_namespaced_resource_claim_template(self.namespace, dict(manifest), _preload_content=False)
         except ApiException as exc:
             if exc.status != 409:
                 raise
             self.log.info("replacing the leftover %s %s/%s", KIND, self.namespace, name)
             await self.delete(name)
-            await self.api.create_namespaced_resource_claim_template(self.namespace, dict(manifest))
+            response = await self.api.create_namespaced_resource_claim_template(self.namespace, dict(manifest), _preload_content=False)
+        return dict(json.loads(await response.read()))
 
     async def own(self, name: str, pod: Mapping[str, Any]) -> None:
         """Make ``pod`` the template's owner: Kubernetes' garbage collector deletes it with the pod."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 
+import pytest
+
 from gpuspawner.core.model import DEFAULT_GPU_TOLERATION
 from gpuspawner.devcluster import build
 from tests.conftest import wait_for
@@ -58,6 +60,11 @@ def test_server_reports_its_real_version(kube):
     version = kube.request("GET", "/version")
     assert version["gitVersion"] == build.K8S_VERSION
     assert version["major"] == "1" and version["minor"] == build.K8S_VERSION.split(".")[1]
+
+
+@pytest.mark.k8s("1.999", "a feature of no release yet")
+def test_a_test_of_a_newer_release_skips_on_an_older_server():
+    pytest.fail("the k8s marker ran a test that needs a newer release than the server's")
 
 
 def test_mig_slice_schedules_then_second_is_refused_by_the_scheduler(kube, namespace):

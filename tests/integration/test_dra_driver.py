@@ -3,6 +3,8 @@ its devices to ResourceClaims, and the resourceclaim controller makes claims fro
 
 from __future__ import annotations
 
+import pytest
+
 from gpuspawner.devcluster.dratruth import claim_pod
 from gpuspawner.names import dranames as dn
 from tests.conftest import wait_for
@@ -27,10 +29,12 @@ def running(kube, ns: str, name: str) -> dict | None:
     return pod if pod["status"].get("phase") == "Running" else None
 
 
-def test_classes_and_slices_are_the_drivers(kube, dra_driver):
+def test_classes_and_slices_are_the_drivers(kube, dra_driver, k8s_release):
     classes = {c["metadata"]["name"]: c for c in kube.request("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]}
     assert set(classes) >= {"gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"}
-    assert classes["gpu.nvidia.com"]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    # an API server with DRAExtendedResource off (before 1.36) drops the field it cannot serve
+    mapped = "nvidia.com/gpu" if k8s_release >= (1, 36) else None
+    assert classes["gpu.nvidia.com"]["spec"].get("extendedResourceName") == mapped
     slices = [s for s in kube.request("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"] if s["spec"]["driver"] == "gpu.nvidia.com"]
     by_pool = {s["spec"]["pool"]["name"]: s for s in slices}
     assert set(by_pool) == {"dra-h100", "dra-l4", "dra-a100-mig"}
@@ -96,6 +100,7 @@ async def _until(check, what: str, timeout: float = 60.0):
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.k8s("1.36", "the extended-resource mapping (DRAExtendedResource: beta and on by default in 1.36, GA in 1.37)")
 async def test_the_live_inventory_counts_the_extended_resource_mapping_as_a_taken_dra_gpu(devcluster, kube, dra_driver, namespace):
     """A plain nvidia.com/gpu pod that the scheduler serves with a DRA GPU (the gpu class's
     extendedResourceName) gets a claim the scheduler writes: the inventory counts that L4 taken

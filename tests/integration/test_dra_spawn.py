@@ -223,14 +223,42 @@ async def test_a_hub_that_may_not_create_templates_refuses_with_what_to_do(devcl
         raise ApiException(status=403, reason="Forbidden")
 
     monkeypatch.setattr(ClaimTemplates, "create", forbidden)
+    await refused_as_misconfigured(devcluster, kube, namespace)
+    assert "cannot create ResourceClaimTemplate" in caplog.text and "dra.enabled=true" in caplog.text
+
+
+async def refused_as_misconfigured(devcluster, kube, namespace: str) -> None:
+    """A spawn of one DRA H100 is refused with the short words for users (503), and the stop
+    the hub makes after it leaves nothing behind."""
     spawner = make_spawner(devcluster, namespace)
     spawner.user_options = {"offering": "dra-h100", "count": 1}
     with pytest.raises(SpawnRefused) as refused:
         await spawner.start()
     assert refused.value.status_code == 503 and "misconfigured" in str(refused.value)
-    assert "cannot create ResourceClaimTemplate" in caplog.text and "dra.enabled=true" in caplog.text
     await spawner.stop(now=True)
     assert await nothing_left(kube, namespace) == {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}
+
+
+async def test_a_claim_field_an_older_server_drops_refuses_the_spawn_with_the_release_it_needs(
+    devcluster, kube, dra_driver, namespace, monkeypatch, caplog, k8s_release
+):
+    """An API server whose DRAConsumableCapacity gate is off (1.34, 1.35: off by default) keeps a
+    template without its ``capacity.requests`` instead of refusing it: the claim would get a whole
+    GPU. The spawn is refused, the log names the field, the gate and the release; nothing is left.
+    (`make test-oldest-k8s` runs it; on 1.36 and newer the field is kept.)"""
+    if k8s_release >= (1, 36):
+        pytest.skip(f"Kubernetes {k8s_release[0]}.{k8s_release[1]} keeps capacity.requests (DRAConsumableCapacity on from 1.36)")
+    made = claimlife.claim_template
+
+    def with_a_share(*args, **kwargs):
+        template = made(*args, **kwargs)
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": "8Gi"}}
+        return template
+
+    monkeypatch.setattr(claimlife, "claim_template", with_a_share)
+    await refused_as_misconfigured(devcluster, kube, namespace)
+    assert "without spec.devices.requests[0].exactly.capacity" in caplog.text
+    assert "gate DRAConsumableCapacity, on by default from Kubernetes 1.36" in caplog.text
 
 
 async def test_servers_of_a_shared_offering_share_one_claim_which_goes_with_the_last(devcluster, kube, dra_driver, namespace):

@@ -180,8 +180,9 @@ def _unschedulable(message: str) -> dict:
     ],
 )
 def test_the_dra_plugins_reason_is_the_schedulers_words_without_what_post_filter_and_preemption_add(tail):
-    """kube-scheduler 1.36's message for a claim no node can satisfy (seen in the devcluster,
-    tests/integration/test_dra_spawn.py): its DRA post-filter adds "still not schedulable,"."""
+    """kube-scheduler's message for a claim no node can satisfy (seen in the devcluster,
+    tests/integration/test_dra_spawn.py): up to 1.36 its DRA post-filter adds "still not
+    schedulable,"; 1.37's adds nothing, so preemption's words follow the reason."""
     reason = "0/14 nodes are available: 10 node(s) had untolerated taint(s), 4 cannot allocate all claims."
     assert unschedulable_reason(_unschedulable(reason + tail)) == reason
 
