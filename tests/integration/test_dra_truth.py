@@ -67,6 +67,7 @@ def test_the_dynamic_mig_ci_states_cover_other_users_holes_two_gpus_static_mig_a
     assert any(gen > 1 for s in states for gen, _ in s.layout.values())
 
 
+@pytest.mark.k8s("1.36", "partitionable devices (DRAPartitionableDevices)")
 def test_dynamic_mig_free_counts_per_profile_equal_what_the_real_scheduler_allocates(tmp_path):
     results = run_dratruth(tmp_path, DYNAMIC_MIG_SEEDS, "--kind", "dynamic-mig")
     assert len({r["slug"] for r in results}) == 7  # every A100-40GB profile
@@ -84,6 +85,7 @@ def test_the_extended_resource_states_mix_both_kinds_of_node_and_both_kinds_of_h
     assert any(s.plugin for s in states) and any(node in dra_nodes for s in states for node, _ in s.plain)
 
 
+@pytest.mark.k8s("1.36", "the extended-resource mapping (DRAExtendedResource)")
 def test_plain_gpu_offerings_count_mapped_dra_gpus_as_the_real_scheduler_allocates_them(tmp_path):
     """``--kind extres``: plain nvidia.com/gpu offerings over device-plugin and DRA nodes (``make dra-truth`` checks 100 states)."""
     results = run_dratruth(tmp_path, EXTRES_SEEDS, "--kind", "extres")
