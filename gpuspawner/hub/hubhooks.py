@@ -121,7 +121,12 @@ class RefusalsOnOneLine(logging.Filter):
 
 
 def log_refusals_on_one_line(log: logging.Logger | logging.LoggerAdapter) -> None:
-    """Add :class:`RefusalsOnOneLine` to the hub's logger (once)."""
+    """Add :class:`RefusalsOnOneLine` to the hub's logger and to asyncio's (once each).
+
+    asyncio's: when a spawn outlasts the page's ``slow_spawn_timeout`` (a busy hub) and is then
+    refused, nobody awaits JupyterHub's finish-spawn task, and asyncio logs "Task exception was
+    never retrieved" with the refusal's traceback, an echo of what ``User.spawn`` logged."""
     logger = log.logger if isinstance(log, logging.LoggerAdapter) else log
-    if not any(isinstance(f, RefusalsOnOneLine) for f in logger.filters):
-        logger.addFilter(RefusalsOnOneLine())
+    for each in (logger, logging.getLogger("asyncio")):
+        if not any(isinstance(f, RefusalsOnOneLine) for f in each.filters):
+            each.addFilter(RefusalsOnOneLine())

@@ -3,6 +3,9 @@ the page says when the counts are not live. (Through a real hub: tests/api.)"""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import io
 import logging
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -12,7 +15,7 @@ from jupyterhub.spawner import SpawnException
 
 from gpuspawner.capacity.index import Health
 from gpuspawner.core.model import CPU_OFFERING
-from gpuspawner.hub.hubhooks import RefusalsOnOneLine
+from gpuspawner.hub.hubhooks import RefusalsOnOneLine, log_refusals_on_one_line
 from gpuspawner.hub.scheduling import REFUSAL_STATUS, SpawnRefused
 from gpuspawner.offerings.choice import MALFORMED, NOT_OFFERED, ChoiceError, parse_choice
 from gpuspawner.page.cards import counts_notice, unreachable_message
@@ -85,6 +88,32 @@ def test_nothing_offered_at_all_is_not_offered():
 def record(exc: BaseException | None, msg: str = "Failed to spawn single-user server with form") -> logging.LogRecord:
     exc_info = (type(exc), exc, None) if exc else None
     return logging.LogRecord("JupyterHub", logging.ERROR, __file__, 1, msg, None, exc_info)
+
+
+def test_a_refusal_nobody_awaited_is_one_line_in_asyncios_log_too():
+    """A spawn refused after the page stopped waiting (slow_spawn_timeout on a busy hub): asyncio
+    logs JupyterHub's unawaited finish-spawn task when it is collected, with the refusal."""
+    log_refusals_on_one_line(logging.getLogger("test-hub"))
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    logging.getLogger("asyncio").addHandler(handler)
+
+    async def finish_user_spawn():
+        raise SpawnRefused("The profile 'nope' is not offered.", "not_offered")
+
+    async def page():
+        task = asyncio.ensure_future(finish_user_spawn())
+        await asyncio.sleep(0.01)
+        assert task.done()
+
+    try:
+        asyncio.run(page())
+        gc.collect()
+    finally:
+        logging.getLogger("asyncio").removeHandler(handler)
+    assert "Task exception was never retrieved" in out.getvalue()
+    assert "The profile 'nope' is not offered." in out.getvalue()
+    assert "Traceback" not in out.getvalue()
 
 
 def test_a_logged_refusal_is_one_line_with_its_message():
