@@ -44,7 +44,7 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 #: The resourceclaim controller makes a pod's ResourceClaims from its ResourceClaimTemplates
 #: and removes them with the pod (Dynamic Resource Allocation). The job controller makes a
 #: batch/v1 Job's pods (the Kueue demo's batch Job, which Kueue suspends until it admits it).
-KCM_CONTROLLERS = "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller,job-controller"
+KCM_CONTROLLERS = "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller,job-controller,device-taint-eviction-controller"
 
 
 def aggregation_args(pki: Path) -> list[str]:

@@ -12,6 +12,8 @@ real scheduler decides: the offering agrees when the pods it binds equal the fre
 
     python -m gpuspawner.devcluster.dratruth --states 100          # make dra-truth
     python -m gpuspawner.devcluster.dratruth --seeds 0-3 --json F  # what the test runs
+    python -m gpuspawner.devcluster.dratruth --kind capacity       # GPU-memory shares (dratruth_shares)
+    python -m gpuspawner.devcluster.dratruth --kind taints         # device taints and tolerations
 
 prints ``K of M offerings agree over N states`` and exits 1 if any disagrees.
 """
@@ -28,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuspawner.core.model import Offering
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, SimulatedDriver, node_devices
@@ -177,7 +180,7 @@ class Harness:
     async def check(self, state: State) -> list[Result]:
         await self._until(self._inventory_sees, "the inventory to see the state")
         results = []
-        for offering in self.inventory.index.dra.discovered():
+        for offering in self.offerings(state):
             predicted = self.inventory.index.availability(offering).free or 0
             assert offering.claim is not None
             # The template a real spawn of one unit sends: the spawner's own builder (claimspec.claim_template).
@@ -190,12 +193,20 @@ class Harness:
                     claim_pod(f"{offering.slug[:40]}-{i}", pod_claim(offering.slug)),
                 )
             await self._until(self._probes_settled, "every probe pod bound or refused", 180)
-            placed = sum(1 for p in self._pods("probe") if p["spec"].get("nodeName"))
+            placed = await self.placed()
             results.append(Result(state.seed, offering.slug, predicted, placed))
             await self._clear("probe")
             self.kube.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/probe/resourceclaimtemplates/{offering.slug}")
             await self._until(self._inventory_sees, "the inventory to see the probes gone")
         return results
+
+    async def placed(self) -> int:
+        """How many probe pods the scheduler bound."""
+        return sum(1 for p in self._pods("probe") if p["spec"].get("nodeName"))
+
+    def offerings(self, state: Any) -> list[Offering]:
+        """The offerings :meth:`check` tries: those the inventory discovers."""
+        return self.inventory.index.dra.discovered()
 
     def _probes_settled(self) -> bool:
         from gpuspawner.hub.scheduling import unschedulable_reason
@@ -218,14 +229,17 @@ def claim_pod(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
     }
 
 
-async def run_states(cluster: DevCluster, seeds: list[int], log) -> list[Result]:
-    harness = Harness(cluster, log)
+async def run_states(
+    cluster: DevCluster, seeds: list[int], log, harness_class: type[Harness] | None = None, draw: Any = None
+) -> list[Result]:
+    """Check each seed's state (``draw``, default :func:`draw_state`) with ``harness_class`` (default :class:`Harness`)."""
+    harness = (harness_class or Harness)(cluster, log)
     await harness.setup()
     results: list[Result] = []
     try:
         for n, seed in enumerate(seeds, 1):
             started = time.monotonic()
-            state = draw_state(seed)
+            state = (draw or draw_state)(seed)
             await harness.load(state)
             found = await harness.check(state)
             results.extend(found)
@@ -247,15 +261,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", help="exactly these seeds, e.g. 0-3 or 3,17")
     parser.add_argument("--json", metavar="FILE", help="also write every offering's result here")
     parser.add_argument("--quiet", action="store_true", help="print only disagreements and the summary")
+    parser.add_argument(
+        "--kind",
+        choices=("devices", "capacity", "taints"),
+        default="devices",
+        help="devices: whole GPUs and static MIG (default); capacity: GPU-memory shares of devices that allow "
+        "multiple allocations; taints: tainted devices and claims that tolerate them (gpuspawner.devcluster.dratruth_shares)",
+    )
     args = parser.parse_args(argv)
     seeds = _seeds(args.seeds) if args.seeds else list(range(args.states))
+    harness_class, draw = None, None
+    if args.kind in ("capacity", "taints"):
+        from gpuspawner.devcluster import dratruth_shares
+
+        harness_class, draw = dratruth_shares.HARNESSES[args.kind]
     started = time.monotonic()
 
     def log(line: str) -> None:
         if not args.quiet or "DISAGREE" in line:
             print(line, flush=True)
 
-    results = on_devcluster("gpuspawner-dratruth-", lambda cluster: run_states(cluster, seeds, log))
+    results = on_devcluster("gpuspawner-dratruth-", lambda cluster: run_states(cluster, seeds, log, harness_class, draw))
     agree = sum(r.agrees for r in results)
     if args.json:
         Path(args.json).write_text(json.dumps([{**asdict(r), "agrees": r.agrees} for r in results], indent=1))

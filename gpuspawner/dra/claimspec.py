@@ -32,6 +32,10 @@ def device_claim_spec(claim: DeviceClaim, count: int) -> dict[str, Any]:
     exactly: dict[str, Any] = {"deviceClassName": claim.device_class, "allocationMode": "ExactCount", "count": count}
     if claim.selectors:
         exactly["selectors"] = [{"cel": {"expression": expression}} for expression in claim.selectors]
+    if claim.capacity:  # a share of a device that allows multiple allocations: what each claim consumes
+        exactly["capacity"] = {"requests": dict(claim.capacity)}
+    if claim.tolerations:
+        exactly["tolerations"] = [dict(t) for t in claim.tolerations]
     devices: dict[str, Any] = {"requests": [{"name": CLAIM_NAME, "exactly": exactly}]}
     if claim.match_attributes:
         devices["constraints"] = [{"requests": [CLAIM_NAME], "matchAttribute": name} for name in claim.match_attributes]
