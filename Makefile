@@ -21,7 +21,8 @@
 #                         cluster states (STATES=N for more); prints
 #                         "K of M offerings agree over N states"
 #   make dra-truth        DRA free counts against the real scheduler's allocator on 100
-#                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N)
+#                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N), each
+#                         kind: whole GPUs and MIG, GPU-memory shares (capacity), device taints
 #   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
 #   make bench            the benchmarks, printed side by side
 #   make kueue-check      only the tests on the real Kueue (built from its Go module, a few
@@ -126,6 +127,8 @@ capacity-truth: install devcluster-build
 
 dra-truth: install devcluster-build
 	$(PY) -m gpuspawner.devcluster.dratruth --states $(or $(DRA_STATES),100) --quiet
+	$(PY) -m gpuspawner.devcluster.dratruth --kind capacity --states $(or $(DRA_STATES),100) --quiet
+	$(PY) -m gpuspawner.devcluster.dratruth --kind taints --states $(or $(DRA_STATES),100) --quiet
 
 kueue-check: install devcluster-build
 	$(VENV)/bin/gpuspawner devcluster build --kueue

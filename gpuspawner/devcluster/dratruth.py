@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import random
 import sys
@@ -49,6 +50,8 @@ MIG_LAYOUTS = (
     (("7g.40gb", 0),),
 )
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+#: The kinds of state ``--kind`` checks: the module whose ``HARNESSES`` has the kind (None: this one's).
+KINDS = {"devices": None, "capacity": "gpuspawner.devcluster.dratruth_shares", "taints": "gpuspawner.devcluster.dratruth_shares"}
 
 
 @dataclass
@@ -263,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="print only disagreements and the summary")
     parser.add_argument(
         "--kind",
-        choices=("devices", "capacity", "taints"),
+        choices=tuple(KINDS),
         default="devices",
         help="devices: whole GPUs and static MIG (default); capacity: GPU-memory shares of devices that allow "
         "multiple allocations; taints: tainted devices and claims that tolerate them (gpuspawner.devcluster.dratruth_shares)",
@@ -271,10 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seeds = _seeds(args.seeds) if args.seeds else list(range(args.states))
     harness_class, draw = None, None
-    if args.kind in ("capacity", "taints"):
-        from gpuspawner.devcluster import dratruth_shares
-
-        harness_class, draw = dratruth_shares.HARNESSES[args.kind]
+    if KINDS[args.kind]:  # the module's HARNESSES: kind -> (harness class, draw); imported by name, as it imports this one
+        harness_class, draw = importlib.import_module(KINDS[args.kind]).HARNESSES[args.kind]
     started = time.monotonic()
 
     def log(line: str) -> None:

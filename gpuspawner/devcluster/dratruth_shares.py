@@ -120,7 +120,10 @@ def draw_taints(seed: int) -> ShareState:
                 held.append(HeldClaim(spec.name, device["name"], "8Gi" if spec.shares else None))
     tolerations = (
         ({"key": TAINT_KEYS[0], "operator": "Exists"},),  # no effect: NoExecute-tainted devices are allocated, then evicted
-        ({"key": TAINT_KEYS[0], "operator": "Exists", "effect": "NoExecute"}, {"key": TAINT_KEYS[0], "operator": "Exists", "effect": "NoSchedule"}),
+        (
+            {"key": TAINT_KEYS[0], "operator": "Exists", "effect": "NoExecute"},
+            {"key": TAINT_KEYS[0], "operator": "Exists", "effect": "NoSchedule"},
+        ),
         ({"key": TAINT_KEYS[1], "operator": "Equal", "value": "failed", "effect": "NoExecute"},),
         ({"key": TAINT_KEYS[1], "operator": "Exists", "effect": "NoSchedule"}, {"key": TAINT_KEYS[0], "value": "planned"}),
         ({"operator": "Exists"},),

@@ -113,7 +113,7 @@ def _violates(amount: Fraction, policy: Mapping[str, Any] | None) -> bool:
         if high is not None and amount > high:
             return True
         step, low = _q(valid_range.get("step")), _q(valid_range.get("min")) or Fraction(0)
-        return bool(step) and (amount - low) % step != 0
+        return step is not None and step != 0 and (amount - low) % step != 0
     values = [v for v in (_q(x) for x in policy.get("validValues") or []) if v is not None]
     return bool(values) and amount not in values
 

@@ -146,9 +146,9 @@ class DraState:
         if claim.replicas > 1:
             self.reservations[key] = ((), offering.slug)
             return ""
-        devices = self.matching(offering)
-        if claim.capacity or any(d.multiple or d.taints for d in devices):
-            picked = share_pick(claim, devices, self.taken(), self.consumed(), count)
+        matched = self.matching(offering)
+        if claim.capacity or any(d.multiple or d.taints for d in matched):
+            picked = share_pick(claim, matched, self.taken(), self.consumed(), count)
             if picked is None:
                 return None
             chosen, amounts = picked

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 
 from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, DeviceClaim, Offering
 from gpuspawner.core.quantity import parse_quantity
@@ -85,3 +86,13 @@ def share_offerings(devices: Iterable[Device]) -> list[Offering]:
             if mib and gib * 1024 * 2 <= mib and consumption({dn.CAP_MEMORY: f"{gib}Gi"}, device.capacity) is not None:
                 out.append(share_offering(product, gib, mib))
     return out
+
+
+def sized(offering: Offering, devices: Iterable[Device]) -> Offering:
+    """An admin's memory share (``dra.memory``) with the memory of the GPUs its claim selects
+    (``devices``, the smallest where they differ), so that the memory guard is sized from the
+    share of it; any other offering as it is."""
+    if offering.sharing != MEMORY_SHARE or offering.device_memory_mib is not None:
+        return offering
+    sizes = [int(parse_quantity(q) // MIB) for q in (d.quantity(dn.CAP_MEMORY) for d in devices) if q is not None]
+    return replace(offering, device_memory_mib=min(sizes)) if sizes else offering

@@ -56,7 +56,7 @@ Dynamic Resource Allocation (kinds full, mig, shared; instead of resources and n
                                "interval": Default | Short | Medium | Long (time-slicing),
                                "mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"},
                                "memory": "8Gi" (kind shared: a GPU-memory share, capacity.requests.memory),
-                               "tolerations": [device tolerations of the claim, e.g. {"key": "k", "operator": "Exists"}]}
+                               "tolerations": [the claim's device tolerations, e.g. {"key": "k", "operator": "Exists", "effect": "NoExecute"}]}
                               product and profile add selectors on productName and profile; a shared
                               offering needs replicas (pods per device) and sharing (time-slicing | mps),
                               except a memory share (dra.memory), which needs neither
