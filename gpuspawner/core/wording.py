@@ -51,11 +51,11 @@ def isolation_phrase(isolation: Isolation) -> str:
 
 
 def memory_phrase(memory_mib: int | None) -> str:
-    """``20480`` -> "20 GB GPU memory"; "" when not known."""
+    """``20480`` -> "20 GB GPU memory", ``4864`` -> "4.8 GB GPU memory" (the figure as :func:`gb`
+    writes it, the spawn page's too); "" when not known."""
     if memory_mib is None:
         return ""
-    gib = memory_mib / 1024
-    return f"{gib:.0f} GB GPU memory" if gib >= 1 else f"{memory_mib} MiB GPU memory"
+    return f"{gb(memory_mib)} GPU memory"
 
 
 def gb(mib: int) -> str:

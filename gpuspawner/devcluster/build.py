@@ -20,8 +20,9 @@ from pathlib import Path
 
 import yaml
 
-K8S_VERSION = "v1.36.3"
-ETCD_VERSION = "v3.6.8"
+K8S_VERSION = "v1.37.2"
+#: etcd's server as Kubernetes pins it (its go.mod; kubeadm's DefaultEtcdVersion 3.7.0-0).
+ETCD_VERSION = "v3.7.0"
 KWOK_VERSION = "v0.8.0"
 #: Prometheus' Go module version for server v3.16.0 (Go modules number v3.x as v0.3xx).
 PROMETHEUS_VERSION = "v0.316.0"

@@ -44,7 +44,20 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 #: The resourceclaim controller makes a pod's ResourceClaims from its ResourceClaimTemplates
 #: and removes them with the pod (Dynamic Resource Allocation). The job controller makes a
 #: batch/v1 Job's pods (the Kueue demo's batch Job, which Kueue suspends until it admits it).
-KCM_CONTROLLERS = "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller,job-controller,device-taint-eviction-controller"
+#: The device-taint-eviction controller evicts pods whose allocated device gets a NoExecute
+#: taint (from its ResourceSlice or a DeviceTaintRule); it starts only where the
+#: DRADeviceTaints gate is on (GA in 1.37, beta and on in 1.36, alpha and off before).
+#:
+#: The DRA features the devcluster serves need no --feature-gates on Kubernetes 1.37
+#: (pkg/features/kube_features.go): on by default are DRAPartitionableDevices (beta),
+#: DRAConsumableCapacity (beta), DRADeviceBindingConditions (beta, with
+#: DRAResourceClaimDeviceStatus GA), DRADeviceTaints and DRADeviceTaintRules (GA; the
+#: DeviceTaintRule kind is served in resource.k8s.io/v1), DRAExtendedResource and
+#: DRAPrioritizedList (GA). docs/dra.md has the table per feature and version.
+KCM_CONTROLLERS = (
+    "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller,"
+    "device-taint-eviction-controller,job-controller"
+)
 
 
 def aggregation_args(pki: Path) -> list[str]:
@@ -316,6 +329,11 @@ class DevCluster:
             f"--etcd-servers=http://127.0.0.1:{s.ports['etcd']}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # The default endpoint reconciler publishes the advertise address as the endpoint of
+            # the `kubernetes` Service, and from 1.37 refuses to start with a loopback one ("may
+            # not be in the loopback range"). Nothing in the devcluster reaches the API server
+            # through that Service (every client has the kubeconfig), so none is kept.
+            "--endpoint-reconciler-type=none",
             f"--secure-port={s.ports['apiserver']}",
             f"--cert-dir={pki}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",

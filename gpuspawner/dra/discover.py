@@ -15,13 +15,13 @@ from dataclasses import replace
 
 from gpuspawner.core.model import DEFAULT_GPU_TOLERATION, DeviceClaim, Offering
 from gpuspawner.core.nodeclass import mig_profile_parts
+from gpuspawner.core.products import gpu_memory_mib, product_name
 from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.core.wording import mig_compute_phrase
 from gpuspawner.dra.shares import is_share_gpu, share_offerings
 from gpuspawner.dra.slices import Device
 from gpuspawner.names import dranames as dn
 from gpuspawner.names.vocabulary import Isolation, Kind
-from gpuspawner.offerings.discovery import product_name
 
 MIB = 1024 * 1024
 
@@ -41,7 +41,7 @@ def _slug(*parts: str) -> str:
 
 
 def _display(product: str) -> str:
-    return product_name(product.replace(" ", "-"))
+    return product_name(product)
 
 
 def _gpu_offering(product: str, memory: str | None, most: int) -> Offering:
@@ -58,7 +58,7 @@ def _gpu_offering(product: str, memory: str | None, most: int) -> Offering:
         tolerations=(dict(DEFAULT_GPU_TOLERATION),),
         claim=DeviceClaim(dn.CLASS_GPU, tuple(selectors), match_attributes=(dn.qualified(dn.ATTR_PRODUCT),)),
         product=product,
-        memory_mib=_mib(memory),
+        memory_mib=gpu_memory_mib(product, measured_mib=_mib(memory)),
         compute_share="all of its compute",
         isolation=Isolation.EXCLUSIVE,
         source="dra",
@@ -76,7 +76,7 @@ def _mig_offering(product: str, profile: str, memory: str | None) -> Offering:
         tolerations=(dict(DEFAULT_GPU_TOLERATION),),
         claim=DeviceClaim(dn.CLASS_MIG, (attribute_equals(dn.ATTR_PRODUCT, product), attribute_equals(dn.ATTR_PROFILE, profile))),
         product=product,
-        memory_mib=_mib(memory),
+        memory_mib=gpu_memory_mib(product, profile, _mib(memory)),
         compute_share=mig_compute_phrase(parts[0]) if parts else "a MIG slice",
         isolation=Isolation.HARDWARE,
         source="dra",

@@ -12,7 +12,9 @@ Every entry has ``slug`` (lower-case, digits, '-') and ``kind``; the rest is opt
 
 What the user sees:
   display_name, description   text (shown as text: markup is escaped)
-  memory_mib, compute_share   e.g. 20480, "3/7 of the GPU's compute" (MIG fills both in)
+  memory_mib, compute_share   e.g. 20480, "3/7 of the GPU's compute" (MIG fills both in, the memory
+                              from NVIDIA's table of MIG profiles; a whole GPU's memory is what its
+                              product's name says, e.g. "NVIDIA-H100-80GB-HBM3")
   isolation                   exclusive | hardware | partial | none | vm | site | no-gpu
 
 What the pod gets (kind shortcuts fill these in; explicit values win):
@@ -78,6 +80,7 @@ from gpuspawner.core.nodeclass import (
     mig_resource_name,
     whole_gpu_terms,
 )
+from gpuspawner.core.products import gpu_memory_mib
 from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.core.windows import parse_window
 from gpuspawner.core.wording import mig_compute_phrase, share_phrase
@@ -349,13 +352,15 @@ def _derive(kind: Kind, entry: Entry, product: str | None, fields: dict[str, Any
     if kind is Kind.CPU:
         return {}, {}
     if kind in (Kind.FULL, Kind.VGPU, Kind.CUSTOM):
+        if kind is Kind.FULL:
+            fields["memory_mib"] = gpu_memory_mib(product)  # what the product's name says, if it says it
         return ({GPU: 1} if kind is not Kind.CUSTOM else {}), selector
     if kind is Kind.MIG:
         profile = entry.text("profile", required=True)
         parts = mig_profile_parts(profile)
         if parts is None:
             raise entry.fail("profile", f"must be a MIG profile such as '1g.5gb', '3g.20gb' or '1g.10gb+me', got {profile!r}")
-        fields["memory_mib"] = parts[1] * 1024
+        fields["memory_mib"] = gpu_memory_mib(product, profile)  # NVIDIA's table, never the name's "5gb"
         fields["compute_share"] = mig_compute_phrase(parts[0])
         strategy = entry.text("mig_strategy", default="mixed")
         if strategy == "mixed":

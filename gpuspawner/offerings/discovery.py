@@ -37,6 +37,7 @@ from gpuspawner.core.nodeclass import (
     mig_resource_name,
     node_classes,
 )
+from gpuspawner.core.products import gpu_memory_mib, product_name
 from gpuspawner.core.wording import mig_compute_phrase, share_phrase
 from gpuspawner.names.nvidia import GPU, MEMORY_LABEL, REPLICAS_LABEL, SHARING_LABEL
 from gpuspawner.names.selectors import HARD_EFFECTS, Terms, all_of, and_terms, any_of, equals, factor, tolerates
@@ -62,15 +63,6 @@ GPU_TAINT_KEYS = frozenset({GPU, "node-role.kubernetes.io/gpu", "sku", "gpu", "n
 DEFAULT_VGPU_CLASS_LABELS = ("vgpu.type",)
 
 _VGPU_PROFILE = re.compile(r"^(?P<gpu>.+?)-(?P<profile>\d+[ABCQ])$")
-_FORM_FACTORS = {"SXM", "SXM2", "SXM4", "SXM5", "PCIE", "HBM2", "HBM2E", "HBM3", "HBM3E", "NVL", "GRID"}
-_CLOUD_ACCELERATORS = {
-    "nvidia-tesla-a100": "A100 40GB",
-    "nvidia-a100-80gb": "A100 80GB",
-    "nvidia-h100-80gb": "H100 80GB",
-    "nvidia-h100-mega-80gb": "H100 Mega 80GB",
-    "nvidia-tesla-t4": "Tesla T4",
-    "nvidia-l4": "L4",
-}
 
 
 def memory_mib(value: str | None) -> int | None:
@@ -82,21 +74,6 @@ def memory_mib(value: str | None) -> int | None:
     if number is None or number <= 0:
         return None
     return number // (1024 * 1024) if number > 1024 * 1024 * 4 else number  # > 4 TiB "MiB" is bytes
-
-
-def product_name(product: str) -> str:
-    """``NVIDIA-A100-SXM4-40GB`` -> ``A100 40GB``; ``Tesla-T4-SHARED`` -> ``Tesla T4``; ``nvidia-a10g`` -> ``A10G``."""
-    if product in _CLOUD_ACCELERATORS:
-        return _CLOUD_ACCELERATORS[product]
-    words = product.replace("_", "-").split("-")
-    if words and words[0].upper() == "NVIDIA":
-        words = words[1:]
-    if "MIG" in words:
-        words = words[: words.index("MIG")]
-    kept = [w for w in words if w.upper() not in _FORM_FACTORS and w.upper() != "SHARED"]
-    if product == product.lower():  # a cloud's accelerator label: nvidia-tesla-v100 -> Tesla V100
-        kept = [w.upper() if any(c.isdigit() for c in w) else w.capitalize() for w in kept]
-    return " ".join(kept) or product
 
 
 def _slug(*parts: str) -> str:
@@ -196,7 +173,10 @@ def _offering(cls: GpuClass, labels: Mapping[str, str], tolerations: tuple[dict[
         return _shared(cls, labels, common)
     name, part = _identity_name(cls)
     product = cls.identity[1] if cls.identity else None
-    memory = memory_mib(labels.get(MEMORY_LABEL))
+    if cls.kind is Kind.VGPU:  # a vGPU's memory is its profile's: only the node's label says it
+        memory = memory_mib(labels.get(MEMORY_LABEL))
+    else:
+        memory = gpu_memory_mib(product, measured_mib=memory_mib(labels.get(MEMORY_LABEL)))
     if cls.kind is Kind.VGPU and cls.class_label is not None:
         key, value = cls.class_label
         return Offering(
@@ -247,10 +227,13 @@ def _offering(cls: GpuClass, labels: Mapping[str, str], tolerations: tuple[dict[
 def _mig(cls: GpuClass, labels: Mapping[str, str], common: dict[str, Any]) -> Offering:
     profile = cls.profile or ""
     parts = mig_profile_parts(profile)
-    slices, gb = parts if parts else (0, 0)
-    mem = memory_mib(labels.get(f"{mig_resource_name(profile)}.memory")) or (gb * 1024 or None)
+    slices = parts[0] if parts else 0
     name, part = _identity_name(cls)
     product = cls.identity[1] if cls.identity else None
+    # GFD labels a MIG device's memory under its resource: nvidia.com/mig-<profile>.memory (mixed),
+    # nvidia.com/gpu.memory (single, where nvidia.com/gpu is the MIG device); GKE's nodes have no GFD.
+    label = f"{cls.resource}.memory" if cls.flavour == "single" else f"{mig_resource_name(profile)}.memory"
+    mem = gpu_memory_mib(product, profile, memory_mib(labels.get(label)))
     pool = labels.get("cloud.google.com/gke-nodepool") if cls.flavour == "gke" else None
     if cls.flavour == "single" and product:
         part = product.split("-MIG-", 1)[0]
@@ -281,7 +264,8 @@ def _shared(cls: GpuClass, labels: Mapping[str, str], common: dict[str, Any]) ->
         name = f"{name} MIG {cls.profile}"
     share = f"1/{replicas}" if replicas else "a share"
     how = "MPS share" if strategy == "mps" else "time-sliced"
-    total = memory_mib(labels.get(MEMORY_LABEL))
+    # (a share of a MIG slice: GFD's single strategy labels the slice's memory as nvidia.com/gpu.memory)
+    total = gpu_memory_mib(product, cls.profile, memory_mib(labels.get(MEMORY_LABEL)))
     if strategy == "mps":
         memory = total // replicas if total and replicas else None  # MPS caps each client's memory
         description = f"{share} of {_a(name)} through MPS: a memory limit of your own, compute shared with others."

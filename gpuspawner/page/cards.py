@@ -14,15 +14,16 @@ from typing import Any
 from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import Requester, may_use
 from gpuspawner.core.model import Availability, Offering
+from gpuspawner.core.products import product_name
 from gpuspawner.core.windows import window_state
 from gpuspawner.core.wording import QUEUE_UNKNOWN, isolation_phrase, memory_truth, queue_words
 from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY, AdmissionPolicy, Kind
-from gpuspawner.offerings.discovery import product_name
 from gpuspawner.page.views import OptionView
 
 
 def availability_text(offering: Offering, avail: Availability, policy: str, queued: int) -> tuple[str, str]:
-    """(badge text, disabled reason) for an offering the user may take."""
+    """(badge text, disabled reason) for an offering the user may take now: the badge may promise
+    a queue place or a wait (``admission``), as the start would keep that promise."""
     if not avail.counted:  # nothing to count (CPU), or the hub may not read the cluster
         return ("free count unavailable" if offering.takes_units else ""), ""
     free = avail.free or 0
@@ -46,6 +47,15 @@ def availability_text(offering: Offering, avail: Availability, policy: str, queu
     return "none free", "none free right now"
 
 
+def count_text(avail: Availability) -> str:
+    """The badge of a choice the user may not start now (outside its time window, over quota):
+    what is free, and no queue place, wait or scale-up promised, for none would be kept."""
+    if not avail.counted:
+        return ""
+    free = avail.free or 0
+    return f"{free} of {avail.capacity} free" if free > 0 else "none free"
+
+
 def option_views(
     catalog: Iterable[Offering],
     who: Requester,
@@ -67,10 +77,10 @@ def option_views(
             continue
         avail = availability(offering)
         text, reason = availability_text(offering, avail, default_policy, queue_length(offering.slug))
-        if not allowed:
-            reason = "not allowed for your groups"
-        else:
-            reason = window_state(offering.windows, now) or quota_reason(offering) or reason
+        if not allowed:  # no count, queue place or wait on a choice the user may never take
+            text, reason = "", "not allowed for your groups"
+        elif closed := window_state(offering.windows, now) or quota_reason(offering):
+            text, reason = count_text(avail), closed
         counts = offering.counts
         if offering.kind is Kind.FULL and avail.counted and not offering.scalable_nodes and (avail.free or 0) > 0:
             counts = tuple(c for c in offering.counts if c <= (avail.largest_free or 0)) or offering.counts[:1]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import http.cookiejar
 import secrets
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 
 from gpuspawner.devcluster.ports import free_port
@@ -22,3 +25,22 @@ def demo_with_token(tmp_path_factory, extra_config: str, culler: bool = True, en
     with running_demo(port=free_port(), hub_port=free_port(), culler=culler, quiet=True, extra_env=extra_env) as running:
         running.token = token  # type: ignore[attr-defined]
         yield running
+
+
+def login(demo, user: str):
+    """A browser's session for ``user`` (the demo's password): (opener, its _xsrf token)."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(f"{demo.url}/hub/login", timeout=60).read()
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+    form = urllib.parse.urlencode({"username": user, "password": "gpu", "_xsrf": xsrf}).encode()
+    opener.open(f"{demo.url}/hub/login", data=form, timeout=60).read()
+    opener.open(f"{demo.url}/hub/home", timeout=60).read()  # a logged-in page: the session's own _xsrf
+    return opener, next(c.value for c in jar if c.name == "_xsrf")
+
+
+def spawn_page(demo, user: str, server: str = "") -> str:
+    """The spawn page as ``user`` sees it."""
+    opener, _ = login(demo, user)
+    with opener.open(f"{demo.url}/hub/spawn/{user}/{server}" if server else f"{demo.url}/hub/spawn", timeout=60) as resp:
+        return resp.read().decode()

@@ -15,7 +15,6 @@ so one more hour does not fit. researchers: 0.5 GPU-hours a day.
 
 from __future__ import annotations
 
-import http.cookiejar
 import json
 import re
 import time
@@ -29,7 +28,7 @@ from gpuspawner.culler.gpu_metrics import parse_query_response
 from gpuspawner.culler.gpu_query import GpuQuerySettings, build_query
 from gpuspawner.devcluster.prometheus import Prometheus
 from tests.conftest import wait_for
-from tests.e2e.demo_stack import demo_with_token
+from tests.e2e.demo_stack import demo_with_token, login, spawn_page
 
 pytestmark = pytest.mark.cluster
 SLICE = "mig-nvidia-a100-sxm4-40gb-1g-5gb"
@@ -68,25 +67,6 @@ def call(demo, method, path, body=None):
         if exc.code >= 500:  # never: say why, from the hub's log
             pytest.fail(f"{method} {path}: {exc.code} {answer}\n" + (demo.state / "jupyterhub.log").read_text()[-6000:])
         return exc.code, answer
-
-
-def login(demo, user: str):
-    """A browser's session for ``user`` (the demo's password): (opener, its _xsrf token)."""
-    jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    opener.open(f"{demo.url}/hub/login", timeout=60).read()
-    xsrf = next(c.value for c in jar if c.name == "_xsrf")
-    form = urllib.parse.urlencode({"username": user, "password": "gpu", "_xsrf": xsrf}).encode()
-    opener.open(f"{demo.url}/hub/login", data=form, timeout=60).read()
-    opener.open(f"{demo.url}/hub/home", timeout=60).read()  # a logged-in page: the session's own _xsrf
-    return opener, next(c.value for c in jar if c.name == "_xsrf")
-
-
-def spawn_page(demo, user: str, server: str = "") -> str:
-    """The spawn page as ``user`` sees it."""
-    opener, _ = login(demo, user)
-    with opener.open(f"{demo.url}/hub/spawn/{user}/{server}" if server else f"{demo.url}/hub/spawn", timeout=60) as resp:
-        return resp.read().decode()
 
 
 def post_form(demo, user: str, offering: str) -> tuple[int, str]:

@@ -16,6 +16,7 @@ from gpuspawner.devcluster.dradriver import DRA_NODES, SHARE_NODES, SimulatedDri
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.names.vocabulary import STOP_NOTICE_KEY
 from gpuspawner.pod.memguard import JAX_FRACTION
+from tests.conftest import installed
 from tests.integration import test_dra_spawn as base
 from tests.integration.test_dra_spawn import claim_of, make_spawner, nothing_left
 
@@ -40,12 +41,7 @@ NOTHING = {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}
 @pytest.fixture(scope="module")
 def share_driver(kube):
     """The L40S node of SHARE_NODES (two GPUs of 46068 MiB), after the DRA_NODES' pod-network bands."""
-    driver = SimulatedDriver(kube, SHARE_NODES, first_index=len(DRA_NODES))
-    driver.install()
-    try:
-        yield driver
-    finally:
-        driver.uninstall()
+    yield from installed(SimulatedDriver(kube, SHARE_NODES, first_index=len(DRA_NODES)))
 
 
 @pytest.fixture

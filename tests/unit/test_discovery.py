@@ -215,7 +215,8 @@ def test_mig_mixed_plus_me_profile_uses_dot_me_resource():
     assert me.memory_mib == 9728
     plain = found["mig-nvidia-a100-sxm4-80gb-1g-10gb"]
     assert dict(plain.resources) == {"nvidia.com/mig-1g.10gb": 1}
-    assert plain.memory_mib == 10240  # no per-profile memory label: from the profile name
+    # no per-profile memory label, and no A100 80GB in the table of MIG profiles: no figure, never the name's "10gb"
+    assert plain.memory_mib is None
 
 
 def test_mig_plus_me_and_minus_me_profiles_are_distinct_offerings():
@@ -281,7 +282,7 @@ def test_mig_single_strategy_is_told_apart_by_product():
     assert dict(o.node_selector) == {PRODUCT_LABEL: "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"}
     assert o.display_name == "A100 40GB · MIG 1g.5gb"
     assert o.counts == (1,)  # not a whole GPU: never 2, 4 ...
-    assert o.memory_mib == 5120
+    assert o.memory_mib == 4864  # single strategy: GFD labels the MIG device's memory as nvidia.com/gpu.memory
     assert o.compute_share == "1/7 of the GPU's compute"
 
 
@@ -323,7 +324,7 @@ def test_gke_mig_partition_without_gfd_labels():
         "cloud.google.com/gke-accelerator": "nvidia-tesla-a100",
     }
     assert o.display_name == "A100 40GB · MIG 1g.5gb (a100-mig-pool)"
-    assert o.memory_mib == 5 * 1024
+    assert o.memory_mib == 4864  # no GFD here: NVIDIA's table of MIG profiles, as on the GFD-labelled A100
     assert o.counts == (1,)
     assert o.tolerations == (DEFAULT_TOL,)
 
@@ -636,11 +637,11 @@ def test_standard_nodes_offerings_in_display_order():
         ("shared", "shared-nvidia-l4-shared-mps-4x"),
         ("shared", "shared-tesla-t4-shared-time-slicing-4x"),
         ("shared", "shared-tesla-t4-time-slicing-4x"),
+        ("mig", "mig-gke-nvidia-tesla-a100-1g-5gb"),  # the same 4864 MiB as GFD's label says: by slug
         ("mig", "mig-nvidia-a100-sxm4-40gb-1g-5gb"),
-        ("mig", "mig-gke-nvidia-tesla-a100-1g-5gb"),
         ("mig", "mig-nvidia-a100-sxm4-40gb-2g-10gb"),
         ("mig", "mig-nvidia-a100-sxm4-40gb-3g-20gb"),
-        ("full", "gpu-nvidia-tesla-a100"),  # GKE publishes no memory label: sorts first
+        ("full", "gpu-nvidia-tesla-a100"),  # GKE publishes no memory label: 40 GB from its name, below the H100's
         ("full", "gpu-nvidia-h100-80gb-hbm3"),
         ("vgpu", "vgpu-vgpu-type-v100-8g-8gb"),
         ("vgpu", "vgpu-nvidia-a10-24q"),

@@ -282,7 +282,7 @@ def test_the_spawn_page_rows_name_the_gpu_and_what_enforces_the_memory():
     assert [r.facts[0] for r in rows.values()] == [
         "about 4 GB of this Tesla T4's 16 GB, not enforced; other users share this GPU",
         "4 GB of this Tesla T4's 16 GB, enforced by MPS; other users share its compute",
-        "MIG: 10 GB, enforced by the hardware",
+        "MIG: 9.6 GB, enforced by the hardware",  # NVIDIA's 9856 MiB of an A100 40GB's 2g.10gb
     ]
 
 

@@ -108,7 +108,7 @@ def test_mig_mixed_is_the_default_strategy():
     o = build({"slug": "mig3", "kind": "mig", "profile": "3g.20gb", "product": "NVIDIA-A100-SXM4-40GB"})
     assert dict(o.resources) == {"nvidia.com/mig-3g.20gb": 1}
     assert dict(o.node_selector) == {PRODUCT_LABEL: "NVIDIA-A100-SXM4-40GB"}
-    assert o.memory_mib == 20 * 1024
+    assert o.memory_mib == 19968  # NVIDIA's table for an A100 40GB's 3g.20gb, not 20 * 1024
     assert o.compute_share == "3/7 of the GPU's compute"
     assert o.isolation is Isolation.HARDWARE
     assert o.counts == (1,)
@@ -118,7 +118,7 @@ def test_mig_mixed_plus_me_profile_gets_dot_me_resource():
     o = build({"slug": "mig-me", "kind": "mig", "profile": "1g.10gb+me"})
     assert dict(o.resources) == {"nvidia.com/mig-1g.10gb.me": 1}
     assert dict(o.node_selector) == {}
-    assert o.memory_mib == 10 * 1024
+    assert o.memory_mib is None  # 1g.10gb has other memory on other GPUs, and no product is named
 
 
 def test_mig_single_strategy_selects_on_product_mig_suffix():

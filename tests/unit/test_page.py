@@ -73,6 +73,25 @@ def test_hidden_never_shown_and_forbidden_shown_disabled_or_hidden():
     assert rows(who=Requester("root", admin=True))["h100"].disabled_reason == ""
 
 
+def test_a_choice_the_user_may_not_start_promises_no_queue_place_count_or_wait():
+    # issue 29: the 3g slice (admission 'queue', none free) told a student both "not allowed
+    # for your groups" and "you would be first in the queue"
+    restricted = offering_from_config(
+        {"slug": "mig-3g", "kind": "mig", "profile": "3g.20gb", "admission": "queue", "groups": ["researchers"]}, 2
+    )
+    catalog = [restricted, T4, H100]
+    student = {r.slug: r for r in option_views(catalog, STUDENT, availability, TUESDAY_NIGHT)}
+    assert (student["mig-3g"].availability, student["mig-3g"].disabled_reason) == ("", "not allowed for your groups")
+    assert (student["h100"].availability, student["h100"].disabled_reason) == ("", "not allowed for your groups")
+    researcher = {r.slug: r for r in option_views(catalog, RESEARCHER, availability, TUESDAY_NIGHT)}
+    assert researcher["mig-3g"].availability == "none free: you would be first in the queue"  # theirs to queue for
+    # closed by its time window or over quota: what is free, but no queue place nor scale-up
+    day = {r.slug: r for r in option_views(catalog, RESEARCHER, availability, TUESDAY_NOON)}
+    assert (day["h100"].availability, day["h100"].disabled) == ("3 of 8 free", True)
+    over = {r.slug: r for r in option_views(catalog, RESEARCHER, availability, TUESDAY_NIGHT, quota_reason=lambda o: "over your quota")}
+    assert (over["mig-3g"].availability, over["t4"].availability) == ("none free", "none free")
+
+
 def test_time_window_closes_an_offering_with_the_reason():
     day = rows(now=TUESDAY_NOON)["h100"]
     assert day.disabled_reason.startswith("only available Mon-Fri 19:00-07:00 and Sat,Sun 00:00-24:00")
@@ -88,7 +107,8 @@ def test_quota_reason_and_counts_that_fit():
 
 def test_rows_carry_plain_words():
     mig = rows()["mig-1g"]
-    assert (mig.memory, mig.compute_share) == ("MIG: 5 GB, enforced by the hardware", "1/7 of the GPU's compute")
+    # NVIDIA's 4864 MiB of a 1g.5gb (issue 29), never the "5gb" of its name
+    assert (mig.memory, mig.compute_share) == ("MIG: 4.8 GB, enforced by the hardware", "1/7 of the GPU's compute")
     assert mig.isolation == "hardware isolated (own memory and compute)"
     shared = rows()["t4"].isolation
     assert shared.startswith("no isolation: shares memory and compute with other users")

@@ -355,8 +355,9 @@ def test_huge_count_gives_a_short_refusal(count):
 
 def test_env_tells_the_notebook_the_offering_in_the_spawn_pages_words():
     o = make(
-        {"slug": "a100-mig-1g-10gb", "kind": "mig", "display_name": "MIG 1g.10gb", "profile": "1g.10gb", "product": "NVIDIA-A100-SXM4-80GB"}
+        {"slug": "h100-mig-1g-10gb", "kind": "mig", "display_name": "MIG 1g.10gb", "profile": "1g.10gb", "product": "NVIDIA-H100-80GB-HBM3"}
     )
     env = pod_changes(o).env
     assert env["GPUSPAWNER_DISPLAY_NAME"] == "MIG 1g.10gb"
-    assert env["GPUSPAWNER_OFFERING_WORDS"] == "10 GB GPU memory · 1/7 of the GPU's compute · hardware isolated (own memory and compute)"
+    # NVIDIA's 9984 MiB of an H100's 1g.10gb, as the spawn page writes it (issue 29), not the name's "10gb"
+    assert env["GPUSPAWNER_OFFERING_WORDS"] == "9.8 GB GPU memory · 1/7 of the GPU's compute · hardware isolated (own memory and compute)"
