@@ -154,7 +154,9 @@ class SharesHarness(Harness):
             body = {"apiVersion": dn.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": f"held-{i}"}, "spec": spec}
             self.kube.request("POST", CLAIMS.format(ns="team-a"), body)
             self.kube.request("POST", "/api/v1/namespaces/team-a/pods", claim_pod(f"held-{i}", {"resourceClaimName": f"held-{i}"}))
-        await self._until(lambda: all(p["spec"].get("nodeName") for p in self._pods("team-a")), "other users' pods bound", 180)
+            # One at a time: shares of one device allocated in the same scheduling cycles can be
+            # refused as in-flight and wait for the scheduler's next flush of unschedulable pods.
+            await self._until(lambda: all(p["spec"].get("nodeName") for p in self._pods("team-a")), f"other users' pod held-{i} bound", 120)
 
     async def placed(self) -> int:
         """Probe pods bound that stay: a pod bound to a NoExecute-tainted device is evicted by

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from urllib.parse import urlparse
 
 import pytest
 
@@ -25,14 +26,12 @@ pytestmark = pytest.mark.cluster
 L40S = "NVIDIA L40S"
 SHARES = [
     {"slug": "l40s-40g", "kind": "shared", "display_name": "40 GB of an L40S", "product": L40S, "dra": {"memory": "40Gi"}},
-    # warn: a spawn goes ahead when none is counted free, so the scheduler says why it cannot run
     {
         "slug": "l40s-8g",
         "kind": "shared",
         "display_name": "8 GB of an L40S",
         "product": L40S,
         "dra": {"memory": "8Gi"},
-        "admission": "warn",
     },
 ]
 NOTHING = {"pods": [], "resourceclaimtemplates": [], "resourceclaims": []}
@@ -90,11 +89,9 @@ async def test_memory_shares_split_a_gpu_refuse_with_the_schedulers_reason_and_l
         await second.start()
         assert result_of(kube, namespace, second)["device"] != got["device"]
         assert await free_of(first, "l40s-8g", 0) == 0
-        with pytest.raises(SpawnRefused) as refused:
+        with pytest.raises(SpawnRefused) as refused:  # counted none free: refused before a pod is made
             await third.start()
-        message = str(refused.value)
-        assert refused.value.status_code == 409 and "8 GB of an L40S cannot run now." in message
-        assert "The scheduler says: 0/" in message and message.endswith("cannot allocate all claims.")
+        assert refused.value.status_code == 409 and "8 GB of an L40S" in str(refused.value) and "free" in str(refused.value)
     finally:
         for spawner in (third, second, first):
             await spawner.stop(now=True)
@@ -103,7 +100,8 @@ async def test_memory_shares_split_a_gpu_refuse_with_the_schedulers_reason_and_l
 
 async def test_a_noexecute_device_taint_stops_the_server_and_the_home_page_says_why(kube, share_driver, namespace, spawner_of):
     spawner = spawner_of("l40s-8g")
-    await spawner.start()
+    address = urlparse(await spawner.start())
+    spawner.server.ip, spawner.server.port = address.hostname, address.port  # as JupyterHub's User.spawn does
     try:
         device = result_of(kube, namespace, spawner)["device"]
         taint = {"key": "gpu.nvidia.com/maintenance", "value": "replace", "effect": "NoExecute"}
@@ -117,17 +115,31 @@ async def test_a_noexecute_device_taint_stops_the_server_and_the_home_page_says_
         notice = spawner.get_state()[STOP_NOTICE_KEY]["text"]
         assert notice.startswith("Your server was stopped at ")  # the default server: no name
         assert "its GPU was taken out of service" in notice and "NoExecute taint" in notice
-        # The other GPU is free; a NoSchedule taint on it leaves none, and the scheduler says so.
+        assert await free_of(spawner, "l40s-8g", 5) == 5  # the other GPU's five
+        # An admin's DeviceTaintRule (resource.k8s.io/v1, Kubernetes 1.37) on the other GPU: the counts
+        # read the slices' taints only, so it still looks free; the scheduler refuses, in its words.
         other = next(d["name"] for d in node_devices(spec) if d["name"] != device)
-        spec = replace(spec, taints={device: (taint,), other: ({**taint, "effect": "NoSchedule"},)})
-        share_driver.publish(spec.name, node_devices(spec), generation=3)
-        assert await free_of(spawner, "l40s-8g", 0) == 0
+        rule = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": f"drain-{namespace}"},
+            "spec": {
+                "deviceSelector": {"driver": "gpu.nvidia.com", "pool": spec.name, "device": other},
+                "taint": {"key": "gpu.nvidia.com/maintenance", "value": "drain", "effect": "NoSchedule"},
+            },
+        }
+        kube.request("POST", "/apis/resource.k8s.io/v1/devicetaintrules", rule)
         again = spawner_of("l40s-8g")
-        with pytest.raises(SpawnRefused) as refused:
-            await again.start()
-        assert refused.value.status_code == 409 and str(refused.value).endswith("cannot allocate all claims.")
+        try:
+            with pytest.raises(SpawnRefused) as refused:
+                await again.start()
+        finally:
+            kube.request("DELETE", f"/apis/resource.k8s.io/v1/devicetaintrules/drain-{namespace}")
+        message = str(refused.value)
+        assert refused.value.status_code == 409 and "8 GB of an L40S cannot run now." in message
+        assert "The scheduler says: 0/" in message and message.endswith("cannot allocate all claims.")
         await again.stop(now=True)
     finally:
         await spawner.stop(now=True)
-        share_driver.publish(SHARE_NODES[0].name, node_devices(SHARE_NODES[0]), generation=4)
+        share_driver.publish(SHARE_NODES[0].name, node_devices(SHARE_NODES[0]), generation=3)
     assert await nothing_left(kube, namespace) == NOTHING
