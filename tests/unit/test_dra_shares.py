@@ -164,3 +164,22 @@ def test_the_memory_guard_is_sized_from_the_share():
     # 8192 MiB for two processes: 4096 each, less 512 for the CUDA context: a cap of 3584 MiB of 46068.
     assert guard is not None and guard.process_mib == 4096 and guard.cap_mib == 3584 and guard.gpu_mib == 46068
     assert guard.fraction == 0.077  # cut, never rounded up: 3584 / 46068 = 0.0778
+
+
+def test_the_device_taint_evictions_condition_gives_the_home_pages_words():
+    from gpuspawner.hub.kueue import ended_by_kueue, home_notice
+
+    condition = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "DeletionByDeviceTaintManager",
+        "message": "Device Taint manager: deleting due to NoExecute taint",
+        "lastTransitionTime": "2026-11-27T14:02:00Z",
+    }
+    pod = {"status": {"conditions": [condition]}}
+    assert ended_by_kueue(pod) == condition
+    # A DisruptionTarget of another cause (a node's taint manager, a preemption) is not this one.
+    assert ended_by_kueue({"status": {"conditions": [{**condition, "reason": "DeletionByTaintManager"}]}}) is None
+    text = home_notice((condition, ""), "train")["text"]
+    assert text.startswith("Your server 'train' was stopped at ")
+    assert "its GPU was taken out of service: the device has a NoExecute taint its claim does not tolerate" in text
