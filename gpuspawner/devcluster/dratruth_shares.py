@@ -30,6 +30,7 @@ from gpuspawner.core.model import Offering
 from gpuspawner.devcluster.dradriver import H100_80GB, L4, L40S, DraNode, node_devices
 from gpuspawner.devcluster.dratruth import CLAIMS, Harness, claim_pod
 from gpuspawner.names import dranames as dn
+from gpuspawner.offerings.config import with_effects
 
 MIB = 1024 * 1024
 #: Seconds a probe pod bound to a NoExecute-tainted device is given to be evicted.
@@ -119,7 +120,7 @@ def draw_taints(seed: int) -> ShareState:
             if rng.random() < 0.25:
                 held.append(HeldClaim(spec.name, device["name"], "8Gi" if spec.shares else None))
     tolerations = (
-        ({"key": TAINT_KEYS[0], "operator": "Exists"},),  # no effect: NoExecute-tainted devices are allocated, then evicted
+        ({"key": TAINT_KEYS[0], "operator": "Exists"},),  # no effect: one per effect, as an admin's become
         (
             {"key": TAINT_KEYS[0], "operator": "Exists", "effect": "NoExecute"},
             {"key": TAINT_KEYS[0], "operator": "Exists", "effect": "NoSchedule"},
@@ -202,8 +203,8 @@ class SharesHarness(Harness):
             claim = base.claim
             if capacity is not None:
                 claim = replace(claim, capacity=capacity)
-            if tolerations is not None:
-                claim = replace(claim, tolerations=tolerations)
+            if tolerations is not None:  # as an admin's dra.tolerations become the claim's (one per effect)
+                claim = replace(claim, tolerations=with_effects(tolerations))
             found.append(replace(base, slug=f"v{i}-{slug}"[:63], claim=claim))
         return found
 

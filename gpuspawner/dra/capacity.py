@@ -192,10 +192,20 @@ def blocked(taints: Iterable[Mapping[str, Any]], tolerations: Iterable[Mapping[s
     return False
 
 
+def trap(taints: Iterable[Mapping[str, Any]], tolerations: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the allocator may give the device to the request and the eviction then take it
+    back: a NoExecute taint tolerated only by tolerations without effect NoExecute."""
+    tolerations = tuple(tolerations)
+    return any(t.get("effect") == "NoExecute" and any(tolerates(x, t) for x in tolerations) and blocked([t], tolerations) for t in taints)
+
+
 def _units(
     claim: DeviceClaim, device: Device, taken: Counter[DeviceKey], used: Mapping[DeviceKey, Consumed]
 ) -> tuple[int | None, int | None]:
-    """(free, all) claims of ``claim`` one device takes: free now, and with nothing allocated."""
+    """(free, all) claims of ``claim`` one device takes: free now, and with nothing allocated;
+    free None (no count) where the device is a :func:`trap`: a claim may land there and be evicted."""
+    if trap(device.taints, claim.tolerations):
+        return None, None
     if not device.multiple:
         whole = 1 if fits_whole(device.capacity, claim.capacity) else 0
         free = 0 if blocked(device.taints, claim.tolerations) or taken[device.key] else whole
@@ -217,7 +227,8 @@ def capacity_availability(
     allowing multiple allocations takes as many as its capacity left holds (:func:`fits`), any
     other one claim if nothing holds it; a tainted device none unless the claim tolerates the
     taint (:func:`blocked`). Unknown (no count) where a request consumes nothing of a shared
-    device: there is no end to it."""
+    device (there is no end to it), or where the scheduler may give the claim a device whose
+    NoExecute taint then evicts it (:func:`trap`: how many would stay is the scheduler's luck)."""
     free_by_node: Counter[str | None] = Counter()
     capacity = 0
     nodes = set()

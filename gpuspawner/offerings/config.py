@@ -292,6 +292,17 @@ def _memory_share(entry: Entry, kind: Kind, memory: Any) -> dict[str, str]:
     return {dn.CAP_MEMORY: memory}
 
 
+def with_effects(tolerations: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Each device toleration without an effect as two, one per effect (NoSchedule, NoExecute):
+    what an admin means by it, and what keeps a pod on a NoExecute-tainted device it tolerates
+    (kube-controller-manager's device taint eviction counts only tolerations of effect NoExecute;
+    :func:`gpuspawner.dra.capacity.blocked`)."""
+    out: list[dict[str, Any]] = []
+    for t in tolerations:
+        out.extend([dict(t)] if t.get("effect") else [{**t, "effect": effect} for effect in ("NoSchedule", "NoExecute")])
+    return tuple(out)
+
+
 def _device_tolerations(entry: Entry, value: Any) -> tuple[dict[str, Any], ...]:
     """``dra.tolerations``: the claim's device tolerations (a tainted device is allocated only to a claim that tolerates it)."""
     ok = isinstance(value, (list, tuple)) and all(
@@ -310,7 +321,7 @@ def _device_tolerations(entry: Entry, value: Any) -> tuple[dict[str, Any], ...]:
             f"Exists, effect NoSchedule or NoExecute or none; no key only with Exists), e.g. "
             f"[{{'key': 'gpu.nvidia.com/maintenance', 'operator': 'Exists', 'effect': 'NoSchedule'}}], got {value!r}",
         )
-    return tuple(dict(t) for t in value)
+    return with_effects(value)  # one per effect: a toleration without one would not keep the pod on a NoExecute-tainted device
 
 
 def _quoted(value: str) -> str:

@@ -119,6 +119,11 @@ def test_a_tainted_device_is_free_only_to_a_claim_that_tolerates_it():
     assert cap.blocked([evicting], [{"operator": "Exists"}])
     assert cap.blocked([evicting], [{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}])
     assert not cap.blocked([evicting], [{"operator": "Exists", "effect": "NoExecute"}])
+    # A claim whose toleration has no effect may be given a NoExecute-tainted device and evicted from it: no count.
+    noexecute = replace(L40S, taints={"gpu-0": (evicting,)})
+    trapped = replace(eight, claim=replace(eight.claim, tolerations=({"key": taint["key"], "operator": "Exists"},)))
+    assert cap.trap([evicting], trapped.claim.tolerations) and not state(noexecute).availability(trapped).counted
+    assert state(noexecute).availability(eight).free == 5
     h100 = replace(d.DRA_NODES[0], taints={"gpu-1": ({"key": "k", "effect": "NoExecute"},)})
     whole = next(o for o in state(h100).discovered() if o.kind is Kind.FULL)
     avail = state(h100).availability(whole)
@@ -146,7 +151,11 @@ def test_admin_memory_shares_and_device_tolerations():
         0,
     )
     assert offering.sharing == "memory" and offering.memory_mib == 8192 and offering.claim.capacity == {"memory": "8Gi"}
-    assert offering.claim.tolerations == ({"key": "k", "operator": "Exists"},)
+    # One per effect: without one, a NoExecute-tainted device would be allocated and the pod evicted.
+    assert offering.claim.tolerations == (
+        {"key": "k", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "k", "operator": "Exists", "effect": "NoExecute"},
+    )
     for bad, words in [
         ({"kind": "full", "dra": {"memory": "8Gi"}}, "needs kind 'shared'"),
         ({"kind": "shared", "replicas": 2, "dra": {"memory": "8Gi"}}, "neither replicas nor sharing"),
