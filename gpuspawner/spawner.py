@@ -790,7 +790,7 @@ class GPUSpawner(KubeSpawner):
         if ended is None:
             return
         self.stop_notice = hubkueue.home_notice(ended, self.name)
-        self.log.info("%s: stopped by Kueue: %s", self._log_name, self.stop_notice["text"])
+        self.log.info("%s: stopped by Kueue or a device taint: %s", self._log_name, self.stop_notice["text"])
 
     async def stop(self, now: bool = False):
         """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``)."""

@@ -81,7 +81,11 @@ def dra_driver(kube: KubeHTTP):
     module, so other modules see the nodes of nodes.yaml only."""
     from gpuspawner.devcluster.dradriver import SimulatedDriver
 
-    driver = SimulatedDriver(kube)
+    yield from installed(SimulatedDriver(kube))
+
+
+def installed(driver):
+    """A simulated DRA driver's objects on the devcluster while the fixture lasts (a fixture's body)."""
     driver.install()
     try:
         yield driver

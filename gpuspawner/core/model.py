@@ -75,6 +75,10 @@ class DeviceClaim:
     the scheduler's allocator places it. ``replicas``: how many pods one device serves (an
     admin's time-sliced or MPS share, where pods share one claim; 1: each claim has its devices
     to itself); the offering's ``replicas`` key, named as NVIDIA's sharing config names it.
+    ``capacity``: what each device must give of its consumable capacity (the request's
+    ``capacity.requests``, e.g. ``{"memory": "8Gi"}``: a GPU-memory share of a device that
+    allows multiple allocations); ``tolerations``: the request's device tolerations (a device
+    tainted NoSchedule or NoExecute is allocated only to a claim that tolerates the taint).
     """
 
     device_class: str
@@ -85,6 +89,8 @@ class DeviceClaim:
     #: "This, or else that": every choice in order, the first being ``device_class`` and
     #: ``selectors`` themselves; empty: one choice (``exactly``). See :mod:`gpuspawner.dra.alternatives`.
     alternatives: tuple[DeviceAlternative, ...] = ()
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,9 @@ class Offering(PodFields):
     #: GPU's memory for time-slicing (nothing splits it) and one client's limit for MPS.
     replicas: int | None = None
     sharing: str = ""
+    #: A GPU-memory share (``sharing`` "memory", a DRA claim asking ``capacity.requests.memory``):
+    #: the whole device's memory; ``memory_mib`` is then the share.
+    device_memory_mib: int | None = None
     #: The admin's settings of the cooperative memory limits (docs/memory-guard.md).
     memory_guard: GuardSetting = field(default_factory=GuardSetting)
     # Who may take it (empty: everyone).

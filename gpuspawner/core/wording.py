@@ -74,11 +74,15 @@ def memory_truth(kind: Kind, memory_mib: int | None, sharing: str = "", replicas
     A time-sliced share: "about 4 GB of this Tesla T4's 16 GB, not enforced; other users share
     this GPU" (nothing splits the memory; the memory guard only asks the frameworks to keep
     to the share). An MPS share: its client limit, which the MPS server enforces. A MIG slice:
-    "MIG: 10 GB, enforced by the hardware". Other kinds: their memory as it is.
+    "MIG: 10 GB, enforced by the hardware". A GPU-memory share (a DRA claim's
+    ``capacity.requests.memory``): "8 GB of this L40S's memory, set aside by the scheduler but not
+    enforced on the GPU". Other kinds: their memory as it is.
     """
     if memory_mib is None:
         return ""
     this = f"this {gpu}'s" if gpu else "this GPU's"
+    if kind is Kind.SHARED and sharing == "memory":
+        return f"{gb(memory_mib)} of {this} memory, set aside by the scheduler but not enforced on the GPU; other users share it"
     if kind is Kind.SHARED and sharing == "mps":
         whole = f" of {this} {gb(memory_mib * replicas)}" if replicas else ""
         return f"{gb(memory_mib)}{whole}, enforced by MPS; other users share its compute"

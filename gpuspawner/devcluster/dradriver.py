@@ -45,6 +45,7 @@ class Product:
 A100_40GB = Product("NVIDIA A100-SXM4-40GB", "Ampere", "8.0", 40960)
 H100_80GB = Product("NVIDIA H100 80GB HBM3", "Hopper", "9.0", 81559)
 L4 = Product("NVIDIA L4", "Ada Lovelace", "8.9", 23034)
+L40S = Product("NVIDIA L40S", "Ada Lovelace", "8.9", 46068)
 
 #: A100-40GB GPU instance profiles (NVML's GpuInstanceProfileInfo): profile -> (GI profile id,
 #: memory MiB, multiprocessors, memory slices, (copy engines, decoders, encoders, JPEG, OFA)).
@@ -89,6 +90,11 @@ class DraNode:
     dynamic_mig: bool = False
     #: Fields added to each whole GPU it publishes (e.g. :data:`BINDING_FIELDS`).
     device_fields: Mapping[str, Any] = field(default_factory=dict)
+    #: The driver's ``--consumable-shares`` (its ConsumableShares feature): "memory", "unlimited"
+    #: or a number of shares; "" (disabled): each device goes to one claim.
+    shares: str = ""
+    #: Device taints, by device name (``spec.devices[].taints``; as an admin's DeviceTaintRule or a driver would put them).
+    taints: Mapping[str, tuple[Mapping[str, str], ...]] = field(default_factory=dict)
 
 
 #: The devcluster's DRA nodes: whole H100s, whole L4s, an A100 in the balanced MIG layout.
@@ -251,6 +257,34 @@ def dynamic_mig_devices(node: str, minor: int, product: Product) -> list[dict[st
     return sorted(devices, key=lambda d: d["name"])
 
 
+#: GPU-memory shares: L40S GPUs that several claims share by memory (``--consumable-shares=memory``).
+SHARE_NODES = (DraNode("dra-l40s", L40S, 2, shares="memory"),)
+
+
+def consumable_shares(device: dict[str, Any], mode: str) -> dict[str, Any]:
+    """``device`` as NVIDIA's ``applyConsumableShares`` (cmd/gpu-kubelet-plugin/consumable_shares.go)
+    publishes it with ``--consumable-shares=mode``: ``allowMultipleAllocations``, the memory
+    (rounded down to 1Mi) taken in 1Mi steps -- by default all of it ("memory") or none
+    ("unlimited", a number) -- and for a number N a ``shares`` capacity of N, one by default."""
+    if not mode or mode == "disabled":
+        return device
+    memory = device["capacity"].get(dn.CAP_MEMORY)
+    out = {**device, "allowMultipleAllocations": True, "capacity": dict(device["capacity"])}
+    if memory is None:
+        return out
+    whole = memory["value"]
+    default = whole if mode == "memory" else "0"
+    low = "1Mi" if mode == "memory" else "0"
+    out["capacity"][dn.CAP_MEMORY] = {
+        "value": whole,
+        "requestPolicy": {"default": default, "validRange": {"min": low, "max": whole, "step": "1Mi"}},
+    }
+    if mode not in ("memory", "unlimited"):
+        n = str(int(mode))
+        out["capacity"]["shares"] = {"value": n, "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": n, "step": "1"}}}
+    return out
+
+
 def node_devices(spec: DraNode) -> list[dict[str, Any]]:
     """Every device the driver publishes for ``spec``'s node."""
     devices = []
@@ -261,7 +295,8 @@ def node_devices(spec: DraNode) -> list[dict[str, Any]]:
             devices.extend(mig_device(spec.name, minor, spec.product, profile, start) for profile, start in spec.mig)
         else:
             devices.append({**gpu_device(spec.name, minor, spec.product), **spec.device_fields})
-    return devices
+    devices = [consumable_shares(d, spec.shares) for d in devices]
+    return [{**d, "taints": [dict(t) for t in spec.taints[d["name"]]]} if spec.taints.get(d["name"]) else d for d in devices]
 
 
 def resource_slices(
@@ -326,15 +361,19 @@ def dra_node_manifest(spec: DraNode, index: int) -> dict[str, Any]:
 class SimulatedDriver:
     """Installs and removes the simulated driver's objects on a devcluster (``KubeHTTP``)."""
 
-    def __init__(self, client: Any, nodes: Iterable[DraNode] = DRA_NODES):
+    def __init__(self, client: Any, nodes: Iterable[DraNode] = DRA_NODES, first_index: int = 0, classes: bool = True):
+        """``first_index``: the first node's pod-network band (a second driver on the same cluster
+        starts after the first's nodes); ``classes``: whether it installs and removes the DeviceClasses."""
         self.client = client
         self.nodes = tuple(nodes)
+        self.first_index = first_index
+        self.classes = classes
 
     def install(self, timeout: float = 60.0) -> None:
         """Create the device classes, the nodes (kwok makes them Ready) and one slice per node."""
-        for obj in device_classes():
+        for obj in device_classes() if self.classes else ():
             self._create("/apis/resource.k8s.io/v1/deviceclasses", obj)
-        for i, spec in enumerate(self.nodes):
+        for i, spec in enumerate(self.nodes, self.first_index):
             self._create_node(dra_node_manifest(spec, i))
             self.publish(
                 spec.name, node_devices(spec), slice_count=spec.gpus if spec.dynamic_mig else 1, counter_sets=node_counter_sets(spec)
@@ -370,7 +409,7 @@ class SimulatedDriver:
         for spec in self.nodes:
             self._delete_slices(spec.name)
             self._ignore_missing("DELETE", f"/api/v1/nodes/{spec.name}")
-        for obj in device_classes():
+        for obj in device_classes() if self.classes else ():
             self._ignore_missing("DELETE", f"/apis/resource.k8s.io/v1/deviceclasses/{obj['metadata']['name']}")
 
     def set_device_condition(self, namespace: str, claim: str, condition: str = BOUND_CONDITION, status: str = "True") -> None:

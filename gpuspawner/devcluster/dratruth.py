@@ -14,6 +14,8 @@ real scheduler decides: the offering agrees when the pods it binds equal the fre
     python -m gpuspawner.devcluster.dratruth --seeds 0-3 --json F  # what the test runs
     python -m gpuspawner.devcluster.dratruth --kind dynamic-mig     # dynamic MIG (dratruth_counters)
     python -m gpuspawner.devcluster.dratruth --kind extres          # plain nvidia.com/gpu on DRA nodes (dratruth_extres)
+    python -m gpuspawner.devcluster.dratruth --kind capacity       # GPU-memory shares (dratruth_shares)
+    python -m gpuspawner.devcluster.dratruth --kind taints         # device taints and tolerations
 
 prints ``K of M offerings agree over N states`` and exits 1 if any disagrees.
 """
@@ -32,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuspawner.core.model import Offering
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, DraNode, SimulatedDriver, node_counter_sets, node_devices
@@ -166,7 +169,7 @@ class Harness:
     async def check(self, state: State) -> list[Result]:
         await self._until(self._inventory_sees, "the inventory to see the state")
         results = []
-        for offering in self.inventory.index.dra.discovered():
+        for offering in self.offerings(state):
             predicted = self.inventory.index.availability(offering).free or 0
             assert offering.claim is not None
             # The template a real spawn of one unit sends: the spawner's own builder (claimspec.claim_template).
@@ -179,12 +182,20 @@ class Harness:
                     claim_pod(f"{offering.slug[:40]}-{i}", pod_claim(offering.slug)),
                 )
             await self._until(self._probes_settled, "every probe pod bound or refused", 180)
-            placed = sum(1 for p in self._pods("probe") if p["spec"].get("nodeName"))
+            placed = await self.placed()
             results.append(Result(state.seed, offering.slug, predicted, placed))
             await self._clear("probe")
             self.kube.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/probe/resourceclaimtemplates/{offering.slug}")
             await self._until(self._inventory_sees, "the inventory to see the probes gone")
         return results
+
+    async def placed(self) -> int:
+        """How many probe pods the scheduler bound."""
+        return sum(1 for p in self._pods("probe") if p["spec"].get("nodeName"))
+
+    def offerings(self, state: Any) -> list[Offering]:
+        """The offerings :meth:`check` tries: those the inventory discovers."""
+        return self.inventory.index.dra.discovered()
 
     def _probes_settled(self, ns: str = "probe") -> bool:
         from gpuspawner.hub.scheduling import unschedulable_reason
@@ -227,18 +238,25 @@ def claim_pod(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
     }
 
 
-#: ``--kind`` -> the module whose ``draw_state`` and ``Harness`` check it: this one for whole and static MIG
-#: devices; a kind's module builds on this one, so it is found by name (an import here would be a cycle).
+#: ``--kind`` -> the module that checks it: its ``HARNESSES[kind]`` (harness class, states), or else
+#: its ``Harness`` and ``draw_state``. This module for whole and static MIG devices; a kind's module
+#: builds on this one, so it is found by name (an import here would be a cycle).
 KINDS = {
     "devices": __name__,
     "dynamic-mig": "gpuspawner.devcluster.dratruth_counters",
     "extres": "gpuspawner.devcluster.dratruth_extres",
+    "capacity": "gpuspawner.devcluster.dratruth_shares",
+    "taints": "gpuspawner.devcluster.dratruth_shares",
 }
 
 
 def kind(name: str) -> tuple[Callable[[int], State], type[Harness]]:
     """The states and the harness of the kind ``name`` (:data:`KINDS`)."""
     module = importlib.import_module(KINDS[name])
+    harnesses = getattr(module, "HARNESSES", {})
+    if name in harnesses:
+        harness_class, draw = harnesses[name]
+        return draw, harness_class
     return module.draw_state, module.Harness
 
 
@@ -272,7 +290,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", help="exactly these seeds, e.g. 0-3 or 3,17")
     parser.add_argument("--json", metavar="FILE", help="also write every offering's result here")
     parser.add_argument("--quiet", action="store_true", help="print only disagreements and the summary")
-    parser.add_argument("--kind", choices=sorted(KINDS), default="devices", help="which devices the states hold (default: devices)")
+    parser.add_argument(
+        "--kind",
+        choices=tuple(KINDS),
+        default="devices",
+        help="devices: whole GPUs and static MIG (default); dynamic-mig: partitionable GPUs (counter sets); "
+        "extres: plain nvidia.com/gpu served by DRA nodes; capacity: GPU-memory shares of devices that allow "
+        "multiple allocations; taints: tainted devices and claims that tolerate them",
+    )
     args = parser.parse_args(argv)
     seeds = _seeds(args.seeds) if args.seeds else list(range(args.states))
     started = time.monotonic()

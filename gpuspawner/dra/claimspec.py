@@ -31,9 +31,9 @@ def device_claim_spec(claim: DeviceClaim, count: int) -> dict[str, Any]:
         raise ValueError(f"a device claim needs a count of at least 1, not {count}")
     request: dict[str, Any] = {"name": CLAIM_NAME}
     if claim.alternatives:  # "this, or else that": the scheduler takes the first it can satisfy
-        request["firstAvailable"] = [{"name": a.name, **_exact(a.device_class, a.selectors, count)} for a in claim.alternatives]
+        request["firstAvailable"] = [{"name": a.name, **_exact(a.device_class, a.selectors, count, claim)} for a in claim.alternatives]
     else:
-        request["exactly"] = _exact(claim.device_class, claim.selectors, count)
+        request["exactly"] = _exact(claim.device_class, claim.selectors, count, claim)
     devices: dict[str, Any] = {"requests": [request]}
     if claim.match_attributes:
         devices["constraints"] = [{"requests": [CLAIM_NAME], "matchAttribute": name} for name in claim.match_attributes]
@@ -45,11 +45,16 @@ def device_claim_spec(claim: DeviceClaim, count: int) -> dict[str, Any]:
     return {"devices": devices}
 
 
-def _exact(device_class: str, selectors: tuple[str, ...], count: int) -> dict[str, Any]:
-    """One request's (or subrequest's) class, selectors and count."""
+def _exact(device_class: str, selectors: tuple[str, ...], count: int, claim: DeviceClaim) -> dict[str, Any]:
+    """One request's (or subrequest's) class, selectors and count, with the claim's capacity
+    requests and device tolerations (a subrequest takes both, as a request does)."""
     exactly: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": expression}} for expression in selectors]
+    if claim.capacity:  # a share of a device that allows multiple allocations: what each claim consumes
+        exactly["capacity"] = {"requests": dict(claim.capacity)}
+    if claim.tolerations:
+        exactly["tolerations"] = [dict(t) for t in claim.tolerations]
     return exactly
 
 

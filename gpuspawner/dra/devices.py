@@ -36,11 +36,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 from typing import Any
 
 from gpuspawner.core.cel import Selector, SelectorError, compile_selector
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra import counters
+from gpuspawner.dra.capacity import add as add_consumed
+from gpuspawner.dra.capacity import capacity_availability, share_pick
 from gpuspawner.dra.discover import discover
 from gpuspawner.dra.extres import class_resource
 from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey, Pool, build_pools
@@ -69,6 +72,9 @@ class DraState:
         self.synced = False
         self._pools: dict[tuple[str, str], Pool] | None = None
         self._taken: Counter[DeviceKey] | None = None
+        #: Reservations of a share of a multi-allocatable device: pod key -> (device, amounts).
+        self.share_reservations: dict[str, tuple[DeviceKey, Mapping[str, Any]]] = {}
+        self._consumed: dict[DeviceKey, dict[str, Fraction]] | None = None
         self._matches: dict[tuple[Any, ...], tuple[Device, ...]] = {}
         self._discovered: list[Offering] | None = None
         self._counters: dict[tuple[str, str], counters.PoolCounters] | None = None
@@ -91,7 +97,7 @@ class DraState:
                 self.class_event("ADDED", raw)
         if claims is not None:
             self.claims = {_key(c): ClaimFacts.from_claim(c) for c in claims}
-            self._taken = None
+            self._taken = self._consumed = None
             for raw in claims:
                 self._release_for(raw)
 
@@ -124,7 +130,7 @@ class DraState:
         else:
             self.claims[key] = ClaimFacts.from_claim(raw)
             self._release_for(raw)
-        self._taken = None
+        self._taken = self._consumed = None
 
     def set_plugin_nodes(self, nodes: Iterable[str]) -> None:
         nodes = frozenset(nodes)
@@ -148,12 +154,24 @@ class DraState:
         if claim.replicas > 1:
             self.reservations[key] = ((), offering.slug)
             return ""
+        matched = self.matching(offering)
+        if claim.capacity or any(d.multiple or d.taints for d in matched):
+            picked = share_pick(claim, matched, self.taken(), self.consumed(), count)
+            if picked is None:
+                return None
+            chosen, amounts = picked
+            if amounts is not None:
+                self.share_reservations[key] = (chosen[0].key, amounts)
+            else:
+                self.reservations[key] = (tuple(d.key for d in chosen), None)
+            self._taken = self._consumed = None
+            return chosen[0].node or ""
         by_node: dict[str | None, list[Device]] = {}
         for device in self._free_devices(offering):
             by_node.setdefault(device.node, []).append(device)
         node, devices = max(by_node.items(), key=lambda item: (len(item[1]), item[0] or ""))
         self.reservations[key] = (tuple(d.key for d in devices[:count]), None)
-        self._taken = None
+        self._taken = self._consumed = None
         return node or ""
 
     def hold(self, key: str, devices: Iterable[DeviceKey]) -> None:
@@ -163,8 +181,8 @@ class DraState:
         self._taken = None
 
     def release(self, key: str) -> None:
-        if self.reservations.pop(key, None) is not None:
-            self._taken = None
+        if (self.reservations.pop(key, None), self.share_reservations.pop(key, None)) != (None, None):
+            self._taken = self._consumed = None
 
     # ------------------------------------------------------------------ reads
 
@@ -222,6 +240,8 @@ class DraState:
         if any(d.shared_counters for d in devices):
             return UNCOUNTED  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
         taken = self.taken()
+        if claim.capacity or any(d.multiple or d.taints for d in devices):
+            return capacity_availability(claim, offering.counts, devices, taken, self.consumed())
         if claim.replicas > 1:
             return self._shared_availability(offering, devices, taken)
         free_by_node: Counter[str | None] = Counter()
@@ -249,6 +269,18 @@ class DraState:
                 taken.update(devices)
             self._taken = taken
         return self._taken
+
+    def consumed(self) -> dict[DeviceKey, dict[str, Fraction]]:
+        """What the claims (and share reservations) consumed of each multi-allocatable device."""
+        if self._consumed is None:
+            used: dict[DeviceKey, dict[str, Fraction]] = {}
+            for claim in self.claims.values():
+                for key, amounts in claim.consumed:
+                    add_consumed(used.setdefault(key, {}), amounts)
+            for key, amounts in self.share_reservations.values():
+                add_consumed(used.setdefault(key, {}), amounts)
+            self._consumed = used
+        return self._consumed
 
     # ------------------------------------------------------------------ internals
 
@@ -291,8 +323,7 @@ class DraState:
             return
         namespace = (raw.get("metadata") or {}).get("namespace", "")
         for consumer in status.get("reservedFor") or []:
-            if self.reservations.pop(f"{namespace}/{consumer.get('name', '')}", None) is not None:
-                self._taken = None
+            self.release(f"{namespace}/{consumer.get('name', '')}")
 
 
 def unmatched(offerings: Iterable[Offering], state: DraState) -> list[str]:

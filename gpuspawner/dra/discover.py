@@ -18,6 +18,7 @@ from gpuspawner.core.nodeclass import mig_profile_parts
 from gpuspawner.core.products import gpu_memory_mib, product_name
 from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.core.wording import mig_compute_phrase
+from gpuspawner.dra.shares import is_share_gpu, share_offerings
 from gpuspawner.dra.slices import Device
 from gpuspawner.names import dranames as dn
 from gpuspawner.names.vocabulary import Isolation, Kind
@@ -97,12 +98,13 @@ def _mib(quantity: str | None) -> int | None:
 def discover(devices: Iterable[Device]) -> list[Offering]:
     """NVIDIA's whole GPUs and MIG devices among ``devices`` as offerings: whole GPUs by product and
     memory (counts up to the most one node has), MIG devices by product and profile."""
+    devices = list(devices)
     gpus: dict[tuple[str, str | None], Counter[str | None]] = {}
     migs: dict[tuple[str, str], str | None] = {}
     dynamic: set[tuple[str, str]] = set()  # profiles with partitionable devices (dynamic MIG)
     for device in devices:
-        if device.driver != dn.DRIVER:
-            continue
+        if device.driver != dn.DRIVER or is_share_gpu(device):
+            continue  # a GPU shared by memory is offered by amount (shares.share_offerings)
         kind, product = device.attribute(dn.ATTR_TYPE), device.attribute(dn.ATTR_PRODUCT)
         if not isinstance(product, str):
             continue
@@ -114,6 +116,7 @@ def discover(devices: Iterable[Device]) -> list[Offering]:
                 dynamic.add((product, profile))
     out = [_gpu_offering(product, memory, max(per_node.values())) for (product, memory), per_node in gpus.items()]
     out += [_mig_offering(product, profile, memory, (product, profile) in dynamic) for (product, profile), memory in migs.items()]
+    out += share_offerings(devices)
     seen: set[str] = set()
     unique = []
     for offering in sorted(out, key=lambda o: (o.kind is not Kind.MIG, o.memory_mib or 0, o.slug)):

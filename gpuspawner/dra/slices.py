@@ -30,9 +30,14 @@ class Device:
     attributes: Mapping[str, Mapping[str, Any]]
     capacity: Mapping[str, Mapping[str, Any]]
     activation: Any = field(default=None, compare=False, repr=False)
-    #: Partitionable (``consumesCounters``, e.g. dynamic MIG) or multi-allocatable
-    #: (``allowMultipleAllocations``): one claim does not simply take one device; not counted.
+    #: Partitionable (``consumesCounters``, e.g. dynamic MIG): one claim does not simply take
+    #: one device; not counted.
     shared_counters: bool = False
+    #: ``allowMultipleAllocations``: several claims share it, each consuming some of its
+    #: capacity (:mod:`gpuspawner.dra.capacity`).
+    multiple: bool = False
+    #: ``taints`` (key, value, effect): a NoSchedule or NoExecute one keeps off claims that do not tolerate it.
+    taints: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
 
     @property
     def key(self) -> DeviceKey:
@@ -75,6 +80,8 @@ class ClaimFacts:
     devices: tuple[DeviceKey, ...]
     config: tuple[Mapping[str, Any], ...]
     consumers: tuple[str, ...]
+    #: Per allocated result of a multi-allocatable device: (device, its ``consumedCapacity``).
+    consumed: tuple[tuple[DeviceKey, Mapping[str, str]], ...] = ()
 
     @classmethod
     def from_claim(cls, claim: Mapping[str, Any]) -> ClaimFacts:
@@ -85,6 +92,11 @@ class ClaimFacts:
             devices=tuple((r.get("driver", ""), r.get("pool", ""), r.get("device", "")) for r in results),
             config=tuple(_opaque(c) for c in spec_config if c.get("opaque")),
             consumers=tuple(str(r.get("name", "")) for r in status.get("reservedFor") or []),
+            consumed=tuple(
+                ((r.get("driver", ""), r.get("pool", ""), r.get("device", "")), dict(r["consumedCapacity"]))
+                for r in results
+                if r.get("consumedCapacity")
+            ),
         )
 
 
@@ -103,9 +115,11 @@ def slice_devices(raw: Mapping[str, Any]) -> tuple[Device, ...]:
     for dev in spec.get("devices") or []:
         attributes = dev.get("attributes") or {}
         capacity = dev.get("capacity") or {}
-        partitioned = bool(dev.get("consumesCounters") or dev.get("allowMultipleAllocations"))
+        partitioned = bool(dev.get("consumesCounters"))
         activation = device_activation(driver, attributes, capacity)
-        out.append(Device(driver, pool, dev.get("name", ""), node, attributes, capacity, activation, partitioned))
+        taints = tuple(dict(t) for t in dev.get("taints") or [])
+        multiple = bool(dev.get("allowMultipleAllocations"))
+        out.append(Device(driver, pool, dev.get("name", ""), node, attributes, capacity, activation, partitioned, multiple, taints))
     return tuple(out)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuspawner.core.model import Offering
 from gpuspawner.dra.devices import unmatched
+from gpuspawner.dra.shares import sized
 from gpuspawner.hub import metrics
 from gpuspawner.offerings.catalog import build_catalog
 from gpuspawner.offerings.entry import OfferingConfigError
@@ -37,6 +38,7 @@ def catalog_now(spawner: Any) -> list[Offering]:
         raise OfferingConfigError(str(exc)) from None
     discovered = inventory.index.discovered() if spawner.discover_offerings else None
     catalog = build_catalog(config, discovered=discovered)
+    catalog = [sized(o, inventory.index.dra.matching(o)) for o in catalog]  # an admin's memory share: its GPUs' memory
     if not inventory.forbidden:
         metrics.observe_catalog(inventory.index, catalog)
     for warning in unmatched(catalog, inventory.index.dra):

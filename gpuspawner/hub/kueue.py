@@ -26,6 +26,7 @@ from gpuspawner.capacity.kueuequota import condition
 from gpuspawner.hub import admitting
 from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.scheduling import brief
+from gpuspawner.names.dranames import DEVICE_TAINT_EVICTION, DISRUPTION_TARGET
 from gpuspawner.names.kueuenames import (
     ADMISSION_GATE,
     COND_QUOTA_RESERVED,
@@ -294,7 +295,12 @@ def stop_notice(stopped: Mapping[str, Any], queue: str) -> dict[str, str]:
     reason, message = str(stopped.get("reason") or ""), str(stopped.get("message") or "")
     where = f" in queue {queue}" if queue else ""
     evicted = reason.startswith(STOP_EVICTED)  # "WorkloadEvictedDueTo<the Workload's Evicted reason>"
-    if evicted and "prioritization in the ClusterQueue" in message:
+    if stopped.get("type") == DISRUPTION_TARGET and reason == DEVICE_TAINT_EVICTION:
+        why = (
+            "because its GPU was taken out of service: the device has a NoExecute taint its claim does not tolerate "
+            "(an administrator's DeviceTaintRule or the GPU's driver), and Kubernetes evicts the pods using it"
+        )
+    elif evicted and "prioritization in the ClusterQueue" in message:
         why = f"to make room for a higher-priority job{where}"
     elif evicted and "reclamation within the cohort" in message:
         why = f"because another queue took back the GPU quota its queue{where} had lent"
@@ -324,8 +330,13 @@ def home_notice(ended: tuple[Mapping[str, Any], str], server_name: str) -> dict[
 
 
 def ended_by_kueue(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """Kueue's ``TerminationTarget`` condition on a pod it is stopping, else None."""
+    """Kueue's ``TerminationTarget`` condition on a pod it is stopping, else None; or the device
+    taint eviction's ``DisruptionTarget`` (a NoExecute taint on the pod's DRA device), whose
+    words the same home notice carries."""
     cond = condition(pod, TERMINATION_TARGET)
+    if cond is None:
+        cond = condition(pod, DISRUPTION_TARGET)
+        cond = cond if cond is not None and cond.get("reason") == DEVICE_TAINT_EVICTION else None
     return cond if cond is not None and cond.get("status") == "True" else None
 
 

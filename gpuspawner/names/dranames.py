@@ -96,3 +96,11 @@ def sharing_config(strategy: str, settings: Mapping[str, Any] | None = None, mig
         key = "mpsConfig" if strategy == SHARING_MPS else "timeSlicingConfig"
         sharing[key] = dict(settings)
     return {"apiVersion": CONFIG_API_VERSION, "kind": KIND_MIG_CONFIG if mig else KIND_GPU_CONFIG, "sharing": sharing}
+
+
+#: The pod condition kube-controller-manager's device taint eviction controller sets before it
+#: deletes a pod whose claim's device has a NoExecute taint the claim does not tolerate
+#: (pkg/controller/devicetainteviction, Kubernetes 1.36 and 1.37: type DisruptionTarget,
+#: reason DeletionByDeviceTaintManager; the controller is ``device-taint-eviction-controller``).
+DISRUPTION_TARGET = "DisruptionTarget"
+DEVICE_TAINT_EVICTION = "DeletionByDeviceTaintManager"

@@ -57,9 +57,12 @@ Dynamic Resource Allocation (kinds full, mig, shared; instead of resources and n
                                "match_attributes": ["gpu.nvidia.com/productName"],
                                "interval": Default | Short | Medium | Long (time-slicing),
                                "mps": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"},
-                               "alternatives": [{"profile": "2g.10gb"}, {"selector": ..., "label": ...}]}
+                               "alternatives": [{"profile": "2g.10gb"}, {"selector": ..., "label": ...}],
+                               "memory": "8Gi" (kind shared: a GPU-memory share, capacity.requests.memory),
+                               "tolerations": [the claim's device tolerations, e.g. {"key": "k", "operator": "Exists", "effect": "NoExecute"}]}
                               product and profile add selectors on productName and profile; a shared
-                              offering needs replicas (pods per device) and sharing (time-slicing | mps);
+                              offering needs replicas (pods per device) and sharing (time-slicing | mps),
+                              except a memory share (dra.memory), which needs neither;
                               alternatives: the choices tried after the entry's own (firstAvailable)
 """
 
@@ -89,6 +92,7 @@ from gpuspawner.core.nodeclass import (
     whole_gpu_terms,
 )
 from gpuspawner.core.products import gpu_memory_mib
+from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.core.windows import parse_window
 from gpuspawner.core.wording import mig_compute_phrase, share_phrase
 from gpuspawner.names import dranames as dn
@@ -210,8 +214,10 @@ def offering_from_config(raw: Any, index: int, vgpu_class_labels: Iterable[str] 
     )
 
 
-_DRA_FIELDS = {"device_class", "selector", "match_attributes", "interval", "mps", "alternatives"}
+_DRA_FIELDS = {"device_class", "selector", "match_attributes", "interval", "mps", "alternatives", "memory", "tolerations"}
 _ALTERNATIVE_FIELDS = {"device_class", "selector", "profile", "product", "label"}
+MIB = 1024 * 1024
+_DEVICE_TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 _DRA_KINDS = (Kind.FULL, Kind.MIG, Kind.SHARED)
 
 
@@ -237,6 +243,11 @@ def dra_claim(entry: Entry, kind: Kind, product: str | None) -> DeviceClaim:
         )
     config: tuple[Mapping[str, Any], ...] = ()
     replicas = 1
+    tolerations = _device_tolerations(entry, raw.get("tolerations", []))
+    if "memory" in raw:
+        return DeviceClaim(
+            device_class, tuple(selectors), tuple(match), capacity=_memory_share(entry, kind, raw["memory"]), tolerations=tolerations
+        )
     if kind is Kind.SHARED:
         replicas = entry.positive_int("replicas") if "replicas" in entry.raw else 0
         if not replicas:
@@ -258,7 +269,7 @@ def dra_claim(entry: Entry, kind: Kind, product: str | None) -> DeviceClaim:
             settings = dict(raw["mps"])
         parameters = dn.sharing_config(strategy, settings, mig=device_class == dn.CLASS_MIG)
         config = ({"driver": dn.DRIVER, "parameters": parameters},)
-    claim = DeviceClaim(device_class, tuple(selectors), tuple(match), config, replicas)
+    claim = DeviceClaim(device_class, tuple(selectors), tuple(match), config, replicas, tolerations=tolerations)
     if "alternatives" in raw:
         if replicas > 1:
             raise entry.fail("dra", "['alternatives'] cannot be combined with a shared offering (its servers share one claim)")
@@ -316,6 +327,58 @@ def _alternatives(
         name = subrequest_name(label, [a.name for a in out])
         out.append(DeviceAlternative(name, device_class, tuple(selectors), str(label), str(item.get("profile") or chosen_product or "")))
     return tuple(out)
+
+
+def _memory_share(entry: Entry, kind: Kind, memory: Any) -> dict[str, str]:
+    """``dra.memory``: a GPU-memory share's ``capacity.requests`` (kind shared, without replicas or sharing)."""
+    if kind is not Kind.SHARED or "replicas" in entry.raw or "sharing" in entry.raw:
+        raise entry.fail(
+            "dra",
+            "['memory'] makes a GPU-memory share (each claim asks capacity.requests.memory of a GPU that allows "
+            "multiple allocations): it needs kind 'shared' and neither replicas nor sharing, e.g. "
+            "{'slug': 'l40s-8gb', 'kind': 'shared', 'product': 'NVIDIA L40S', 'dra': {'memory': '8Gi'}}",
+        )
+    try:
+        amount = parse_quantity(memory) if isinstance(memory, str) else None
+    except QuantityError:
+        amount = None
+    if amount is None or amount < MIB or amount % MIB:
+        raise entry.fail(
+            "dra", f"['memory'] must be a quantity of whole MiB, at least 1Mi (NVIDIA's driver takes 1Mi steps), e.g. '8Gi', got {memory!r}"
+        )
+    return {dn.CAP_MEMORY: memory}
+
+
+def with_effects(tolerations: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Each device toleration without an effect as two, one per effect (NoSchedule, NoExecute):
+    what an admin means by it, and what keeps a pod on a NoExecute-tainted device it tolerates
+    (kube-controller-manager's device taint eviction counts only tolerations of effect NoExecute;
+    :func:`gpuspawner.dra.capacity.blocked`)."""
+    out: list[dict[str, Any]] = []
+    for t in tolerations:
+        out.extend([dict(t)] if t.get("effect") else [{**t, "effect": effect} for effect in ("NoSchedule", "NoExecute")])
+    return tuple(out)
+
+
+def _device_tolerations(entry: Entry, value: Any) -> tuple[dict[str, Any], ...]:
+    """``dra.tolerations``: the claim's device tolerations (a tainted device is allocated only to a claim that tolerates it)."""
+    ok = isinstance(value, (list, tuple)) and all(
+        isinstance(t, Mapping)
+        and set(t) <= _DEVICE_TOLERATION_KEYS
+        and t.get("operator", "Equal") in ("Equal", "Exists")
+        and t.get("effect", "") in ("", "NoSchedule", "NoExecute")
+        and (t.get("key") or t.get("operator") == "Exists")
+        and not (t.get("operator") == "Exists" and t.get("value"))
+        for t in value
+    )
+    if not ok:
+        raise entry.fail(
+            "dra",
+            f"['tolerations'] must be a list of device tolerations (keys {sorted(_DEVICE_TOLERATION_KEYS)}, operator Equal or "
+            f"Exists, effect NoSchedule or NoExecute or none; no key only with Exists), e.g. "
+            f"[{{'key': 'gpu.nvidia.com/maintenance', 'operator': 'Exists', 'effect': 'NoSchedule'}}], got {value!r}",
+        )
+    return with_effects(value)  # one per effect: a toleration without one would not keep the pod on a NoExecute-tainted device
 
 
 def _quoted(value: str) -> str:
@@ -472,6 +535,9 @@ def _placement(
         except ValueError:
             raise entry.fail("isolation", f"must be one of {[i.value for i in Isolation]}, got {isolation_value!r}") from None
     claim = dra_claim(entry, kind, product) if "dra" in raw else None
+    if claim is not None and claim.capacity:  # a GPU-memory share: the amount, not 1/replicas
+        fields.update(sharing="memory", replicas=None, memory_mib=int(parse_quantity(claim.capacity[dn.CAP_MEMORY]) // MIB))
+        fields["compute_share"] = "shared with the other users of the GPU"
     if claim is not None:
         for name in ("resources", "node_selector", "absent_labels"):
             if raw.get(name):

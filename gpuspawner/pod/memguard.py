@@ -149,6 +149,8 @@ def gpu_memory_mib(offering: Offering) -> int | None:
     memory = offering.memory_mib
     if memory is None:
         return None
+    if offering.kind is Kind.SHARED and offering.sharing == "memory":
+        return offering.device_memory_mib  # memory_mib is the share of it the claim asked for
     if offering.kind is Kind.SHARED and offering.sharing == "mps":
         return memory * offering.replicas if offering.replicas else None  # memory_mib is one client's
     if offering.kind is Kind.CUSTOM:
@@ -162,7 +164,8 @@ def guard_for(offering: Offering, defaults: GuardDefaults) -> Guard | None:
     The cap is the admin's fraction (``memory_guard.fraction``, per process, as given), else
     the share's: a time-sliced or MPS share of 1/replicas is cut for :data:`PROCESSES`
     processes, each leaving :data:`CONTEXT_MIB` for its CUDA context where the GPU's memory
-    is known (a quarter of a 16 GB T4: 4096 MiB, 2048 per process, a cap of 1536). A MIG
+    is known (a quarter of a 16 GB T4: 4096 MiB, 2048 per process, a cap of 1536); a GPU-memory
+    share (a DRA claim's ``capacity.requests.memory``) is cut the same way from its amount. A MIG
     slice or whole GPU has no share to keep to; guarded, it gets no up-front grab and no cap
     unless the admin sets a fraction. A custom offering's share is the site's business: its
     cap is the admin's fraction, or ``memory_mib`` of the GPU where the admin gives both.
@@ -177,12 +180,15 @@ def guard_for(offering: Offering, defaults: GuardDefaults) -> Guard | None:
     fraction = _floor(setting.fraction) if setting.fraction is not None else None
     cap_mib = int(gpu_mib * fraction) if gpu_mib and fraction else None
     process_mib = None
-    if fraction is None and offering.kind is Kind.SHARED and offering.replicas:
-        if gpu_mib:
-            process_mib = gpu_mib // offering.replicas // PROCESSES
+    # A memory share's amount is what its claim asked for (nothing on the GPU enforces it); a time-sliced or MPS share's is 1/replicas.
+    memory_share = offering.kind is Kind.SHARED and offering.sharing == "memory"
+    share_mib = offering.memory_mib if memory_share else gpu_mib // offering.replicas if gpu_mib and offering.replicas else None
+    if fraction is None and offering.kind is Kind.SHARED and (offering.replicas or memory_share):
+        if gpu_mib and share_mib:
+            process_mib = share_mib // PROCESSES
             cap_mib = max(process_mib - CONTEXT_MIB, process_mib // 2)
             fraction = _floor(cap_mib / gpu_mib)
-        else:  # the GPU's size unknown: no room can be kept for the contexts
+        elif offering.replicas:  # the GPU's size unknown: no room can be kept for the contexts
             fraction = _floor(1 / (offering.replicas * PROCESSES))
     if offering.kind is Kind.CUSTOM and fraction and offering.memory_mib:
         cap_mib = offering.memory_mib
