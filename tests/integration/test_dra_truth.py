@@ -91,3 +91,27 @@ def test_plain_gpu_offerings_count_mapped_dra_gpus_as_the_real_scheduler_allocat
     results = run_dratruth(tmp_path, EXTRES_SEEDS, "--kind", "extres")
     plain = [r for r in results if r["slug"] in ("h100-plain", "any-gpu-plain")]
     assert len(plain) == len(_seeds(EXTRES_SEEDS)) and sum(r["predicted"] for r in plain) > 0
+
+
+SHARES_SEEDS = os.environ.get("GPUSPAWNER_DRA_SHARES_SEEDS", "0-3")
+
+
+def test_the_ci_states_cover_each_sharing_mode_rounding_and_each_taint_effect():
+    from gpuspawner.devcluster.dratruth_shares import draw_capacity, draw_taints
+
+    capacity = [draw_capacity(s) for s in _seeds(SHARES_SEEDS)]
+    modes = {n.shares for s in capacity for n in s.nodes}
+    assert {"memory", ""} <= modes and modes & {"unlimited", "2", "3", "4", "7"}
+    assert any(h.memory and not h.memory.endswith("Mi") for s in capacity for h in s.held)  # bytes the allocator rounds up
+    taints = [draw_taints(s) for s in _seeds(SHARES_SEEDS)]
+    effects = {t["effect"] for s in taints for n in s.nodes for ts in n.taints.values() for t in ts}
+    assert effects == {"NoSchedule", "NoExecute", "None"} and all(s.variants for s in taints)
+
+
+@pytest.mark.k8s("1.36", "consumable capacity and device taints (DRAConsumableCapacity, DRADeviceTaints)")
+@pytest.mark.parametrize("kind", ["capacity", "taints"])
+def test_share_and_taint_free_counts_equal_what_the_real_scheduler_allocates(tmp_path, kind):
+    """``--kind capacity|taints``: GPU-memory shares, and tainted devices with claims that tolerate them
+    (the device taint eviction included); ``make dra-truth`` checks 100 states of each."""
+    results = run_dratruth(tmp_path, SHARES_SEEDS, "--kind", kind)
+    assert len(results) >= 8 and sum(r["predicted"] for r in results) > 0
