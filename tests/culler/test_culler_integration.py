@@ -141,10 +141,19 @@ async def env(tmp_path_factory):
 
 # -- helpers -------------------------------------------------------------------------
 async def ensure_running(e: Env, user: str) -> dict:
+    """The user's server, started again if an earlier test's cull stopped it. A stop the hub
+    still has pending (a loaded machine takes a while to end a notebook process; JupyterHub
+    answers a start then with 400 "pending stop") is waited out first."""
     name = NAMED.get(user, "")
-    s = await e.hub.server(user, name)
-    if s and s.get("ready"):
-        return s
+    for _ in range(240):
+        s = await e.hub.server(user, name)
+        if s and s.get("ready"):
+            return s
+        if not (s and s.get("pending") == "stop"):
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise AssertionError(f"{user}'s server was still stopping after 120 s")
     opts = {"offering": OFFERING[user]} if OFFERING[user] else {}
     return await e.hub.spawn(user, opts, name=name)
 
