@@ -68,10 +68,16 @@ def _needs_k8s(request) -> None:
     marker = request.node.get_closest_marker("k8s")
     if marker is None:
         return
-    need, feature = marker.args
-    have = request.getfixturevalue("k8s_release")
+    reason = too_old(request.getfixturevalue("k8s_release"), *marker.args)
+    if reason:
+        pytest.skip(reason)
+
+
+def too_old(have: tuple[int, int], need: str, feature: str) -> str | None:
+    """Why a test of ``feature``, which needs release ``need``, cannot run on a server of release ``have``; None if it can."""
     if have < tuple(int(part) for part in need.split(".")):
-        pytest.skip(f"{feature} needs Kubernetes {need} or newer; this devcluster runs {have[0]}.{have[1]}")
+        return f"{feature} needs Kubernetes {need} or newer; this devcluster runs {have[0]}.{have[1]}"
+    return None
 
 
 @pytest.fixture(scope="module")

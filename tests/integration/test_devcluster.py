@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 
-import pytest
-
 from gpuspawner.core.model import DEFAULT_GPU_TOLERATION
 from gpuspawner.devcluster import build
 from tests.conftest import wait_for
@@ -62,9 +60,15 @@ def test_server_reports_its_real_version(kube):
     assert version["major"] == "1" and version["minor"] == build.K8S_VERSION.split(".")[1]
 
 
-@pytest.mark.k8s("1.999", "a feature of no release yet")
-def test_a_test_of_a_newer_release_skips_on_an_older_server():
-    pytest.fail("the k8s marker ran a test that needs a newer release than the server's")
+def test_the_k8s_marker_skips_a_test_only_on_a_server_older_than_it_needs(k8s_release):
+    from tests.conftest import too_old
+
+    major, minor = k8s_release
+    assert too_old(k8s_release, f"{major}.{minor + 1}", "a newer feature") == (
+        f"a newer feature needs Kubernetes {major}.{minor + 1} or newer; this devcluster runs {major}.{minor}"
+    )
+    assert too_old(k8s_release, f"{major}.{minor}", "this release's feature") is None
+    assert too_old(k8s_release, "1.34", "DRA") is None
 
 
 def test_mig_slice_schedules_then_second_is_refused_by_the_scheduler(kube, namespace):
