@@ -62,24 +62,26 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench test-oldest-k8s clean
+.PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench scale capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench test-oldest-k8s clean
 
 # `make test` runs three pytest processes side by side, each with a devcluster of its own (each
 # claims its own ports and loopback pod network): the stories (tests/e2e, tests/browser: each
-# module starts a whole demo hub and mostly waits on it), the tests on the real Kueue
-# (tests/kueue: Kueue's webhooks take every pod of a cluster; mostly waiting on Kueue, at a
-# lower CPU priority), and the rest. One machine's CPUs are then busy instead of idle while
-# hubs start. The stories' and Kueue's output follow the main run's; any failing fails the run.
+# module starts a whole demo hub and mostly waits on it), the tests on the real Kueue and the
+# scale benchmark at its small fixed size (tests/kueue, tests/scale: mostly waiting on Kueue or
+# on storms of spawns, at a lower CPU priority), and the rest. One machine's CPUs are then busy
+# instead of idle while hubs start. The stories' and the others' output follow the main run's;
+# any failing fails the run.
 STORIES := tests/e2e tests/browser
+APART := tests/kueue tests/scale
 test: install devcluster-build lint precommit
 	$(VENV)/bin/gpuspawner devcluster build --kueue
 	@logs=$$(mktemp -d); \
-	GPUSPAWNER_KUEUE_TESTS=1 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/kueue >$$logs/kueue 2>&1 & kueue=$$!; \
+	GPUSPAWNER_KUEUE_TESTS=1 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider --durations=10 $(APART) >$$logs/kueue 2>&1 & kueue=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(STORIES) >$$logs/stories 2>&1 & stories=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(foreach d,$(STORIES),--ignore=$(d)); main=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(foreach d,$(STORIES) $(APART),--ignore=$(d)); main=$$?; \
 	wait $$stories; stories_status=$$?; wait $$kueue; kueue_status=$$?; \
 	echo "---- $(STORIES) (whole demo hubs) ----"; cat $$logs/stories; \
-	echo "---- tests/kueue (the real Kueue) ----"; cat $$logs/kueue; rm -rf $$logs; \
+	echo "---- $(APART) (the real Kueue; the scale benchmark, small) ----"; cat $$logs/kueue; rm -rf $$logs; \
 	test $$main -eq 0 && test $$stories_status -eq 0 && test $$kueue_status -eq 0
 
 # The pre-commit hooks that `make lint` does not already run (end of files, whitespace, YAML,
@@ -131,6 +133,15 @@ demo: install devcluster-build
 
 bench: install devcluster-build
 	$(PY) -m bench
+
+# Issue 30's storm: 1,000 GPU nodes, 20,000 other pods, 3,000 users, 600 spawns in 60 s, on
+# GPUSpawner and plain KubeSpawner side by side; then the same storm with the hub and the API
+# server restarted in it; then the culler's cycle at 3,000 servers next to jupyterhub-idle-culler's.
+# About 25 minutes on 2 cores. SCALE_ARGS for other sizes (python -m bench.scale --help).
+scale: install devcluster-build
+	$(PY) -m bench.scale $(SCALE_ARGS)
+	$(PY) -m bench.scale --faults $(SCALE_ARGS)
+	$(PY) -m bench.culler_bench --servers $(or $(CULLER_SERVERS),3000)
 
 capacity-truth: install devcluster-build
 	$(PY) -m gpuspawner.devcluster.truth --states $(STATES) --quiet

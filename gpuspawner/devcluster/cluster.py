@@ -9,6 +9,8 @@ groups), so it is safe on a shared machine.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -81,9 +83,34 @@ def aggregation_args(pki: Path) -> list[str]:
 class DevCluster:
     """One local control plane in ``directory``."""
 
-    def __init__(self, directory: Path | None = None):
+    def __init__(self, directory: Path | None = None, audited_clients: Iterable[str] = ()):
+        """``audited_clients``: names of extra admin identities (each gets its own token,
+        :meth:`client_kubeconfig`) whose every request the API server writes to its audit log
+        (``logs/audit.log``, JSON lines at the Metadata level; nobody else's): a benchmark counts one
+        client's requests from the server's own record."""
         self.directory = Path(directory or os.environ.get("GPUSPAWNER_DEVCLUSTER_DIR") or default_dir())
         self.state = ClusterState.load(self.directory)
+        self.audited_clients = tuple(audited_clients)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.directory / "logs" / "audit.log"
+
+    def client_token(self, name: str) -> str:
+        """The bearer token of the audited client ``name`` (derived from the cluster's own token)."""
+        if name not in self.audited_clients:
+            raise DevClusterError(f"{name!r} is not one of this cluster's audited clients {list(self.audited_clients)}")
+        state = self._require_state()
+        return hashlib.sha256(f"{state.token}:{name}".encode()).hexdigest()[:48]
+
+    def client_kubeconfig(self, name: str) -> Path:
+        """A kubeconfig that speaks to this cluster as the audited client ``name``."""
+        state = self._require_state()
+        path = self.directory / f"kubeconfig-{name}"
+        text = json.loads(kubeconfig_text(state, self.directory / "pki" / "ca.crt"))
+        text["users"][0]["user"]["token"] = self.client_token(name)
+        path.write_text(json.dumps(text, indent=2))
+        return path
 
     # ------------------------------------------------------------------ queries
 
@@ -173,7 +200,17 @@ class DevCluster:
         pki = write_certificates(self.directory / "pki")
         if aggregation:
             write_front_proxy_certificates(pki)
-        (self.directory / "tokens.csv").write_text(f'{state.token},gpuspawner-admin,gpuspawner-admin,"system:masters"\n')
+        tokens = [f'{state.token},gpuspawner-admin,gpuspawner-admin,"system:masters"']
+        tokens += [f'{self.client_token(name)},{name},{name},"system:masters"' for name in self.audited_clients]
+        (self.directory / "tokens.csv").write_text("\n".join(tokens) + "\n")
+        if self.audited_clients:
+            policy = {
+                "apiVersion": "audit.k8s.io/v1",
+                "kind": "Policy",
+                "omitStages": ["RequestReceived", "ResponseStarted"],
+                "rules": [{"level": "Metadata", "users": list(self.audited_clients)}, {"level": "None"}],
+            }
+            (self.directory / "audit-policy.json").write_text(json.dumps(policy))
         self.kubeconfig.write_text(kubeconfig_text(state, pki / "ca.crt"))
         state.save()
         try:
@@ -350,6 +387,17 @@ class DevCluster:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16",
             "--enable-priority-and-fairness=false",
+            *(
+                [
+                    f"--audit-policy-file={self.directory / 'audit-policy.json'}",
+                    f"--audit-log-path={self.audit_log}",
+                    "--audit-log-format=json",
+                    "--audit-log-maxbackup=0",
+                    "--audit-log-maxsize=0",
+                ]
+                if self.audited_clients
+                else []
+            ),
             "--profiling=false",
             "--v=1",
         ]
