@@ -3,8 +3,9 @@ launcher the tests (tests/culler, tests/api, tests/compat, tests/notebook_ext), 
 (bench/culler_bench.py) and the demo (gpuspawner/tools/demo.py) start their hubs with.
 
 :class:`HubProcess` is the process: ports, the settings every such hub shares
-(:meth:`HubProcess.base_config`), its log, start and stop (its proxy too, no process left
-behind). :class:`Hub` is the culler's hub on top of it (an admin service, an asyncio client).
+(:meth:`HubProcess.base_config`), its log, start and stop (with every process it started: its
+proxy, its servers, its managed services; no process left behind). :class:`Hub` is the
+culler's hub on top of it (an admin service, an asyncio client).
 
 It runs from a clone of the repository only (configurable-http-proxy comes from the
 repository's ``node_modules``, the example culler config from ``hub_config/``), so it is
@@ -111,8 +112,8 @@ def end_processes(processes: Iterable[tuple[int, int]], grace: float = 5) -> Non
 
 
 class HubProcess:
-    """One JupyterHub process (its own session: it and its proxy are signalled together),
-    started in ``tmp`` with its log in ``log_path``; ``port`` is the proxy's public port."""
+    """One JupyterHub process, in a session of its own (its proxy, servers and managed services
+    each run in theirs), started in ``tmp`` with its log in ``log_path``; ``port`` is the proxy's public port."""
 
     def __init__(
         self,
