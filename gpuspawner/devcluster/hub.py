@@ -3,8 +3,9 @@ launcher the tests (tests/culler, tests/api, tests/compat, tests/notebook_ext), 
 (bench/culler_bench.py) and the demo (gpuspawner/tools/demo.py) start their hubs with.
 
 :class:`HubProcess` is the process: ports, the settings every such hub shares
-(:meth:`HubProcess.base_config`), its log, start and stop (its proxy too, no process left
-behind). :class:`Hub` is the culler's hub on top of it (an admin service, an asyncio client).
+(:meth:`HubProcess.base_config`), its log, start and stop (with every process it started: its
+proxy, its servers, its managed services; no process left behind). :class:`Hub` is the
+culler's hub on top of it (an admin service, an asyncio client).
 
 It runs from a clone of the repository only (configurable-http-proxy comes from the
 repository's ``node_modules``, the example culler config from ``hub_config/``), so it is
@@ -22,7 +23,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -61,9 +62,58 @@ def end_proxy(pid_file: Path) -> None:
     end_process(pid)
 
 
+def process_stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of a live process, from /proc/PID/stat; None
+    for one that is gone or a zombie (dead, waiting for its parent to read its exit)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # the name may hold ')'
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every live process below ``pid``, as (pid, start time): the start time tells a
+    process from a later one that got the same pid."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in Path("/proc").iterdir():
+        stat = process_stat(int(entry.name)) if entry.name.isdigit() else None
+        if stat is not None:
+            children.setdefault(stat[0], []).append((int(entry.name), stat[1]))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        found.append(child)
+        todo.extend(children.get(child[0], []))
+    return found
+
+
+def alive(processes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Those of ``processes`` (pid, start time) still running: the same pid and start time."""
+    return [(pid, started) for pid, started in processes if (process_stat(pid) or (0, None))[1] == started]
+
+
+def end_processes(processes: Iterable[tuple[int, int]], grace: float = 5) -> None:
+    """End every one of ``processes`` (pid, start time) still running: SIGTERM to all at
+    once, SIGKILL to those left after ``grace`` seconds. A pid that now names another
+    process (another start time) is left alone."""
+    left = alive(processes)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid, _ in left:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while (left := alive(left)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not left:
+            return
+
+
 class HubProcess:
-    """One JupyterHub process (its own session: it and its proxy are signalled together),
-    started in ``tmp`` with its log in ``log_path``; ``port`` is the proxy's public port."""
+    """One JupyterHub process, in a session of its own (its proxy, servers and managed services
+    each run in theirs), started in ``tmp`` with its log in ``log_path``; ``port`` is the proxy's public port."""
 
     def __init__(
         self,
@@ -135,28 +185,49 @@ class HubProcess:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"the hub exited with {self.proc.returncode}:\n{self.log_tail()}")
 
+    def processes(self) -> list[tuple[int, int]]:
+        """The hub's live descendants, as (pid, start time): its proxy, its servers (a
+        LocalProcessSpawner's each in a session of its own), its managed services, and
+        whatever they started (kernels). Empty once the hub is gone: its orphans belong
+        to init then, so note them while it runs."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        return descendants(self.proc.pid)
+
+    def _ending(self, started: set[tuple[int, int]], timeout: float) -> Iterator[None]:
+        """SIGTERM to the hub's session, SIGKILL after ``timeout``; it yields whenever the
+        caller is to wait 0.2 s, and adds to ``started`` every process below the hub meanwhile."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        started.update(self.processes())  # before the signal: the hub's cleanup orphans them
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            started.update(self.processes())  # any started meanwhile
+            yield
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
     def end(self, timeout: float = 30) -> None:
-        """SIGTERM to the hub's session (it stops its proxy), SIGKILL after ``timeout``; then the proxy, if left."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        """End the hub and every process it started. SIGTERM to the hub's session: the hub
+        stops its managed services, its servers (``cleanup_servers``) and its proxy, each in
+        a session of its own that a signal to the hub's misses; SIGKILL after ``timeout``.
+        Then every process noted below the hub while it ran that is still running (the hub
+        was killed, or its cleanup gave up on one), and the proxy, if left."""
+        started: set[tuple[int, int]] = set()
+        for _ in self._ending(started, timeout):
+            time.sleep(0.2)
+        end_processes(started)
         end_proxy(self.proxy_pid_file)
 
-    async def end_async(self, timeout: float = 20) -> None:
+    async def end_async(self, timeout: float = 30) -> None:
         """:meth:`end`, waiting without blocking the event loop (its servers may run on it)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while self.proc.poll() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.2)
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        end_proxy(self.proxy_pid_file)
+        started: set[tuple[int, int]] = set()
+        for _ in self._ending(started, timeout):
+            await asyncio.sleep(0.2)
+        await asyncio.to_thread(end_processes, started)
+        await asyncio.to_thread(end_proxy, self.proxy_pid_file)
 
     def log_text(self) -> str:
         try:
@@ -217,15 +288,19 @@ class Hub(HubProcess):
         env["PYTHONPATH"] = str(REPO)
         self.launch(self.config_text(), env, debug=self.debug)
         deadline = time.monotonic() + timeout
-        while True:
-            self.check_running()
-            try:
-                await self.api("GET", "/")
-                return
-            except (OSError, HTTPClientError) as e:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"hub did not come up:\n{self.log_tail()}") from e
-                await asyncio.sleep(0.5)
+        try:
+            while True:
+                self.check_running()
+                try:
+                    await self.api("GET", "/")
+                    return
+                except (OSError, HTTPClientError) as e:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"hub did not come up:\n{self.log_tail()}") from e
+                    await asyncio.sleep(0.5)
+        except BaseException:  # a hub that never came up is ended here: its caller has no hub to stop
+            await self.end_async()
+            raise
 
     async def stop(self) -> None:
         await self.end_async()

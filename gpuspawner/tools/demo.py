@@ -42,7 +42,7 @@ from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
 from gpuspawner.devcluster.fakedcgm import SimulatedDCGM
-from gpuspawner.devcluster.hub import HubProcess, end_process
+from gpuspawner.devcluster.hub import HubProcess
 from gpuspawner.devcluster.podrunner import PodRunner
 from gpuspawner.devcluster.ports import free_port
 from gpuspawner.devcluster.prometheus import RULES_FILE, Prometheus, ScrapeJob
@@ -168,7 +168,9 @@ def running_demo(
         log_file = state / "jupyterhub.log"
         hub_process = HubProcess(state, port, hub_port, proxy_api_port, log_path=log_file)  # its config: CONFIG, from env
         hub = hub_process.launch(CONFIG, env)
-        stack.callback(_end_hub, hub_process, hub)
+        # the hub, its proxy, its managed services (the culler): every process it started, even
+        # one in a session of its own that the hub does not stop on its way out
+        stack.callback(hub_process.end, timeout=30)
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/hub/health", 90, hub, log_file)
         yield Demo(
@@ -182,19 +184,6 @@ def running_demo(
             prometheus=prometheus,
             kueue=kueue_demo,
         )
-
-
-def _end_hub(hub_process: HubProcess, hub: subprocess.Popen) -> None:
-    """Stop the demo's hub, its proxy and its managed services (the culler)."""
-    managed: list[tuple[int, int]] = []
-    if hub.poll() is None:
-        # The hub's managed services and its proxy run in sessions of their own: note them
-        # now, so that each is ended even if the hub does not stop it on its way out.
-        managed = descendants(hub.pid)
-    hub_process.end(timeout=30)  # the hub stops the proxy and its services; the proxy if left
-    for pid, started in managed:
-        if (process_stat(pid) or (0, None))[1] == started:  # still the same process
-            end_process(pid)
 
 
 #: a JupyterHub access-log line for a request that went well ("[I ... JupyterHub log:192] 200 GET ...")
@@ -218,32 +207,6 @@ def follow(path: Path, stop: threading.Event, start: int, show=print) -> None:
                 stop.wait(0.3)
             elif console_line(line):
                 show(line.rstrip("\n"), flush=True)
-
-
-def process_stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) of a live process, from /proc/PID/stat; None
-    for one that is gone or a zombie (dead, waiting for its parent to read its exit)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # the name may hold ')'
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
-
-
-def descendants(pid: int) -> list[tuple[int, int]]:
-    """Every live process below ``pid``, as (pid, start time): the start time tells a
-    process from a later one that got the same pid."""
-    children: dict[int, list[tuple[int, int]]] = {}
-    for entry in Path("/proc").iterdir():
-        stat = process_stat(int(entry.name)) if entry.name.isdigit() else None
-        if stat is not None:
-            children.setdefault(stat[0], []).append((int(entry.name), stat[1]))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        child = todo.pop(0)
-        found.append(child)
-        todo.extend(children.get(child[0], []))
-    return found
 
 
 def main(argv: list[str] | None = None) -> int:

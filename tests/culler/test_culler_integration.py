@@ -122,16 +122,16 @@ async def env(tmp_path_factory):
     metrics_port = free_port()
     extra = f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {metrics_port}\nUNREACHABLE_PORT = {free_port()}\n" + SPAWNER
     e.hub = Hub(tmp_path_factory.mktemp("hub"), extra)
-    await e.hub.start()
-    # Prometheus scrapes the hub's /hub/metrics and the managed culler's /metrics too
-    e.prom.prom.add_job(ScrapeJob("jupyterhub", [f"127.0.0.1:{e.hub.hub_port}"], metrics_path="/hub/metrics"))
-    e.prom.prom.add_job(ScrapeJob("gpu-culler", [f"127.0.0.1:{metrics_port}"]))
     e.faulty = FaultyProxy(f"http://127.0.0.1:{e.hub.hub_port}")
-    e.faulty.start()
-    await e.hub.create_users(list(OFFERING))
-    await join_gpu_users(e.hub, list(OFFERING))
-    await asyncio.gather(*(ensure_running(e, u) for u in OFFERING))
-    try:
+    try:  # whatever fails on the way, nothing started is left running
+        await e.hub.start()
+        # Prometheus scrapes the hub's /hub/metrics and the managed culler's /metrics too
+        e.prom.prom.add_job(ScrapeJob("jupyterhub", [f"127.0.0.1:{e.hub.hub_port}"], metrics_path="/hub/metrics"))
+        e.prom.prom.add_job(ScrapeJob("gpu-culler", [f"127.0.0.1:{metrics_port}"]))
+        e.faulty.start()
+        await e.hub.create_users(list(OFFERING))
+        await join_gpu_users(e.hub, list(OFFERING))
+        await asyncio.gather(*(ensure_running(e, u) for u in OFFERING))
         yield e
     finally:
         e.faulty.stop()

@@ -126,12 +126,12 @@ async def env(tmp_path_factory):
         + SPAWNER
     )
     e.hub = Hub(tmp_path_factory.mktemp("hub"), extra)
-    await e.hub.start()
-    await e.hub.create_users(list(SERVERS))
-    await join_gpu_users(e.hub, list(SERVERS))
-    await asyncio.gather(*(e.hub.spawn(u, {"offering": o}) for u, o in SERVERS.items()))
-    e.tokens = {u: (await e.hub.api("POST", f"/users/{u}/tokens", {}))["token"] for u in SERVERS}
-    try:
+    try:  # whatever fails on the way, nothing started is left running
+        await e.hub.start()
+        await e.hub.create_users(list(SERVERS))
+        await join_gpu_users(e.hub, list(SERVERS))
+        await asyncio.gather(*(e.hub.spawn(u, {"offering": o}) for u, o in SERVERS.items()))
+        e.tokens = {u: (await e.hub.api("POST", f"/users/{u}/tokens", {}))["token"] for u in SERVERS}
         yield e
     finally:
         for sock in e.api_sockets:

@@ -88,8 +88,8 @@ async def env(tmp_path_factory):
         e.prom = await asyncio.to_thread(Telemetry(tmp / "telemetry").start)
         extra = f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {free_port()}\nUNREACHABLE_PORT = {free_port()}\n" + SPAWNER
         e.hub = Hub(tmp / "hub", extra)
-        await e.hub.start()
-        try:
+        try:  # whatever fails on the way, nothing started is left running
+            await e.hub.start()
             await e.hub.create_users(list(USERS))
             await join_gpu_users(e.hub, list(USERS))
             await asyncio.gather(*(e.hub.spawn(u, {"offering": "t4-shared"}) for u in USERS))

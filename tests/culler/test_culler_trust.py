@@ -121,11 +121,11 @@ async def env(tmp_path_factory):
     jupyter_dir = home(e, "eve") / ".jupyter"
     jupyter_dir.mkdir(parents=True)
     (jupyter_dir / "jupyter_server_config.py").write_text(SNOOP_CONFIG)
-    await e.hub.start()
-    await e.hub.create_users(list(SERVERS))
-    await join_gpu_users(e.hub, list(SERVERS))
-    await asyncio.gather(*(ensure_running(e, u) for u in SERVERS))
-    try:
+    try:  # whatever fails on the way, nothing started is left running
+        await e.hub.start()
+        await e.hub.create_users(list(SERVERS))
+        await join_gpu_users(e.hub, list(SERVERS))
+        await asyncio.gather(*(ensure_running(e, u) for u in SERVERS))
         yield e
     finally:
         await e.hub.stop()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuspawner.devcluster.hub import descendants, process_stat
 from gpuspawner.devcluster.ports import free_port
-from gpuspawner.tools.demo import descendants, process_stat
 
 pytestmark = pytest.mark.cluster
 
