@@ -131,10 +131,18 @@ class Churn:
     times a second, until :meth:`stop`."""
 
     def __init__(
-        self, state: ClusterState, standing: list[tuple[str, str]], rate: float, gpu_resources: list[str], gpu_class: str, seed: int = 31
+        self,
+        state: ClusterState,
+        standing: list[tuple[str, str]],
+        rate: float,
+        gpu_resources: list[str],
+        gpu_class: str,
+        gpu_cap: int,
+        seed: int = 31,
     ):
-        self.state, self.rate, self.gpu_resources, self.gpu_class = state, rate, gpu_resources, gpu_class
+        self.state, self.rate, self.gpu_resources, self.gpu_class, self.gpu_cap = state, rate, gpu_resources, gpu_class, gpu_cap
         self.pods = collections.deque(standing)
+        self.gpu_pods: collections.deque[tuple[str, str]] = collections.deque()  # at most gpu_cap: the oldest goes first
         self.rng = random.Random(seed)
         self.created = self.deleted = self.errors = 0
         self._stop = threading.Event()
