@@ -54,7 +54,7 @@ class PageLoads:
 
 def form_error(page: str) -> str:
     """The refusal a re-rendered spawn form shows (JupyterHub's error block, or our card's)."""
-    match = re.search(r'class="[^"]*(?:spawn-error-msg|alert-danger|gs-refusal)[^"]*"[^>]*>(.*?)</', page, re.S)
+    match = re.search(r'class="[^"]*(?:spawn-error-msg|alert-danger|gs-refusal)[^"]*"[^>]*>(.*?)</(?:p|div)>', page, re.S)
     text = match.group(1) if match else page[:200]
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())[:300]
 

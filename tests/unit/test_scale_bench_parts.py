@@ -1,0 +1,78 @@
+"""The scale benchmark's own bookkeeping (bench/scale): what it counts and what --check fails on."""
+
+from __future__ import annotations
+
+import json
+
+from bench.scale.__main__ import Audit, mix, problems
+from bench.scale.hubs import HUB_CLIENT, Choice, choices
+from bench.scale.storm import form_error, from_the_proxy, parse_free
+from gpuspawner.devcluster.nodes import many_nodes, node_classes
+
+
+def test_the_mix_is_half_api_half_form_and_never_asks_more_gpus_than_an_offering_has():
+    options = [
+        Choice("cpu", "cpu", {}, {}, "cpu"),
+        Choice("a", "gpu", {}, {}, "a", units=4),
+        Choice("b", "gpu", {}, {}, "b", units=100),
+        Choice("no", "refuse", {}, {}, "no"),
+    ]
+    plan = mix(400, options, seed=1, held={"b": 70})
+    assert sum(1 for channel, _ in plan if channel == "api") == 200
+    taken = {name: sum(1 for _, c in plan if c.name == name) for name in "ab"}
+    assert taken == {"a": 3, "b": 5}  # three quarters of 4; three quarters of 100 less the 70 held
+    assert 0.1 < sum(1 for _, c in plan if c.kind == "refuse") / 400 < 0.2
+
+
+def test_the_profile_list_has_a_profile_for_every_choice_with_the_offerings_limits():
+    gpu = [c for c in node_classes() if c["x-gpuspawner-class"] != "cpu"]
+    options, profiles = choices(list(many_nodes(len(gpu), gpu)))
+    slugs = {p["slug"] for p in profiles}
+    assert {c.kube_profile for c in options} <= slugs
+    h100 = next(p for p in profiles if p["slug"] == "gpu-nvidia-h100-80gb-hbm3")["kubespawner_override"]
+    assert h100["extra_resource_limits"] == {"nvidia.com/gpu": "1"} and h100["tolerations"]
+    assert next(c for c in options if c.name == "gpu-nvidia-h100-80gb-hbm3").units == 8
+
+
+def test_the_audit_counts_only_the_hubs_requests_between_two_marks(tmp_path):
+    log = tmp_path / "audit.log"
+    events = [
+        {"user": {"username": HUB_CLIENT}, "verb": "create", "objectRef": {"resource": "pods"}},
+        {"user": {"username": "gpuspawner-admin"}, "verb": "create", "objectRef": {"resource": "pods"}},
+    ]
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    audit = Audit(log)
+    mark = audit.mark()
+    with log.open("a") as f:
+        for e in [*events, {"user": {"username": HUB_CLIENT}, "verb": "watch", "objectRef": {"resource": "pods"}}]:
+            f.write(json.dumps(e) + "\n")
+        f.write(
+            json.dumps({"user": {"username": HUB_CLIENT}, "verb": "get", "objectRef": {"resource": "pods", "subresource": "log"}}) + "\n"
+        )
+    assert audit.between(mark, audit.mark()) == {"create pods": 1, "watch pods": 1, "get pods/log": 1}
+
+
+def test_check_fails_on_a_lost_spawn_a_wrong_count_and_an_unserved_fitting_request():
+    ok = {"spawner": "gpu", "stuck": [], "outcomes": {"gpu:ready": 3, "refuse:refused": 1}, "recount": [], "lag_misses": []}
+    assert problems([ok]) == []
+    assert problems([{**ok, "outcomes": {"gpu:lost": 1}}])
+    assert problems([{**ok, "outcomes": {"gpu:refused": 1}}])
+    assert problems([{**ok, "outcomes": {"gpu:refused": 1}}], faults=True) == []  # stopped with words, in a restart
+    assert problems([{**ok, "recount": ["x: the hub says 1, a recount 2"]}])
+    assert problems([{**ok, "stuck": ["u1: pending spawn"]}])
+    assert problems([{**ok, "spawner": "kube", "outcomes": {"gpu:failed": 1}}]) == []  # KubeSpawner's own timeouts are its figures
+
+
+def test_the_proxys_own_error_is_told_apart_from_the_hubs_answers():
+    assert from_the_proxy(503, "Service Unavailable")
+    assert from_the_proxy(404, "")
+    assert not from_the_proxy(503, {"status": 503, "message": "The GPU cluster cannot be reached"})
+    assert not from_the_proxy(404, "<html><title>JupyterHub</title>404</html>")
+    assert not from_the_proxy(409, "x")
+
+
+def test_the_hubs_words_are_read_from_its_form_and_metrics():
+    page = '<form id="spawn_form"></form><p class="spawn-error-msg text-danger">Nothing is free: <b>0</b> of 4</p>'
+    assert form_error(page) == "Nothing is free: 0 of 4"
+    text = 'gpuspawner_offering_free{kind="vgpu",offering="v100"} 3.0\ngpuspawner_offering_free{kind="mig",offering="v100-mig"} 1.0\n'
+    assert parse_free(text, "v100") == 3.0 and parse_free(text, "nope") is None
