@@ -19,7 +19,7 @@ import functools
 import importlib.resources
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
@@ -778,10 +778,13 @@ class GPUSpawner(KubeSpawner):
             await budgets.refresh(self)  # the exported budget figures stay fresh (for the culler)
         else:
             self._note_kueue_stop()
+            if lifecycle.start_was_interrupted(self):
+                self.stop_notice = lifecycle.interrupted_start_notice(self.name, datetime.now(UTC))
+                self.log.info("%s: %s", self._log_name, self.stop_notice["text"])
         return status
 
-    #: Why Kueue stopped this server, for the home page ({"time", "text"}; kept in the saved
-    #: state past the stop, until the next start).
+    #: Why Kueue (or a device taint, or a hub restart in its start) stopped this server, for the
+    #: home page ({"time", "text"}; kept in the saved state past the stop, until the next start).
     stop_notice: dict[str, str] | None = None
 
     def _note_kueue_stop(self) -> None:

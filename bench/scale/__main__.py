@@ -50,6 +50,7 @@ from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.hub import HubProcess
 from gpuspawner.devcluster.nodes import many_nodes, node_classes
 from gpuspawner.devcluster.ports import free_port
+from gpuspawner.names.vocabulary import STOP_NOTICE_KEY
 
 TICK = os.sysconf("SC_CLK_TCK")
 GPU_CLASSES = [c for c in node_classes() if c["x-gpuspawner-class"] != "cpu"]
@@ -150,7 +151,7 @@ async def probe_lag(hub: Hub, kube: churn.Conn, node: str, stop: asyncio.Event, 
                 if time.monotonic() - t0 > 15:
                     misses.append(f"{verb} {name}: the count stayed {free} (wanted {want}) for 15 s")
                     break
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.1)
         n += 1
         try:
             await asyncio.wait_for(stop.wait(), 3.0)
@@ -158,12 +159,30 @@ async def probe_lag(hub: Hub, kube: churn.Conn, node: str, stop: asyncio.Event, 
             pass
 
 
-async def recount(hub: Hub, cluster: DevCluster) -> list[str]:
-    """Every offering's free units as the hub says them, against a recount from a fresh list."""
+async def recount(hub: Hub, cluster: DevCluster, churner: churn.Churn, out: dict) -> list[str]:
+    """Every offering's free units as the hub says them, against a recount from a fresh list
+    (the churn paused meanwhile, so that both see one cluster)."""
+
+    churner.pause()
+    try:
+        return await _recount(hub, cluster, out)
+    finally:
+        churner.resume()
+
+
+async def _recount(hub: Hub, cluster: DevCluster, out: dict) -> list[str]:
     from gpuspawner.capacity.counts import availability
     from gpuspawner.capacity.index import ClusterIndex
     from gpuspawner.offerings.catalog import CatalogConfig, build_catalog
 
+    started = time.monotonic()
+    text = await hub.metrics()
+    while parse_free(text, PROBE_OFFERING) is None and time.monotonic() < started + 120:  # (back in sync after an outage)
+        await asyncio.sleep(1)
+        text = await hub.metrics()
+    out["counts_back_s"] = time.monotonic() - started
+    await asyncio.sleep(3)  # the churn's last events reach the hub
+    text = await hub.metrics()
     kube = cluster.client()
     nodes = await asyncio.to_thread(lambda: kube.request("GET", "/api/v1/nodes", timeout=120)["items"])
     pods = await asyncio.to_thread(
@@ -171,7 +190,6 @@ async def recount(hub: Hub, cluster: DevCluster) -> list[str]:
             "GET", "/api/v1/pods?fieldSelector=spec.nodeName!%3D,status.phase!%3DSucceeded,status.phase!%3DFailed", timeout=300
         )["items"]
     )
-    text = await hub.metrics()
     index = ClusterIndex()
     index.replace(nodes=nodes, pods=[])
     wrong = []
@@ -186,7 +204,15 @@ async def recount(hub: Hub, cluster: DevCluster) -> list[str]:
 
 
 async def run_one(
-    kind: str, cluster: DevCluster, options: list[Choice], profiles: list[dict], args, tmp: Path, standin_port: int, faults: bool = False
+    kind: str,
+    cluster: DevCluster,
+    churner: churn.Churn,
+    options: list[Choice],
+    profiles: list[dict],
+    args,
+    tmp: Path,
+    standin_port: int,
+    faults: bool = False,
 ) -> dict:
     """One spawner's storm; returns its figures."""
     namespace = f"jhub-{kind}"
@@ -287,7 +313,7 @@ async def run_one(
         out.update(summarise(spawners, pages, requests, lags, misses))
         out["stuck"] = await stuck_servers(hub, spawners, watch)
         if kind == "gpu":
-            out["recount"] = await recount(hub, cluster)
+            out["recount"] = await recount(hub, cluster, churner, out)
         out["faults"] = fault_log
         return out
     finally:
@@ -314,21 +340,26 @@ async def inject_faults(cluster: DevCluster, proc_hub: HubProcess, hub: Hub, arg
 
 
 async def stuck_servers(hub: Hub, spawners: list[Spawn], watch: PodWatch) -> list[str]:
-    """Every spawn user's server: running, or stopped with a reason the user was told; never
-    still pending; and no notebook pod without a running server."""
+    """Every spawn user's server: running, or stopped with a reason the user is told (the spawn's
+    own answer, or the notice the home page keeps); never still pending; and no notebook pod
+    without a running server."""
     stuck = []
     for s in spawners:
-        status, model = await hub.api("GET", f"/users/{s.user}")
+        status, model = await hub.api("GET", f"/users/{s.user}?include_stopped_servers=1")
         server = ((model or {}).get("servers") or {}).get("") if isinstance(model, dict) else None
-        if s.user in watch.pods and not (server and server.get("ready")):
+        running = bool(server and server.get("ready"))
+        if s.outcome == "stopped":  # the start was dropped without a verdict: what does the home page say?
+            notice = ((server or {}).get("state") or {}).get(STOP_NOTICE_KEY) or {}
+            s.reason = notice.get("text", "")
+        if s.user in watch.pods and not running:
             stuck.append(f"{s.user}: a pod ({watch.pods[s.user]['metadata']['name']}) and no running server")
         if s.outcome != "ready" and not s.reason:
-            stuck.append(f"{s.user}: {s.outcome} without a reason")
+            stuck.append(f"{s.user}: {s.outcome} without a reason ({s.choice.name})")
         if server and server.get("pending"):
             stuck.append(f"{s.user}: pending {server['pending']} ({s.choice.name}, {s.outcome})")
-        elif s.outcome == "ready" and not (server and server.get("ready")):
+        elif s.outcome == "ready" and not running:
             stuck.append(f"{s.user}: told ready, but the hub has no running server")
-        elif s.choice.kind == "refuse" and server:
+        elif s.choice.kind == "refuse" and running:
             stuck.append(f"{s.user}: asked for {s.choice.name}, which no node can take, and has a server")
     return stuck
 
@@ -436,7 +467,10 @@ def report(results: list[dict], args, setup: dict) -> None:
         print(f"API requests by the hub during the storm: {r['api_requests']} ({r['api_breakdown']})")
         if n == "gpu":
             print(f"inventory lag probes: {r['lag_n']}; misses: {r['lag_misses'] or 'none'}")
-            print(f"free counts against a recount from a fresh list: {'exact' if not r['recount'] else r['recount']}")
+            print(
+                f"free counts against a recount from a fresh list: {'exact' if not r['recount'] else r['recount']} "
+                f"(the hub's counts answered {r['counts_back_s']:.1f}s after the storm settled)"
+            )
         print(f"servers stuck pending, lost or wrong: {r['stuck'] or 'none'}")
         for reason in r["reasons"]:
             print(f"  told: {reason}")
@@ -455,7 +489,7 @@ def problems(results: list[dict], faults: bool = False) -> list[str]:
         lost = {k: v for k, v in r["outcomes"].items() if k.endswith(":lost")}
         if lost:
             out.append(f"{name}: spawns lost (no verdict): {lost}")
-        unserved = {k: v for k, v in r["outcomes"].items() if k in ("gpu:failed", "cpu:failed", "gpu:refused", "cpu:refused")}
+        unserved = {k: v for k, v in r["outcomes"].items() if k.split(":")[0] in ("gpu", "cpu") and k.split(":")[1] != "ready"}
         if unserved and name == "gpu" and not faults:
             out.append(f"{name}: spawns that fit were not served: {unserved}")
         if r.get("recount"):
@@ -493,7 +527,7 @@ async def main_async(args) -> int:
             kinds = ["gpu"] if args.faults else [k for k in ("kube", "gpu") if k in args.spawners]
             for kind in kinds:
                 print(f"storm on {kind}...", flush=True)
-                results.append(await run_one(kind, cluster, options, profiles, args, tmp, standin_port, faults=args.faults))
+                results.append(await run_one(kind, cluster, churner, options, profiles, args, tmp, standin_port, faults=args.faults))
             churner.stop()
             print(f"churn: {churner.created} created, {churner.deleted} deleted, {churner.errors} errors")
             report(results, args, setup)

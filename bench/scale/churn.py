@@ -146,6 +146,8 @@ class Churn:
         self.rng = random.Random(seed)
         self.created = self.deleted = self.errors = 0
         self._stop = threading.Event()
+        self._running = threading.Event()  # cleared: paused
+        self._running.set()
         self._thread = threading.Thread(target=self._run, name="churn", daemon=True)
 
     def start(self) -> None:
@@ -153,13 +155,24 @@ class Churn:
 
     def stop(self) -> None:
         self._stop.set()
+        self._running.set()
         self._thread.join(timeout=30)
+
+    def pause(self) -> None:
+        """No new churn until :meth:`resume` (a recount needs the cluster still)."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
 
     def _run(self) -> None:
         conn = Conn(self.state)
         n = 0
         next_at = time.monotonic()
         while not self._stop.is_set():
+            if not self._running.is_set():
+                self._running.wait()
+                next_at = time.monotonic()
             gpu = self.rng.choice(self.gpu_resources) if self.gpu_resources and self.gpu_cap and n % 50 == 0 else None
             queue = self.gpu_pods if gpu and len(self.gpu_pods) >= self.gpu_cap else self.pods
             if queue:

@@ -204,7 +204,8 @@ async def follow_progress(hub: Hub, session: aiohttp.ClientSession, user: str, t
         if server and server.get("ready"):
             return "ready", last
         if not server:
-            return "failed", last or "the server is not running and no spawn is pending"
+            return "stopped", last  # no verdict: the hub dropped the start (a restart); its words are looked up after
+
         await asyncio.sleep(1)
     return "lost", f"no verdict within {timeout:.0f}s ({last})"
 

@@ -12,12 +12,14 @@ import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import allowed
 from gpuspawner.hub import admitting, budgets, claimlife, kueue, metrics
+from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.reflector import scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, chain, unreachable_cause
@@ -218,3 +220,23 @@ async def progress(state_of: Callable[[], SpawnState], events: AsyncIterator[dic
                 pending = asyncio.ensure_future(inner.__anext__())
     finally:
         pending.cancel()
+
+
+def interrupted_start_notice(server_name: str, now: datetime) -> dict[str, str]:
+    """The home page's notice of a server whose start the hub never finished: the hub restarted
+    (or was stopped) while the server was starting, and JupyterHub does not resume a start; so
+    the server is not running, and nobody else tells the user why."""
+    server = f"Your server '{server_name}'" if server_name else "Your server"
+    at = now.astimezone(UTC).isoformat()
+    return {
+        "time": at,
+        "text": f"{server} was starting when the hub restarted (at {when_words(at)}), so it did not start. Please start it again.",
+    }
+
+
+def start_was_interrupted(spawner: Any) -> bool:
+    """Whether the hub finds, after a restart, a server of its database that never finished
+    starting: GPU offerings in play (every finished start then saves its record), no record in
+    the saved state, no start of this process, and no other reason already kept."""
+    in_play = bool(spawner.offerings or spawner.discover_offerings)
+    return in_play and spawner.choice is None and spawner.spawn_state.saved_record is None and not spawner.stop_notice
