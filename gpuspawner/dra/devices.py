@@ -78,6 +78,10 @@ class DraState:
         self._matches: dict[tuple[Any, ...], tuple[Device, ...]] = {}
         self._discovered: list[Offering] | None = None
         self._counters: dict[tuple[str, str], counters.PoolCounters] | None = None
+        self._device_nodes: frozenset[str] | None = None
+        #: Bumped on every write (slices, classes, claims, plugin nodes, reservations): what reads
+        #: the state through a cache of its own (the index's extended-resource rows) compares it.
+        self.generation = 0
 
     # ------------------------------------------------------------------ writes
 
@@ -88,6 +92,7 @@ class DraState:
         claims: Iterable[Mapping[str, Any]] | None = None,
     ) -> None:
         """A (re)list of any of the three kinds."""
+        self.generation += 1
         if slices is not None:
             self.slices = {_key(s): s for s in slices}
             self._changed_devices()
@@ -102,6 +107,7 @@ class DraState:
                 self._release_for(raw)
 
     def slice_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        self.generation += 1
         if kind == "DELETED":
             self.slices.pop(_key(raw), None)
         else:
@@ -110,6 +116,7 @@ class DraState:
 
     def class_event(self, kind: str, raw: Mapping[str, Any]) -> None:
         name = (raw.get("metadata") or {}).get("name", "")
+        self.generation += 1
         self.classes.pop(name, None)
         self.class_errors.pop(name, None)
         self.class_resources.pop(name, None)
@@ -125,6 +132,7 @@ class DraState:
 
     def claim_event(self, kind: str, raw: Mapping[str, Any]) -> None:
         key = _key(raw)
+        self.generation += 1
         if kind == "DELETED":
             self.claims.pop(key, None)
         else:
@@ -135,6 +143,7 @@ class DraState:
     def set_plugin_nodes(self, nodes: Iterable[str]) -> None:
         nodes = frozenset(nodes)
         if nodes != self.plugin_nodes:
+            self.generation += 1
             self.plugin_nodes = nodes
             self._matches = {}
             self._discovered = None
@@ -146,6 +155,7 @@ class DraState:
         (``""`` for a share or devices that belong to no node), or None if nothing fits.
         """
         self.release(key)
+        self.generation += 1
         avail = self.availability(offering)
         if not avail.free or (avail.largest_free or 0) < count:
             return None
@@ -179,12 +189,20 @@ class DraState:
         extended-resource spawn on a DRA node: :mod:`gpuspawner.dra.extres`)."""
         self.reservations[key] = (tuple(devices), None)
         self._taken = None
+        self.generation += 1
 
     def release(self, key: str) -> None:
         if (self.reservations.pop(key, None), self.share_reservations.pop(key, None)) != (None, None):
             self._taken = self._consumed = None
+            self.generation += 1
 
     # ------------------------------------------------------------------ reads
+
+    def device_nodes(self) -> frozenset[str]:
+        """The nodes any ResourceSlice publishes devices of (kept until the slices change)."""
+        if self._device_nodes is None:
+            self._device_nodes = frozenset(str(node) for s in self.slices.values() if (node := (s.get("spec") or {}).get("nodeName")))
+        return self._device_nodes
 
     def pools(self) -> dict[tuple[str, str], Pool]:
         if self._pools is None:
@@ -311,6 +329,7 @@ class DraState:
         return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=min(free, 1), nodes=nodes)
 
     def _changed_devices(self) -> None:
+        self._device_nodes = None
         self._pools = None
         self._matches = {}
         self._discovered = None
