@@ -79,7 +79,7 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 class _OfferingRows:
     """Capacity, allocated and free units of one offering, per node and in total."""
 
-    __slots__ = ("offering", "tally", "rows", "reach", "capacity", "allocated", "free", "largest_hist", "_cached", "mapped")
+    __slots__ = ("offering", "tally", "rows", "reach", "capacity", "allocated", "free", "largest_hist", "_cached", "mapped", "combined")
 
     def __init__(self, offering: Offering, notebook: Notebook):
         self.offering = offering
@@ -93,6 +93,8 @@ class _OfferingRows:
         #: The extended-resource mapping's rows (capacity.mapped) and the stamp they were made at
         #: (:meth:`ClusterIndex._mapped_stamp`): kept until an event changes what they read.
         self.mapped: tuple[tuple[int, int, bool], list[tuple[str, Row, list[Any]]] | None] | None = None
+        #: The last availability with the mapped rows added, and the two it was made of.
+        self.combined: tuple[Availability, list[tuple[str, Row, list[Any]]], Availability] | None = None
 
     def set(self, node: str, row: Row | None) -> None:
         old = self.rows.pop(node, None)
@@ -172,7 +174,11 @@ class ClusterIndex:
         mapped = self._mapped(rows)
         if mapped is None:
             return UNCOUNTED
-        return with_mapped(rows.availability(), mapped)
+        plugin = rows.availability()
+        kept = rows.combined
+        if kept is None or kept[0] is not plugin or kept[1] is not mapped:  # both are kept until an event changes them
+            kept = rows.combined = (plugin, mapped, with_mapped(plugin, mapped))
+        return kept[2]
 
     def user_pods(self, hub: str | None = None) -> dict[str, PodFacts]:
         """The pods (by key) that carry a hub user's label and, unless ``hub`` is None, were made by

@@ -79,6 +79,7 @@ class DraState:
         self._discovered: list[Offering] | None = None
         self._counters: dict[tuple[str, str], counters.PoolCounters] | None = None
         self._device_nodes: frozenset[str] | None = None
+        self._availability: tuple[tuple[int, bool], dict[tuple[str, str, tuple[int, ...]], Availability]] = ((-1, False), {})
         #: Bumped on every write (slices, classes, claims, plugin nodes, reservations): what reads
         #: the state through a cache of its own (the index's extended-resource rows) compares it.
         self.generation = 0
@@ -155,7 +156,6 @@ class DraState:
         (``""`` for a share or devices that belong to no node), or None if nothing fits.
         """
         self.release(key)
-        self.generation += 1
         avail = self.availability(offering)
         if not avail.free or (avail.largest_free or 0) < count:
             return None
@@ -163,6 +163,7 @@ class DraState:
         assert claim is not None
         if claim.replicas > 1:
             self.reservations[key] = ((), offering.slug)
+            self.generation += 1
             return ""
         matched = self.matching(offering)
         if claim.capacity or any(d.multiple or d.taints for d in matched):
@@ -175,6 +176,7 @@ class DraState:
             else:
                 self.reservations[key] = (tuple(d.key for d in chosen), None)
             self._taken = self._consumed = None
+            self.generation += 1
             return chosen[0].node or ""
         by_node: dict[str | None, list[Device]] = {}
         for device in self._free_devices(offering):
@@ -182,6 +184,7 @@ class DraState:
         node, devices = max(by_node.items(), key=lambda item: (len(item[1]), item[0] or ""))
         self.reservations[key] = (tuple(d.key for d in devices[:count]), None)
         self._taken = self._consumed = None
+        self.generation += 1
         return node or ""
 
     def hold(self, key: str, devices: Iterable[DeviceKey]) -> None:
@@ -245,7 +248,20 @@ class DraState:
         return found
 
     def availability(self, offering: Offering) -> Availability:
-        """Capacity and free units of a DRA offering now (reservations count as taken)."""
+        """Capacity and free units of a DRA offering now (reservations count as taken); kept until
+        the next write (a page view reads it for each DRA offering, each device would be read again)."""
+        stamp = (self.generation, self.synced)
+        if self._availability[0] != stamp:
+            self._availability = (stamp, {})
+        kept = self._availability[1]
+        # All of the offering it reads (a claim holds dicts: its repr, which names every field, is its key).
+        key = (offering.slug, repr(offering.claim), tuple(offering.counts))
+        found = kept.get(key)
+        if found is None:
+            found = kept[key] = self._count(offering)
+        return found
+
+    def _count(self, offering: Offering) -> Availability:
         claim = offering.claim
         if claim is None or not self.synced:
             return UNCOUNTED

@@ -122,3 +122,24 @@ def test_quantities_parsed_once_give_the_same_amounts():
         assert amount("cpu", "250m") == 250 and amount("memory", "250m") == 1
         assert amount("cpu", "1") == 1000 and amount("memory", "1Gi") == 2**30
         assert amount("cpu", "bogus") is None and amount("cpu", True) is None and amount("cpu", 2) == 2000
+
+
+def test_a_dra_offerings_count_follows_claims_reservations_slices_and_the_listed_state():
+    index = index_with([node(MAPPED)])
+    dra_h100 = {o.slug: o for o in index.discovered()}["dra-gpu-h100-80gb"]
+
+    def free() -> int | None:
+        return index.availability(dra_h100).free
+
+    assert free() == 2
+    index.dra.claim_event("ADDED", claim("x", (MAPPED, "gpu-0"), consumers=("p",)))
+    assert free() == 1
+    assert index.reserve("ns/q", dra_h100, 1) == MAPPED  # counted inside reserve, then held
+    assert free() == 0
+    index.release("ns/q")
+    assert free() == 1
+    index.dra.synced = False
+    assert free() is None
+    index.dra.synced = True
+    index.dra.slice_event("DELETED", d.resource_slices(MAPPED, d.node_devices(d.EXTRES_NODE))[0])
+    assert index.availability(dra_h100).capacity == 0
