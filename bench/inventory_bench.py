@@ -562,6 +562,15 @@ async def _render(n_nodes: int, n_pods: int, renders: int, profile: bool) -> Non
     inventory._set_synced("nodes", True)
     inventory._set_synced("pods", True)
     Inventory._instances[spawner.api.api_client.configuration.host] = inventory
+    calls: list[str] = []
+    api_client = spawner.api.api_client
+    real_call = api_client.call_api
+
+    async def counted(resource_path: str, method: str, *args, **kwargs):
+        calls.append(f"{method} {resource_path}")
+        return await real_call(resource_path, method, *args, **kwargs)
+
+    api_client.call_api = counted  # every Kubernetes request of the views goes through here
     html = await spawner._render_gpu_form()
     times = []
     for _ in range(renders):
@@ -572,7 +581,7 @@ async def _render(n_nodes: int, n_pods: int, renders: int, profile: bool) -> Non
     p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
     print(
         f"GPUSpawner spawn page ({len(html) / 1024:.0f} KiB): p50 {statistics.median(times) * 1e3:.1f} ms, "
-        f"p99 {p99 * 1e3:.1f} ms per view over {renders} views"
+        f"p99 {p99 * 1e3:.1f} ms per view over {renders} views; Kubernetes API requests made by the views: {len(calls)} {sorted(set(calls))[:3]}"
     )
     if profile:
         import cProfile

@@ -143,3 +143,20 @@ def test_a_dra_offerings_count_follows_claims_reservations_slices_and_the_listed
     index.dra.synced = True
     index.dra.slice_event("DELETED", d.resource_slices(MAPPED, d.node_devices(d.EXTRES_NODE))[0])
     assert index.availability(dra_h100).capacity == 0
+
+
+def test_the_queue_mapping_is_made_again_when_its_settings_change_even_in_place():
+    from types import SimpleNamespace
+
+    from gpuspawner.spawner import GPUSpawner
+
+    routing = GPUSpawner.kueue_routing.fget  # type: ignore[attr-defined]
+    settings = SimpleNamespace(kueue_queues={"default": "a"}, kueue_priority_classes={}, _kueue_routing_made=None)
+    first = routing(settings)
+    assert first.default == "a" and routing(settings) is first  # kept while the settings are the same
+    settings.kueue_queues["default"] = "b"  # changed in place
+    assert routing(settings).default == "b"
+    settings.kueue_queues = {"default": "Not A Name"}
+    assert not routing(settings).enabled  # wrong settings: empty (config_problems refuses the spawn)
+    settings.kueue_queues = {"groups": {"students": "s"}}
+    assert routing(settings).groups == {"students": "s"}
