@@ -91,7 +91,7 @@ class _OfferingRows:
         self.largest_hist: Counter[int] = Counter()
         self._cached: Availability | None = None
         #: The extended-resource mapping's rows (capacity.mapped) and the stamp they were made at
-        #: (:meth:`ClusterIndex._mapped_stamp`): kept until an event changes what they read.
+        #: (see :meth:`ClusterIndex._mapped`): kept until an event changes what they read.
         self.mapped: tuple[tuple[int, int, bool], list[tuple[str, Row, list[Any]]] | None] | None = None
         #: The last availability with the mapped rows added, and the two it was made of.
         self.combined: tuple[Availability, list[tuple[str, Row, list[Any]]], Availability] | None = None
@@ -185,7 +185,8 @@ class ClusterIndex:
         the hub ``hub`` (``""``: by none, the pods without the hub label)."""
         if hub is not None:
             return self._user_pods.get(hub, {})
-        return {key: pod for pods in self._user_pods.values() for key, pod in pods.items()}
+        # Each list() is one step for the interpreter: safe beside events applied on another thread.
+        return {key: pod for pods in list(self._user_pods.values()) for key, pod in list(pods.items())}
 
     def fit(self, offering: Offering, needs: ImageNeeds) -> tuple[Offering, str]:
         """``offering`` for an image that needs ``needs`` (:func:`gpuspawner.core.imagefit.fitted`), and
