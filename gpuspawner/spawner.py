@@ -414,13 +414,25 @@ class GPUSpawner(KubeSpawner):
             return fitted(offering, needs), ""
         return index.fit(offering, needs)
 
+    #: The queue mapping last made, and a copy of the two settings it was made from.
+    _kueue_routing_made: tuple[Any, KueueRouting] | None = None
+
     @property
     def kueue_routing(self) -> KueueRouting:
-        """The queue mapping (empty while the settings are wrong: config_problems refuses the spawn first)."""
+        """The queue mapping (empty while the settings are wrong: config_problems refuses the spawn first).
+
+        Checked and made again only when the settings differ from those it was made from (a page
+        view asks once per offering)."""
+        settings = (self.kueue_queues, self.kueue_priority_classes)
+        made = self._kueue_routing_made
+        if made is not None and made[0] == settings:
+            return made[1]
         try:
-            return KueueRouting.from_settings(self.kueue_queues, self.kueue_priority_classes)
+            routing = KueueRouting.from_settings(*settings)
         except ValueError:
-            return KueueRouting()
+            routing = KueueRouting()
+        self._kueue_routing_made = (copy.deepcopy(settings), routing)
+        return routing
 
     def config_problems(self) -> list[str]:
         """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.capacity.checks`)."""

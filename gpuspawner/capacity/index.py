@@ -79,7 +79,7 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 class _OfferingRows:
     """Capacity, allocated and free units of one offering, per node and in total."""
 
-    __slots__ = ("offering", "tally", "rows", "reach", "capacity", "allocated", "free", "largest_hist", "_cached")
+    __slots__ = ("offering", "tally", "rows", "reach", "capacity", "allocated", "free", "largest_hist", "_cached", "mapped", "combined")
 
     def __init__(self, offering: Offering, notebook: Notebook):
         self.offering = offering
@@ -90,6 +90,11 @@ class _OfferingRows:
         self.capacity = self.allocated = self.free = 0
         self.largest_hist: Counter[int] = Counter()
         self._cached: Availability | None = None
+        #: The extended-resource mapping's rows (capacity.mapped) and the stamp they were made at
+        #: (see :meth:`ClusterIndex._mapped`): kept until an event changes what they read.
+        self.mapped: tuple[tuple[int, int, bool], list[tuple[str, Row, list[Any]]] | None] | None = None
+        #: The last availability with the mapped rows added, and the two it was made of.
+        self.combined: tuple[Availability, list[tuple[str, Row, list[Any]]], Availability] | None = None
 
     def set(self, node: str, row: Row | None) -> None:
         old = self.rows.pop(node, None)
@@ -131,6 +136,13 @@ class ClusterIndex:
         self.notebook: Notebook = NO_NOTEBOOK
         self.nodes: dict[str, NodeFacts] = {}
         self.pods: dict[str, PodFacts] = {}
+        #: The pods of ``pods`` that carry a hub user's label (KubeSpawner's), by the hub that made them
+        #: (``""``: unlabelled): what quotas and the held-GPU metric read, without walking every pod
+        #: of the cluster per page view (see :meth:`user_pods`).
+        self._user_pods: dict[str, dict[str, PodFacts]] = {}
+        #: Bumped whenever a node, or what the pods use on a node that publishes DRA devices, changes:
+        #: with the DRA state's own generation it says when the mapping's rows must be made again.
+        self._mapped_generation = 0
         self.used: dict[str, Counter[str]] = {}
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}
         self.tracked: dict[tuple[str, Any], _OfferingRows] = {}
@@ -159,10 +171,22 @@ class ClusterIndex:
         if rows is None or rows.offering != offering:
             rows = self._track(offering)
         # DRA nodes that serve the offering's resource through the extended-resource mapping (capacity.mapped).
-        mapped = mapped_rows(rows.tally, self.nodes, self.used, self.dra)
+        mapped = self._mapped(rows)
         if mapped is None:
             return UNCOUNTED
-        return with_mapped(rows.availability(), mapped)
+        plugin = rows.availability()
+        kept = rows.combined
+        if kept is None or kept[0] is not plugin or kept[1] is not mapped:  # both are kept until an event changes them
+            kept = rows.combined = (plugin, mapped, with_mapped(plugin, mapped))
+        return kept[2]
+
+    def user_pods(self, hub: str | None = None) -> dict[str, PodFacts]:
+        """The pods (by key) that carry a hub user's label and, unless ``hub`` is None, were made by
+        the hub ``hub`` (``""``: by none, the pods without the hub label)."""
+        if hub is not None:
+            return self._user_pods.get(hub, {})
+        # Each list() is one step for the interpreter: safe beside events applied on another thread.
+        return {key: pod for pods in list(self._user_pods.values()) for key, pod in list(pods.items())}
 
     def fit(self, offering: Offering, needs: ImageNeeds) -> tuple[Offering, str]:
         """``offering`` for an image that needs ``needs`` (:func:`gpuspawner.core.imagefit.fitted`), and
@@ -200,18 +224,45 @@ class ClusterIndex:
                 self._node_offers[facts.name] = list(node_offerings(facts, self.class_labels))
             self._discovered = None
             self._plugin_nodes_changed()
+            self._mapped_generation += 1
         if pods is not None:
-            self.pods = {}
-            self.used = {}
-            for raw in pods:
-                pod = PodFacts.from_pod(raw)
-                if pod is not None:
-                    key = pod_key(raw)
-                    self.pods[key] = pod
-                    self._add_use(pod.node, pod.requests, +1)
-                    self.reservations.pop(key, None)
-            for node, requests in self.reservations.values():
-                self._add_use(node, requests, +1)
+            self.begin_pods()
+            self.add_pods(pods)
+            self.end_pods()
+            return
+        for tracked in list(self.tracked):
+            self._track(self.tracked[tracked].offering)
+
+    def begin_pods(self) -> None:
+        """Start a relist of the pods, fed page by page to :meth:`add_pods` and finished by
+        :meth:`end_pods`; the counts read the pods of the relist only from then on (a pod
+        gone between the two lists is gone). The API server's raw pages can be dropped as
+        soon as each is added: only the slim facts are kept."""
+        self._relisting: dict[str, PodFacts] = {}
+
+    def add_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """One page of a relist begun by :meth:`begin_pods`."""
+        relisting = self._relisting
+        for raw in pods:
+            pod = PodFacts.from_pod(raw)
+            if pod is not None:
+                relisting[pod_key(raw)] = pod
+
+    def end_pods(self) -> None:
+        """The relist's pods replace all pods; every row is made again."""
+        self.pods = self._relisting
+        del self._relisting
+        self._user_pods = {}
+        for key, pod in self.pods.items():
+            if pod.user:
+                self._user_pods.setdefault(pod.hub or "", {})[key] = pod
+        self.used = {}
+        for key, pod in self.pods.items():
+            self._add_use(pod.node, pod.requests, +1)
+            self.reservations.pop(key, None)
+        for node, requests in self.reservations.values():
+            self._add_use(node, requests, +1)
+        self._mapped_generation += 1
         for tracked in list(self.tracked):
             self._track(self.tracked[tracked].offering)
 
@@ -229,6 +280,7 @@ class ClusterIndex:
                 return  # a status heartbeat: nothing the counts use changed
             offers = list(node_offerings(facts, self.class_labels))
             self._node_offers[name] = offers
+        self._mapped_generation += 1
         self._plugin_nodes_changed()
         for rows in self.tracked.values():
             rows.reach.pop(name, None)
@@ -247,10 +299,14 @@ class ClusterIndex:
             return
         touched = set()
         if old is not None:
+            if old.user:
+                self._user_pods.get(old.hub or "", {}).pop(key, None)
             self._add_use(old.node, old.requests, -1)
             touched.add(old.node)
         if new is not None:
             self.pods[key] = new
+            if new.user:
+                self._user_pods.setdefault(new.hub or "", {})[key] = new
             self._add_use(new.node, new.requests, +1)
             touched.add(new.node)
             # The pod is bound: its requests now count, so its reservation goes.
@@ -289,7 +345,7 @@ class ClusterIndex:
     def _reserve_mapped(self, key: str, offering: Offering, count: int) -> str | None:
         """Hold ``count`` units of an extended-resource offering as free DRA devices of a node the
         mapping serves it on (their claim is the scheduler's to make), and the notebook's room there."""
-        mapped = mapped_rows(self.tracked[_track_key(offering)].tally, self.nodes, self.used, self.dra) or []
+        mapped = self._mapped(self.tracked[_track_key(offering)]) or []
         fits = [(row[3], row[2], node, devices) for node, row, devices in mapped if row[3] >= count]
         if not fits:
             return None
@@ -316,7 +372,21 @@ class ClusterIndex:
             name for name, facts in self.nodes.items() if any(r.startswith(PLUGIN_PREFIX) and n > 0 for r, n in facts.allocatable.items())
         )
 
+    def _mapped(self, rows: _OfferingRows) -> list[tuple[str, Row, list[Any]]] | None:
+        """:func:`~gpuspawner.capacity.mapped.mapped_rows` for ``rows``' offering, made again only
+        after an event that changes what they read: a node, the DRA state (slices, classes,
+        claims, reservations, listed or not), or what pods use on a node with DRA devices."""
+        stamp = (self._mapped_generation, self.dra.generation, self.dra.synced)
+        kept = rows.mapped
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        found = mapped_rows(rows.tally, self.nodes, self.used, self.dra)
+        rows.mapped = (stamp, found)
+        return found
+
     def _add_use(self, node: str, requests: Mapping[str, int], sign: int) -> None:
+        if node in self.dra.device_nodes():
+            self._mapped_generation += 1
         bucket = self.used.setdefault(node, Counter())
         for name, amount in requests.items():
             bucket[name] += sign * amount
@@ -333,8 +403,19 @@ class ClusterIndex:
         return rows.tally.row(facts, self.used.get(node, {}), reached)
 
     def _refresh_node(self, node: str) -> None:
+        facts = self.nodes.get(node)
+        used: Mapping[str, int] = self.used.get(node, {})
         for rows in self.tracked.values():
-            rows.set(node, self._row(rows, node))
+            if facts is None:
+                rows.set(node, None)
+                continue
+            reached = rows.reach.get(node)
+            if reached is None:
+                reached = rows.reach[node] = rows.tally.reaches(facts)
+            if reached:
+                rows.set(node, rows.tally.row(facts, used, True))
+            elif node in rows.rows:
+                rows.set(node, None)
 
     def _track(self, offering: Offering) -> _OfferingRows:
         rows = _OfferingRows(offering, self.notebook)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from gpuspawner.core.quantity import QuantityError, parse_quantity
@@ -52,13 +53,26 @@ def amount(resource: str, value: Any) -> int | None:
 
     ``amount("cpu", "500m") == 500``; ``amount("memory", "1Gi") == 1073741824``. None if malformed.
     """
+    if isinstance(value, str):
+        # A cluster's pods spell few distinct quantities ("250m", "1Gi"): each is parsed once
+        # (the inventory reads every pod event's requests; parsing was most of its cost).
+        return _string_amount(resource == "cpu", value)
+    return _amount(resource == "cpu", value)
+
+
+@lru_cache(maxsize=4096)
+def _string_amount(milli: bool, value: str) -> int | None:
+    return _amount(milli, value)
+
+
+def _amount(milli: bool, value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     try:
         number = parse_quantity(value)
     except QuantityError:
         return None
-    if resource == "cpu":
+    if milli:
         number *= 1000
     return int(math.ceil(number))
 

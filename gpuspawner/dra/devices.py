@@ -78,6 +78,11 @@ class DraState:
         self._matches: dict[tuple[Any, ...], tuple[Device, ...]] = {}
         self._discovered: list[Offering] | None = None
         self._counters: dict[tuple[str, str], counters.PoolCounters] | None = None
+        self._device_nodes: frozenset[str] | None = None
+        self._availability: tuple[tuple[int, bool], dict[tuple[str, str, tuple[int, ...]], Availability]] = ((-1, False), {})
+        #: Bumped on every write (slices, classes, claims, plugin nodes, reservations): what reads
+        #: the state through a cache of its own (the index's extended-resource rows) compares it.
+        self.generation = 0
 
     # ------------------------------------------------------------------ writes
 
@@ -88,6 +93,7 @@ class DraState:
         claims: Iterable[Mapping[str, Any]] | None = None,
     ) -> None:
         """A (re)list of any of the three kinds."""
+        self.generation += 1
         if slices is not None:
             self.slices = {_key(s): s for s in slices}
             self._changed_devices()
@@ -102,6 +108,7 @@ class DraState:
                 self._release_for(raw)
 
     def slice_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        self.generation += 1
         if kind == "DELETED":
             self.slices.pop(_key(raw), None)
         else:
@@ -110,6 +117,7 @@ class DraState:
 
     def class_event(self, kind: str, raw: Mapping[str, Any]) -> None:
         name = (raw.get("metadata") or {}).get("name", "")
+        self.generation += 1
         self.classes.pop(name, None)
         self.class_errors.pop(name, None)
         self.class_resources.pop(name, None)
@@ -125,6 +133,7 @@ class DraState:
 
     def claim_event(self, kind: str, raw: Mapping[str, Any]) -> None:
         key = _key(raw)
+        self.generation += 1
         if kind == "DELETED":
             self.claims.pop(key, None)
         else:
@@ -135,6 +144,7 @@ class DraState:
     def set_plugin_nodes(self, nodes: Iterable[str]) -> None:
         nodes = frozenset(nodes)
         if nodes != self.plugin_nodes:
+            self.generation += 1
             self.plugin_nodes = nodes
             self._matches = {}
             self._discovered = None
@@ -153,6 +163,7 @@ class DraState:
         assert claim is not None
         if claim.replicas > 1:
             self.reservations[key] = ((), offering.slug)
+            self.generation += 1
             return ""
         matched = self.matching(offering)
         if claim.capacity or any(d.multiple or d.taints for d in matched):
@@ -165,6 +176,7 @@ class DraState:
             else:
                 self.reservations[key] = (tuple(d.key for d in chosen), None)
             self._taken = self._consumed = None
+            self.generation += 1
             return chosen[0].node or ""
         by_node: dict[str | None, list[Device]] = {}
         for device in self._free_devices(offering):
@@ -172,6 +184,7 @@ class DraState:
         node, devices = max(by_node.items(), key=lambda item: (len(item[1]), item[0] or ""))
         self.reservations[key] = (tuple(d.key for d in devices[:count]), None)
         self._taken = self._consumed = None
+        self.generation += 1
         return node or ""
 
     def hold(self, key: str, devices: Iterable[DeviceKey]) -> None:
@@ -179,12 +192,20 @@ class DraState:
         extended-resource spawn on a DRA node: :mod:`gpuspawner.dra.extres`)."""
         self.reservations[key] = (tuple(devices), None)
         self._taken = None
+        self.generation += 1
 
     def release(self, key: str) -> None:
         if (self.reservations.pop(key, None), self.share_reservations.pop(key, None)) != (None, None):
             self._taken = self._consumed = None
+            self.generation += 1
 
     # ------------------------------------------------------------------ reads
+
+    def device_nodes(self) -> frozenset[str]:
+        """The nodes any ResourceSlice publishes devices of (kept until the slices change)."""
+        if self._device_nodes is None:
+            self._device_nodes = frozenset(str(node) for s in self.slices.values() if (node := (s.get("spec") or {}).get("nodeName")))
+        return self._device_nodes
 
     def pools(self) -> dict[tuple[str, str], Pool]:
         if self._pools is None:
@@ -227,7 +248,20 @@ class DraState:
         return found
 
     def availability(self, offering: Offering) -> Availability:
-        """Capacity and free units of a DRA offering now (reservations count as taken)."""
+        """Capacity and free units of a DRA offering now (reservations count as taken); kept until
+        the next write (a page view reads it for each DRA offering, each device would be read again)."""
+        stamp = (self.generation, self.synced)
+        if self._availability[0] != stamp:
+            self._availability = (stamp, {})
+        kept = self._availability[1]
+        # All of the offering it reads (a claim holds dicts: its repr, which names every field, is its key).
+        key = (offering.slug, repr(offering.claim), tuple(offering.counts))
+        found = kept.get(key)
+        if found is None:
+            found = kept[key] = self._count(offering)
+        return found
+
+    def _count(self, offering: Offering) -> Availability:
         claim = offering.claim
         if claim is None or not self.synced:
             return UNCOUNTED
@@ -311,6 +345,7 @@ class DraState:
         return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=min(free, 1), nodes=nodes)
 
     def _changed_devices(self) -> None:
+        self._device_nodes = None
         self._pools = None
         self._matches = {}
         self._discovered = None

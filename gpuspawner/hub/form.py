@@ -35,7 +35,13 @@ TEMPLATE = "gpuspawner_form.html"
 
 def ui_dir() -> Path:
     """The ``ui`` folder: inside the installed package (wheel), else the repository's."""
-    package = Path(__file__).resolve().parents[1]  # gpuspawner/
+    return _find_ui(__file__)
+
+
+@lru_cache(maxsize=4)
+def _find_ui(module_file: str) -> Path:
+    """:func:`ui_dir` for this module at ``module_file`` (looked for once per process, not per page view)."""
+    package = Path(module_file).resolve().parents[1]  # gpuspawner/
     for candidate in (package / "ui", package.parent / "ui"):
         if (candidate / "templates" / TEMPLATE).is_file():
             return candidate
@@ -57,7 +63,13 @@ def _environment(templates: str) -> Environment:
 
 
 def _static(name: str) -> str:
-    return (ui_dir() / "static" / name).read_text(encoding="utf-8")
+    path = ui_dir() / "static" / name
+    return _read(str(path), path.stat().st_mtime_ns)  # read again only when the file changes
+
+
+@lru_cache(maxsize=8)
+def _read(path: str, mtime_ns: int) -> str:
+    return Path(path).read_text(encoding="utf-8")
 
 
 def render_form(view: FormView) -> str:

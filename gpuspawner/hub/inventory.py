@@ -345,18 +345,37 @@ class Inventory:
             log.error("%s", self.forbidden)
         self._set_synced(kind, False)
 
-    async def _list(self, kind: str, method, kwargs: dict) -> tuple[list[dict], str]:
-        items: list[dict] = []
+    async def _list(self, kind: str, method, kwargs: dict, page: Callable[[list[dict]], None]) -> tuple[int, str]:
+        """List ``kind`` page by page, handing each page's items to ``page`` as it comes (nothing
+        here keeps them): how many there were, and the list's resourceVersion."""
+        count = 0
         cont = None
         while True:
             extra = {"_continue": cont} if cont else {}
             resp = await method(limit=self.page_size, _preload_content=False, _request_timeout=60, **kwargs, **extra)
             await _raise_for_status(resp, f"listing {_STREAM_WHAT[kind]}")
             body = json.loads(await resp.read())
-            items.extend(body.get("items") or [])
+            items = body.get("items") or []
+            count += len(items)
+            page(items)
             cont = (body.get("metadata") or {}).get("continue")
             if not cont:
-                return items, body["metadata"]["resourceVersion"]
+                return count, body["metadata"]["resourceVersion"]
+
+    async def _relist(self, kind: str, method, kwargs: dict) -> tuple[int, str]:
+        """A (re)list of ``kind`` put in the index. The pods (the most, and the largest, objects of a
+        cluster) go in page by page as slim facts, the raw pages dropped at once; the relist still
+        replaces them all at its end (a pod gone between two lists is gone; a list that fails part
+        way leaves the index as it was)."""
+        if kind == "pods":
+            self.index.begin_pods()
+            count, version = await self._list(kind, method, kwargs, self.index.add_pods)
+            self.index.end_pods()
+            return count, version
+        items: list[dict] = []
+        count, version = await self._list(kind, method, kwargs, items.extend)
+        self._replace(kind, items)
+        return count, version
 
     def _dra_refused(self, kind: str, refused: Refused) -> None:
         """DRA not served (404) or not readable (403): DRA offerings go uncounted; the rest is untouched."""
@@ -427,11 +446,10 @@ class Inventory:
         while True:
             try:
                 started = time.monotonic()
-                items, version = await self._list(kind, method, kwargs)
-                self._replace(kind, items)
+                count, version = await self._relist(kind, method, kwargs)
                 self.relists[kind] += 1
                 self._set_synced(kind, True)
-                log.info("inventory: listed %d %s in %.2fs", len(items), kind, time.monotonic() - started)
+                log.info("inventory: listed %d %s in %.2fs", count, kind, time.monotonic() - started)
                 backoff = 0.2
                 while True:  # watch until the server ends it, then resume from the last version
                     version = await self._watch(kind, method, kwargs, version, apply)
@@ -483,11 +501,16 @@ class Inventory:
             self._kueue_allowed(kind)
         else:
             self._allowed(kind)
-        buffer = b""
+        # One event may come in many chunks (a large object on a slow link): the bytes are appended in
+        # place and split only when a chunk ends a line, so a long event or a long burst costs linear time.
+        buffer = bytearray()
         try:
             async for chunk in resp.content.iter_any():
                 buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
+                if b"\n" not in chunk:
+                    continue
+                *lines, rest = buffer.split(b"\n")
+                buffer = bytearray(rest)
                 for line in lines:
                     if not line.strip():
                         continue

@@ -100,7 +100,7 @@ class _HoldingsCollector:
         if CAPACITY.source is not None:
             index, offerings = CAPACITY.source
             catalog = {o.slug: o for o in offerings}
-            for key, pod in list(index.pods.items()):
+            for key, pod in index.user_pods().items():
                 offering = catalog.get(pod.offering or "")
                 if not pod.user or offering is None or not offering.resources:
                     continue

@@ -176,3 +176,58 @@ async def test_counts_that_stop_being_live_say_since_when_and_come_back():
         assert inventory.health.ready and inventory.health.as_of is None
     finally:
         await inventory.stop()
+
+
+class PagedPods:
+    """list_pod_for_all_namespaces answering in pages of ``limit`` (continue tokens), one list per
+    script entry; each watch gives its chunks, the first one then 410 Gone (a relist)."""
+
+    def __init__(self, lists: list[list[dict]], chunks: list[bytes]):
+        self.lists, self.chunks, self.listed = lists, chunks, 0
+        self.pages: list[int] = []
+
+    async def __call__(self, limit: int = 500, _continue: str | None = None, watch: bool = False, **_):
+        if watch:
+            if self.listed == 1:
+                return Body(b"", [*self.chunks, event("ERROR", {"kind": "Status", "code": 410, "message": "gone"})])
+            return Body(b"")
+        start = int(_continue or 0)
+        items = self.lists[0][start : start + limit]
+        self.pages.append(len(items))
+        metadata = {"resourceVersion": str(10 * (self.listed + 1))}
+        if start + limit < len(self.lists[0]):
+            metadata["continue"] = str(start + limit)
+        else:
+            self.lists.pop(0)
+            self.listed += 1
+        return Body(json.dumps({"items": items, "metadata": metadata}).encode())
+
+
+async def test_a_paged_relist_replaces_every_pod_and_an_event_may_come_byte_by_byte():
+    first = [pod(name, "n1", 1, "5") for name in "abcde"]
+    second = [pod(name, "n1", 1, "5") for name in "ace"]  # b and d went between the two lists
+    added = event("ADDED", pod("f", "n1", 2, "11"))
+    api = Api()
+    api.list_pod_for_all_namespaces = PagedPods([first, second], [added[i : i + 1] for i in range(len(added))])
+    inventory = Inventory(api, page_size=2)
+    seen: list[tuple[str, str]] = []
+    apply = inventory.index.pod_event
+
+    def recording(kind: str, raw: dict) -> None:
+        seen.append((kind, raw["metadata"]["name"]))
+        apply(kind, raw)
+
+    inventory.index.pod_event = recording  # type: ignore[method-assign]
+    inventory.start()
+    try:
+        assert await inventory.wait_ready(5)
+        for _ in range(500):
+            if inventory.relists["pods"] == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert api.list_pod_for_all_namespaces.pages == [2, 2, 1, 2, 1]
+        assert seen == [("ADDED", "f")]  # put together from one-byte chunks
+        assert set(inventory.index.pods) == {"ns/a", "ns/c", "ns/e"}  # f, seen before the relist, is not in it either
+        assert inventory.index.used["n1"]["nvidia.com/gpu"] == 3
+    finally:
+        await inventory.stop()
