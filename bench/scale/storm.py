@@ -211,9 +211,13 @@ async def follow_progress(hub: Hub, session: aiohttp.ClientSession, user: str, t
 
 
 def from_the_proxy(status: int, body) -> bool:
-    """An answer of configurable-http-proxy while the hub is away (restarting): the hub's own
-    answers are JSON with a status (REST API) or its HTML pages."""
-    if status not in (404, 502, 503):
+    """An answer of configurable-http-proxy while the hub is away (restarting): a 404 (a new proxy
+    without the hub's route yet, its page fetched from the hub's /hub/error/404 once the hub is
+    back: the hub itself never answers 404 to a start of a user who exists), or a 502/503 that is
+    not the hub's own JSON or page."""
+    if status == 404:
+        return True
+    if status not in (502, 503):
         return False
     text = body if isinstance(body, str) else ""
     return not isinstance(body, dict) and "jupyterhub" not in text.lower()

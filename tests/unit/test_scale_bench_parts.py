@@ -67,7 +67,8 @@ def test_the_proxys_own_error_is_told_apart_from_the_hubs_answers():
     assert from_the_proxy(503, "Service Unavailable")
     assert from_the_proxy(404, "")
     assert not from_the_proxy(503, {"status": 503, "message": "The GPU cluster cannot be reached"})
-    assert not from_the_proxy(404, "<html><title>JupyterHub</title>404</html>")
+    assert from_the_proxy(404, "<html><title>JupyterHub</title>404</html>")  # the proxy's 404, with the hub's error page
+    assert not from_the_proxy(503, "<html><title>JupyterHub</title>503</html>")
     assert not from_the_proxy(409, "x")
 
 
