@@ -104,6 +104,18 @@ async def test_time_outs_and_refused_connections_are_599_and_retried(scripted):
     assert e.value.code == 599
 
 
+async def list_users(pager: type[web.RequestHandler], script) -> list[str]:
+    """The names HubClient.iter_users lists, two to a page, from a hub played by ``pager``."""
+    port = free_port()
+    server = HTTPServer(web.Application([(r"(.*)", pager, {"script": script})]))
+    server.listen(port, "127.0.0.1")
+    try:
+        hub = HubClient(f"http://127.0.0.1:{port}/hub/api", "tok", transport(CullerMetrics()), page_size=2)
+        return [u["name"] async for u in hub.iter_users("ready")]
+    finally:
+        server.stop()
+
+
 async def test_hub_paging_follows_next_on_our_own_url(scripted):
     pages = {
         "0": {
@@ -118,14 +130,7 @@ async def test_hub_paging_follows_next_on_our_own_url(scripted):
             self.script.seen.append((self.request.method, self.request.uri, self.request.headers.get("Accept")))
             self.finish(pages[self.get_argument("offset", "0")])
 
-    port = free_port()
-    server = HTTPServer(web.Application([(r"(.*)", Pager, {"script": scripted})]))
-    server.listen(port, "127.0.0.1")
-    try:
-        hub = HubClient(f"http://127.0.0.1:{port}/hub/api", "tok", transport(CullerMetrics()), page_size=2)
-        names = [u["name"] async for u in hub.iter_users("ready")]
-    finally:
-        server.stop()
+    names = await list_users(Pager, scripted)
     assert names == ["a", "b", "c"]
     assert scripted.seen[0][1] == "/hub/api/users?state=ready&limit=2"
     assert scripted.seen[1][1] == "/hub/api/users?state=ready&offset=2&limit=2"
@@ -156,14 +161,7 @@ async def test_hub_paging_asks_the_page_after_next_while_a_page_is_handled(scrip
                 }
             )
 
-    port = free_port()
-    server = HTTPServer(web.Application([(r"(.*)", Pager, {"script": scripted})]))
-    server.listen(port, "127.0.0.1")
-    try:
-        hub = HubClient(f"http://127.0.0.1:{port}/hub/api", "tok", transport(CullerMetrics()), page_size=2)
-        got = [u["name"] async for u in hub.iter_users("ready")]
-    finally:
-        server.stop()
+    got = await list_users(Pager, scripted)
     assert got == names
     uris = sorted(uri for _, uri, _ in scripted.seen)
     assert uris == sorted(["/hub/api/users?state=ready&limit=2"] + [f"/hub/api/users?state=ready&offset={o}&limit=2" for o in (2, 4, 6)])
