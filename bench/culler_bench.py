@@ -2,7 +2,7 @@
 """Benchmark: one culling cycle over N servers on a REAL JupyterHub, gpuspawner's
 GPU-aware culler next to plain jupyterhub-idle-culler, on the same hub.
 
-    python bench/culler_bench.py --servers 2000     # the target size
+    python bench/culler_bench.py --servers 3000     # the target size (issue 30)
     python bench/culler_bench.py --servers 200      # quick
 
 The servers come from a lightweight spawner whose "server" is a stand-in: ONE
@@ -20,6 +20,12 @@ GPU-aware culler makes (per-server tokens minted through the hub included: a
 new culler mints one per server whose kernels it reads), and the reclaim latency -- from the moment a notebook's
 kernel goes idle to its GPU memory being freed -- against the physical floor,
 kernel timeout + one cycle. No assertion on time: read the numbers.
+
+Where the time goes: the hub's CPU and the culler's (this process's) per cycle, the
+hub's time per request kind (its own request_duration_seconds), when a culler's
+cycle got its GPU view and its last page of users, and with ``--profile FILE`` a
+cProfile of one more first cycle. The servers' users are in the group the culler's
+``tokens`` scope is filtered to (``gpu-users``), as in a real deployment.
 """
 
 from __future__ import annotations
@@ -638,7 +644,7 @@ async def _ready_users(hub):
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--servers", type=int, default=2000, help="running servers on the hub")
+    p.add_argument("--servers", type=int, default=3000, help="running servers on the hub")
     p.add_argument("--cycles", type=int, default=3, help="measured cycles per culler")
     p.add_argument("--page-size", type=int, default=0, help="--api-page-size for both (0: hub default)")
     p.add_argument("--kernel-timeout", type=int, default=5, help="reclaim phase: kernel timeout (s)")
