@@ -346,6 +346,7 @@ async def main(args: argparse.Namespace) -> None:
                     f"--GpuCuller.api_token={hub.culler_token}",
                     f"--api-page-size={args.page_size}",
                     "--log-level=WARN",
+                    f"--GpuCuller.action_log_path={tmp / 'actions.jsonl'}",  # not in the checkout
                     *mint_budget,
                     *extra,
                 ]
@@ -541,6 +542,7 @@ async def main(args: argparse.Namespace) -> None:
                 f"--cull-every={ce}",
                 f"--api-page-size={args.page_size}",
                 "--log-level=WARN",
+                f"--GpuCuller.action_log_path={tmp / 'actions.jsonl'}",  # not in the checkout
                 *mint_budget,
             ]
         )
