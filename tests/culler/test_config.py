@@ -198,3 +198,17 @@ def test_lease_extension_flags_and_what_is_refused():
     ):
         with pytest.raises(TraitError, match=words):
             GpuCuller(**bad)
+
+
+def test_the_logger_drops_what_its_level_hides_and_keeps_what_it_shows():
+    """traitlets leaves its logger at DEBUG and filters in the handler: every debug line of a
+    cycle (thousands of servers) would build its record. The logger follows --log-level."""
+    import logging
+
+    quiet = app(["--log-level=WARN"])
+    assert not quiet.log.isEnabledFor(logging.INFO)
+    assert quiet.log.isEnabledFor(logging.WARNING)
+    loud = app(["--log-level=DEBUG"])
+    assert loud.log.isEnabledFor(logging.DEBUG)
+    default = app([])
+    assert default.log.isEnabledFor(logging.INFO) and not default.log.isEnabledFor(logging.DEBUG)

@@ -104,6 +104,18 @@ async def test_time_outs_and_refused_connections_are_599_and_retried(scripted):
     assert e.value.code == 599
 
 
+async def list_users(pager: type[web.RequestHandler], script) -> list[str]:
+    """The names HubClient.iter_users lists, two to a page, from a hub played by ``pager``."""
+    port = free_port()
+    server = HTTPServer(web.Application([(r"(.*)", pager, {"script": script})]))
+    server.listen(port, "127.0.0.1")
+    try:
+        hub = HubClient(f"http://127.0.0.1:{port}/hub/api", "tok", transport(CullerMetrics()), page_size=2)
+        return [u["name"] async for u in hub.iter_users("ready")]
+    finally:
+        server.stop()
+
+
 async def test_hub_paging_follows_next_on_our_own_url(scripted):
     pages = {
         "0": {
@@ -118,18 +130,41 @@ async def test_hub_paging_follows_next_on_our_own_url(scripted):
             self.script.seen.append((self.request.method, self.request.uri, self.request.headers.get("Accept")))
             self.finish(pages[self.get_argument("offset", "0")])
 
-    port = free_port()
-    server = HTTPServer(web.Application([(r"(.*)", Pager, {"script": scripted})]))
-    server.listen(port, "127.0.0.1")
-    try:
-        hub = HubClient(f"http://127.0.0.1:{port}/hub/api", "tok", transport(CullerMetrics()), page_size=2)
-        names = [u["name"] async for u in hub.iter_users("ready")]
-    finally:
-        server.stop()
+    names = await list_users(Pager, scripted)
     assert names == ["a", "b", "c"]
     assert scripted.seen[0][1] == "/hub/api/users?state=ready&limit=2"
     assert scripted.seen[1][1] == "/hub/api/users?state=ready&offset=2&limit=2"
     assert scripted.seen[0][2] == "application/jupyterhub-pagination+json"
+
+
+async def test_hub_paging_asks_the_page_after_next_while_a_page_is_handled(scripted):
+    """With the hub's total, the page after the next is asked as soon as a page arrives: the
+    hub answers page 2 here only once page 4 was asked (without that, the listing would wait
+    until its bound and fail). Every page once, the users in the hub's order."""
+    names = [f"u{i}" for i in range(7)]
+    asked_4 = asyncio.Event()
+
+    class Pager(Handler):
+        async def get(self, path):
+            offset = int(self.get_argument("offset", "0"))
+            self.script.seen.append((self.request.method, self.request.uri, self.request.headers.get("Accept")))
+            if offset == 4:
+                asked_4.set()
+            if offset == 2:
+                await asyncio.wait_for(asked_4.wait(), 20)
+            after = offset + 2
+            nxt = {"offset": after, "limit": 2, "url": f"http://elsewhere:1/hub/api/users?state=ready&offset={after}&limit=2"}
+            self.finish(
+                {
+                    "items": [{"name": n} for n in names[offset:after]],
+                    "_pagination": {"offset": offset, "limit": 2, "total": len(names), "next": nxt if after < len(names) else None},
+                }
+            )
+
+    got = await list_users(Pager, scripted)
+    assert got == names
+    uris = sorted(uri for _, uri, _ in scripted.seen)
+    assert uris == sorted(["/hub/api/users?state=ready&limit=2"] + [f"/hub/api/users?state=ready&offset={o}&limit=2" for o in (2, 4, 6)])
 
 
 async def test_hub_stop_server_paths(scripted):
