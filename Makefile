@@ -141,7 +141,7 @@ bench: install devcluster-build
 scale: install devcluster-build
 	$(PY) -m bench.scale $(SCALE_ARGS)
 	$(PY) -m bench.scale --faults $(SCALE_ARGS)
-	$(PY) -m bench.culler_bench --servers $(or $(CULLER_SERVERS),3000)
+	$(PY) -m bench.culler_bench --servers $(or $(CULLER_SERVERS),3000) --prometheus-outage 60
 
 capacity-truth: install devcluster-build
 	$(PY) -m gpuspawner.devcluster.truth --states $(STATES) --quiet

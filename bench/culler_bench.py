@@ -585,6 +585,8 @@ async def main(args: argparse.Namespace) -> None:
                 f"cycle wall time here {statistics.median(cycle_times):.2f}s"
             )
         print("  idle-culler: n/a (it has no kernel view: it can only stop the whole server)")
+        if args.prometheus_outage:
+            await prometheus_outage(make_ours, prom, n, args.prometheus_outage)
     finally:
         client.close()
         await hub.stop()
@@ -592,6 +594,51 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.to_thread(telemetry.stop)
         stand.terminate()
         stand.wait()
+
+
+async def prometheus_outage(make_culler, telemetry: Telemetry, n: int, seconds: float) -> None:
+    """Prometheus unreachable (its process stopped) for ``seconds`` while a culler runs cycle
+    after cycle over every server: it may decide only on what it has, so no GPU server is stopped
+    or has a kernel shut down, each is held back saying the GPU view is unavailable; then
+    Prometheus comes back on its own data and the next cycle sees the GPUs again."""
+    culler = make_culler()
+    await culler.cycle()  # a culler that has run with Prometheus up
+    await asyncio.to_thread(telemetry.prom.stop)
+    started = time.monotonic()
+    cycles, acted, held, judged = 0, 0, 0, 0
+    try:
+        while time.monotonic() - started < seconds:
+            report = await culler.cycle()
+            cycles += 1
+            if report.gpu_view.available:
+                judged += 1
+            counts = report.counts()
+            acted += counts.get("stop", 0) + counts.get("reclaim", 0)
+            held += sum(
+                1 for o in report.outcomes if "GPU view unavailable" in o.decision.summary() or "no GPU-based" in o.decision.summary()
+            )
+    finally:
+        await asyncio.to_thread(telemetry.prom.start)
+    back = time.monotonic()
+    while True:
+        report = await culler.cycle()
+        if report.gpu_view.available or time.monotonic() - back > 120:
+            break
+        await asyncio.sleep(1)
+    await culler.tokens_minted()
+    await culler.close()
+    print()
+    print(f"Prometheus unreachable for {seconds:.0f}s, {n} servers: {cycles} cycles ran meanwhile")
+    print(
+        f"  cycles that claimed a GPU view: {judged}; stops and kernel shutdowns: {acted}; "
+        f"server decisions held back for want of the GPU view: {held} of {cycles * n}"
+    )
+    print(
+        f"  Prometheus back: the GPU view {'returned' if report.gpu_view.available else 'did NOT return'} "
+        f"{time.monotonic() - back:.1f}s after it started again"
+    )
+    ok = judged == 0 and acted == 0 and report.gpu_view.available
+    print(f"  decisions only on data the culler had: {'yes' if ok else 'NO'}")
 
 
 class Telemetry:
@@ -659,6 +706,7 @@ def parse() -> argparse.Namespace:
         help="the culler's token_mints_per_cycle (0: no limit; default: the culler's own)",
     )
     p.add_argument("--profile", default="", help="cProfile one more 1st cycle into this file (printed too)")
+    p.add_argument("--prometheus-outage", type=float, default=0, help="then stop Prometheus for this many seconds while cycles run")
     p.add_argument("--stand-in", type=int, default=0, help=argparse.SUPPRESS)
     return p.parse_args()
 

@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
+
 from bench.scale import churn
 from bench.scale.hubs import H100, HUB_CLIENT, PROBE_OFFERING, Choice, choices, hub_config
 from bench.scale.storm import Hub, PageLoads, PodWatch, Spawn, load_pages, parse_free, spawn
@@ -126,6 +128,13 @@ def mix(spawns: int, options: list[Choice], seed: int, held: dict[str, int] | No
 async def probe_lag(hub: Hub, kube: churn.Conn, node: str, stop: asyncio.Event, lags: list[float], misses: list[str]) -> None:
     """Every 3 s: bind a one-GPU pod to a node of the probe offering and time until the hub's free
     count of that offering moves, then delete it and time the count's return."""
+    try:
+        await _probe_lag(hub, kube, node, stop, lags, misses)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        misses.append(f"the hub's /hub/metrics did not answer: {type(exc).__name__}: {exc}")
+
+
+async def _probe_lag(hub: Hub, kube: churn.Conn, node: str, stop: asyncio.Event, lags: list[float], misses: list[str]) -> None:
     n = 0
     while not stop.is_set():
         before = parse_free(await hub.metrics(), PROBE_OFFERING)
@@ -289,7 +298,7 @@ async def run_one(
         fault_task = asyncio.create_task(inject_faults(cluster, proc_hub, hub, args, fault_log)) if faults else None
         for i, s in enumerate(spawners):
             await asyncio.sleep(max(0.0, storm_start + i * args.window / args.spawns - time.monotonic()))
-            tasks.append(asyncio.create_task(spawn(hub, s, kind == "gpu", args.start_timeout + 120)))
+            tasks.append(asyncio.create_task(spawn(hub, s, kind == "gpu", args.start_timeout + 300)))
         out["sent_s"] = time.monotonic() - storm_start
         await asyncio.gather(*tasks)
         if fault_task:
@@ -400,6 +409,8 @@ def summarise(spawners: list[Spawn], pages: PageLoads, requests: dict[str, int],
         "lag_n": len(lags),
         "lag_misses": misses,
         "reasons": reasons[:12],
+        "throttled": sum(s.throttled for s in spawners),
+        "throttled_spawns": sum(1 for s in spawners if s.throttled),
     }
 
 
@@ -465,6 +476,10 @@ def report(results: list[dict], args, setup: dict) -> None:
             f"hub answering {r['hub_up_s']:.1f}s after start; {args.users} users created in {r['users_s']:.1f}s; browsers logged in in {r['logins_s']:.1f}s"
         )
         print(f"spawns sent over {r['sent_s']:.1f}s, all settled after {r['settled_s']:.1f}s; outcomes {r['outcomes']}")
+        print(
+            f"JupyterHub's concurrent spawn limit answered 429 {r['throttled']} times to {r['throttled_spawns']} spawns "
+            "(each pressed again after the wait it named)"
+        )
         print(f"spawn page loads {r['page_loads']}, errors {r['page_errors'] or 'none'}; pods bound {r['bound_n']}")
         print(f"API requests by the hub during the storm: {r['api_requests']} ({r['api_breakdown']})")
         if n == "gpu":
@@ -530,6 +545,7 @@ async def main_async(args) -> int:
             for kind in kinds:
                 print(f"storm on {kind}...", flush=True)
                 results.append(await run_one(kind, cluster, churner, options, profiles, args, tmp, standin_port, faults=args.faults))
+                (tmp / f"{kind}-results.json").write_text(json.dumps(results[-1], indent=1, default=str))
             churner.stop()
             print(f"churn: {churner.created} created, {churner.deleted} deleted, {churner.errors} errors")
             report(results, args, setup)

@@ -40,6 +40,7 @@ class Spawn:
     outcome: str = ""  # ready | refused | failed | lost
     reason: str = ""
     bound: float = 0.0  # the pod's node was set (the bench's own watch)
+    throttled: int = 0  # times JupyterHub answered 429 (its concurrent spawn limit) and was asked again
 
     @property
     def to_bound(self) -> float | None:
@@ -107,9 +108,17 @@ class Hub:
             if status not in (201, 409):
                 raise RuntimeError(f"creating users: HTTP {status} {str(body)[:300]}")
 
-    async def metrics(self) -> str:
-        async with self.session.get(f"{self.url}/hub/metrics", timeout=aiohttp.ClientTimeout(total=30)) as resp:
-            return await resp.text()
+    async def metrics(self, tries: int = 5) -> str:
+        """The hub's /hub/metrics (asked again after a broken connection: a loaded proxy may reset one)."""
+        for attempt in range(tries):
+            try:
+                async with self.session.get(f"{self.url}/hub/metrics", timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                    return await resp.text()
+            except (TimeoutError, aiohttp.ClientError):
+                if attempt == tries - 1:
+                    raise
+                await asyncio.sleep(1)
+        return ""
 
     async def browser(self, user: str) -> Browser:
         if user not in self.browsers:
@@ -223,18 +232,36 @@ def from_the_proxy(status: int, body) -> bool:
     return not isinstance(body, dict) and "jupyterhub" not in text.lower()
 
 
-async def retried(call, deadline: float):
+def throttled(status: int, body) -> float | None:
+    """Seconds JupyterHub asks to wait when its concurrent spawn limit is reached (429, "Too many
+    users trying to log in right now. Try again in 40 seconds."), else None."""
+    text = body.get("message", "") if isinstance(body, dict) else str(body)
+    if status != 429 or "Too many users" not in text:
+        return None
+    match = re.search(r"Try again in (\d+) seconds", text)
+    return float(match.group(1)) if match else 30.0
+
+
+async def retried(call, deadline: float, s: Spawn | None = None):
     """``call()`` again while the hub does not answer (restarting: no connection, or the proxy's
-    own error), as a user presses again a second later."""
+    own error), as a user presses again a second later; and after the wait JupyterHub asks for
+    when its concurrent spawn limit is reached, as its page tells the user to."""
     while True:
+        pause = 1.0
         try:
             answer = await call()
-            if not from_the_proxy(answer[0], answer[-1]) or time.monotonic() > deadline:
+            wait = throttled(answer[0], answer[-1])
+            if wait is not None and s is not None:
+                s.throttled += 1
+                pause = wait
+            elif not from_the_proxy(answer[0], answer[-1]):
+                return answer
+            if time.monotonic() + pause > deadline:
                 return answer
         except aiohttp.ClientConnectionError:
             if time.monotonic() > deadline:
                 raise
-        await asyncio.sleep(1)
+        await asyncio.sleep(pause)
 
 
 async def spawn(hub: Hub, s: Spawn, gpu: bool, timeout: float) -> None:
@@ -244,7 +271,7 @@ async def spawn(hub: Hub, s: Spawn, gpu: bool, timeout: float) -> None:
     try:
         if s.channel == "api":
             options = s.choice.gpu_options if gpu else {"profile": s.choice.kube_profile}
-            status, body = await retried(lambda: hub.api("POST", f"/users/{quote(s.user)}/server", options, timeout=timeout), deadline)
+            status, body = await retried(lambda: hub.api("POST", f"/users/{quote(s.user)}/server", options, timeout=timeout), deadline, s)
             s.answered, s.status = time.monotonic(), status
             if status == 201:
                 s.done, s.outcome = s.answered, "ready"
@@ -257,7 +284,7 @@ async def spawn(hub: Hub, s: Spawn, gpu: bool, timeout: float) -> None:
         else:
             browser = hub.browsers[s.user]
             fields = s.choice.gpu_form if gpu else {"profile": s.choice.kube_profile}
-            status, location, page = await retried(lambda: browser.submit(fields), deadline)
+            status, location, page = await retried(lambda: browser.submit(fields), deadline, s)
             s.answered, s.status = time.monotonic(), status
             if status >= 400 or (status == 200 and "spawn_form" in page):
                 s.done, s.outcome, s.reason = s.answered, "refused", form_error(page)

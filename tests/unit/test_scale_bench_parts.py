@@ -77,3 +77,12 @@ def test_the_hubs_words_are_read_from_its_form_and_metrics():
     assert form_error(page) == "Nothing is free: 0 of 4"
     text = 'gpuspawner_offering_free{kind="vgpu",offering="v100"} 3.0\ngpuspawner_offering_free{kind="mig",offering="v100-mig"} 1.0\n'
     assert parse_free(text, "v100") == 3.0 and parse_free(text, "nope") is None
+
+
+def test_jupyterhubs_concurrent_spawn_limit_is_waited_out_as_it_asks():
+    from bench.scale.storm import throttled
+
+    assert throttled(429, {"status": 429, "message": "Too many users trying to log in right now. Try again in 40 seconds."}) == 40.0
+    assert throttled(429, "<p>Too many users trying to log in right now. Try again in 7 seconds.</p>") == 7.0
+    assert throttled(429, {"status": 429, "message": "Over your GPU quota: 2 of 2 held"}) is None  # a refusal, not a wait
+    assert throttled(409, "Too many users") is None
