@@ -408,6 +408,8 @@ class GPUSpawner(KubeSpawner):
     def image_fit(self, offering: Offering, image: str) -> tuple[Offering, str]:
         """``offering`` for ``image`` (on the nodes and devices that can run it), and why none can
         ("" where one can, where the image needs nothing, or where there are no counts)."""
+        if not self.image_requirements:  # (no rules: every image needs nothing, the common case)
+            return offering, ""
         needs = needs_for(image, self.image_rules)
         index = self.counts()
         if index is None:
@@ -434,10 +436,21 @@ class GPUSpawner(KubeSpawner):
         self._kueue_routing_made = (copy.deepcopy(settings), routing)
         return routing
 
+    #: config_problems' answers by the repr of the settings checked (a view asks several times;
+    #: the settings change only with the config or a hook's per-user traits). Bounded: oldest out.
+    _checked: ClassVar[dict[str, list[str]]] = {}
+
     def config_problems(self) -> list[str]:
         """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.capacity.checks`)."""
-        problems = config_problems({name: getattr(self, name) for name in CHECKED_TRAITS})
-        return [*problems, *filter(None, [hub_id_problem(self.hub_id)])]
+        section = {name: getattr(self, name) for name in CHECKED_TRAITS}
+        key = repr((section, self.hub_id))
+        found = GPUSpawner._checked.get(key)
+        if found is None:
+            found = [*config_problems(section), *filter(None, [hub_id_problem(self.hub_id)])]
+            if len(GPUSpawner._checked) >= 64:
+                GPUSpawner._checked.pop(next(iter(GPUSpawner._checked)))
+            GPUSpawner._checked[key] = found
+        return list(found)
 
     # ------------------------------------------------------------------ lifecycle
 

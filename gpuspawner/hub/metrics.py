@@ -126,12 +126,19 @@ REFUSAL_REASONS = (
 ADMISSION_DECISIONS = ("admit", "warn", "queue")
 
 
+#: (slug, kind) of every offering whose series observe_catalog has made.
+_OBSERVED: set[tuple[str, str]] = set()
+
+
 def observe_catalog(index: ClusterIndex, offerings: list[Offering]) -> None:
     """Remember the latest catalog so a scrape reports its offerings; each offering's
     admission, refusal and time-to-schedule series exist from then on at 0, so that
     Prometheus' increase()/rate() see the first event (a series born at 1 shows none)."""
     CAPACITY.source = (index, list(offerings))
     for offering in offerings:
+        if (offering.slug, offering.kind.value) in _OBSERVED:
+            continue  # (its series exist already: a view builds the catalog again and again)
+        _OBSERVED.add((offering.slug, offering.kind.value))
         for reason in REFUSAL_REASONS:
             REFUSALS.labels(offering.slug, offering.kind.value, reason)
         for decision in ADMISSION_DECISIONS:

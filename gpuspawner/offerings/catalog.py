@@ -23,6 +23,13 @@ TRAITS = {
 }
 
 
+#: The admin's offerings as last parsed, by the repr of the settings they came from: a spawn page
+#: view builds the catalog (and checks the settings) several times, and the settings change only
+#: with the hub's config (or a hook's per-user traits, each a key of its own). Bounded: oldest out.
+_CONFIGURED: dict[str, tuple[Offering, ...]] = {}
+_CONFIGURED_MAX = 64
+
+
 @dataclass(frozen=True)
 class CatalogConfig:
     """The admin's settings that decide which offerings exist (see GPUSpawner's traits)."""
@@ -39,11 +46,18 @@ class CatalogConfig:
         return cls(**{field: settings[trait] for trait, field in TRAITS.items() if trait in settings})
 
     def configured(self) -> list[Offering]:
-        """The admin's own offerings, validated (raises :class:`OfferingConfigError`)."""
-        configured = offerings_from_config(list(self.offerings), self.vgpu_class_labels)
-        # Overrides are validated even when no discovered slug matches yet.
-        apply_overrides([], self.overrides)
-        return configured
+        """The admin's own offerings, validated (raises :class:`OfferingConfigError`; a wrong
+        setting is parsed, and refused, every time)."""
+        key = repr((self.offerings, self.overrides, tuple(self.vgpu_class_labels)))
+        found = _CONFIGURED.get(key)
+        if found is None:
+            configured = offerings_from_config(list(self.offerings), self.vgpu_class_labels)
+            # Overrides are validated even when no discovered slug matches yet.
+            apply_overrides([], self.overrides)
+            if len(_CONFIGURED) >= _CONFIGURED_MAX:
+                _CONFIGURED.pop(next(iter(_CONFIGURED)))
+            found = _CONFIGURED[key] = tuple(configured)
+        return list(found)
 
     def needs_inventory(self) -> bool:
         """Whether this hub needs the cluster-wide watch of Nodes and Pods: to discover
