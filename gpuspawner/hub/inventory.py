@@ -212,6 +212,15 @@ class Inventory:
             forbidden="" if self.unreachable else self.forbidden,
         )
 
+    #: time.monotonic() when a watch stream last brought anything (an event or a bookmark): the API
+    #: server was answering then, whatever a request that timed out meanwhile suggests.
+    heard_at: float = float("-inf")
+
+    def hears_the_api_server(self, within: float = 90.0) -> bool:
+        """Whether the streams are in sync and brought something in the last ``within`` seconds (the
+        API server sends a bookmark on an idle watch about once a minute)."""
+        return self.ready and not self.unreachable and time.monotonic() - self.heard_at < within
+
     def call_failed(self, reason: str, probe: Callable[[], Awaitable[Any]], retry: float = 0.5) -> None:
         """A request to the API server failed to connect or timed out (``reason``, for the log)
         while the streams may still look live: the counts are not live from now on (the page
@@ -506,6 +515,7 @@ class Inventory:
         buffer = bytearray()
         try:
             async for chunk in resp.content.iter_any():
+                self.heard_at = time.monotonic()
                 buffer += chunk
                 if b"\n" not in chunk:
                     continue

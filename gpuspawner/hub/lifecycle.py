@@ -25,7 +25,7 @@ from gpuspawner.hub.reflector import scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, chain, unreachable_cause
 from gpuspawner.hub.spawnstate import SpawnState
 from gpuspawner.names.vocabulary import RECORD_KEY, AdmissionPolicy, Refusal
-from gpuspawner.page.cards import unreachable_message
+from gpuspawner.page.cards import slow_cluster_message, unreachable_message
 from gpuspawner.page.useroptions import too_long_message
 
 
@@ -113,12 +113,26 @@ def unreachable_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None
     any other failure). The inventory is told, so the page and later spawns say the cluster
     cannot be reached even while its watches still look live (an API server shutting down
     keeps them open); the hub polls this server as refused, so its cleanup asks the cluster
-    nothing (a pod made by a request whose answer never came is the orphan reconciler's)."""
+    nothing (a pod made by a request whose answer never came is the orphan reconciler's).
+    But a request that timed out while the watches bring events met a slow API server (or an
+    overloaded hub), not a missing one: that spawn alone is refused, as too slow, and its cleanup
+    deletes the pod the request may have made."""
     cause = unreachable_cause(exc)
     if cause is None:
         return None
     reason = f"{type(cause).__name__}: {brief(cause)}"
     api, namespace = spawner.api, spawner.namespace
+    inventory = Inventory.running(api)  # (none where no offering needs counts: nothing to tell)
+    if isinstance(cause, TimeoutError) and inventory is not None and inventory.hears_the_api_server():
+        # The API server is answering (the watches bring events): the request was slow, not lost
+        # (an overloaded hub or API server). The cluster is not called unreachable for everyone;
+        # the pod the request may have made is the hub's cleanup's to delete (poll finds it).
+        spawner.log.warning(
+            "%s: a Kubernetes request timed out (%s) while the API server answers the watches; refusing this spawn as too slow",
+            spawner._log_name,
+            reason,
+        )
+        return SpawnRefused(slow_cluster_message(), Refusal.UNREACHABLE)
 
     async def probe() -> None:
         await api.list_namespaced_pod(namespace, limit=1, _request_timeout=5)
@@ -126,7 +140,6 @@ def unreachable_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None
     spawner.log.warning(
         "%s: a Kubernetes request failed (%s); refusing the spawn as the cluster cannot be reached", spawner._log_name, reason
     )
-    inventory = Inventory.running(api)  # (none where no offering needs counts: nothing to tell)
     if inventory is not None:
         inventory.call_failed(reason, probe)
     health = inventory.health if inventory is not None else Health(ready=False, as_of=time.time(), error=reason)

@@ -197,6 +197,14 @@ def counts_notice(health: Health, now: datetime) -> str:
     )
 
 
+def slow_cluster_message() -> str:
+    """Why a spawn is refused when the API server answers, but not the hub's request in time (the 503's message)."""
+    return (
+        "The cluster is answering too slowly right now: it did not confirm your server's pod in time, "
+        "so your server was not started. Please try again in a minute."
+    )
+
+
 def unreachable_message(health: Health, now: datetime) -> str:
     """Why a spawn is refused while the counts are not live (the 503's message)."""
     if not health.answered:

@@ -101,3 +101,66 @@ async def test_a_spawn_whose_request_is_refused_is_a_503_and_the_cluster_counts_
         if forwarder is not None:
             forwarder.close()
         await client.close()
+
+
+async def slow_forward(port: int, host: str, target: int, delay: float) -> asyncio.Server:
+    """A TCP forwarder whose answers come ``delay`` seconds late (an API server, or a hub, too
+    loaded to answer a request in time): requests pass at once."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, late: float) -> None:
+        try:
+            while data := await reader.read(65536):
+                if late:
+                    await asyncio.sleep(late)
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(host, target)
+        await asyncio.gather(pipe(reader, up_writer, 0), pipe(up_reader, writer, delay))
+
+    return await asyncio.start_server(serve, "127.0.0.1", port)
+
+
+async def test_a_spawn_whose_requests_time_out_while_the_watches_answer_is_too_slow_not_unreachable(devcluster, kube, namespace):
+    """Found by bench.scale at 1,000 nodes: an overloaded hub's pod creation timed out, and every
+    spawn after it was refused for a minute as if the cluster were gone. The API server was
+    answering the watches all along: that one spawn is refused as too slow, the counts stay live,
+    and the next spawn starts."""
+    spawner = make_spawner(devcluster, namespace)
+    spawner.k8s_api_request_timeout = 1
+    spawner.k8s_api_request_retry_timeout = 3
+    inventory = spawner.inventory
+    await until(lambda: inventory.health.ready, "the inventory to sync")
+    live = spawner.api.api_client.configuration
+    target = urlparse(live.host)
+    port = free_port()
+    forwarder = await slow_forward(port, target.hostname, target.port, delay=2.5)
+    slow = copy.copy(live)
+    slow.host = f"https://127.0.0.1:{port}"
+    client = ApiClient(slow)
+    Inventory._instances[slow.host] = inventory  # the same inventory, its watch on the live API server
+    try:
+        spawner.api = CoreV1Api(client)
+        spawner.user_options = {"offering": T4}
+        with pytest.raises(SpawnRefused) as refused:
+            await spawner.start()
+        assert refused.value.status_code == 503, refused.value
+        assert str(refused.value).startswith("The cluster is answering too slowly right now"), refused.value
+        assert inventory.health.ready and not inventory.unreachable  # nobody else is told the cluster is gone
+        assert not spawner.spawn_state.refused  # so the hub's cleanup polls for the pod a request may have made, and stops it
+
+        again = make_spawner(devcluster, namespace)
+        again.user_options = {"offering": T4}
+        await again.start()  # through the live client: admitted, counted live, started
+        await again.stop(now=True)
+    finally:
+        Inventory._instances.pop(slow.host, None)
+        forwarder.close()
+        await client.close()
+        for pod in kube.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]:
+            kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}?gracePeriodSeconds=0")
