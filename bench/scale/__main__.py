@@ -285,7 +285,19 @@ async def run_one(
         )
         spy = (
             subprocess.Popen(
-                [args.py_spy, "record", "--pid", str(pid), "--output", str(tmp / f"{kind}-hub.txt"), "--format", "raw", "--rate", "50"],
+                [
+                    args.py_spy,
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--output",
+                    str(tmp / f"{kind}-hub.txt"),
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "50",
+                    "--nonblocking",
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -577,7 +589,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=30)
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (the hubs' and the cluster's logs)")
     parser.add_argument(
-        "--py-spy", metavar="PY_SPY", help="record each hub with this py-spy during its storm (flame graphs in the work folder)"
+        "--py-spy",
+        metavar="PY_SPY",
+        help="record each hub with this py-spy (not pausing it) during its storm: collapsed stacks in the work folder",
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when a spawn was lost or stuck or a count is wrong")
     args = parser.parse_args(argv)
