@@ -227,11 +227,13 @@ def hub_servers_from_db(db: Any) -> HubRecords:
     ``db``: the hub's own SQLAlchemy session."""
     from jupyterhub import orm
 
+    # One query with the owners' names (not one per server), and the users as columns, not ORM
+    # objects: every user of a 3,000-user hub, each check, on the hub's event loop.
     servers: dict[tuple[str, str], str | None] = {}
-    for spawner in db.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None)):
-        if spawner.user is not None:
-            servers[(spawner.user.name, spawner.name or "")] = (spawner.state or {}).get("pod_name")
-    users = {user_key(user.id, user.created): user.name for user in db.query(orm.User)}
+    rows = db.query(orm.Spawner, orm.User.name).join(orm.User, orm.Spawner.user_id == orm.User.id).filter(orm.Spawner.server_id.isnot(None))
+    for spawner, user_name in rows:
+        servers[(user_name, spawner.name or "")] = (spawner.state or {}).get("pod_name")
+    users = {user_key(uid, created): name for uid, created, name in db.query(orm.User.id, orm.User.created, orm.User.name)}
     return HubRecords(servers, users)
 
 
