@@ -336,6 +336,7 @@ async def run_one(
         if kind == "gpu":
             out["recount"] = await recount(hub, cluster, churner, out)
         out["faults"] = fault_log
+        out["rollbacks"] = proc_hub.log_text().count("Rolling back")  # JupyterHub found its session dirty, or a database error
         return out
     finally:
         watch.stop()
@@ -501,6 +502,7 @@ def report(results: list[dict], args, setup: dict) -> None:
                 f"(the hub's counts answered {r['counts_back_s']:.1f}s after the storm settled)"
             )
         print(f"servers stuck pending, lost or wrong: {r['stuck'] or 'none'}")
+        print(f"hub database rollbacks (a handler found the session dirty, or a database error): {r['rollbacks']}")
         for reason in r["reasons"]:
             print(f"  told: {reason}")
         for line in r["faults"]:
@@ -525,6 +527,8 @@ def problems(results: list[dict], faults: bool = False) -> list[str]:
             out.append(f"{name}: free counts wrong: {r['recount']}")
         if r.get("lag_misses"):
             out.append(f"{name}: inventory lag probes missed: {r['lag_misses']}")
+        if r.get("rollbacks"):
+            out.append(f"{name}: the hub rolled its database session back {r['rollbacks']} times")
     return out
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import allowed
-from gpuspawner.hub import admitting, budgets, claimlife, kueue, metrics
+from gpuspawner.hub import admitting, budgets, claimlife, kueue, metrics, storedoptions
 from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.reflector import scheduler_verdict
@@ -78,9 +78,7 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         # Without the hub's Server object (a script, a test) there is no base URL to name.
         spawner.spawn_state.record_url = f"{url.rstrip('/')}{spawner.server.base_url}" if url and spawner.server else None
         spawner.user_options = {**spawner.user_options, RECORD_KEY: spawner.record()}
-        if spawner.orm_spawner is not None:
-            # The hub's REST API serves orm_spawner.user_options; the hub commits after start returns.
-            spawner.orm_spawner.user_options = dict(spawner.user_options)
+        storedoptions.store(spawner)  # the hub's REST API serves orm_spawner.user_options
     return url
 
 
