@@ -46,7 +46,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.scale import churn
-from bench.scale.hubs import H100, HUB_CLIENT, PROBE_OFFERING, Choice, choices, hub_config
+from bench.scale.hubs import H100, HUB_CLIENT, ORPHAN_CHECK, ORPHAN_GRACE, PROBE_OFFERING, Choice, choices, hub_config
 from bench.scale.storm import Hub, PageLoads, PodWatch, Spawn, load_pages, parse_free, spawn
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.hub import HubProcess
@@ -336,7 +336,10 @@ async def run_one(
         if kind == "gpu":
             out["recount"] = await recount(hub, cluster, churner, out)
         out["faults"] = fault_log
-        out["rollbacks"] = proc_hub.log_text().count("Rolling back")  # JupyterHub found its session dirty, or a database error
+        out["rollbacks"] = proc_hub.log_text().count("Rolling back")
+        (tmp / f"{kind}-spawns.json").write_text(
+            json.dumps([{**vars(s), "choice": s.choice.name} for s in spawners], default=str)
+        )  # JupyterHub found its session dirty, or a database error
         return out
     finally:
         watch.stop()
@@ -366,6 +369,16 @@ async def stuck_servers(hub: Hub, spawners: list[Spawn], watch: PodWatch) -> lis
     own answer, or the notice the home page keeps); never still pending; and no notebook pod
     without a running server."""
     stuck = []
+    deadline = time.monotonic() + ORPHAN_GRACE + 3 * ORPHAN_CHECK
+    while time.monotonic() < deadline:  # a pod a timed-out request made is the orphan reconciler's, after its grace period
+        ready = set()
+        for user in list(watch.pods):
+            _, model = await hub.api("GET", f"/users/{user}")
+            if (((model or {}).get("servers") or {}).get("") or {}).get("ready") if isinstance(model, dict) else False:
+                ready.add(user)
+        if set(watch.pods) <= ready:
+            break
+        await asyncio.sleep(5)
     for s in spawners:
         status, model = await hub.api("GET", f"/users/{s.user}?include_stopped_servers=1")
         server = ((model or {}).get("servers") or {}).get("") if isinstance(model, dict) else None

@@ -26,6 +26,9 @@ PROBE_OFFERING = "vgpu-vgpu-type-v100-8g-8gb"
 #: a label no node has: only the scheduler can say no
 NOWHERE = {"example.org/fpga": "true"}
 H100 = "gpu-nvidia-h100-80gb-hbm3"
+#: GPUSpawner's orphan reconciler in the benchmark's hub: a pod a timed-out request made after its
+#: spawn was refused is deleted this long after (the check for pods without a server waits it out)
+ORPHAN_GRACE, ORPHAN_CHECK = 30, 10
 #: the audited Kubernetes identity of the hub under test
 HUB_CLIENT = "gpuspawner-hub"
 
@@ -102,6 +105,8 @@ c.JupyterHub.spawner_class = "gpu"
 c.GPUSpawner.discover_offerings = True
 c.GPUSpawner.default_offering = "cpu"
 c.GPUSpawner.offerings = [{{"slug": "fpga", "kind": "custom", "display_name": "FPGA", "command_prefix": ["fpga-run"], "node_selector": {NOWHERE!r}}}]
+c.GPUSpawner.orphan_pod_grace_seconds = {ORPHAN_GRACE}  # (300 by default: the benchmark waits this out before it looks)
+c.GPUSpawner.orphan_pod_check_seconds = {ORPHAN_CHECK}
 """
     else:
         extra = f"""
