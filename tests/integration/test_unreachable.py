@@ -30,12 +30,16 @@ pytestmark = pytest.mark.cluster
 T4 = "shared-tesla-t4-time-slicing-4x"
 
 
-async def forward(port: int, host: str, target: int) -> asyncio.Server:
-    """A TCP forwarder from 127.0.0.1:``port`` to ``host``:``target`` (the API server answering there again)."""
+async def forward(port: int, host: str, target: int, delay: float = 0.0) -> asyncio.Server:
+    """A TCP forwarder from 127.0.0.1:``port`` to ``host``:``target`` (the API server answering there
+    again); with ``delay``, its answers come that many seconds late (an API server, or a hub, too
+    loaded to answer a request in time), while requests pass at once."""
 
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, late: float) -> None:
         try:
             while data := await reader.read(65536):
+                if late:
+                    await asyncio.sleep(late)
                 writer.write(data)
                 await writer.drain()
         except ConnectionError:
@@ -45,7 +49,7 @@ async def forward(port: int, host: str, target: int) -> asyncio.Server:
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(host, target)
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer, 0.0), pipe(up_reader, writer, delay))
 
     return await asyncio.start_server(serve, "127.0.0.1", port)
 
@@ -103,29 +107,6 @@ async def test_a_spawn_whose_request_is_refused_is_a_503_and_the_cluster_counts_
         await client.close()
 
 
-async def slow_forward(port: int, host: str, target: int, delay: float) -> asyncio.Server:
-    """A TCP forwarder whose answers come ``delay`` seconds late (an API server, or a hub, too
-    loaded to answer a request in time): requests pass at once."""
-
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, late: float) -> None:
-        try:
-            while data := await reader.read(65536):
-                if late:
-                    await asyncio.sleep(late)
-                writer.write(data)
-                await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(host, target)
-        await asyncio.gather(pipe(reader, up_writer, 0), pipe(up_reader, writer, delay))
-
-    return await asyncio.start_server(serve, "127.0.0.1", port)
-
-
 async def test_a_spawn_whose_requests_time_out_while_the_watches_answer_is_too_slow_not_unreachable(devcluster, kube, namespace):
     """Found by bench.scale at 1,000 nodes: an overloaded hub's pod creation timed out, and every
     spawn after it was refused for a minute as if the cluster were gone. The API server was
@@ -139,7 +120,7 @@ async def test_a_spawn_whose_requests_time_out_while_the_watches_answer_is_too_s
     live = spawner.api.api_client.configuration
     target = urlparse(live.host)
     port = free_port()
-    forwarder = await slow_forward(port, target.hostname, target.port, delay=2.5)
+    forwarder = await forward(port, target.hostname, target.port, delay=2.5)
     slow = copy.copy(live)
     slow.host = f"https://127.0.0.1:{port}"
     client = ApiClient(slow)
