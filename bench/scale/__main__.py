@@ -383,6 +383,8 @@ async def stuck_servers(hub: Hub, spawners: list[Spawn], watch: PodWatch) -> lis
         status, model = await hub.api("GET", f"/users/{s.user}?include_stopped_servers=1")
         server = ((model or {}).get("servers") or {}).get("") if isinstance(model, dict) else None
         running = bool(server and server.get("ready"))
+        if s.outcome == "stopped" and running:  # (its stream was cut by a restart; the hub resumed it)
+            s.outcome = "ready"
         if s.outcome == "stopped":  # the start was dropped without a verdict: what does the home page say?
             notice = ((server or {}).get("state") or {}).get(STOP_NOTICE_KEY) or {}
             s.reason = notice.get("text", "")

@@ -209,6 +209,9 @@ async def follow_progress(hub: Hub, session: aiohttp.ClientSession, user: str, t
         except (TimeoutError, aiohttp.ClientError):
             await asyncio.sleep(1)
             continue
+        if not isinstance(model, dict):  # the proxy's answer while the hub restarts, not the hub's
+            await asyncio.sleep(1)
+            continue
         server = ((model or {}).get("servers") or {}).get("") if isinstance(model, dict) else None
         if server and server.get("ready"):
             return "ready", last
