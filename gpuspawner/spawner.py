@@ -34,6 +34,7 @@ from gpuspawner.capacity.kueuequeues import KueueRouting
 from gpuspawner.capacity.policy import Requester, allowed, named
 from gpuspawner.core.imagefit import ImageNeeds, ImageNeedsError, fitted, needs_for, parse_rules
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering, QueueRoom
+from gpuspawner.core.settingskey import SettingsKey
 from gpuspawner.core.windows import window_state
 from gpuspawner.hub import (
     admitting,
@@ -416,41 +417,18 @@ class GPUSpawner(KubeSpawner):
             return fitted(offering, needs), ""
         return index.fit(offering, needs)
 
-    #: The queue mapping last made, and a copy of the two settings it was made from.
-    _kueue_routing_made: tuple[Any, KueueRouting] | None = None
-
     @property
     def kueue_routing(self) -> KueueRouting:
         """The queue mapping (empty while the settings are wrong: config_problems refuses the spawn first).
 
         Checked and made again only when the settings differ from those it was made from (a page
         view asks once per offering)."""
-        settings = (self.kueue_queues, self.kueue_priority_classes)
-        made = self._kueue_routing_made
-        if made is not None and made[0] == settings:
-            return made[1]
-        try:
-            routing = KueueRouting.from_settings(*settings)
-        except ValueError:
-            routing = KueueRouting()
-        self._kueue_routing_made = (copy.deepcopy(settings), routing)
-        return routing
-
-    #: config_problems' answers by the repr of the settings checked (a view asks several times;
-    #: the settings change only with the config or a hook's per-user traits). Bounded: oldest out.
-    _checked: ClassVar[dict[str, list[str]]] = {}
+        return _kueue_routing(SettingsKey((self.kueue_queues, self.kueue_priority_classes)))
 
     def config_problems(self) -> list[str]:
-        """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.capacity.checks`)."""
-        section = {name: getattr(self, name) for name in CHECKED_TRAITS}
-        key = repr((section, self.hub_id))
-        found = GPUSpawner._checked.get(key)
-        if found is None:
-            found = [*config_problems(section), *filter(None, [hub_id_problem(self.hub_id)])]
-            if len(GPUSpawner._checked) >= 64:
-                GPUSpawner._checked.pop(next(iter(GPUSpawner._checked)))
-            GPUSpawner._checked[key] = found
-        return list(found)
+        """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.capacity.checks`;
+        checked once per settings: a view asks several times)."""
+        return list(_config_problems(SettingsKey(({name: getattr(self, name) for name in CHECKED_TRAITS}, self.hub_id))))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -881,6 +859,20 @@ class GPUSpawner(KubeSpawner):
         """KubeSpawner's, and the spawn's; the GPU-hour ledger stays (the hub saves it after a stop)."""
         super().clear_state()
         self.spawn_state = SpawnState()
+
+
+@functools.lru_cache(maxsize=64)
+def _kueue_routing(settings: SettingsKey) -> KueueRouting:
+    try:
+        return KueueRouting.from_settings(*settings.value)
+    except ValueError:
+        return KueueRouting()
+
+
+@functools.lru_cache(maxsize=64)
+def _config_problems(checked: SettingsKey) -> tuple[str, ...]:
+    section, hub_id = checked.value
+    return (*config_problems(section), *filter(None, [hub_id_problem(hub_id)]))
 
 
 @functools.cache

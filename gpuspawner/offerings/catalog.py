@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from gpuspawner.core.model import CPU_OFFERING, Offering
+from gpuspawner.core.settingskey import SettingsKey
 from gpuspawner.names.vocabulary import Kind
 from gpuspawner.offerings.config import offerings_from_config
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS, discover
@@ -21,13 +23,6 @@ TRAITS = {
     "include_cpu_offering": "include_cpu",
     "vgpu_class_labels": "vgpu_class_labels",
 }
-
-
-#: The admin's offerings as last parsed, by the repr of the settings they came from: a spawn page
-#: view builds the catalog (and checks the settings) several times, and the settings change only
-#: with the hub's config (or a hook's per-user traits, each a key of its own). Bounded: oldest out.
-_CONFIGURED: dict[str, tuple[Offering, ...]] = {}
-_CONFIGURED_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -48,16 +43,7 @@ class CatalogConfig:
     def configured(self) -> list[Offering]:
         """The admin's own offerings, validated (raises :class:`OfferingConfigError`; a wrong
         setting is parsed, and refused, every time)."""
-        key = repr((self.offerings, self.overrides, tuple(self.vgpu_class_labels)))
-        found = _CONFIGURED.get(key)
-        if found is None:
-            configured = offerings_from_config(list(self.offerings), self.vgpu_class_labels)
-            # Overrides are validated even when no discovered slug matches yet.
-            apply_overrides([], self.overrides)
-            if len(_CONFIGURED) >= _CONFIGURED_MAX:
-                _CONFIGURED.pop(next(iter(_CONFIGURED)))
-            found = _CONFIGURED[key] = tuple(configured)
-        return list(found)
+        return list(_configured(SettingsKey((self.offerings, self.overrides, tuple(self.vgpu_class_labels)))))
 
     def needs_inventory(self) -> bool:
         """Whether this hub needs the cluster-wide watch of Nodes and Pods: to discover
@@ -66,6 +52,18 @@ class CatalogConfig:
         may not list nodes or pods outside its namespace).
         Raises :class:`OfferingConfigError` if the offerings are wrong."""
         return self.discover or any(o.takes_units for o in self.configured())
+
+
+@lru_cache(maxsize=64)
+def _configured(settings: SettingsKey) -> tuple[Offering, ...]:
+    """:meth:`CatalogConfig.configured`, parsed once per settings: a spawn page view builds the
+    catalog (and checks the settings) several times, and the settings change only with the hub's
+    config or a hook's per-user traits (each a key of its own). An error is not kept."""
+    offerings, overrides, vgpu_class_labels = settings.value
+    configured = offerings_from_config(list(offerings), vgpu_class_labels)
+    # Overrides are validated even when no discovered slug matches yet.
+    apply_overrides([], overrides)
+    return tuple(configured)
 
 
 def merge(configured: list[Offering], discovered: list[Offering]) -> list[Offering]:

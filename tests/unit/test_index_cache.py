@@ -151,7 +151,7 @@ def test_the_queue_mapping_is_made_again_when_its_settings_change_even_in_place(
     from gpuspawner.spawner import GPUSpawner
 
     routing = GPUSpawner.kueue_routing.fget  # type: ignore[attr-defined]
-    settings = SimpleNamespace(kueue_queues={"default": "a"}, kueue_priority_classes={}, _kueue_routing_made=None)
+    settings = SimpleNamespace(kueue_queues={"default": "a"}, kueue_priority_classes={})
     first = routing(settings)
     assert first.default == "a" and routing(settings) is first  # kept while the settings are the same
     settings.kueue_queues["default"] = "b"  # changed in place
