@@ -48,6 +48,8 @@ sys.path.insert(0, str(REPO))
 
 from tornado import web  # noqa: E402
 
+from bench.procstat import cpu_seconds  # noqa: E402
+
 # ---------------------------------------------------------------------------
 # the stand-in single-user servers (run in a child process: --stand-in PORT)
 # ---------------------------------------------------------------------------
@@ -246,12 +248,6 @@ def timed_phases(culler, t0: float) -> dict:
     culler.prometheus.gpu_view, culler.hub.iter_users, culler._user = timed_gpu_view, timed_iter_users, timed_user
     marks["_restore"] = lambda: [delattr(o, a) for o, a in ((culler.prometheus, "gpu_view"), (culler.hub, "iter_users"), (culler, "_user"))]
     return marks
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def main(args: argparse.Namespace) -> None:

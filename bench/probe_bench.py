@@ -31,14 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.procstat import memory_mib
+
 GIB = 1 << 30
 
 
 def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return memory_mib("self", "VmRSS", missing=float("nan"))
 
 
 def build(kind: str, root: Path):

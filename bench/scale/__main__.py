@@ -45,6 +45,7 @@ from pathlib import Path
 
 import aiohttp
 
+from bench.procstat import cpu_seconds, memory_mib
 from bench.scale import churn
 from bench.scale.hubs import H100, HUB_CLIENT, ORPHAN_CHECK, ORPHAN_GRACE, PROBE_OFFERING, Choice, choices, hub_config
 from bench.scale.storm import Hub, PageLoads, PodWatch, Spawn, load_pages, parse_free, spawn
@@ -54,7 +55,6 @@ from gpuspawner.devcluster.nodes import many_nodes, node_classes
 from gpuspawner.devcluster.ports import free_port
 from gpuspawner.names.vocabulary import STOP_NOTICE_KEY
 
-TICK = os.sysconf("SC_CLK_TCK")
 GPU_CLASSES = [c for c in node_classes() if c["x-gpuspawner-class"] != "cpu"]
 
 
@@ -63,18 +63,6 @@ def pct(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class Audit:
@@ -327,7 +315,7 @@ async def run_one(
         await asyncio.sleep(2)  # the last binds reach the watch
         pid = proc_hub.proc.pid
         out["hub_cpu_s"] = cpu_seconds(pid) - cpu0 if not faults else None
-        out["hub_peak_mib"] = peak_rss_mib(pid)
+        out["hub_peak_mib"] = memory_mib(pid, "VmHWM")
         requests = audit.between(mark0, audit.mark())
         for s in spawners:
             s.bound = watch.bound.get(s.user, 0.0)
