@@ -44,10 +44,10 @@ def bound_holdings(spawner: Any, catalog: dict[str, Offering]) -> dict[str, Held
     Without counts: none (quotas then count the grants this hub process made)."""
     out = {}
     index = spawner.counts()
-    # this hub's users' pods only (another hub's users are not ours), never every pod of the cluster
+    # the pods of this hub's users only (another hub's users are not ours), never every pod of the cluster
     for key, pod in (index.user_pods(spawner.hub_id) if index is not None else {}).items():
         offering = catalog.get(pod.offering or "")
-        if pod.user and offering is not None and (pod.hub or "") == spawner.hub_id:
+        if offering is not None:
             out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user)
     return out
 

@@ -102,7 +102,7 @@ class _HoldingsCollector:
             catalog = {o.slug: o for o in offerings}
             for key, pod in index.user_pods().items():
                 offering = catalog.get(pod.offering or "")
-                if not pod.user or offering is None or not offering.resources:
+                if offering is None or not offering.resources:  # (every user pod has its user)
                     continue
                 namespace, _, name = key.partition("/")
                 labels = [namespace, name, pod.user, USER_GROUPS.get(pod.user, ""), offering.slug, offering.kind.value]
