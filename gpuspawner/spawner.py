@@ -282,6 +282,12 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
+    @default("k8s_api_request_retry_timeout")
+    def _retry_while_the_start_may_wait(self) -> int:
+        """A request that times out is retried until the start's own time is up (KubeSpawner: 30 s):
+        a slow API server delays a start, it does not refuse one that fits (docs/config.md)."""
+        return int(self.start_timeout)
+
     reconcile_orphan_pods = Bool(
         True,
         help="""

@@ -46,3 +46,14 @@ def test_a_running_pod_whose_notebook_never_answered():
     pod = {"spec": {"nodeName": "gpu-1"}, "status": {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}}
     assert pod_waiting_words(pod) == "its pod was running, but the notebook server in it had not started"
     assert pod_waiting_words({"spec": {"nodeName": "gpu-1"}, "status": {}}) == "its pod was still Pending on node gpu-1"
+
+
+def test_a_slow_api_server_is_retried_until_the_starts_time_is_up_unless_the_admin_says_otherwise():
+    from types import SimpleNamespace
+
+    from gpuspawner.spawner import GPUSpawner
+
+    trait = GPUSpawner.class_traits()["k8s_api_request_retry_timeout"]
+    assert GPUSpawner._retry_while_the_start_may_wait(SimpleNamespace(start_timeout=240)) == 240
+    # A dynamic default: an admin's c.KubeSpawner.k8s_api_request_retry_timeout still wins.
+    assert trait.default_value == 30 and "k8s_api_request_retry_timeout" in GPUSpawner._trait_default_generators
