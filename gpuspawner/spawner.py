@@ -449,6 +449,7 @@ class GPUSpawner(KubeSpawner):
         self.refused_options: dict[str, Any] | None = None
         hubhooks.own_row(self)
         hubhooks.log_refusals_on_one_line(self.log)
+        hubhooks.hub_log_for_gpuspawner(self.log)
         orphans.start_reconciler(self, GPUSpawner)
 
     @property

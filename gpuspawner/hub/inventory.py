@@ -485,11 +485,13 @@ class Inventory:
     async def _run(self, kind: str, method, kwargs: dict) -> None:
         apply = self._apply(kind)
         backoff = 0.2
+        listed_before: set[str] = set()
         while True:
             try:
                 started = time.monotonic()
                 count, version = await self._relist(kind, method, kwargs)
                 self.relists[kind] += 1
+                listed_before.add(kind)
                 self._set_synced(kind, True)
                 log.info("inventory: listed %d %s in %.2fs", count, kind, time.monotonic() - started)
                 backoff = 0.2
@@ -500,14 +502,20 @@ class Inventory:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the API server went away, refused, or answered garbage: reconnect
+                # A stream that was served before and is refused now most likely meets an API server that
+                # is starting (its APIs and authorizer not all ready yet): asked again as after a failure,
+                # not after forbidden_retry, so its counts do not stay unknown a minute after an outage.
+                refusal_wait = min(backoff, self.forbidden_retry) if kind in listed_before else self.forbidden_retry
                 if kind in DRA_STREAMS and isinstance(exc, Refused) and exc.status in (403, 404):
                     self._dra_refused(kind, exc)
-                    await asyncio.sleep(self.forbidden_retry)
+                    await asyncio.sleep(refusal_wait)
+                    backoff = min(backoff * 2, 10.0)
                     continue
                 if kind in KUEUE_STREAMS:  # Kueue's streams never touch the nodes' health or the outage count
                     if isinstance(exc, Refused) and exc.status in (403, 404):
                         self._kueue_refused(kind, exc)
-                        await asyncio.sleep(self.forbidden_retry)
+                        await asyncio.sleep(refusal_wait)
+                        backoff = min(backoff * 2, 10.0)
                         continue
                     self._set_synced(kind, False)
                     log.warning("inventory: %s stream failed (%s: %s); retrying in %.1fs", kind, type(exc).__name__, exc, backoff)
@@ -518,8 +526,9 @@ class Inventory:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, Refused) and exc.status == 403:
                     self._refused(kind, exc)
-                    log.debug("inventory: %s refused (%s); asking again in %.0fs", kind, exc, self.forbidden_retry)
-                    await asyncio.sleep(self.forbidden_retry)
+                    log.debug("inventory: %s refused (%s); asking again in %.0fs", kind, exc, refusal_wait)
+                    await asyncio.sleep(refusal_wait)
+                    backoff = min(backoff * 2, 10.0)
                     continue
                 self._set_synced(kind, False)
                 log.warning("inventory: %s stream failed (%s); retrying in %.1fs", kind, self.last_error, backoff)

@@ -297,3 +297,49 @@ async def test_a_slow_answer_to_the_heartbeat_is_not_an_outage():
         assert inventory.health.ready and not inventory.unreachable
     finally:
         await inventory.stop()
+
+
+class Restarting:
+    """resource.k8s.io/v1 of an API server that restarts: the first watch drops, the next request is
+    answered 404 (the API not installed yet while the server starts), then it is served again."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def __call__(self, **kwargs):
+        self.calls.append("watch" if kwargs.get("watch") else "list")
+        if kwargs.get("watch"):
+            return Body(b"", [], fail_after=self.calls.count("watch") == 1)
+        if self.calls.count("list") == 2:
+            return NotServed()
+        return Body(b'{"items": [], "metadata": {"resourceVersion": "1"}}')
+
+
+class NotServed(Body):
+    status = 404
+
+    def __init__(self) -> None:
+        super().__init__(b'{"message": "the server could not find the requested resource"}')
+
+
+class DraApi:
+    def __init__(self) -> None:
+        self.list_resource_slice = Restarting()
+        self.list_device_class = Restarting()
+        self.list_resource_claim_for_all_namespaces = Restarting()
+
+
+async def test_a_dra_stream_refused_once_after_a_drop_is_asked_again_soon_not_after_forbidden_retry():
+    dra = DraApi()
+    inventory = Inventory(Api(), dra_api=dra, forbidden_retry=3600, heartbeat=3600)
+    inventory.start()
+    try:
+        assert await inventory.wait_ready(5)
+        for _ in range(1000):
+            if all(s.calls.count("list") >= 3 for s in vars(dra).values()) and inventory.index.dra.synced:
+                break
+            await asyncio.sleep(0.01)
+        assert all(s.calls.count("list") >= 3 for s in vars(dra).values()), {k: s.calls for k, s in vars(dra).items()}
+        assert inventory.index.dra.synced
+    finally:
+        await inventory.stop()

@@ -57,3 +57,45 @@ def test_a_slow_api_server_is_retried_until_the_starts_time_is_up_unless_the_adm
     assert GPUSpawner._retry_while_the_start_may_wait(SimpleNamespace(start_timeout=240)) == 240
     # A dynamic default: an admin's c.KubeSpawner.k8s_api_request_retry_timeout still wins.
     assert trait.default_value == 30 and "k8s_api_request_retry_timeout" in GPUSpawner._trait_default_generators
+
+
+def test_gpuspawners_own_loggers_write_into_the_hubs_log_once_and_leave_a_sites_setup_alone():
+    import io
+    import logging
+
+    from gpuspawner.hub.hubhooks import hub_log_for_gpuspawner
+
+    ours = logging.getLogger("gpuspawner")
+    saved = (list(ours.handlers), ours.level, ours.propagate)
+    hub, out = logging.getLogger("test-hub"), io.StringIO()
+    handler = logging.StreamHandler(out)
+    hub.addHandler(handler)
+    hub.setLevel(logging.INFO)
+    try:
+        for h in list(ours.handlers):
+            ours.removeHandler(h)
+        hub_log_for_gpuspawner(hub)
+        hub_log_for_gpuspawner(hub)  # a second spawner adds nothing
+        logging.getLogger("gpuspawner.hub.inventory").info("inventory: listed 3 nodes")
+        logging.getLogger("gpuspawner.hub.inventory").debug("not at the hub's level")
+        assert out.getvalue() == "inventory: listed 3 nodes\n"
+        site = logging.StreamHandler(io.StringIO())
+        for h in list(ours.handlers):
+            ours.removeHandler(h)
+        ours.addHandler(site)
+        hub_log_for_gpuspawner(hub)
+        assert ours.handlers == [site]
+        for h in list(ours.handlers):
+            ours.removeHandler(h)
+        quiet = logging.getLogger("test-quiet-hub")
+        quiet.addHandler(logging.NullHandler())  # (traitlets' own logger outside a hub)
+        hub_log_for_gpuspawner(quiet)
+        assert ours.handlers == []
+    finally:
+        hub.removeHandler(handler)
+        for h in list(ours.handlers):
+            ours.removeHandler(h)
+        for h in saved[0]:
+            ours.addHandler(h)
+        ours.setLevel(saved[1])
+        ours.propagate = saved[2]
