@@ -839,7 +839,7 @@ class GPUSpawner(KubeSpawner):
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """KubeSpawner's pod events, with our own steps (admission, reservation, queue position) between."""
-        async for event in lifecycle.progress(lambda: self.spawn_state, super().progress()):
+        async for event in lifecycle.progress(lambda: self.spawn_state, super().progress(), self.log):
             yield event
 
     # ------------------------------------------------------------------ state

@@ -252,12 +252,19 @@ async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> 
         budgets.closed(spawner)
 
 
-async def progress(state_of: Callable[[], SpawnState], events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+async def progress(
+    state_of: Callable[[], SpawnState], events: AsyncIterator[dict[str, Any]], log: Any = None
+) -> AsyncIterator[dict[str, Any]]:
     """KubeSpawner's pod ``events``, with the spawn's own steps (admission, reservation, queue
-    position) between; ``state_of`` gives the spawn's current state."""
+    position) between; ``state_of`` gives the spawn's current state.
+
+    KubeSpawner's events need its event watch; where that cannot start (the API server gone) its
+    generator raises, and the stream would end without the spawn's outcome (JupyterHub sends the
+    refusal's words only after a stream that ends normally). So its failure ends its part only
+    (said once in ``log``): the spawn's own steps go on until JupyterHub ends the stream."""
     sent, position = 0, None
     inner = events.__aiter__()
-    pending = asyncio.ensure_future(inner.__anext__())
+    pending: asyncio.Future[dict[str, Any]] | None = asyncio.ensure_future(inner.__anext__())
     try:
         while True:
             state = state_of()
@@ -268,16 +275,25 @@ async def progress(state_of: Callable[[], SpawnState], events: AsyncIterator[dic
             if now is not None and now != position:
                 position = now
                 yield {"progress": 1, "message": f"Waiting for a free GPU: number {now} in the queue."}
+            if pending is None:
+                await asyncio.sleep(0.5)
+                continue
             done, _ = await asyncio.wait({pending}, timeout=0.5)
             if pending in done:
                 try:
                     event = pending.result()
                 except StopAsyncIteration:
                     return
+                except Exception as exc:
+                    if log is not None:
+                        log.warning("the pod's events cannot be read now (%s); the progress shows the spawn's own steps", brief(exc))
+                    pending = None
+                    continue
                 yield event
                 pending = asyncio.ensure_future(inner.__anext__())
     finally:
-        pending.cancel()
+        if pending is not None:
+            pending.cancel()
 
 
 def interrupted_start_notice(server_name: str, now: datetime) -> dict[str, str]:

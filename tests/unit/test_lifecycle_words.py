@@ -99,3 +99,32 @@ def test_gpuspawners_own_loggers_write_into_the_hubs_log_once_and_leave_a_sites_
             ours.addHandler(h)
         ours.setLevel(saved[1])
         ours.propagate = saved[2]
+
+
+async def test_progress_outlives_kubespawners_events_failing_and_keeps_the_spawns_own_steps():
+    """KubeSpawner's event watch cannot start (the API server gone): its generator raises. The
+    stream must not end with that error (JupyterHub then never sends the refusal's words): the
+    spawn's own steps go on, and the stream ends when JupyterHub stops iterating it."""
+    import asyncio
+    import logging
+
+    from gpuspawner.hub.lifecycle import progress
+    from gpuspawner.hub.spawnstate import SpawnState
+
+    async def events():
+        yield {"progress": 10, "message": "pod created"}
+        raise ConnectionError("Cannot connect to host 127.0.0.1:6443")
+
+    state = SpawnState()
+    state.messages.append("Starting 1 x H100.")
+    seen: list[str] = []
+    stream = progress(lambda: state, events(), logging.getLogger("test-progress"))
+    async for event in stream:
+        seen.append(event["message"])
+        if event["message"] == "pod created":
+            await asyncio.sleep(0.1)  # the events' generator fails meanwhile
+            state.messages.append("Waiting for a free GPU.")
+        if len(seen) == 3:
+            break
+    await stream.aclose()
+    assert seen == ["Starting 1 x H100.", "pod created", "Waiting for a free GPU."]
