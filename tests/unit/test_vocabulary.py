@@ -88,6 +88,7 @@ def test_every_refusal_reason_has_its_status():
         "budget": 429,
         "unreachable": 503,
         "misconfigured": 503,
+        "start_timeout": 503,
     }
     assert SpawnRefused("x", Refusal.QUOTA).status_code == 429
     assert SpawnRefused("x").reason == Refusal.NO_CAPACITY  # nothing free now, unless said otherwise
