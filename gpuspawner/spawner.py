@@ -780,23 +780,25 @@ class GPUSpawner(KubeSpawner):
         if status is None:
             await budgets.refresh(self)  # the exported budget figures stay fresh (for the culler)
         else:
-            self._note_kueue_stop()
+            lifecycle.pod_left(self, explained=self._note_kueue_stop())
             if lifecycle.start_was_interrupted(self):
                 self.stop_notice = lifecycle.interrupted_start_notice(self.name, datetime.now(UTC))
                 self.log.info("%s: %s", self._log_name, self.stop_notice["text"])
         return status
 
-    #: Why Kueue (or a device taint, or a hub restart in its start) stopped this server, for the
+    #: Why Kueue (or a device taint, the cluster behind the hub's back, or a hub restart in its start) stopped this server, for the
     #: home page ({"time", "text"}; kept in the saved state past the stop, until the next start).
     stop_notice: dict[str, str] | None = None
 
-    def _note_kueue_stop(self) -> None:
-        """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home page."""
+    def _note_kueue_stop(self) -> bool:
+        """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home
+        page. Whether it did (else the cluster's own words may say why: lifecycle.pod_left)."""
         ended = hubkueue.take_ended(self)
         if ended is None:
-            return
+            return False
         self.stop_notice = hubkueue.home_notice(ended, self.name)
         self.log.info("%s: stopped by Kueue or a device taint: %s", self._log_name, self.stop_notice["text"])
+        return True
 
     async def stop(self, now: bool = False):
         """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``)."""
