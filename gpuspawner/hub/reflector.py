@@ -60,6 +60,12 @@ class VerdictPodReflector(PodReflector):
     def _tell_waiters(self, proposal: Any) -> dict[str, Any]:
         return _Told(proposal["value"], self._changed, self._removed)
 
+    def keep_words(self, before: VerdictPodReflector) -> None:
+        """Keep what the reflector this one replaces (after an outage) heard of pods that went, and
+        was not yet told: Kueue's reasons and the cluster's."""
+        self.ended = {**before.ended, **self.ended}
+        self.gone = {**before.gone, **self.gone}
+
     def _removed(self, key: str, pod: Any) -> None:
         self.gone.pop(key, None)
         if len(self.gone) >= ENDED_KEPT:
