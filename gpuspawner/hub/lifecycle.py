@@ -73,7 +73,7 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         starting.cancel()  # an interrupted spawn must not go on to create its pod after the stop
         admitting.release_reservation(spawner)
     spawner.stop_notice = None  # (why Kueue stopped it last time: running again now)
-    spawner.spawn_state.started = True
+    spawner.spawn_state.started = spawner.choice is not None  # (without GPU offerings in play it is KubeSpawner's alone)
     if spawner.choice is not None:
         budgets.opened(spawner, spawner.choice.offering, spawner.choice.count)  # the GPU-hour ledger
         # Without the hub's Server object (a script, a test) there is no base URL to name.
@@ -242,8 +242,9 @@ def pod_left(spawner: Any, explained: bool) -> None:
     the pod's deletion began, and, unless Kueue's words already say why (``explained``), the
     home page says why, in the cluster's words (gpuspawner.hub.departures).
 
-    Only for a server that runs: started in this process, or running when it began (its saved
-    record); a pod that is still there (its container ended) is KubeSpawner's own stop's."""
+    Only for a server that runs with GPU offerings in play: started in this process, or running
+    when it began (its saved record); a pod that is still there (its container ended) is
+    KubeSpawner's own stop's."""
     state = spawner.spawn_state
     if not (state.started or state.saved_record is not None):
         return

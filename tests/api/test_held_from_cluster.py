@@ -8,7 +8,9 @@ JupyterHub polls each server every few seconds here (``Spawner.poll_interval``; 
 normal poll, more often than its default 30 s): the poll, not the hub's own stop, is what marks
 a server stopped whose pod is gone.
 
-1. researcher7 holds 2 servers; a third is refused (429, "already hold 2").
+1. researcher7 holds 2 servers; a third is refused (429, "already hold 2"), not 3: another hub's
+   GPU pod for a user of the same name is not counted, nor listed in the hub's
+   ``gpuspawner_server_gpus``, whose series carry this hub's identity.
 2. One pod is evicted through the Kubernetes eviction API (as a node drain does): the spawn
    page stops saying "over your quota" as soon as the watch's event comes, a third server
    starts, and a fourth is refused again (2 held, counted right). The home page says the
@@ -68,7 +70,36 @@ c.GPUSpawner.offerings = c.GPUSpawner.offerings + [{offering!r}]
 c.GPUSpawner.hub_id = "held-{tag}"
 c.Spawner.poll_interval = 5
 c.JupyterHub.template_paths = [hub_templates_dir()]
+c.JupyterHub.authenticate_prometheus = False
 """
+
+
+def foreign_pod(kube, namespace: str, node: str, tag: str) -> None:
+    """A GPU pod of another hub ("other-<tag>") for a user of the same name, bound to ``node``."""
+    labels = {
+        "hub.jupyter.org/username": USER,
+        "gpuspawner.io/hub": f"other-{tag}",
+        "gpuspawner.io/offering": "held-gpu",
+        "app": "other-hub",
+    }
+    container = {"name": "notebook", "image": "x", "resources": {"limits": {RESOURCE: "1"}, "requests": {RESOURCE: "1"}}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "jupyter-other", "labels": labels},
+        "spec": {"nodeName": node, "containers": [container]},
+    }
+    kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+
+
+def hub_metric(hub: GPUHub, name: str) -> list[str]:
+    text = hub.api_session.get(f"{hub.url}/hub/metrics", timeout=30).text
+    return [line for line in text.splitlines() if line.startswith(name + "{")]
+
+
+def free_units(hub: GPUHub) -> float | None:
+    found = [line for line in hub_metric(hub, "gpuspawner_offering_free") if 'offering="held-gpu"' in line]
+    return float(found[0].rsplit(" ", 1)[1]) if found else None
 
 
 def servers(hub: GPUHub) -> dict:
@@ -123,12 +154,17 @@ def test_a_pod_deleted_behind_the_hubs_back_gives_its_quota_back_and_the_user_is
     runner.start()
     try:
         hub.start()
-        # 1. two held: a third is refused
+        # 1. two held: a third is refused. Another hub's pod of a user of the same name is not theirs.
         spawn(hub, "")
         spawn(hub, "two")
+        foreign_pod(kube, namespace, first, tag)
+        wait_for(lambda: free_units(hub) == 1, "the hub's counts to see the other hub's pod take a unit", timeout=60, interval=0.5)
         full = hub.api("POST", hub.server_path(USER, "three"), {"offering": "held-gpu"})
         assert full.status == 429 and "already hold 2" in full.message, full
         assert over_quota_on_the_page(hub, "three")
+        held = hub_metric(hub, "gpuspawner_server_gpus")  # this hub's pods only, with its identity
+        assert sorted(line.split('pod="')[1].split('"')[0] for line in held) == ["jupyter-researcher7", "jupyter-researcher7--two"], held
+        assert all(f'hub="held-{tag}"' in line and line.endswith(" 1.0") for line in held), held
 
         # 2. one pod evicted through the eviction API, as a drain would: no stop by the hub
         evicted = pod_of(hub, "two")["metadata"]["name"]
