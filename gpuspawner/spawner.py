@@ -288,6 +288,12 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
+    @default("k8s_api_request_retry_timeout")
+    def _retry_while_the_start_may_wait(self) -> int:
+        """A request that times out is retried until the start's own time is up (KubeSpawner: 30 s):
+        a slow API server delays a start, it does not refuse one that fits (docs/config.md)."""
+        return int(self.start_timeout)
+
     reconcile_orphan_pods = Bool(
         True,
         help="""
@@ -449,6 +455,7 @@ class GPUSpawner(KubeSpawner):
         self.refused_options: dict[str, Any] | None = None
         hubhooks.own_row(self)
         hubhooks.log_refusals_on_one_line(self.log)
+        hubhooks.hub_log_for_gpuspawner(self.log)
         orphans.start_reconciler(self, GPUSpawner)
 
     @property
@@ -844,7 +851,7 @@ class GPUSpawner(KubeSpawner):
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """KubeSpawner's pod events, with our own steps (admission, reservation, queue position) between."""
-        async for event in lifecycle.progress(lambda: self.spawn_state, super().progress()):
+        async for event in lifecycle.progress(lambda: self.spawn_state, super().progress(), self.log):
             yield event
 
     # ------------------------------------------------------------------ state

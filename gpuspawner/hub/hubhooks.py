@@ -130,3 +130,19 @@ def log_refusals_on_one_line(log: logging.Logger | logging.LoggerAdapter) -> Non
     for each in (logger, logging.getLogger("asyncio")):
         if not any(isinstance(f, RefusalsOnOneLine) for f in each.filters):
             each.addFilter(RefusalsOnOneLine())
+
+
+def hub_log_for_gpuspawner(log: logging.Logger | logging.LoggerAdapter) -> None:
+    """Send what gpuspawner's own modules log (the inventory's lists and outages, the orphan
+    reconciler, Kueue's streams: loggers named ``gpuspawner.*``) to the hub's log handlers, at the
+    hub's level, so they read like the hub's own lines; without this only their warnings reach
+    stderr, bare, through Python's last-resort handler. Once, and never where the site has
+    configured the ``gpuspawner`` logger itself."""
+    hub = log.logger if isinstance(log, logging.LoggerAdapter) else log
+    ours = logging.getLogger("gpuspawner")
+    handlers = [h for h in hub.handlers if not isinstance(h, logging.NullHandler)]
+    if ours.handlers or not handlers:
+        return
+    for handler in handlers:
+        ours.addHandler(handler)
+    ours.setLevel(hub.getEffectiveLevel())  # (still propagated: a root handler, pytest's say, sees them too)

@@ -35,7 +35,10 @@ A watch can outlive the API server's will to answer: on SIGTERM kube-apiserver r
 connections but keeps established watches open for a while, so the streams look live while
 every new request fails. :meth:`Inventory.call_failed` (the spawner calls it when a Kubernetes
 call on the spawn path cannot connect or times out) makes the counts not live at once, with
-that reason, until a request answers again (a probe, with backoff) or the streams relist.
+that reason, until a request answers again (a probe, with backoff) or the streams relist. So
+that nobody has to try a spawn first, the inventory asks one cheap question itself every
+``heartbeat`` seconds while its counts look live (a one-item list of nodes from the API
+server's cache): a connection that fails is the same news. A question that is only slow is not.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any
+
+import aiohttp
 
 from gpuspawner.capacity.index import ClusterIndex, Health
 from gpuspawner.capacity.kueuequota import STREAMS as KUEUE_STREAMS
@@ -148,8 +153,11 @@ class Inventory:
         forbidden_retry: float = 60.0,
         dra_api: Any = None,
         kueue_api: Any = None,
+        heartbeat: float = 5.0,
     ):
         self.api = api
+        #: Seconds between the inventory's own questions while the counts look live (see the module's docstring).
+        self.heartbeat = heartbeat
         #: Kubernetes' custom objects API for Kueue's kinds (None: a stand-in without one).
         self.kueue_api = kueue_api if kueue_api is not None else _custom_api(api)
         self._kueue_started = False
@@ -269,6 +277,31 @@ class Inventory:
                     "claims": self.dra_api.list_resource_claim_for_all_namespaces,
                 }
                 self._tasks += [asyncio.ensure_future(self._run(kind, method, {})) for kind, method in methods.items()]
+            self._tasks.append(asyncio.ensure_future(self._heartbeats()))
+
+    async def _ask(self) -> None:
+        """One cheap question: a node from the API server's cache (resourceVersion 0: no etcd read)."""
+        resp = await self.api.list_node(limit=1, resource_version="0", _preload_content=False, _request_timeout=5)
+        release = getattr(resp, "release", None)
+        if release is not None:
+            release()
+
+    async def _heartbeats(self) -> None:
+        """Every ``heartbeat`` seconds while the counts look live: does the API server still take a
+        new connection? One that is refused or reset makes the counts not live (:meth:`call_failed`)
+        before anyone tries to spawn; a slow answer is left alone (a loaded API server, not a missing one)."""
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            if not self.ready or self.unreachable or self.forbidden:
+                continue  # the streams or the probe already know
+            try:
+                await self._ask()
+            except TimeoutError:
+                continue
+            except (aiohttp.ClientConnectionError, ConnectionError) as exc:
+                self.call_failed(f"{type(exc).__name__}: {exc}", self._ask)
+            except Exception as exc:  # an HTTP error is an answer: the API server is there
+                log.debug("inventory: heartbeat answered %s", exc)
 
     def watch_kueue(self, namespace: str | None) -> None:
         """Start watching Kueue's LocalQueues (in ``namespace``; None: all namespaces), ClusterQueues
@@ -452,11 +485,13 @@ class Inventory:
     async def _run(self, kind: str, method, kwargs: dict) -> None:
         apply = self._apply(kind)
         backoff = 0.2
+        listed_before: set[str] = set()
         while True:
             try:
                 started = time.monotonic()
                 count, version = await self._relist(kind, method, kwargs)
                 self.relists[kind] += 1
+                listed_before.add(kind)
                 self._set_synced(kind, True)
                 log.info("inventory: listed %d %s in %.2fs", count, kind, time.monotonic() - started)
                 backoff = 0.2
@@ -467,14 +502,20 @@ class Inventory:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the API server went away, refused, or answered garbage: reconnect
+                # A stream that was served before and is refused now most likely meets an API server that
+                # is starting (its APIs and authorizer not all ready yet): asked again as after a failure,
+                # not after forbidden_retry, so its counts do not stay unknown a minute after an outage.
+                refusal_wait = min(backoff, self.forbidden_retry) if kind in listed_before else self.forbidden_retry
                 if kind in DRA_STREAMS and isinstance(exc, Refused) and exc.status in (403, 404):
                     self._dra_refused(kind, exc)
-                    await asyncio.sleep(self.forbidden_retry)
+                    await asyncio.sleep(refusal_wait)
+                    backoff = min(backoff * 2, 10.0)
                     continue
                 if kind in KUEUE_STREAMS:  # Kueue's streams never touch the nodes' health or the outage count
                     if isinstance(exc, Refused) and exc.status in (403, 404):
                         self._kueue_refused(kind, exc)
-                        await asyncio.sleep(self.forbidden_retry)
+                        await asyncio.sleep(refusal_wait)
+                        backoff = min(backoff * 2, 10.0)
                         continue
                     self._set_synced(kind, False)
                     log.warning("inventory: %s stream failed (%s: %s); retrying in %.1fs", kind, type(exc).__name__, exc, backoff)
@@ -485,8 +526,9 @@ class Inventory:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, Refused) and exc.status == 403:
                     self._refused(kind, exc)
-                    log.debug("inventory: %s refused (%s); asking again in %.0fs", kind, exc, self.forbidden_retry)
-                    await asyncio.sleep(self.forbidden_retry)
+                    log.debug("inventory: %s refused (%s); asking again in %.0fs", kind, exc, refusal_wait)
+                    await asyncio.sleep(refusal_wait)
+                    backoff = min(backoff * 2, 10.0)
                     continue
                 self._set_synced(kind, False)
                 log.warning("inventory: %s stream failed (%s); retrying in %.1fs", kind, self.last_error, backoff)

@@ -25,7 +25,7 @@ from gpuspawner.hub.reflector import VerdictPodReflector, scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, chain, unreachable_cause
 from gpuspawner.hub.spawnstate import SpawnState
 from gpuspawner.names.vocabulary import RECORD_KEY, AdmissionPolicy, Refusal
-from gpuspawner.page.cards import slow_cluster_message, unreachable_message
+from gpuspawner.page.cards import slow_cluster_message, start_timeout_message, unreachable_message
 from gpuspawner.page.useroptions import too_long_message
 
 
@@ -42,8 +42,16 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
     starting = asyncio.ensure_future(kubespawner_start())
     watch = asyncio.ensure_future(first_verdict(watch_scheduling(spawner), kueue.held(spawner)))
     preparing = asyncio.ensure_future(claimlife.watch_binding(spawner))  # words only: a progress step
+    deadline = asyncio.ensure_future(asyncio.sleep(own_deadline(spawner.start_timeout)))
     try:
-        done, _ = await asyncio.wait({starting, watch}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({starting, watch, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        if starting not in done and deadline in done:
+            words = start_timeout_message(spawner.start_timeout, waiting_for(spawner))
+            spawner.log.warning("%s: %s", spawner._log_name, words)
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            await spawner.stop(now=True)
+            raise SpawnRefused(words, Refusal.START_TIMEOUT)
         if starting in done:
             url = starting.result()
             kueue.say_admitted(spawner.spawn_state)
@@ -70,6 +78,7 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
     finally:
         watch.cancel()
         preparing.cancel()
+        deadline.cancel()
         starting.cancel()  # an interrupted spawn must not go on to create its pod after the stop
         admitting.release_reservation(spawner)
     spawner.stop_notice = None  # (why Kueue stopped it last time: running again now)
@@ -81,6 +90,44 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         spawner.user_options = {**spawner.user_options, RECORD_KEY: spawner.record()}
         storedoptions.store(spawner)  # the hub's REST API serves orm_spawner.user_options
     return url
+
+
+def own_deadline(start_timeout: float) -> float:
+    """When a start gives up with words: shortly before JupyterHub's own ``start_timeout``, whose
+    TimeoutError has no message (the user would read an empty "Spawn failed: ")."""
+    return max(start_timeout - min(10.0, max(1.0, 0.05 * start_timeout)), 0.5 * start_timeout)
+
+
+def waiting_for(spawner: Any) -> str:
+    """What a start that ran out of time was still waiting for, in the user's words: its place in
+    the hub's queue, its pod never confirmed, a node, its container, or the notebook's answer."""
+    state = spawner.spawn_state
+    if state.queue_position is not None:
+        return f"it was still number {state.queue_position} in the queue for a free GPU"
+    if state.held_in:
+        return f"it was still waiting in the batch queue {state.held_in} for the quota to admit it"
+    reflector = spawner.pod_reflector
+    pod = reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector is not None else None
+    return pod_waiting_words(pod)
+
+
+def pod_waiting_words(pod: dict[str, Any] | None) -> str:
+    """What a pod (as KubeSpawner's reflector keeps it) still waits for, in the user's words."""
+    if pod is None:
+        return "the cluster had not confirmed its pod yet (the API server answers slowly)"
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if not spec.get("nodeName"):
+        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        said = f": {scheduled['message']}" if scheduled.get("message") else ""
+        return f"its pod was still waiting for a node{said}"
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting:
+            said = f" ({waiting['message'][:200]})" if waiting.get("message") else ""
+            return f"its container was still {waiting.get('reason') or 'waiting'}{said}"
+    if status.get("phase") == "Running":
+        return "its pod was running, but the notebook server in it had not started"
+    return f"its pod was still {status.get('phase') or 'Pending'} on node {spec['nodeName']}"
 
 
 async def first_verdict(*watches: Awaitable[str]) -> str:
@@ -206,12 +253,19 @@ async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> 
         budgets.closed(spawner)
 
 
-async def progress(state_of: Callable[[], SpawnState], events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+async def progress(
+    state_of: Callable[[], SpawnState], events: AsyncIterator[dict[str, Any]], log: Any = None
+) -> AsyncIterator[dict[str, Any]]:
     """KubeSpawner's pod ``events``, with the spawn's own steps (admission, reservation, queue
-    position) between; ``state_of`` gives the spawn's current state."""
+    position) between; ``state_of`` gives the spawn's current state.
+
+    KubeSpawner's events need its event watch; where that cannot start (the API server gone) its
+    generator raises, and the stream would end without the spawn's outcome (JupyterHub sends the
+    refusal's words only after a stream that ends normally). So its failure ends its part only
+    (said once in ``log``): the spawn's own steps go on until JupyterHub ends the stream."""
     sent, position = 0, None
     inner = events.__aiter__()
-    pending = asyncio.ensure_future(inner.__anext__())
+    pending: asyncio.Future[dict[str, Any]] | None = asyncio.ensure_future(inner.__anext__())
     try:
         while True:
             state = state_of()
@@ -222,16 +276,25 @@ async def progress(state_of: Callable[[], SpawnState], events: AsyncIterator[dic
             if now is not None and now != position:
                 position = now
                 yield {"progress": 1, "message": f"Waiting for a free GPU: number {now} in the queue."}
+            if pending is None:
+                await asyncio.sleep(0.5)
+                continue
             done, _ = await asyncio.wait({pending}, timeout=0.5)
             if pending in done:
                 try:
                     event = pending.result()
                 except StopAsyncIteration:
                     return
+                except Exception as exc:
+                    if log is not None:
+                        log.warning("the pod's events cannot be read now (%s); the progress shows the spawn's own steps", brief(exc))
+                    pending = None
+                    continue
                 yield event
                 pending = asyncio.ensure_future(inner.__anext__())
     finally:
-        pending.cancel()
+        if pending is not None:
+            pending.cancel()
 
 
 def pod_left(spawner: Any, explained: bool) -> None:

@@ -6,7 +6,8 @@ users, groups and offerings, for the dashboard, the rules and ``gpuspawner repor
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, Counter, Histogram
@@ -50,10 +51,21 @@ class _CapacityCollector:
         self.source: tuple[ClusterIndex, list[Offering]] | None = None
         #: This hub's identity (``c.GPUSpawner.hub_id``; "": none): whose pods ``gpuspawner_server_gpus`` lists.
         self.hub = ""
+        #: Builds the hub's catalog again (and observes it): the source's is made anew at a scrape
+        #: when the discovered offerings changed since (``seen``), so the counts never keep the
+        #: offerings of a moment the cluster could not be read (a hub that started in an outage,
+        #: then had no page view).
+        self.rebuild: Callable[[], object] | None = None
+        self.seen: list[Offering] = []
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         capacity = GaugeMetricFamily("gpuspawner_offering_capacity", "Units of each offering the cluster has", labels=["offering", "kind"])
         free = GaugeMetricFamily("gpuspawner_offering_free", "Units of each offering free now", labels=["offering", "kind"])
+        if self.source is not None and self.rebuild is not None and self.source[0].discovered() != self.seen:
+            try:
+                self.rebuild()
+            except Exception as exc:  # (a wrong setting: every page says so; the scrape keeps the last catalog)
+                logging.getLogger(__name__).debug("metrics: the catalog could not be made again: %s", exc)
         if self.source is not None:
             index, offerings = self.source
             for offering in offerings:
@@ -143,12 +155,16 @@ ADMISSION_DECISIONS = ("admit", "warn", "queue")
 _OBSERVED: set[tuple[str, str]] = set()
 
 
-def observe_catalog(index: ClusterIndex, offerings: list[Offering], hub: str = "") -> None:
+def observe_catalog(index: ClusterIndex, offerings: list[Offering], hub: str = "", rebuild: Callable[[], object] | None = None) -> None:
     """Remember the latest catalog (and the hub's identity ``hub``) so a scrape reports its
-    offerings and this hub's pods; each offering's admission, refusal and time-to-schedule
-    series exist from then on at 0, so that Prometheus' increase()/rate() see the first event
-    (a series born at 1 shows none)."""
+    offerings and this hub's pods (``rebuild``: makes the catalog again, and observes it, when the
+    cluster's discovered offerings have changed by the scrape); each offering's admission,
+    refusal and time-to-schedule series exist from then on at 0, so that Prometheus'
+    increase()/rate() see the first event (a series born at 1 shows none)."""
     CAPACITY.source, CAPACITY.hub = (index, list(offerings)), hub
+    CAPACITY.seen = index.discovered()
+    if rebuild is not None:
+        CAPACITY.rebuild = rebuild
     for offering in offerings:
         if (offering.slug, offering.kind.value) in _OBSERVED:
             continue  # (its series exist already: a view builds the catalog again and again)

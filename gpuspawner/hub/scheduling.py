@@ -41,6 +41,7 @@ REFUSAL_STATUS: dict[str, int] = {
     Refusal.QUOTA: 429,
     Refusal.BUDGET: 429,
     Refusal.UNREACHABLE: 503,
+    Refusal.START_TIMEOUT: 503,
     Refusal.MISCONFIGURED: 503,
 }
 #: Seconds a client is told to wait before trying again after a 503.

@@ -70,6 +70,7 @@ class Refusal(StrEnum):
     QUOTA = "quota"  #: over the user's or a group's quota (429)
     BUDGET = "budget"  #: the user's GPU-hour budget does not cover another hour (429)
     UNREACHABLE = "unreachable"  #: the Kubernetes API cannot be reached (503)
+    START_TIMEOUT = "start_timeout"  #: the server did not start within the hub's start_timeout (503)
     MISCONFIGURED = "misconfigured"  #: the hub's GPU settings are wrong (503)
 
 

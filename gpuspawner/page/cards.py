@@ -205,6 +205,14 @@ def slow_cluster_message() -> str:
     )
 
 
+def start_timeout_message(start_timeout: float, waiting_for: str) -> str:
+    """Why a start ran out of time (``waiting_for``: what it was still waiting for)."""
+    return (
+        f"Your server did not start within the hub's time limit ({start_timeout:.0f} seconds): {waiting_for}. "
+        "Nothing is left running. Please try again; if it happens again, tell the hub's administrators."
+    )
+
+
 def unreachable_message(health: Health, now: datetime) -> str:
     """Why a spawn is refused while the counts are not live (the 503's message)."""
     if not health.answered:

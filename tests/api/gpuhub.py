@@ -123,6 +123,10 @@ class GPUHub(HubProcess):
         self.token = secrets.token_hex(16)
         self.api_session = requests.Session()
         self.api_session.headers["Authorization"] = f"token {self.token}"
+        # One connection per request: the proxy (Node's http server) closes a connection idle for
+        # 5 s, and a pooled connection reused at that moment is reset, a failure of the client's
+        # reuse and not the hub's answer (a loaded machine makes the race likely).
+        self.api_session.headers["Connection"] = "close"
         self.api_session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=256))  # many threads share it
         self._forms: dict[str, requests.Session] = {}
 
@@ -275,6 +279,7 @@ class GPUHub(HubProcess):
         session = self._forms.get(user)
         if session is None:
             session = requests.Session()
+            session.headers["Connection"] = "close"  # as api_session's: no reuse of a connection the proxy closes
             session.get(f"{self.url}/hub/login", timeout=30)
             resp = session.post(
                 f"{self.url}/hub/login",

@@ -249,3 +249,30 @@ async def test_a_gpu_is_not_free_when_the_notebook_cannot_fit_beside_it(devclust
     small.mem_guarantee = 256 * 2**20
     await small.catalog()
     assert free_of(small, T4_SHARED) == 2  # two 256Mi notebooks fit in what is left
+
+
+async def test_a_start_that_runs_out_of_time_says_what_it_waited_for_and_leaves_nothing(devcluster, kube, namespace):
+    # Admitted with a warning (none free now, the admin lets users wait), so the scheduler's
+    # "no" does not end it: only the time limit does. JupyterHub's own TimeoutError at
+    # start_timeout has no message; GPUSpawner's ends the start just before it, with words.
+    waits = [
+        {
+            "slug": "fpga-gpu",
+            "kind": "custom",
+            "display_name": "GPU on an FPGA node",
+            "resources": {"nvidia.com/gpu": 1},
+            "node_selector": {"example.org/fpga": "true"},
+            "admission": "warn",
+        }
+    ]
+    spawner = make_spawner(devcluster, namespace, offerings=waits)
+    spawner.start_timeout = 20
+    spawner.user_options = {"offering": "fpga-gpu"}
+    with pytest.raises(SpawnRefused) as info:
+        await spawner.start()
+    words = str(info.value)
+    assert info.value.status_code == 503
+    assert words.startswith("Your server did not start within the hub's time limit (20 seconds): its pod was still waiting for a node")
+    assert "didn't match Pod's node affinity/selector" in words, words
+    assert "Nothing is left running" in words
+    wait_for(lambda: pods(kube, namespace) == [], "the waiting pod deleted", timeout=60)

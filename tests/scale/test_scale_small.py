@@ -33,8 +33,22 @@ def run_bench(tmp_path: Path, *extra: str) -> str:
         text=True,
         timeout=1200,
     )
-    assert proc.returncode == 0, f"bench.scale exited {proc.returncode}:\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"bench.scale exited {proc.returncode}:\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}\n{hub_news(tmp_path)}"
+    )
     return proc.stdout
+
+
+def hub_news(tmp_path: Path) -> str:
+    """What GPUSpawner's hub said of the cluster (the inventory, outages, the reflector), for a failure's report."""
+    lines = []
+    for log in sorted((tmp_path / "work").glob("*/hub.log")):
+        said = [line for line in log.read_text(errors="replace").splitlines() if any(w in line for w in NEWS)]
+        lines += [f"--- {log.parent.name}/hub.log", *said[-80:]]
+    return "\n".join(lines)
+
+
+NEWS = ("inventory", "cannot be reached", "reflector", "Spawn failed", "giving up", "did not start")
 
 
 def test_a_small_storm_on_kubespawner_and_gpuspawner_loses_nothing(tmp_path):

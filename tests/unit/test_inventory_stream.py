@@ -231,3 +231,115 @@ async def test_a_paged_relist_replaces_every_pod_and_an_event_may_come_byte_by_b
         assert inventory.index.used["n1"]["nvidia.com/gpu"] == 3
     finally:
         await inventory.stop()
+
+
+class Stopping:
+    """An API server shutting down: the watches it had stay open (and quiet), but a new
+    connection is refused while ``refusing``, as kube-apiserver does after SIGTERM."""
+
+    def __init__(self) -> None:
+        self.refusing = False
+        self.list_node = self._call
+        self.list_pod_for_all_namespaces = self._call
+
+    async def _call(self, **kwargs):
+        if self.refusing and not kwargs.get("watch"):
+            raise ConnectionRefusedError("Connect call failed ('127.0.0.1', 6443)")
+        return Body(b'{"items": [], "metadata": {"resourceVersion": "1"}}')
+
+
+async def test_an_api_server_that_stops_taking_connections_is_noticed_while_its_watches_stay_open():
+    api = Stopping()
+    inventory = Inventory(api, heartbeat=0.02)
+    inventory.start()
+    try:
+        assert await inventory.wait_ready(5)
+        api.refusing = True  # nobody spawns: only the inventory's own question can notice
+        for _ in range(500):
+            if not inventory.health.ready:
+                break
+            await asyncio.sleep(0.01)
+        health = inventory.health
+        assert not health.ready and "Connect call failed" in health.error and health.as_of is not None
+        assert inventory.ready  # the streams themselves never failed
+        api.refusing = False
+        for _ in range(2000):  # the probe asks again (backoff from 0.5 s) and the counts are live again
+            if inventory.health.ready:
+                break
+            await asyncio.sleep(0.01)
+        assert inventory.health.ready
+    finally:
+        await inventory.stop()
+
+
+class Slow(Stopping):
+    timed_out = 0
+
+    async def _call(self, **kwargs):
+        if self.refusing and not kwargs.get("watch"):
+            self.timed_out += 1
+            raise TimeoutError()
+        return await super()._call(**kwargs)
+
+
+async def test_a_slow_answer_to_the_heartbeat_is_not_an_outage():
+    api = Slow()
+    inventory = Inventory(api, heartbeat=0.01)
+    inventory.start()
+    try:
+        assert await inventory.wait_ready(5)
+        api.refusing = True
+        for _ in range(2000):  # five heartbeats, each timing out
+            if api.timed_out >= 5:
+                break
+            await asyncio.sleep(0.01)
+        assert api.timed_out >= 5
+        assert inventory.health.ready and not inventory.unreachable
+    finally:
+        await inventory.stop()
+
+
+class Restarting:
+    """resource.k8s.io/v1 of an API server that restarts: the first watch drops, the next request is
+    answered 404 (the API not installed yet while the server starts), then it is served again."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def __call__(self, **kwargs):
+        self.calls.append("watch" if kwargs.get("watch") else "list")
+        if kwargs.get("watch"):
+            return Body(b"", [], fail_after=self.calls.count("watch") == 1)
+        if self.calls.count("list") == 2:
+            return NotServed()
+        return Body(b'{"items": [], "metadata": {"resourceVersion": "1"}}')
+
+
+class NotServed(Body):
+    status = 404
+
+    def __init__(self) -> None:
+        super().__init__(b'{"message": "the server could not find the requested resource"}')
+
+
+class DraApi:
+    def __init__(self) -> None:
+        self.list_resource_slice = Restarting()
+        self.list_device_class = Restarting()
+        self.list_resource_claim_for_all_namespaces = Restarting()
+
+
+async def test_a_dra_stream_refused_once_after_a_drop_is_asked_again_soon_not_after_forbidden_retry():
+    dra = DraApi()
+    inventory = Inventory(Api(), dra_api=dra, forbidden_retry=3600, heartbeat=3600)
+    inventory.start()
+    try:
+        assert await inventory.wait_ready(5)
+        for _ in range(1000):
+            if all(s.calls.count("list") >= 3 for s in vars(dra).values()) and inventory.index.dra.synced:
+                break
+            await asyncio.sleep(0.01)
+        assert all(s.calls.count("list") >= 3 for s in vars(dra).values()), {k: s.calls for k, s in vars(dra).items()}
+        assert inventory.index.dra.synced
+    finally:
+        await inventory.stop()
