@@ -173,6 +173,10 @@ class GPUSpawner(KubeSpawner):
         GPU units one user may hold at once across all their named servers: `total` for any GPU,
         or a kind (`full`, `mig`, `shared`, `vgpu`, `custom`). A whole-GPU server holds as many
         units as GPUs. Example: `c.GPUSpawner.user_quota = {"total": 2, "full": 1}`.
+        What a user holds is what the cluster says runs: this hub's live pods (those labelled
+        with its `hub_id`) plus the spawns it admitted that are not bound yet; a pod deleted
+        behind the hub's back (an eviction, its node gone) frees its units at once
+        (docs/fair-turns.md, "What a user holds").
         """,
     ).tag(config=True)
 
@@ -208,7 +212,9 @@ class GPUSpawner(KubeSpawner):
         "",
         help="""
         Prometheus' HTTP API (e.g. http://prometheus-server.monitoring.svc) that scrapes the
-        hub's `/hub/metrics`: GPU-hour budgets count usage from its `gpuspawner_server_gpus`.
+        hub's `/hub/metrics`: GPU-hour budgets count usage from its `gpuspawner_server_gpus`,
+        the series of this hub's pods only (its `hub` label, the `hub_id`), each pod once
+        however many hubs, or scrapes of one hub, the Prometheus holds.
         Empty, or no answer within `budget_prometheus_timeout`: from the hub's own record of
         server starts and stops (each server's saved state). The refusal says which was used.
         """,
@@ -787,23 +793,25 @@ class GPUSpawner(KubeSpawner):
         if status is None:
             await budgets.refresh(self)  # the exported budget figures stay fresh (for the culler)
         else:
-            self._note_kueue_stop()
+            lifecycle.pod_left(self, explained=self._note_kueue_stop())
             if lifecycle.start_was_interrupted(self):
                 self.stop_notice = lifecycle.interrupted_start_notice(self.name, datetime.now(UTC))
                 self.log.info("%s: %s", self._log_name, self.stop_notice["text"])
         return status
 
-    #: Why Kueue (or a device taint, or a hub restart in its start) stopped this server, for the
+    #: Why Kueue (or a device taint, the cluster behind the hub's back, or a hub restart in its start) stopped this server, for the
     #: home page ({"time", "text"}; kept in the saved state past the stop, until the next start).
     stop_notice: dict[str, str] | None = None
 
-    def _note_kueue_stop(self) -> None:
-        """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home page."""
+    def _note_kueue_stop(self) -> bool:
+        """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home
+        page. Whether it did (else the cluster's own words may say why: lifecycle.pod_left)."""
         ended = hubkueue.take_ended(self)
         if ended is None:
-            return
+            return False
         self.stop_notice = hubkueue.home_notice(ended, self.name)
         self.log.info("%s: stopped by Kueue or a device taint: %s", self._log_name, self.stop_notice["text"])
+        return True
 
     async def stop(self, now: bool = False):
         """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``)."""
@@ -828,14 +836,18 @@ class GPUSpawner(KubeSpawner):
             self.log.warning("%s: restarting KubeSpawner's pod reflector after an API server outage", self._log_name)
             replace = True
         GPUSpawner._reflector_outages = outages
+        before = self.pod_reflector if replace else None
         # KubeSpawner's own call, with a reflector that tells waiting spawns the scheduler's verdict.
-        return await self._start_reflector(
+        reflector = await self._start_reflector(
             kind="pods",
             reflector_class=VerdictPodReflector,
             labels={"component": self.component_label},
             omit_namespace=self.enable_user_namespaces,
             replace=replace,
         )
+        if isinstance(before, VerdictPodReflector) and before is not self.pod_reflector:
+            self.pod_reflector.keep_words(before)  # why pods went, not yet told: the new one tells it
+        return reflector
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """KubeSpawner's pod events, with our own steps (admission, reservation, queue position) between."""

@@ -67,24 +67,34 @@ def check_quota(
     """This server's quota decision, counting bound pods and every grant not yet bound.
     With ``grant``, an admitted decision is recorded in the same step (see QuotaLedger)."""
     ledger = spawner.quota_ledger
+    watch_grants(spawner)
     if not ledger.restored:
-        restore_grants(spawner)
+        restore_grants(spawner, bound)
     quotas = Quotas(spawner.user_quota, spawner.group_quotas)
     request = QuotaRequest(reservation_key(spawner), offering, count, user_label(spawner.user.name), quotas, members, bound)
     return ledger.grant(request) if grant else ledger.check(request)
 
 
-def restore_grants(spawner: Any) -> None:
+def watch_grants(spawner: Any) -> None:
+    """Let the quota ledger hear, from the live index, when a pod of this hub is bound or leaves
+    the cluster (see QuotaLedger.pod_event): a server whose pod is deleted behind the hub's back
+    gives its units back within that one watch event. Once per index (none without counts)."""
+    index = spawner.counts()
+    if index is not None:
+        index.observe_user_pods(spawner.hub_id, spawner.quota_ledger.pod_event)
+
+
+def restore_grants(spawner: Any, bound: dict[str, Held] | None = None) -> None:
     """Give the quota ledger what this hub's running servers hold, from each one's saved
     record (once per hub process, at the first quota check): a restarted hub counts a DRA
     server's true count, a pod not bound yet, and every server when it may not read the
-    cluster, as the hub that started them did."""
+    cluster, as the hub that started them did. ``bound``: this hub's bound pods now."""
     db = getattr(spawner.user, "db", None)
     if db is None:  # no hub database (a script, a test): nothing was saved
         spawner.quota_ledger.restored = True
         return
     saved = saved_holdings(hubhooks.saved_records(db, RECORD_KEY))
-    spawner.quota_ledger.restore(saved)
+    spawner.quota_ledger.restore(saved, bound or {})
     if saved:
         spawner.log.info("GPUSpawner: quotas count %d running server(s) from their saved records", len(saved))
 

@@ -40,7 +40,7 @@ def catalog_now(spawner: Any) -> list[Offering]:
     catalog = build_catalog(config, discovered=discovered)
     catalog = [sized(o, inventory.index.dra.matching(o)) for o in catalog]  # an admin's memory share: its GPUs' memory
     if not inventory.forbidden:
-        metrics.observe_catalog(inventory.index, catalog, rebuild=lambda: catalog_now(spawner))
+        metrics.observe_catalog(inventory.index, catalog, spawner.hub_id, rebuild=lambda: catalog_now(spawner))
     for warning in unmatched(catalog, inventory.index.dra):
         # Known only once the slices are listed; it may match later.
         if warning not in _unmatched_logged:

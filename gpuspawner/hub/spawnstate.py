@@ -47,6 +47,7 @@ class SpawnState:
     held_in: str | None = None  # the Kueue LocalQueue the progress said holds the spawn (until admitted)
     started_at: float | None = None  # monotonic time _start began, for the time-to-schedule metric
     record_url: str | None = None  # the server's URL as the record names it (None without a Server)
+    started: bool = False  # this spawn's start finished: its server runs (until the hub finds its pod gone)
     saved_record: dict[str, Any] | None = None  # the record from the hub's saved state (after a restart)
     claim_template: str | None = None  # the ResourceClaimTemplate this spawn made (DRA offerings), until deleted
     shared_claim: str | None = None  # the ResourceClaim this spawn's pod shares (shared DRA offerings)
