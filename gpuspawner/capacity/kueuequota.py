@@ -345,7 +345,9 @@ def _needs(offering: Offering, notebook: Notebook, cq: ClusterQueue, count: int)
     return {r: n for r, n in requests.items() if n > 0 and (r != PODS or PODS in covered)}
 
 
-def takers(offering: Offering, notebook: Notebook, cq: ClusterQueue, flavors: Mapping[str, Flavor]) -> list[tuple[ResourceGroup, list[str]]] | None:
+def takers(
+    offering: Offering, notebook: Notebook, cq: ClusterQueue, flavors: Mapping[str, Flavor]
+) -> list[tuple[ResourceGroup, list[str]]] | None:
     """Each of ``cq``'s resource groups the offering's pod asks from, with the flavors of it that
     would take the pod, in order; None where Kueue admits none (the offering's GPU resource is
     in no group of the queue)."""

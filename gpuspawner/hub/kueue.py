@@ -184,7 +184,9 @@ class KueueReader:
         """The ClusterQueue the LocalQueue ``queue`` points to ("" when it cannot be read)."""
         if queue not in self._cluster_queues:
             try:
-                local = await self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, LOCAL_QUEUES, queue, _request_timeout=5)
+                local = await self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, LOCAL_QUEUES, queue, _request_timeout=5
+                )
             except ApiException:
                 return ""
             self._cluster_queues[queue] = str((local.get("spec") or {}).get("clusterQueue") or "")

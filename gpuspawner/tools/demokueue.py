@@ -96,7 +96,9 @@ def per_unit(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return amounts
 
 
-def review(documents: Sequence[Mapping[str, Any]], gpu_quota: int = GPU_QUOTA, unit: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+def review(
+    documents: Sequence[Mapping[str, Any]], gpu_quota: int = GPU_QUOTA, unit: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
     """The demo's review of what ``gpuspawner kueue`` wrote: each GPU resource's nominal quota
     at most ``gpu_quota`` servers' worth per flavor (``unit``: what one server takes of the
     resource, 1 where not given; cpu and memory as written), the ClusterQueue open to the batch

@@ -20,10 +20,10 @@ from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL, UTIL, Gpu
 from gpuspawner.names.vocabulary import (
     BUDGET_REMAINING,
     BUDGET_SPEND_RATE,
+    KUEUE_WORKLOADS_WAITING,
     PROBE_DEVICE_TOTAL,
     PROBE_POD_MEMORY,
     PROBE_POD_SM_UTIL,
-    KUEUE_WORKLOADS_WAITING,
     SPAWNS_WAITING,
 )
 from tests.culler.culler_fakes import A100_DOCS, H100_MIG, MIXED_LOWER, SHARED_A100, reference, template

@@ -74,7 +74,12 @@ HALF_V100 = Offering(
 def test_the_review_caps_a_fractional_resource_in_servers_not_in_its_units():
     # `make demo KUEUE=1` once capped nvidia.com/vgpu at 2 (units), where one half-V100 server asks 500
     docs = kueue_documents(
-        [H100, HALF_V100], {H100.slug: 8, HALF_V100.slug: 4}, cluster_queue="demo", namespace="jhub", local_queues=["demo"], cpu_memory=("64", "256Gi")
+        [H100, HALF_V100],
+        {H100.slug: 8, HALF_V100.slug: 4},
+        cluster_queue="demo",
+        namespace="jhub",
+        local_queues=["demo"],
+        cpu_memory=("64", "256Gi"),
     )
     rows = [{**H100.summary()}, {**HALF_V100.summary()}]  # as `gpuspawner offerings --json` lists them
     assert demokueue.per_unit(rows) == {"nvidia.com/gpu": 1, "nvidia.com/vgpu": 500}

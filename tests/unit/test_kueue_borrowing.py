@@ -32,7 +32,10 @@ def cq(name: str, cohort: str, flavor: str, *resources: dict, reserved: dict[str
     covered = [r["name"] for r in resources]
     return {
         "metadata": {"name": name},
-        "spec": {"cohortName": cohort, "resourceGroups": [{"coveredResources": covered, "flavors": [{"name": flavor, "resources": list(resources)}]}]},
+        "spec": {
+            "cohortName": cohort,
+            "resourceGroups": [{"coveredResources": covered, "flavors": [{"name": flavor, "resources": list(resources)}]}],
+        },
         "status": {"flavorsReservation": [{"name": flavor, "resources": [{"name": r, "total": t} for r, t in (reserved or {}).items()]}]},
     }
 
@@ -40,7 +43,9 @@ def cq(name: str, cohort: str, flavor: str, *resources: dict, reserved: dict[str
 def cohort(name: str, parent: str = "", flavor: str = "", *resources: dict) -> dict:
     spec: dict = {"parentName": parent} if parent else {}
     if resources:
-        spec["resourceGroups"] = [{"coveredResources": [r["name"] for r in resources], "flavors": [{"name": flavor, "resources": list(resources)}]}]
+        spec["resourceGroups"] = [
+            {"coveredResources": [r["name"] for r in resources], "flavors": [{"name": flavor, "resources": list(resources)}]}
+        ]
     return {"metadata": {"name": name}, "spec": spec}
 
 
@@ -129,7 +134,9 @@ def gpu_state(queues: list[dict], cohorts: list[dict] = ()) -> KueueState:
     kueue = KueueState()
     kueue.replace("localqueues", [{"metadata": {"namespace": "jhub", "name": "team"}, "spec": {"clusterQueue": "team-cq"}}])
     kueue.replace("clusterqueues", queues)
-    kueue.replace("resourceflavors", [{"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}])
+    kueue.replace(
+        "resourceflavors", [{"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}]
+    )
     kueue.replace("cohorts", list(cohorts))
     kueue.synced = dict.fromkeys(STREAMS, True)
     return kueue

@@ -25,7 +25,10 @@ def cq(name: str, cohort: str = "") -> dict:
         "spec": {
             "cohortName": cohort,
             "resourceGroups": [
-                {"coveredResources": ["cpu"], "flavors": [{"name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": "64"}]}]},
+                {
+                    "coveredResources": ["cpu"],
+                    "flavors": [{"name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": "64"}]}],
+                },
                 {
                     "coveredResources": ["nvidia.com/gpu", "nvidia.com/mig-1g.5gb"],
                     "flavors": [
@@ -63,7 +66,10 @@ def state(*queues: dict) -> KueueState:
 
 def workload(ns: str, name: str, requests: dict[str, str], selector: dict[str, str] | None = None, count: int = 1) -> dict:
     spec = {"containers": [{"name": "main", "resources": {"requests": requests, "limits": requests}}], "nodeSelector": selector or {}}
-    return {"metadata": {"namespace": ns, "name": name}, "spec": {"podSets": [{"name": "main", "count": count, "template": {"spec": spec}}]}}
+    return {
+        "metadata": {"namespace": ns, "name": name},
+        "spec": {"podSets": [{"name": "main", "count": count, "template": {"spec": spec}}]},
+    }
 
 
 def pending(obj: dict, cluster_queue: str = "team") -> PendingWorkload:
@@ -82,7 +88,9 @@ def test_a_workload_any_flavor_would_take_waits_for_every_offering_of_its_resour
     anywhere = pending(workload("batch", "job-any", {"nvidia.com/gpu": "2"}))  # no selector: h100 or a100
     mig = pending(workload("other-hub", "pod-x", {"nvidia.com/mig-1g.5gb": "1"}, {PRODUCT: "NVIDIA-A100-SXM4-40GB"}))
     cpu_only = pending(workload("batch", "job-cpu", {"cpu": "8"}))
-    counts = waiting([H100, A100, MIG], {"h100": ["gpu"], "a100": ["gpu"], "mig-1g": ["gpu"]}, "jhub", kueue, Notebook(), [anywhere, mig, cpu_only])
+    counts = waiting(
+        [H100, A100, MIG], {"h100": ["gpu"], "a100": ["gpu"], "mig-1g": ["gpu"]}, "jhub", kueue, Notebook(), [anywhere, mig, cpu_only]
+    )
     assert counts == {("h100", "team"): 1, ("a100", "team"): 1, ("mig-1g", "team"): 1}
 
 

@@ -45,7 +45,12 @@ def pending(*items: tuple[str, str, str]) -> dict:
     out = []
     for index, (ns, name, lq) in enumerate(items):
         out.append(
-            {"metadata": {"namespace": ns, "name": name}, "localQueueName": lq, "positionInClusterQueue": index, "positionInLocalQueue": seen.get(lq, 0)}
+            {
+                "metadata": {"namespace": ns, "name": name},
+                "localQueueName": lq,
+                "positionInClusterQueue": index,
+                "positionInLocalQueue": seen.get(lq, 0),
+            }
         )
         seen[lq] = seen.get(lq, 0) + 1
     return {"items": out}
