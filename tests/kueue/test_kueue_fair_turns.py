@@ -115,15 +115,16 @@ def test_an_idle_server_is_reclaimed_and_its_lease_not_extended_while_a_batch_jo
             demo,
         )
         # the hub counts it from Kueue's visibility API, for the culler
-        series = f'{KUEUE_WORKLOADS_WAITING}{{cluster_queue="{demokueue.CLUSTER_QUEUE}",kind="full",'
-        until(
-            "the hub to count the held Job",
-            lambda: any(
-                line.startswith(series) and f'offering="{H100}"' in line and line.endswith(" 1.0")
-                for line in hub_metrics(demo).splitlines()
-            ),
-            demo,
-        )
+        labels = (f'offering="{H100}"', f'cluster_queue="{demokueue.CLUSTER_QUEUE}"')
+
+        def counted() -> bool:
+            lines = hub_metrics(demo).splitlines()
+            return any(
+                line.startswith(KUEUE_WORKLOADS_WAITING + "{") and all(x in line for x in labels) and line.endswith(" 1.0")
+                for line in lines
+            )
+
+        until("the hub to count the held Job", counted, demo)
 
         # researcher1 was just active, so the reclaim lies ahead; the lease may not be extended now
         now = datetime.now(UTC).isoformat()
