@@ -89,8 +89,8 @@ class KueueWaiting:
                 await self.read_once()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # never let the loop die: the counts stay as they were
-                log.warning("cannot read Kueue's pending workloads (%s); fair turns count the hub's own queue only", brief(exc))
+            except Exception as exc:  # never let the loop die: the counts stay as they were (said once)
+                self._say(f"cannot be read ({brief(exc)})")
             self.rounds += 1
             await asyncio.sleep(EVERY)
 

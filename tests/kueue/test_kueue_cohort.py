@@ -34,7 +34,7 @@ from gpuspawner.names.kueuenames import QUEUE_LABEL
 from gpuspawner.names.vocabulary import KUEUE_WORKLOADS_WAITING
 from tests.conftest import fresh_namespace, wait_for
 from tests.integration.test_spawner import pod_of
-from tests.kueue.test_kueue_devcluster import GPU_TOLERATION, H100, condition, gpu_pod, local_queue, queues, workload_of
+from tests.kueue.test_kueue_devcluster import GPU_TOLERATION, H100, cluster_queue, condition, gpu_pod, local_queue, queues, workload_of
 from tests.kueue.test_kueue_spawn import spawner_in
 
 pytestmark = pytest.mark.cluster
@@ -62,30 +62,6 @@ async def own_watch(monkeypatch):
 def other_ns(kube):
     """A second namespace (another team's, another hub's)."""
     yield from fresh_namespace(kube, f"ko-{secrets.token_hex(3)}")
-
-
-def cluster_queue(kube, name: str, flavor: str, gpus: int, cohort: str) -> None:
-    resources = [
-        {"name": "cpu", "nominalQuota": "64"},
-        {"name": "memory", "nominalQuota": "512Gi"},
-        {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
-    ]
-    kube.request(
-        "POST",
-        f"{KUEUE}/clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": name},
-            "spec": {
-                "namespaceSelector": {},
-                "cohortName": cohort,
-                "resourceGroups": [
-                    {"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [{"name": flavor, "resources": resources}]}
-                ],
-            },
-        },
-    )
 
 
 def active(kube, name: str) -> bool:
