@@ -78,7 +78,7 @@ def admit(
     room = avail.queue
     by_queue = room.queue if room is not None and room.known and (room.largest or 0) < count else ""
     if room is not None and by_queue:  # Kueue's quota alone refuses it
-        why = f"No {what} is free now: {queue_words(room.queue, room.largest or 0, avail.node_free or 0)}."
+        why = f"No {what} is free now: {queue_words(room.queue, room.largest or 0, avail.node_free or 0, room.borrowed, room.cohort)}."
     elif offering.scalable_nodes:
         return Decision(
             WARN,

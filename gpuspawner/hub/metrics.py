@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from gpuspawner.core.model import Offering
 from gpuspawner.hub.scheduling import WaitQueue
-from gpuspawner.names.vocabulary import GPU_USERS_GROUP, SPAWNS_WAITING, Refusal
+from gpuspawner.names.vocabulary import GPU_USERS_GROUP, KUEUE_WORKLOADS_WAITING, SPAWNS_WAITING, Refusal
 
 if TYPE_CHECKING:
     from gpuspawner.capacity.index import ClusterIndex
@@ -82,6 +82,30 @@ class _CapacityCollector:
         for offering in self.source[1] if self.source is not None else ():
             waiting.add_metric([offering.slug, offering.kind.value, offering.display_name], WaitQueue.length(offering.slug))
         yield waiting
+        # Kueue's pending workloads that wait for an offering's GPU, per ClusterQueue they wait in
+        # (hub.kueuewaiting): the culler adds them to the above once per ClusterQueue
+        kueue = GaugeMetricFamily(
+            KUEUE_WORKLOADS_WAITING,
+            "Kueue's pending workloads (any hub's spawns, batch Jobs) waiting for each offering's GPU, by the ClusterQueue they wait in",
+            labels=["offering", "kind", "name", "cluster_queue"],
+        )
+        for labels, count in KUEUE_WAITING.items():
+            kueue.add_metric(list(labels), count)
+        yield kueue
+
+
+#: (offering slug, kind, display name, ClusterQueue) -> Kueue's pending workloads waiting for it
+#: (set by gpuspawner.hub.kueuewaiting each round).
+KUEUE_WAITING: dict[tuple[str, str, str, str], int] = {}
+
+
+def kueue_waiting(counts: dict[tuple[str, str], int], offerings: dict[str, Offering]) -> None:
+    """Replace the Kueue waiting counts: (slug, ClusterQueue) -> how many, for ``offerings`` by slug."""
+    KUEUE_WAITING.clear()
+    for (slug, cluster_queue), count in counts.items():
+        offering = offerings.get(slug)
+        if offering is not None and count > 0:
+            KUEUE_WAITING[(slug, offering.kind.value, offering.display_name, cluster_queue)] = count
 
 
 CAPACITY = _CapacityCollector()

@@ -194,6 +194,11 @@ PROBE_DEVICE_TOTAL = "gpuspawner_probe_device_memory_total_bytes"
 #: ``name``, the offering's display name): the hub exports it, the culler reads it through
 #: Prometheus to reclaim an idle server for them (``reclaim_for_waiting_after``).
 SPAWNS_WAITING = "gpuspawner_spawns_waiting"
+#: Kueue's pending workloads that wait for an offering's GPU (labels ``offering``, ``kind``,
+#: ``name``, ``cluster_queue``: the ClusterQueue they wait in), read by the hub from Kueue's
+#: visibility API: the culler adds them to ``SPAWNS_WAITING``, once per ClusterQueue however
+#: many hubs export the same (docs/fair-turns.md).
+KUEUE_WORKLOADS_WAITING = "gpuspawner_kueue_workloads_waiting"
 #: The hub's GPU-hour budgets per user (gpuspawner.hub.budgets), read by the culler: hours
 #: left, and GPU-hours per hour their running servers spend (labels ``user``, ``window``).
 BUDGET_REMAINING = "gpuspawner_budget_remaining_hours"
