@@ -328,11 +328,17 @@ class GPUSpawner(KubeSpawner):
         in one namespace never want the same pod name. A Kubernetes label value (at most 63
         characters). Default: under zero-to-jupyterhub, `<namespace>.<release>` from the hub's
         `POD_NAMESPACE` and `HELM_RELEASE_NAME` environment; elsewhere `<namespace>.<random>`,
-        made once and kept in the hub's database (table `gpuspawner_hub`), so it survives restarts
-        and upgrades and two hubs with two databases never share one. A hub made from a copy of
-        another's database keeps that one's: set its own. Changing it leaves the pods made under
-        the old identity to be deleted by hand; pods made before a hub had an identity (no label,
-        one of its users' keys) stay its own.
+        made once and kept in the hub's database, so it survives restarts and upgrades and two
+        hubs with two databases never share one. It is kept in a table of its own,
+        `gpuspawner_hub` (one row), not in a row of JupyterHub's tables: `jupyterhub upgrade-db`
+        migrates JupyterHub's tables only, and JupyterHub deletes rows of its own (roles,
+        services, OAuth clients) that its config no longer names. A hub made from a copy of
+        another's database keeps that one's identity: set its own.
+        Upgrading a hub that had no identity renames and orphans nothing: a running server keeps
+        its pod's name (KubeSpawner's saved state; the new default name is taken at its next
+        start), and a pod without the label that carries one of this hub's users' keys is this
+        hub's for the orphan reconciler, the quotas and a stop. Changing `hub_id` leaves the pods
+        made under the old identity to be deleted by hand.
         """,
     ).tag(config=True)
 

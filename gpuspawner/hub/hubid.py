@@ -163,3 +163,19 @@ def stop_blocked(spawner: Any) -> str:
     if LABEL_HUB not in (meta.get("labels") or {}) and ANNOTATION_HUB_USER not in (meta.get("annotations") or {}):
         return ""
     return taken_by(spawner, pod)
+
+
+def made_before(db: Any, unlabelled: Mapping[str, Any]) -> dict[str, Any]:
+    """Of ``unlabelled`` (pod key -> ``capacity.index.PodFacts`` of the pods without a hub's
+    identity), those this hub made before it had one: their user key is a user of its database
+    (``db``: the hub's session; none without one). Such a pod is still counted, and judged by the
+    orphan reconciler, as this hub's after an upgrade."""
+    items = list(unlabelled.items())  # (one step: safe beside the watch's events)
+    keys = {pod.hub_user for _, pod in items if pod.hub_user}
+    if db is None or not keys:
+        return {}
+    from jupyterhub import orm
+
+    ids = {int(k.split("/", 1)[0]) for k in keys if k.split("/", 1)[0].isdigit()}
+    mine = {user_key(uid, created) for uid, created in db.query(orm.User.id, orm.User.created).filter(orm.User.id.in_(ids))}
+    return {key: pod for key, pod in items if pod.hub_user in mine}
