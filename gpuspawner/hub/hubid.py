@@ -61,8 +61,9 @@ def stored_hub_id(db: Any, namespace: str, log: Any = None) -> str:
     try:
         TABLE.create(db.connection(), checkfirst=True)
         value = db.execute(select(TABLE.c.value).where(TABLE.c.name == _HUB_ID)).scalar()
+        how = "kept in"
         if value is None:
-            value = derived_hub_id(namespace, secrets.token_hex(4))
+            value, how = derived_hub_id(namespace, secrets.token_hex(4)), "made now and kept in"
             db.execute(insert(TABLE).values(name=_HUB_ID, value=value))
         db.commit()
     except SQLAlchemyError as exc:
@@ -71,6 +72,8 @@ def stored_hub_id(db: Any, namespace: str, log: Any = None) -> str:
             log.error("GPUSpawner: cannot keep this hub's identity in its database (%s); set c.GPUSpawner.hub_id", exc)
         return ""
     _stored[engine] = value
+    if log is not None:
+        log.info("GPUSpawner: this hub's identity is %r (no c.GPUSpawner.hub_id set), %s its database (table %s)", value, how, TABLE.name)
     return value
 
 
