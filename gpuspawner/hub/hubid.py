@@ -108,13 +108,15 @@ def refusal(spawner: Any, name: str, holder: str) -> SpawnRefused:
 
 async def read_pod(spawner: Any, name: str) -> dict[str, Any] | None:
     """The pod ``name`` in the server's namespace as the API server has it now; None if there is none."""
-    try:
-        response = await spawner.api.read_namespaced_pod(name, spawner.namespace, _preload_content=False)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return dict(json.loads(await response.read()))
+    response = await spawner.api.read_namespaced_pod(name, spawner.namespace, _preload_content=False)
+    body = await response.read()  # (unparsed, the client raises for no status: see below)
+    if response.status == 404:
+        return None
+    if not 200 <= response.status <= 299:
+        refused = ApiException(status=response.status, reason=response.reason)
+        refused.body = body
+        raise refused
+    return dict(json.loads(body))
 
 
 async def check_pod_name(spawner: Any, name: str) -> None:
