@@ -20,11 +20,13 @@ import pytest
 from jupyterhub import orm
 from jupyterhub.objects import Hub as HubObject
 from jupyterhub.objects import Server
+from kubernetes_asyncio.client import V1Container, V1ObjectMeta, V1Pod, V1PodSpec
 from traitlets.config import Config
 
 from gpuspawner.capacity.admission import QuotaLedger
-from gpuspawner.hub import admitting
+from gpuspawner.hub import admitting, hubid
 from gpuspawner.hub.orphans import OrphanReconciler, hub_servers_from_db
+from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
 from tests.conftest import fresh_namespace, wait_for
 
@@ -256,3 +258,37 @@ async def test_a_pod_made_before_the_upgrade_is_still_this_hubs_after_it(devclus
         wait_for(lambda: where(old) not in live_pods(kube, {namespace}), "the orphan to go", timeout=60)
     finally:
         await old.stop(now=True)
+
+
+async def test_a_pod_of_the_name_made_after_the_check_is_read_on_the_creates_409_never_deleted(devcluster, kube, namespace):
+    """Issue 38: the create's 409 AlreadyExists (a pod of that name made since the check before
+    creating) is read: another hub's pod refuses the spawn (409, naming that hub) and KubeSpawner's
+    delete-and-retry never runs; only this server's own leftover goes to KubeSpawner's way."""
+    tag = secrets.token_hex(3)
+    quiet = {"reconcile_orphan_pods": False}
+    a, b = Hub(devcluster, namespace, f"a-{tag}", **quiet), Hub(devcluster, namespace, f"b-{tag}", **quiet)
+    theirs = await b.start(b.user(f"ann-{tag}"))
+    mine = await a.start(a.user(f"ann-{tag}"))
+    try:
+        uid = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{theirs.pod_name}")["metadata"]["uid"]
+        asked: list[str] = []
+
+        async def kubespawner_create(pod: Any, timeout: int) -> bool:
+            asked.append(pod.metadata.name)
+            return False
+
+        def bare(name: str) -> V1Pod:  # a pod of that name (the create is refused 409 before anything else counts)
+            return V1Pod(metadata=V1ObjectMeta(name=name), spec=V1PodSpec(containers=[V1Container(name="notebook", image="busybox")]))
+
+        again = a.spawner(HubUser(a.db.query(orm.User).one()))  # A's ann, a spawn that lost the race for B's pod's name
+        with pytest.raises(SpawnRefused) as refused:
+            await hubid.create_pod(again, kubespawner_create, bare(theirs.pod_name), 30)
+        assert refused.value.status_code == 409 and f"is taken by a pod of the hub 'b-{tag}'" in str(refused.value)
+        assert asked == [] and again.spawn_state.refused  # (so the hub's cleanup asks the cluster nothing)
+        assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{theirs.pod_name}")["metadata"]["uid"] == uid
+        # A's own leftover of this very server: KubeSpawner's way (it deletes and makes it again).
+        assert await hubid.create_pod(again, kubespawner_create, bare(mine.pod_name), 30) is False
+        assert asked == [mine.pod_name]
+    finally:
+        await theirs.stop(now=True)
+        await mine.stop(now=True)
