@@ -111,6 +111,10 @@ REMOTE_GPU: dict[str, Any] = {
 }
 GPU_ON_OFFLINE: dict[str, Any] = {"discover_offerings": False, "offerings": [REMOTE_GPU]}
 
+#: On every GPUSpawner pod, GPU offerings in play or not (docs/kubespawner-compat.md): whose it is.
+#: These spawners have no hub database, so no derived identity: the user's key is all they add.
+WHOSE = "pod.metadata.annotations[gpuspawner.io/hub-user]"
+
 #: What GPUSpawner adds to a spawn when GPU offerings are in play, each with its reason.
 #: docs/kubespawner-compat.md lists the same patterns (checked by test_docs_list_the_differences).
 #: ``<...>`` stands for each key the chosen offering sets (resources, its env, labels, ...).

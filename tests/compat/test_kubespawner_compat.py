@@ -29,6 +29,7 @@ from tests.compat.harness import (
     PROFILE_LIST,
     REMOTE_GPU,
     SITE,
+    WHOSE,
     Group,
     User,
     differing,
@@ -181,8 +182,8 @@ async def test_gpuspawner_without_gpu_offerings_is_kubespawner(scenario):
     gpu = await spawn_outcome(make_spawner(GPUSpawner, config(GPU_OFF)), source, data)
     # Only whose pod it is (docs/kubespawner-compat.md: every pod carries it, so that two hubs in
     # one namespace never delete each other's); this hub (no database here) has no identity label.
-    assert differing(kube, gpu) == ["pod.metadata.annotations[gpuspawner.io/hub-user]"]
-    assert gpu["pod.metadata.annotations[gpuspawner.io/hub-user]"] == str(User("alice").id)  # (the harness user; no creation time)
+    assert differing(kube, gpu) == [WHOSE]
+    assert gpu[WHOSE] == str(User("alice").id)  # (the harness user; no creation time)
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
