@@ -838,16 +838,13 @@ class GPUSpawner(KubeSpawner):
     async def stop(self, now: bool = False):
         """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``);
         never of a pod of another hub that has this server's pod name (hub.hubid.stop_blocked)."""
-        holder = hubid.stop_blocked(self)
-        if holder:
-            self.log.warning("%s: not deleting pod %s/%s: it is %s", self._log_name, self.namespace, self.pod_name, holder)
 
-            async def kubespawner_stop() -> None:
-                return None
-        else:
-
-            def kubespawner_stop() -> Awaitable[Any]:
-                return super(GPUSpawner, self).stop(now=now)
+        async def kubespawner_stop() -> None:
+            holder = await hubid.stop_blocked(self)  # (each try: lifecycle.stop retries while the cluster cannot answer)
+            if holder:
+                self.log.warning("%s: not deleting pod %s/%s: it is %s", self._log_name, self.namespace, self.pod_name, holder)
+                return
+            await super(GPUSpawner, self).stop(now=now)
 
         await lifecycle.stop(self, kubespawner_stop)
 

@@ -13,7 +13,8 @@ server's own (:func:`gpuspawner.pod.podspec.pod_taken_by`); any other refuses th
 :data:`Refusal.POD_NAME_TAKEN`) naming who holds it and what to set. It is checked before
 anything is made (:func:`check_pod_name`) and again when the create answers 409 AlreadyExists
 (:func:`create_pod`: a pod made in between is read, never deleted unread). A stop deletes the
-pod its server names only when that pod carries no other hub's identity (:func:`stop_blocked`).
+pod its server names only when that pod carries no other hub's identity (:func:`stop_blocked`,
+asked of the API server at each try of the stop).
 """
 
 from __future__ import annotations
@@ -155,13 +156,12 @@ async def create_pod(spawner: Any, kubespawner_create: CreatePod, pod: Any, requ
     return await kubespawner_create(pod, request_timeout)  # this server's own leftover: KubeSpawner replaces it
 
 
-def stop_blocked(spawner: Any) -> str:
+async def stop_blocked(spawner: Any) -> str:
     """Who holds the pod this server names, where it carries another hub's identity or another
-    user's key (as KubeSpawner's pod watch has it now); "" where the stop may delete it. A pod
-    with no identity at all is one made before the hub stamped it: the server's saved state
+    user's key (as the API server has it now); "" where the stop may delete it, or there is none.
+    A pod with no identity at all is one made before the hub stamped it: the server's saved state
     names it, so it is this server's, as KubeSpawner has it."""
-    reflector = getattr(spawner, "pod_reflector", None)
-    pod = reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector is not None else None
+    pod = await read_pod(spawner, spawner.pod_name)
     if pod is None:
         return ""
     meta = pod.get("metadata") or {}

@@ -289,6 +289,10 @@ async def test_a_pod_of_the_name_made_after_the_check_is_read_on_the_creates_409
         # A's own leftover of this very server: KubeSpawner's way (it deletes and makes it again).
         assert await hubid.create_pod(again, kubespawner_create, bare(mine.pod_name), 30) is False
         assert asked == [mine.pod_name]
+        # A stop of a server whose saved pod name B's pod now holds deletes nothing of B's.
+        again.pod_name = theirs.pod_name
+        await again.stop(now=True)
+        assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{theirs.pod_name}")["metadata"]["uid"] == uid
     finally:
         await theirs.stop(now=True)
         await mine.stop(now=True)
