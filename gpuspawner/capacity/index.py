@@ -28,7 +28,7 @@ from gpuspawner.core.imagefit import NEEDS, ImageNeeds, fitted, misfit, node_has
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra.devices import DraState
 from gpuspawner.names.nvidia import PLUGIN_PREFIX
-from gpuspawner.names.vocabulary import KUBESPAWNER_USER_LABEL, LABEL_HUB, LABEL_OFFERING, Kind
+from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, KUBESPAWNER_USER_LABEL, LABEL_HUB, LABEL_OFFERING, Kind
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS, aggregate, node_offerings
 from gpuspawner.pod.notebook import Notebook
 
@@ -56,18 +56,24 @@ class PodFacts:
     user: str | None = None
     offering: str | None = None
     hub: str | None = None  #: the hub that made it (``vocabulary.LABEL_HUB``), None if unlabelled
+    #: Of an unlabelled pod only: its user key (``vocabulary.ANNOTATION_HUB_USER``), which tells a
+    #: pod made before its hub had an identity (the hub's database has the key) from anyone's.
+    hub_user: str | None = None
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodFacts | None:
         if not holds_resources(pod):
             return None
-        labels = (pod.get("metadata") or {}).get("labels") or {}
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        hub = labels.get(LABEL_HUB)
         return cls(
             node=pod["spec"]["nodeName"],
             requests=_interned(pod_requests(pod)),
             user=labels.get(KUBESPAWNER_USER_LABEL),
             offering=labels.get(LABEL_OFFERING),
-            hub=labels.get(LABEL_HUB),
+            hub=hub,
+            hub_user=None if hub else (meta.get("annotations") or {}).get(ANNOTATION_HUB_USER),
         )
 
 

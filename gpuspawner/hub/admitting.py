@@ -19,7 +19,7 @@ from gpuspawner.core.imagefit import image_refusal
 from gpuspawner.core.model import Offering
 from gpuspawner.core.windows import window_state
 from gpuspawner.core.wording import turn_words
-from gpuspawner.hub import budgets, culleractions, hubhooks, metrics
+from gpuspawner.hub import budgets, culleractions, hubhooks, hubid, metrics
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
 from gpuspawner.hub.spawnstate import saved_holdings, user_label
@@ -44,8 +44,12 @@ def bound_holdings(spawner: Any, catalog: dict[str, Offering]) -> dict[str, Held
     Without counts: none (quotas then count the grants this hub process made)."""
     out = {}
     index = spawner.counts()
-    # the pods of this hub's users only (another hub's users are not ours), never every pod of the cluster
-    for key, pod in (index.user_pods(spawner.hub_id) if index is not None else {}).items():
+    # the pods of this hub's users only (another hub's users are not ours), never every pod of the cluster;
+    # with those it made before it had an identity (hub.hubid.made_before)
+    pods = index.user_pods(spawner.hub_id) if index is not None else {}
+    if index is not None and spawner.hub_id:
+        pods = {**pods, **hubid.made_before(getattr(spawner.user, "db", None), index.user_pods(""))}
+    for key, pod in pods.items():
         offering = catalog.get(pod.offering or "")
         if offering is not None:
             out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user)

@@ -171,6 +171,7 @@ REFUSAL_REASONS = (
     Refusal.UNSCHEDULABLE,
     Refusal.QUEUE_TIMEOUT,
     Refusal.IMAGE,
+    Refusal.POD_NAME_TAKEN,
 )
 ADMISSION_DECISIONS = ("admit", "warn", "queue")
 

@@ -67,6 +67,7 @@ class Refusal(StrEnum):
     QUEUE_TIMEOUT = "queue_timeout"  #: waited in the queue past its limit (409)
     UNSCHEDULABLE = "unschedulable"  #: the scheduler says the pod cannot run (409)
     IMAGE = "image"  #: no node of the offering has the driver the image needs (409)
+    POD_NAME_TAKEN = "pod_name_taken"  #: the server's pod name is held by a pod of another hub, or of none (409)
     QUOTA = "quota"  #: over the user's or a group's quota (429)
     BUDGET = "budget"  #: the user's GPU-hour budget does not cover another hour (429)
     UNREACHABLE = "unreachable"  #: the Kubernetes API cannot be reached (503)

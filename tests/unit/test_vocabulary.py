@@ -84,6 +84,7 @@ def test_every_refusal_reason_has_its_status():
         "queue_timeout": 409,
         "unschedulable": 409,
         "image": 409,
+        "pod_name_taken": 409,
         "quota": 429,
         "budget": 429,
         "unreachable": 503,
