@@ -56,6 +56,7 @@ from gpuspawner.hub.reflector import VerdictPodReflector, needs_restart
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, ProfileRefused, SpawnRefused
 from gpuspawner.hub.spawnstate import SpawnState, server_record, user_label
 from gpuspawner.names.vocabulary import (
+    ANNOTATION_SPAWN,
     BUDGET_LEDGER_KEY,
     COUNT_FIELD_PREFIX,
     COUNT_KEY,
@@ -768,7 +769,7 @@ class GPUSpawner(KubeSpawner):
         template copies both from the pod."""
         labels, annotations = identity(self.hub_id, hubid.own_user_key(self))
         pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
-        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations}
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations, ANNOTATION_SPAWN: self.spawn_state.spawn_id}
 
     @contextlib.contextmanager
     def _offering_added(self) -> Iterator[None]:

@@ -32,7 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gpuspawner.hub import metrics
 from gpuspawner.hub.scheduling import SpawnRefused
-from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, LABEL_HUB, Refusal
+from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, ANNOTATION_SPAWN, LABEL_HUB, Refusal
 from gpuspawner.pod.podspec import derived_hub_id, pod_taken_by, user_key
 
 #: The one table gpuspawner keeps in JupyterHub's database: name -> value, one row
@@ -139,11 +139,16 @@ async def create_pod(spawner: Any, kubespawner_create: CreatePod, pod: Any, requ
     since :func:`check_pod_name`) is read, and refused unless it is this server's own. Returns
     as KubeSpawner's does: True made, False try again."""
     name = pod.metadata.name
+    state = spawner.spawn_state
     try:
         await asyncio.wait_for(spawner.api.create_namespaced_pod(spawner.namespace, pod), request_timeout)
         return True
     except TimeoutError:
-        return False  # (KubeSpawner's answer: try again)
+        state.slow_creations += 1
+        if state.slow_creations == 1:
+            state.messages.append("The cluster is answering slowly: still creating your server's pod.")
+        spawner.log.info("%s: creating pod %s timed out after %ss; trying again", spawner._log_name, name, request_timeout)
+        return False  # (KubeSpawner's answer: try again; a pod the lost answer made is found by its stamp)
     except ApiException as exc:
         if exc.status != 409:
             raise
@@ -153,6 +158,9 @@ async def create_pod(spawner: Any, kubespawner_create: CreatePod, pod: Any, requ
     holder = taken_by(spawner, there)
     if holder:
         raise refusal(spawner, name, holder)
+    if ((there.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPAWN) == state.spawn_id:
+        spawner.log.info("%s: pod %s was made by this start's earlier try (its answer was lost); taken as made", spawner._log_name, name)
+        return True  # made by this start's own earlier request, whose answer never came
     return await kubespawner_create(pod, request_timeout)  # this server's own leftover: KubeSpawner replaces it
 
 

@@ -10,6 +10,7 @@ state; its keys are ``vocabulary.RECORD_*``, and the culler reads it with
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,8 @@ class SpawnState:
     shared_claim: str | None = None  # the ResourceClaim this spawn's pod shares (shared DRA offerings)
     devices: list[dict[str, str]] | None = None  # the devices allocated to the pod's claim (DRA offerings)
     decided: asyncio.Event = field(default_factory=asyncio.Event)  # set once load_user_options admitted or refused
+    spawn_id: str = field(default_factory=lambda: secrets.token_hex(8))  # this start's stamp on its pod (vocabulary.ANNOTATION_SPAWN)
+    slow_creations: int = 0  # pod creations of this start whose answer did not come in time (said once on the progress)
 
     def restart(self) -> None:
         """Forget an earlier load's decisions, in place (the start that is timing it may hold this object)."""

@@ -146,6 +146,10 @@ LABEL_HUB = "gpuspawner.io/hub"
 #: and creation time through a rename, and a new database never repeats both: the orphan
 #: reconciler follows a renamed user's pods and never touches a pod its database did not make.
 ANNOTATION_HUB_USER = "gpuspawner.io/hub-user"
+#: Pod annotation: the start that made it (a random value per start). A creation whose answer
+#: never came (a slow API server) is tried again; a pod of that name with this start's value is
+#: the one the lost answer was about, and is taken as made, not deleted and made again.
+ANNOTATION_SPAWN = "gpuspawner.io/spawn"
 #: Environment of the notebook container: what it was given (docs/kubespawner-compat.md).
 ENV_OFFERING = "GPUSPAWNER_OFFERING"
 ENV_KIND = "GPUSPAWNER_KIND"

@@ -163,7 +163,8 @@ def test_a_pod_deleted_behind_the_hubs_back_gives_its_quota_back_and_the_user_is
         assert full.status == 429 and "already hold 2" in full.message, full
         assert over_quota_on_the_page(hub, "three")
         held = hub_metric(hub, "gpuspawner_server_gpus")  # this hub's pods only, with its identity
-        assert sorted(line.split('pod="')[1].split('"')[0] for line in held) == ["jupyter-researcher7", "jupyter-researcher7--two"], held
+        ours = sorted(pod_of(hub, server)["metadata"]["name"] for server in ("", "two"))
+        assert sorted(line.split('pod="')[1].split('"')[0] for line in held) == ours, held
         assert all(f'hub="held-{tag}"' in line and line.endswith(" 1.0") for line in held), held
 
         # 2. one pod evicted through the eviction API, as a drain would: no stop by the hub

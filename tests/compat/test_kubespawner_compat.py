@@ -29,6 +29,7 @@ from tests.compat.harness import (
     PROFILE_LIST,
     REMOTE_GPU,
     SITE,
+    STAMPS,
     WHOSE,
     Group,
     User,
@@ -182,7 +183,7 @@ async def test_gpuspawner_without_gpu_offerings_is_kubespawner(scenario):
     gpu = await spawn_outcome(make_spawner(GPUSpawner, config(GPU_OFF)), source, data)
     # Only whose pod it is (docs/kubespawner-compat.md: every pod carries it, so that two hubs in
     # one namespace never delete each other's); this hub (no database here) has no identity label.
-    assert differing(kube, gpu) == [WHOSE]
+    assert differing(kube, gpu) == STAMPS
     assert gpu[WHOSE] == str(User("alice").id)  # (the harness user; no creation time)
 
 

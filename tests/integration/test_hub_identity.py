@@ -289,6 +289,15 @@ async def test_a_pod_of_the_name_made_after_the_check_is_read_on_the_creates_409
         # A's own leftover of this very server: KubeSpawner's way (it deletes and makes it again).
         assert await hubid.create_pod(again, kubespawner_create, bare(mine.pod_name), 30) is False
         assert asked == [mine.pod_name]
+        # A's pod made by this very start's earlier try, whose answer never came (a slow API server,
+        # the create retried): it carries this start's stamp, and is taken as made, not deleted.
+        stamp = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{mine.pod_name}")["metadata"]["annotations"][
+            "gpuspawner.io/spawn"
+        ]
+        assert stamp == mine.spawn_state.spawn_id
+        again.spawn_state.spawn_id = stamp
+        assert await hubid.create_pod(again, kubespawner_create, bare(mine.pod_name), 30) is True
+        assert asked == [mine.pod_name]  # KubeSpawner's delete-and-make-again was not asked
         # A stop of a server whose saved pod name B's pod now holds deletes nothing of B's.
         again.pod_name = theirs.pod_name
         await again.stop(now=True)
