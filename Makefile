@@ -140,9 +140,12 @@ bench: install devcluster-build
 # Issue 30's storm: 1,000 GPU nodes, 20,000 other pods, 3,000 users, 600 spawns in 60 s, on
 # GPUSpawner and plain KubeSpawner side by side; then the same storm with the hub and the API
 # server restarted in it; then the culler's cycle at 3,000 servers next to jupyterhub-idle-culler's.
-# About 25 minutes on 2 cores. SCALE_ARGS for other sizes (python -m bench.scale --help).
+# The first storm is repeated SCALE_REPEATS times (default 3) with the spawners' order alternated,
+# then summed up as medians and spread with every spawn's fate per side. About 25 minutes on 2 cores
+# per repeat. SCALE_ARGS for other sizes (python -m bench.scale --help).
+SCALE_REPEATS ?= 3
 scale: install devcluster-build
-	$(PY) -m bench.scale $(SCALE_ARGS)
+	$(PY) -m bench.scale --repeats $(SCALE_REPEATS) $(SCALE_ARGS)
 	$(PY) -m bench.scale --faults $(SCALE_ARGS)
 	$(PY) -m bench.culler_bench --servers $(or $(CULLER_SERVERS),3000) --prometheus-outage 60
 

@@ -210,11 +210,14 @@ async def run_one(
     tmp: Path,
     standin_port: int,
     faults: bool = False,
+    tag: str = "",
 ) -> dict:
-    """One spawner's storm; returns its figures."""
-    namespace = f"jhub-{kind}"
+    """One spawner's storm; returns its figures. ``tag`` names this storm's namespace and work
+    folder apart from the other storms of a run (``--repeats``)."""
+    tag = tag or kind
+    namespace = f"jhub-{tag}"
     churn.ensure_namespaces(cluster.state, [namespace, "team-probe"])
-    proc_hub = HubProcess(tmp / kind)
+    proc_hub = HubProcess(tmp / tag)
     token = secrets.token_hex(16)
     config = hub_config(proc_hub.base_config(), kind, namespace, standin_port, token, profiles, args.start_timeout)
     env = {**os.environ, "KUBECONFIG": str(cluster.client_kubeconfig(HUB_CLIENT))}
@@ -279,7 +282,7 @@ async def run_one(
                     "--pid",
                     str(pid),
                     "--output",
-                    str(tmp / f"{kind}-hub.txt"),
+                    str(tmp / f"{tag}-hub.txt"),
                     "--format",
                     "raw",
                     "--rate",
@@ -325,7 +328,7 @@ async def run_one(
             out["recount"] = await recount(hub, cluster, churner, out)
         out["faults"] = fault_log
         out["rollbacks"] = proc_hub.log_text().count("Rolling back")
-        (tmp / f"{kind}-spawns.json").write_text(
+        (tmp / f"{tag}-spawns.json").write_text(
             json.dumps([{**vars(s), "choice": s.choice.name} for s in spawners], default=str)
         )  # JupyterHub found its session dirty, or a database error
         return out
@@ -425,6 +428,7 @@ def summarise(spawners: list[Spawn], pages: PageLoads, requests: dict[str, int],
         "lag_n": len(lags),
         "lag_misses": misses,
         "reasons": reasons[:12],
+        "slow_refusals": sum(1 for s in ok if s.outcome != "ready" and "too slowly" in (s.reason or "")),
         "throttled": sum(s.throttled for s in spawners),
         "throttled_spawns": sum(1 for s in spawners if s.throttled),
     }
@@ -512,6 +516,79 @@ def report(results: list[dict], args, setup: dict) -> None:
             print(f"  fault: {line}")
 
 
+def fates(r: dict) -> dict[str, int]:
+    """What became of one storm's spawns that fit (GPU and "No GPU" requests): served, refused as too
+    slow, failed (a timeout, an error), lost (no verdict); and of the impossible ones."""
+    outcomes = r["outcomes"]
+    fitting: dict[str, int] = {}
+    for key, count in outcomes.items():
+        kind, _, outcome = key.partition(":")
+        if kind in ("gpu", "cpu"):
+            fitting[outcome] = fitting.get(outcome, 0) + count
+    slow = r.get("slow_refusals", 0)
+    total = sum(fitting.values())
+    return {
+        "fitting": total,
+        "served": fitting.get("ready", 0),
+        "refused as slow": slow,
+        "refused or stopped otherwise": total - fitting.get("ready", 0) - fitting.get("lost", 0) - fitting.get("failed", 0) - slow,
+        "failed (timeout, error)": fitting.get("failed", 0),
+        "lost (no verdict)": fitting.get("lost", 0),
+        "impossible, refused with words": sum(v for k, v in outcomes.items() if k.startswith("refuse:") and k != "refuse:lost"),
+    }
+
+
+def spread(values: list[float]) -> str:
+    """Median [min - max] of ``values`` (as they come: already in the row's unit)."""
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    mid = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    return f"{mid:.2f} [{ordered[0]:.2f} - {ordered[-1]:.2f}]"
+
+
+#: The summary's rows: (label, key, scale to the printed unit).
+SUMMARY_ROWS = [
+    ("spawn page p50 (ms)", "page_p50", 1000),
+    ("spawn page p99 (ms)", "page_p99", 1000),
+    ("request -> pod bound p50 (s)", "bound_p50", 1),
+    ("request -> pod bound p99 (s)", "bound_p99", 1),
+    ("request -> ready p50 (s)", "ready_p50", 1),
+    ("request -> ready p99 (s)", "ready_p99", 1),
+    ("servers ready per second", "ready_per_s", 1),
+    ("hub CPU s per served spawn", "cpu_per_served", 1),
+    ("API requests per spawn", "api_per_spawn", 1),
+]
+
+
+def summary(runs: list[list[dict]]) -> None:
+    """Every repeat side by side: each figure's median [min - max] per spawner, the ratio's median
+    and spread over the repeats, and what became of the spawns, with the load at each storm's end."""
+    for results in runs:
+        for r in results:
+            served = fates(r)["served"]
+            r["cpu_per_served"] = r["hub_cpu_s"] / served if r.get("hub_cpu_s") is not None and served else None
+    by = [{r["spawner"]: r for r in results} for results in runs]
+    names = [n for n in ("kube", "gpu") if all(n in b for b in by)]
+    print(f"\n===== {len(runs)} repeats, order alternated: median [min - max] =====")
+    print(
+        f"{'':32}"
+        + "".join(f"{'KubeSpawner' if n == 'kube' else 'GPUSpawner':>26}" for n in names)
+        + ("   GPUSpawner : KubeSpawner" if len(names) == 2 else "")
+    )
+    for label, key, scale in SUMMARY_ROWS:
+        cells = [spread([b[n][key] * scale for b in by if b[n].get(key) is not None]) for n in names]
+        line = f"{label:32}" + "".join(f"{c:>26}" for c in cells)
+        if len(names) == 2:
+            ratios = [b["gpu"][key] / b["kube"][key] for b in by if b["kube"].get(key) and b["gpu"].get(key) is not None]
+            line += f"   {spread(ratios)}"
+        print(line)
+    print("\nwhat became of the spawns (each repeat; KubeSpawner / GPUSpawner):")
+    for fate in fates(runs[0][0]):
+        print(f"  {fate:32}" + "  ".join(" / ".join(str(fates(b[n])[fate]) for n in names) for b in by))
+    print("load average at each storm's end: " + "; ".join(", ".join(f"{r['spawner']} {r['load']}" for r in results) for results in runs))
+
+
 def problems(results: list[dict], faults: bool = False) -> list[str]:
     """What ``--check`` fails on: a spawn lost or stuck, a pod without its server, a wrong count,
     a lag probe the hub never saw; on GPUSpawner without faults, a request that fits and was not
@@ -559,16 +636,27 @@ async def main_async(args) -> int:
             churner = churn.Churn(cluster.state, standing, args.churn, ["nvidia.com/gpu"], "h100-8x", gpu_cap=churn_gpu_cap(args))
             churner.start()
             setup["load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
-            results = []
+            runs: list[list[dict]] = []
             kinds = ["gpu"] if args.faults else [k for k in ("kube", "gpu") if k in args.spawners]
-            for kind in kinds:
-                print(f"storm on {kind}...", flush=True)
-                results.append(await run_one(kind, cluster, churner, options, profiles, args, tmp, standin_port, faults=args.faults))
-                (tmp / f"{kind}-results.json").write_text(json.dumps(results[-1], indent=1, default=str))
+            for repeat in range(args.repeats):
+                order = kinds if repeat % 2 == 0 else kinds[::-1]  # neither spawner always meets the fresher cluster
+                results = []
+                for kind in order:
+                    tag = kind if args.repeats == 1 else f"{kind}-{repeat + 1}"
+                    print(f"storm on {kind}{f' (repeat {repeat + 1} of {args.repeats})' if args.repeats > 1 else ''}...", flush=True)
+                    results.append(await run_one(kind, cluster, churner, options, profiles, args, tmp, standin_port, args.faults, tag))
+                    results[-1]["load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+                    (tmp / f"{tag}-results.json").write_text(json.dumps(results[-1], indent=1, default=str))
+                runs.append(results)
             churner.stop()
             print(f"churn: {churner.created} created, {churner.deleted} deleted, {churner.errors} errors")
-            report(results, args, setup)
-            found = problems(results, args.faults)
+            for repeat, results in enumerate(runs):
+                if len(runs) > 1:
+                    print(f"\n===== repeat {repeat + 1} of {len(runs)} (order: {', '.join(r['spawner'] for r in results)}) =====")
+                report(results, args, setup)
+            if len(runs) > 1:
+                summary(runs)
+            found = [p for results in runs for p in problems(results, args.faults)]
             if found:
                 print("\nPROBLEMS:\n" + "\n".join(f"- {p}" for p in found))
             return 1 if (args.check and found) else 0
@@ -594,6 +682,9 @@ def main(argv=None) -> int:
     parser.add_argument("--spawners", nargs="+", default=["kube", "gpu"], choices=["kube", "gpu"])
     parser.add_argument("--faults", action="store_true", help="GPUSpawner only, with the hub and the API server restarted in the storm")
     parser.add_argument("--seed", type=int, default=30)
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="storms per spawner, the order alternated each repeat; a summary of medians and spread"
+    )
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (the hubs' and the cluster's logs)")
     parser.add_argument(
         "--py-spy",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench.scale.__main__ import Audit, mix, problems
+from bench.scale.__main__ import Audit, fates, mix, problems, spread, summary
 from bench.scale.hubs import HUB_CLIENT, Choice, choices
 from bench.scale.storm import form_error, from_the_proxy, parse_free
 from gpuspawner.devcluster.nodes import many_nodes, node_classes
@@ -86,3 +86,46 @@ def test_jupyterhubs_concurrent_spawn_limit_is_waited_out_as_it_asks():
     assert throttled(429, "<p>Too many users trying to log in right now. Try again in 7 seconds.</p>") == 7.0
     assert throttled(429, {"status": 429, "message": "Over your GPU quota: 2 of 2 held"}) is None  # a refusal, not a wait
     assert throttled(409, "Too many users") is None
+
+
+def storm(spawner: str, outcomes: dict[str, int], page_p50: float, cpu: float, slow: int = 0) -> dict:
+    return {
+        "spawner": spawner,
+        "outcomes": outcomes,
+        "slow_refusals": slow,
+        "page_p50": page_p50,
+        "hub_cpu_s": cpu,
+        "load": "1.0 1.0 1.0",
+    }
+
+
+def test_every_spawns_fate_is_a_row_with_both_spawners_counts():
+    lossy = storm(
+        "gpu", {"gpu:ready": 90, "gpu:refused": 4, "gpu:failed": 2, "gpu:lost": 1, "cpu:ready": 3, "refuse:refused": 10}, 0.1, 10, slow=3
+    )
+    assert fates(lossy) == {
+        "fitting": 100,
+        "served": 93,
+        "refused as slow": 3,
+        "refused or stopped otherwise": 1,
+        "failed (timeout, error)": 2,
+        "lost (no verdict)": 1,
+        "impossible, refused with words": 10,
+    }
+
+
+def test_the_summary_prints_medians_spread_and_ratios_over_the_repeats(capsys):
+    assert spread([3.0, 1.0, 2.0]) == "2.00 [1.00 - 3.00]" and spread([1.0, 2.0]) == "1.50 [1.00 - 2.00]" and spread([]) == "-"
+    runs = [
+        [storm("kube", {"gpu:ready": 10}, 0.010, 5.0), storm("gpu", {"gpu:ready": 10}, 0.020, 10.0)],
+        [storm("gpu", {"gpu:ready": 9, "gpu:failed": 1}, 0.030, 9.0), storm("kube", {"gpu:ready": 10}, 0.010, 5.0)],
+        [storm("kube", {"gpu:ready": 10}, 0.020, 5.0), storm("gpu", {"gpu:ready": 10}, 0.020, 10.0)],
+    ]
+    summary(runs)
+    out = capsys.readouterr().out
+    page = next(line for line in out.splitlines() if line.startswith("spawn page p50"))
+    assert "10.00 [10.00 - 20.00]" in page and "20.00 [20.00 - 30.00]" in page and page.endswith("2.00 [1.00 - 3.00]")
+    cpu = next(line for line in out.splitlines() if line.startswith("hub CPU s per served spawn"))
+    assert "0.50 [0.50 - 0.50]" in cpu and "1.00 [1.00 - 1.00]" in cpu  # per served spawn: 9 s for 9 served
+    failed = next(line for line in out.splitlines() if "failed (timeout, error)" in line)
+    assert failed.split()[-3:] == ["0", "/", "0"] and "0 / 1" in failed
