@@ -117,7 +117,7 @@ def stopped(hub: GPUHub, server: str) -> bool:
 
 def spawn(hub: GPUHub, server: str) -> None:
     answer = hub.api("POST", hub.server_path(USER, server), {"offering": "held-gpu"})
-    assert answer.status in (201, 202), answer
+    assert answer.status in (201, 202), (answer, hub.log_tail())
     wait_for(lambda: ready(hub, server), f"server {server!r} to be ready", timeout=180, interval=0.5)
 
 
