@@ -1,5 +1,5 @@
 """The spawn page at 1,000 GPU nodes and 200 offerings, next to KubeSpawner's profile-list
-page with 200 profiles: time per render and HTML size, in one run.
+page with 200 profiles: time per view (p50 and p99) and HTML size.
 
 Both are real spawners on the devcluster's real API server (1,000 simulated GPU nodes
 of every node class, and the standard ones). GPUSpawner's page holds every offering with
@@ -7,7 +7,19 @@ its live free count from the inventory (discovered offerings, plus configured on
 reach 200); KubeSpawner's holds 200 profiles that set the same kind of GPU limits, node
 selector and toleration. Nothing asserted.
 
-    python -m bench.page_bench [--nodes 1000] [--offerings 200] [--renders 50]
+A view is what JupyterHub asks of each spawner for one load of the spawn page: GPUSpawner's
+``get_options_form`` (its cards for this user now, with the live counts), and KubeSpawner's
+render of its profile list (what a callable ``profile_list`` costs per view; a static one is
+rendered once). Three kinds of view are timed for GPUSpawner: the same user again (nothing
+changed), a view after an inventory event (a pod bound on a node of one offering, so that
+offering's count moved), and a view by another user each time (other groups: other cards).
+
+The two sides run ``--repeats`` times in alternated order (KubeSpawner first in the odd
+repeats, GPUSpawner first in the even ones), in the same process on the same cluster; each
+repeat prints both sides' p50 and p99, and the end the median over the repeats with the
+spread (lowest to highest) of each ratio.
+
+    python -m bench.page_bench [--nodes 1000] [--offerings 200] [--renders 200] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -21,34 +33,41 @@ import time
 from bench.devcluster import running_devcluster
 
 
-async def run(n_nodes: int, n_offerings: int, renders: int) -> None:
+async def run(n_nodes: int, n_offerings: int, renders: int, repeats: int) -> None:
     from jupyterhub.objects import Hub
     from traitlets.config import Config
 
     from gpuspawner.devcluster.nodes import many_nodes, standard_nodes
 
     started = time.perf_counter()
-    async with running_devcluster([*standard_nodes(), *many_nodes(n_nodes)]):
+    async with running_devcluster([*standard_nodes(), *many_nodes(n_nodes)]) as cluster:
         print(f"devcluster with {n_nodes} extra GPU nodes up in {time.perf_counter() - started:.0f}s")
         from kubespawner import KubeSpawner
 
         from gpuspawner.spawner import GPUSpawner
 
-        class User:
-            name = escaped_name = "alice"
-            id = 1
-            url = "/user/alice/"
-            admin = False
-            groups: list = []
+        class Group:
+            def __init__(self, name: str):
+                self.name, self.users = name, []
 
-        def make(cls: type, **traits):
+        def user(i: int):
+            class User:
+                name = escaped_name = f"user{i}"
+                id = i
+                url = f"/user/user{i}/"
+                admin = False
+                groups = [Group(f"group{i % 10}")]
+
+            return User()
+
+        def make(cls: type, who, **traits):
             config = Config()
             config.KubeSpawner.namespace = "default"
             for key, value in traits.items():
                 setattr(config.KubeSpawner, key, value)
-            return cls(hub=Hub(ip="127.0.0.1", port=8081), user=User(), config=config)
+            return cls(hub=Hub(ip="127.0.0.1", port=8081), user=who, config=config)
 
-        probe = make(GPUSpawner)
+        probe = make(GPUSpawner, user(0))
         await probe.inventory.wait_ready(300)
         discovered = len(await probe.catalog())
         extra = [
@@ -58,10 +77,13 @@ async def run(n_nodes: int, n_offerings: int, renders: int) -> None:
                 "display_name": f"Site accelerator {i}",
                 "resources": {"nvidia.com/gpu": 1},
                 "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                # every tenth one for one group only: users of other groups see it disabled
+                **({"groups": [f"group{i % 10}"]} if i % 10 == 0 else {}),
             }
             for i in range(max(0, n_offerings - discovered))
         ]
-        gpu = make(GPUSpawner, offerings=extra)
+        gpu = make(GPUSpawner, user(1), offerings=extra)
+        others = [make(GPUSpawner, user(i), offerings=extra) for i in range(2, 2 + renders + 1)]
         offerings = len(await gpu.catalog())
         profiles = [
             {
@@ -76,41 +98,143 @@ async def run(n_nodes: int, n_offerings: int, renders: int) -> None:
             }
             for i in range(offerings)
         ]
-        plain = make(KubeSpawner, profile_list=profiles)
-
-        async def timed(render) -> tuple[list[float], int]:
-            html = await render()
-            times = []
-            for _ in range(renders):
-                begun = time.perf_counter()
-                html = await render()
-                times.append(time.perf_counter() - begun)
-            return times, len(html.encode())
+        plain = make(KubeSpawner, user(1), profile_list=profiles)
+        mover = _Mover(cluster, gpu)
 
         async def kubespawner_page() -> str:
             # KubeSpawner renders a static profile_list once (its options_form default) and then
             # serves that string; timed here is that render, as a callable profile_list does per view.
             return plain._render_options_form(profiles)
 
-        ours, our_size = await timed(gpu.get_options_form)
-        theirs, their_size = await timed(kubespawner_page)
-        print(f"# spawn page, {offerings} offerings over {n_nodes} GPU nodes; {renders} renders each")
-        print(f"GPUSpawner (live free counts): median {statistics.median(ours) * 1e3:6.1f} ms, {our_size / 1024:6.1f} KiB")
-        print(f"KubeSpawner profile list:      median {statistics.median(theirs) * 1e3:6.1f} ms, {their_size / 1024:6.1f} KiB")
-        print(
-            f"ratio GPUSpawner : KubeSpawner = {statistics.median(ours) / statistics.median(theirs):.2f}x time, "
-            f"{our_size / their_size:.2f}x size"
-        )
+        turn = iter(range(10**9))
+
+        async def another_user() -> str:
+            return await others[next(turn) % len(others)].get_options_form()
+
+        sides = {
+            "KubeSpawner profile list": kubespawner_page,
+            "GPUSpawner, same user again": gpu.get_options_form,
+            "GPUSpawner, after an inventory event": gpu.get_options_form,  # (the event itself untimed)
+            "GPUSpawner, another user each view": another_user,
+        }
+        kube = "KubeSpawner profile list"
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+        sizes: dict[str, int] = {}
+        print(f"# spawn page, {offerings} offerings over {n_nodes} GPU nodes; {renders} views per side, {repeats} repeats")
+        for repeat in range(repeats):
+            order = list(sides) if repeat % 2 == 0 else [*list(sides)[1:], kube]
+            for name in order:
+                times, sizes[name] = await _timed(
+                    sides[name], renders, timed_part=name != "GPUSpawner, after an inventory event", mover=mover
+                )
+                results[name].append((_percentile(times, 50), _percentile(times, 99)))
+            line = "; ".join(f"{name}: p50 {p50 * 1e3:.1f} ms p99 {p99 * 1e3:.1f} ms" for name, [*_, (p50, p99)] in results.items())
+            print(f"repeat {repeat + 1} ({order[0]} first): {line}")
+        print()
+        print(f"{'':38} {'p50 (median, spread)':>28} {'p99 (median, spread)':>28} {'HTML':>9}")
+        for name, values in results.items():
+            p50s, p99s = [v[0] for v in values], [v[1] for v in values]
+            print(f"{name:38} {_ms(p50s):>28} {_ms(p99s):>28} {sizes[name] / 1024:7.1f} KiB")
+        for name, values in results.items():
+            if name == kube:
+                continue
+            ratios50 = [ours[0] / theirs[0] for ours, theirs in zip(values, results[kube], strict=True)]
+            ratios99 = [ours[1] / theirs[1] for ours, theirs in zip(values, results[kube], strict=True)]
+            print(f"{name} : KubeSpawner = p50 {_ratio(ratios50)}, p99 {_ratio(ratios99)}")
+        from gpuspawner.hub.form import _CARDS
+
+        print(f"cards rendered over the run: {_CARDS.renders} (views: {len(sides) - 1} x {renders} x {repeats})")
+        await mover.close()
         await probe.inventory.stop()
+
+
+#: an 8 x H100 node of many_nodes (gpuspawner/devcluster/nodes.py): the pods the benchmark binds go there
+H100_NODE = "gpu-h100-8x-00001"
+
+
+class _Mover:
+    """Moves one offering's free count between views: a one-GPU pod bound to a node of it (by
+    the benchmark, as the scheduler would) or deleted, then waits until the hub's watch has seen it."""
+
+    def __init__(self, cluster, spawner) -> None:
+        self.cluster, self.spawner, self.pod = cluster, spawner, None
+
+    def _free(self) -> int | None:
+        offering = next(o for o in self.spawner.catalog_now() if o.slug == "gpu-nvidia-h100-80gb-hbm3")
+        return self.spawner.availability(offering).free
+
+    async def move(self) -> None:
+        from kubernetes_asyncio.client import V1Binding, V1ObjectMeta, V1ObjectReference
+
+        api = self.spawner.api
+        before = self._free()
+        if self.pod is None:
+            name = f"page-bench-{time.monotonic_ns()}"
+            await api.create_namespaced_pod(
+                "default",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "schedulerName": "page-bench",  # bound below, not by the scheduler
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                    },
+                },
+            )
+            binding = V1Binding(metadata=V1ObjectMeta(name=name), target=V1ObjectReference(kind="Node", name=H100_NODE))
+            await api.create_namespaced_binding("default", binding, _preload_content=False)
+            self.pod = name
+        else:
+            await api.delete_namespaced_pod(self.pod, "default", grace_period_seconds=0)
+            self.pod = None
+        deadline = time.monotonic() + 60
+        while self._free() == before and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+
+    async def close(self) -> None:
+        if self.pod is not None:
+            await self.spawner.api.delete_namespaced_pod(self.pod, "default", grace_period_seconds=0)
+
+
+async def _timed(render, renders: int, timed_part: bool, mover: _Mover) -> tuple[list[float], int]:
+    html = await render()
+    times = []
+    for _ in range(renders):
+        if timed_part:
+            begun = time.perf_counter()
+            html = await render()
+            times.append(time.perf_counter() - begun)
+        else:  # the inventory event happens untimed, then the view is timed
+            await mover.move()
+            begun = time.perf_counter()
+            html = await mover.spawner.get_options_form()
+            times.append(time.perf_counter() - begun)
+    return times, len(html.encode())
+
+
+def _percentile(values: list[float], q: int) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+
+def _ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1e3:.1f} ms ({min(values) * 1e3:.1f}-{max(values) * 1e3:.1f})"
+
+
+def _ratio(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--offerings", type=int, default=200)
-    parser.add_argument("--renders", type=int, default=50)
+    parser.add_argument("--renders", type=int, default=200, help="views per side and repeat")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of both sides, in alternated order")
     args = parser.parse_args(argv)
-    asyncio.run(run(args.nodes, args.offerings, args.renders))
+    asyncio.run(run(args.nodes, args.offerings, args.renders, args.repeats))
     return 0
 
 
