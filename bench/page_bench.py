@@ -19,7 +19,14 @@ repeats, GPUSpawner first in the even ones), in the same process on the same clu
 repeat prints both sides' p50 and p99, and the end the median over the repeats with the
 spread (lowest to highest) of each ratio.
 
+``--http`` times the whole page as a browser gets it instead: two real JupyterHubs (behind
+their configurable-http-proxy, sqlite, the dummy authenticator) on the same cluster, one with
+GPUSpawner and the 200 offerings, one with KubeSpawner and the 200 profiles, each page loaded by
+``--users`` logged-in users in turn (``GET /hub/spawn/<user>``, JupyterHub's login check and
+``spawn.html`` included), the hubs taking turns as above.
+
     python -m bench.page_bench [--nodes 1000] [--offerings 200] [--renders 200] [--repeats 3]
+    python -m bench.page_bench --http [--users 20]
 """
 
 from __future__ import annotations
@@ -70,34 +77,11 @@ async def run(n_nodes: int, n_offerings: int, renders: int, repeats: int) -> Non
         probe = make(GPUSpawner, user(0))
         await probe.inventory.wait_ready(300)
         discovered = len(await probe.catalog())
-        extra = [
-            {
-                "slug": f"site-{i}",
-                "kind": "custom",
-                "display_name": f"Site accelerator {i}",
-                "resources": {"nvidia.com/gpu": 1},
-                "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-                # every tenth one for one group only: users of other groups see it disabled
-                **({"groups": [f"group{i % 10}"]} if i % 10 == 0 else {}),
-            }
-            for i in range(max(0, n_offerings - discovered))
-        ]
+        extra = _site_offerings(n_offerings - discovered)
         gpu = make(GPUSpawner, user(1), offerings=extra)
         others = [make(GPUSpawner, user(i), offerings=extra) for i in range(2, 2 + renders + 1)]
         offerings = len(await gpu.catalog())
-        profiles = [
-            {
-                "display_name": f"Profile {i}",
-                "slug": f"p{i}",
-                "description": "One whole GPU of a kind",
-                "kubespawner_override": {
-                    "extra_resource_limits": {"nvidia.com/gpu": "1"},
-                    "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                },
-            }
-            for i in range(offerings)
-        ]
+        profiles = _profiles(offerings)
         plain = make(KubeSpawner, user(1), profile_list=profiles)
         mover = _Mover(cluster, gpu)
 
@@ -130,17 +114,7 @@ async def run(n_nodes: int, n_offerings: int, renders: int, repeats: int) -> Non
                 results[name].append((_percentile(times, 50), _percentile(times, 99)))
             line = "; ".join(f"{name}: p50 {p50 * 1e3:.1f} ms p99 {p99 * 1e3:.1f} ms" for name, [*_, (p50, p99)] in results.items())
             print(f"repeat {repeat + 1} ({order[0]} first): {line}")
-        print()
-        print(f"{'':38} {'p50 (median, spread)':>28} {'p99 (median, spread)':>28} {'HTML':>9}")
-        for name, values in results.items():
-            p50s, p99s = [v[0] for v in values], [v[1] for v in values]
-            print(f"{name:38} {_ms(p50s):>28} {_ms(p99s):>28} {sizes[name] / 1024:7.1f} KiB")
-        for name, values in results.items():
-            if name == kube:
-                continue
-            ratios50 = [ours[0] / theirs[0] for ours, theirs in zip(values, results[kube], strict=True)]
-            ratios99 = [ours[1] / theirs[1] for ours, theirs in zip(values, results[kube], strict=True)]
-            print(f"{name} : KubeSpawner = p50 {_ratio(ratios50)}, p99 {_ratio(ratios99)}")
+        _table(results, sizes, kube)
         from gpuspawner.hub.form import _CARDS
 
         print(f"cards rendered over the run: {_CARDS.renders} (views: {len(sides) - 1} x {renders} x {repeats})")
@@ -150,6 +124,122 @@ async def run(n_nodes: int, n_offerings: int, renders: int, repeats: int) -> Non
 
 #: an 8 x H100 node of many_nodes (gpuspawner/devcluster/nodes.py): the pods the benchmark binds go there
 H100_NODE = "gpu-h100-8x-00001"
+
+
+async def run_http(n_nodes: int, n_offerings: int, loads: int, repeats: int, n_users: int) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from bench.scale.storm import Browser, Hub
+    from gpuspawner.capacity.index import ClusterIndex
+    from gpuspawner.devcluster.hub import HubProcess
+    from gpuspawner.devcluster.nodes import many_nodes, standard_nodes
+    from gpuspawner.offerings.catalog import CatalogConfig, build_catalog
+
+    nodes = [*standard_nodes(), *many_nodes(n_nodes)]
+    index = ClusterIndex()
+    index.replace(nodes=nodes, pods=[])
+    discovered = len(build_catalog(CatalogConfig(), discovered=index.discovered()))
+    extra = _site_offerings(n_offerings - discovered)
+    profiles = _profiles(n_offerings)
+    started = time.perf_counter()
+    async with running_devcluster(nodes):
+        print(f"devcluster with {n_nodes} extra GPU nodes up in {time.perf_counter() - started:.0f}s")
+        with tempfile.TemporaryDirectory() as tmp:
+            settings = {
+                "KubeSpawner profile list": f'c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"\nc.KubeSpawner.profile_list = {profiles!r}\n',
+                "GPUSpawner": f'c.JupyterHub.spawner_class = "gpu"\nc.GPUSpawner.discover_offerings = True\nc.GPUSpawner.offerings = {extra!r}\n',
+            }
+            procs: dict[str, HubProcess] = {}
+            hubs: dict[str, Hub] = {}
+            try:
+                for name, text in settings.items():
+                    proc = procs[name] = HubProcess(Path(tmp) / name.split()[0])
+                    proc.launch(proc.base_config() + 'c.KubeSpawner.namespace = "default"\n' + text)
+                    hubs[name] = Hub(proc.url, "unused")
+                browsers: dict[str, list[Browser]] = {}
+                for name, hub in hubs.items():
+                    await hub.wait_up(600, procs[name].proc)
+                    browsers[name] = [Browser(hub.url, f"user{i}") for i in range(n_users)]
+                    for browser in browsers[name]:
+                        await browser.login()
+                deadline = time.monotonic() + 300  # GPUSpawner's inventory has listed the cluster: its page counts
+                while " of 8 free" not in (await browsers["GPUSpawner"][0].load_form())[1] and time.monotonic() < deadline:
+                    await asyncio.sleep(1)
+                results: dict[str, list[tuple[float, float]]] = {name: [] for name in hubs}
+                sizes: dict[str, int] = {}
+                print(f"# spawn page over HTTP, {n_offerings} offerings over {n_nodes} GPU nodes; {loads} loads per hub, {repeats} repeats")
+                for repeat in range(repeats):
+                    order = list(hubs) if repeat % 2 == 0 else list(hubs)[::-1]
+                    for name in order:
+                        times = []
+                        for i in range(loads + 1):
+                            begun = time.perf_counter()
+                            status, page = await browsers[name][i % n_users].load_form()
+                            if status != 200 or "spawn_form" not in page:
+                                raise RuntimeError(f"{name}: the spawn page answered {status}: {page[:300]}")
+                            if i:  # the first load warms up
+                                times.append(time.perf_counter() - begun)
+                        sizes[name] = len(page.encode())
+                        results[name].append((_percentile(times, 50), _percentile(times, 99)))
+                    line = "; ".join(f"{name}: p50 {p50 * 1e3:.1f} ms p99 {p99 * 1e3:.1f} ms" for name, [*_, (p50, p99)] in results.items())
+                    print(f"repeat {repeat + 1} ({order[0]} first): {line}")
+                _table(results, sizes, "KubeSpawner profile list")
+            finally:
+                for browser_list in browsers.values() if "browsers" in locals() else ():
+                    for browser in browser_list:
+                        await browser.session.close()
+                for hub in hubs.values():
+                    await hub.close()
+                for proc in procs.values():
+                    proc.end()
+
+
+def _site_offerings(n: int) -> list[dict]:
+    """``n`` configured offerings beside the discovered ones; every tenth for one group only."""
+    return [
+        {
+            "slug": f"site-{i}",
+            "kind": "custom",
+            "display_name": f"Site accelerator {i}",
+            "resources": {"nvidia.com/gpu": 1},
+            "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            **({"groups": [f"group{i % 10}"]} if i % 10 == 0 else {}),
+        }
+        for i in range(max(0, n))
+    ]
+
+
+def _profiles(n: int) -> list[dict]:
+    """KubeSpawner's ``n`` profiles of the same kind of GPU limits, node selector and toleration."""
+    return [
+        {
+            "display_name": f"Profile {i}",
+            "slug": f"p{i}",
+            "description": "One whole GPU of a kind",
+            "kubespawner_override": {
+                "extra_resource_limits": {"nvidia.com/gpu": "1"},
+                "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        }
+        for i in range(n)
+    ]
+
+
+def _table(results: dict[str, list[tuple[float, float]]], sizes: dict[str, int], kube: str) -> None:
+    """Each side's p50 and p99 (median over the repeats, lowest-highest), and each GPUSpawner side : KubeSpawner."""
+    print()
+    print(f"{'':38} {'p50 (median, spread)':>28} {'p99 (median, spread)':>28} {'HTML':>9}")
+    for name, values in results.items():
+        p50s, p99s = [v[0] for v in values], [v[1] for v in values]
+        print(f"{name:38} {_ms(p50s):>28} {_ms(p99s):>28} {sizes[name] / 1024:7.1f} KiB")
+    for name, values in results.items():
+        if name == kube:
+            continue
+        ratios50 = [ours[0] / theirs[0] for ours, theirs in zip(values, results[kube], strict=True)]
+        ratios99 = [ours[1] / theirs[1] for ours, theirs in zip(values, results[kube], strict=True)]
+        print(f"{name} : KubeSpawner = p50 {_ratio(ratios50)}, p99 {_ratio(ratios99)}")
 
 
 class _Mover:
@@ -233,8 +323,13 @@ def main(argv=None) -> int:
     parser.add_argument("--offerings", type=int, default=200)
     parser.add_argument("--renders", type=int, default=200, help="views per side and repeat")
     parser.add_argument("--repeats", type=int, default=3, help="runs of both sides, in alternated order")
+    parser.add_argument("--http", action="store_true", help="the whole page from two real hubs, as a browser loads it")
+    parser.add_argument("--users", type=int, default=20, help="--http: logged-in users loading the page in turn")
     args = parser.parse_args(argv)
-    asyncio.run(run(args.nodes, args.offerings, args.renders, args.repeats))
+    if args.http:
+        asyncio.run(run_http(args.nodes, args.offerings, args.renders, args.repeats, args.users))
+    else:
+        asyncio.run(run(args.nodes, args.offerings, args.renders, args.repeats))
     return 0
 
 
