@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import statistics
 import sys
 import time
@@ -164,7 +165,9 @@ async def run_http(n_nodes: int, n_offerings: int, loads: int, repeats: int, n_u
                     for browser in browsers[name]:
                         await browser.login()
                 deadline = time.monotonic() + 300  # GPUSpawner's inventory has listed the cluster: its page counts
-                while " of 8 free" not in (await browsers["GPUSpawner"][0].load_form())[1] and time.monotonic() < deadline:
+                while not re.search(r"data-gs-avail>\d+ of \d+ free", (await browsers["GPUSpawner"][0].load_form())[1]):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("GPUSpawner's page shows no free count after 300 s")
                     await asyncio.sleep(1)
                 results: dict[str, list[tuple[float, float]]] = {name: [] for name in hubs}
                 sizes: dict[str, int] = {}

@@ -38,7 +38,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 from markupsafe import Markup
 
 from gpuspawner.names.vocabulary import OFFERING_KEY
-from gpuspawner.page.views import FormView, OptionView
+from gpuspawner.page.views import FormView, GroupView, OptionView
 
 TEMPLATE = "gpuspawner_form.html"
 CARD_TEMPLATE = "gpuspawner_card.html"
@@ -93,14 +93,16 @@ def render_form(view: FormView) -> str:
     script = _static("gpuspawner.js").replace("</", "<\\/")  # cannot close the <script> early
     card_template: list[Template] = []  # looked up at the first card (a view may have none)
 
-    def card(option: OptionView) -> Markup:
+    def cards(group: GroupView) -> Markup:
+        """The group's cards, one after the other (joined here: one template call per group, not per card)."""
         if not card_template:
             card_template.append(env.get_template(CARD_TEMPLATE))  # the same object until the file changes
-        return _CARDS.get(card_template[0], option, option.slug == checked, _initial_count(option, view))
+        get, template = _CARDS.get, card_template[0]
+        return Markup("\n".join(get(template, option, option.slug == checked, _initial_count(option, view)) for option in group.options))
 
     return env.get_template(TEMPLATE).render(
         view=view,
-        card=card,
+        cards=cards,
         style=Markup(_static("gpuspawner.css")),
         script=Markup(script),
     )
