@@ -176,18 +176,24 @@ async def run_http(n_nodes: int, n_offerings: int, loads: int, repeats: int, n_u
                     order = list(hubs) if repeat % 2 == 0 else list(hubs)[::-1]
                     for name in order:
                         times = []
-                        for i in range(loads + 1):
+                        for i in range(-n_users, loads):  # each user's first load (its spawner made) untimed
                             begun = time.perf_counter()
                             status, page = await browsers[name][i % n_users].load_form()
                             if status != 200 or "spawn_form" not in page:
                                 raise RuntimeError(f"{name}: the spawn page answered {status}: {page[:300]}")
-                            if i:  # the first load warms up
+                            if i >= 0:
                                 times.append(time.perf_counter() - begun)
                         sizes[name] = len(page.encode())
                         results[name].append((_percentile(times, 50), _percentile(times, 99)))
                     line = "; ".join(f"{name}: p50 {p50 * 1e3:.1f} ms p99 {p99 * 1e3:.1f} ms" for name, [*_, (p50, p99)] in results.items())
                     print(f"repeat {repeat + 1} ({order[0]} first): {line}")
                 _table(results, sizes, "KubeSpawner profile list")
+                for name, proc in procs.items():  # the same loads as the hub timed them (its request log), the proxy left out
+                    logged = [float(ms) for ms in re.findall(r"200 GET /hub/spawn/\S+ \(\S+\) ([\d.]+)ms", proc.log_text())]
+                    logged = logged[-loads * repeats :]
+                    print(
+                        f"{name}, in the hub's own request log: p50 {_percentile(logged, 50):.1f} ms, p99 {_percentile(logged, 99):.1f} ms"
+                    )
             finally:
                 for browser_list in browsers.values() if "browsers" in locals() else ():
                     for browser in browser_list:
