@@ -130,9 +130,6 @@ class CardCache:
             self.cards.popitem(last=False)
         return html
 
-    def clear(self) -> None:
-        self.cards.clear()
-
 
 #: This process's rendered cards (one hub, one event loop: no lock needed).
 _CARDS = CardCache()
