@@ -7,7 +7,8 @@
 #                mypy, strict on the pure core; ruff's lint and format check
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md); KUEUE=1: with the
 #                real Kueue and a batch Job competing for the same GPUs (docs/kueue.md)
-#   make unit    the pure-Python tests only (needs Python alone: no Go, npm or Chromium)
+#   make test-fast  the fast tier: the pure-Python tests (tests/unit: no cluster, no hub process,
+#                no Go, npm or Chromium), 1.5-2.5 minutes on 2 cores; `make unit` is the same
 #   make labextension  rebuild the notebook's GPU view for JupyterLab (ui/labextension, npm)
 #                into gpuspawner/notebook_ext/labextension; the build backend builds it on
 #                install from a clean clone and into the wheel (never committed; tests check
@@ -62,7 +63,7 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint precommit unit fuzz labextension install devcluster-build demo bench scale capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench test-oldest-k8s clean
+.PHONY: test test-fast lint precommit unit fuzz labextension install devcluster-build demo bench scale capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench test-oldest-k8s clean
 
 # `make test` runs three pytest processes side by side, each with a devcluster of its own (each
 # claims its own ports and loopback pod network): the stories (tests/e2e, tests/browser: each
@@ -96,8 +97,10 @@ lint: $(PYSTAMP)
 	$(VENV)/bin/ruff format --check .
 
 # Python only: no Go, npm or Chromium (the browser and cluster tests live in their own folders).
-unit: $(PYSTAMP)
+test-fast: $(PYSTAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+unit: test-fast
 
 fuzz: install devcluster-build
 	GPUSPAWNER_FUZZ_EXAMPLES=100 GPUSPAWNER_FUZZ_BATCH=200 GPUSPAWNER_FUZZ_WORKERS=24 GPUSPAWNER_FUZZ_MIN_REQUESTS=10000 \

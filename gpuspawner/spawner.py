@@ -42,6 +42,7 @@ from gpuspawner.hub import (
     catalogs,
     claimlife,
     hubhooks,
+    hubid,
     lifecycle,
     metrics,
     orphans,
@@ -55,6 +56,7 @@ from gpuspawner.hub.reflector import VerdictPodReflector, needs_restart
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, ProfileRefused, SpawnRefused
 from gpuspawner.hub.spawnstate import SpawnState, server_record, user_label
 from gpuspawner.names.vocabulary import (
+    ANNOTATION_SPAWN,
     BUDGET_LEDGER_KEY,
     COUNT_FIELD_PREFIX,
     COUNT_KEY,
@@ -73,7 +75,15 @@ from gpuspawner.page.cards import unreachable_message
 from gpuspawner.page.useroptions import KnownKeys
 from gpuspawner.page.views import user_options_from_form
 from gpuspawner.pod.memguard import GuardConfigError, guarded
-from gpuspawner.pod.podspec import POD_SETTINGS, default_hub_id, hub_id_problem, identity, layered_settings, pod_changes, user_key
+from gpuspawner.pod.podspec import (
+    POD_SETTINGS,
+    default_hub_id,
+    default_pod_name_template,
+    hub_id_problem,
+    identity,
+    layered_settings,
+    pod_changes,
+)
 
 #: The settings :func:`gpuspawner.capacity.checks.config_problems` checks.
 CHECKED_TRAITS = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
@@ -173,6 +183,10 @@ class GPUSpawner(KubeSpawner):
         GPU units one user may hold at once across all their named servers: `total` for any GPU,
         or a kind (`full`, `mig`, `shared`, `vgpu`, `custom`). A whole-GPU server holds as many
         units as GPUs. Example: `c.GPUSpawner.user_quota = {"total": 2, "full": 1}`.
+        What a user holds is what the cluster says runs: this hub's live pods (those labelled
+        with its `hub_id`) plus the spawns it admitted that are not bound yet; a pod deleted
+        behind the hub's back (an eviction, its node gone) frees its units at once
+        (docs/fair-turns.md, "What a user holds").
         """,
     ).tag(config=True)
 
@@ -208,7 +222,9 @@ class GPUSpawner(KubeSpawner):
         "",
         help="""
         Prometheus' HTTP API (e.g. http://prometheus-server.monitoring.svc) that scrapes the
-        hub's `/hub/metrics`: GPU-hour budgets count usage from its `gpuspawner_server_gpus`.
+        hub's `/hub/metrics`: GPU-hour budgets count usage from its `gpuspawner_server_gpus`,
+        the series of this hub's pods only (its `hub` label, the `hub_id`), each pod once
+        however many hubs, or scrapes of one hub, the Prometheus holds.
         Empty, or no answer within `budget_prometheus_timeout`: from the hub's own record of
         server starts and stops (each server's saved state). The refusal says which was used.
         """,
@@ -315,20 +331,46 @@ class GPUSpawner(KubeSpawner):
 
     hub_id = Unicode(
         help="""
-        This hub's identity on the cluster, stamped as the label `gpuspawner.io/hub` on every GPU
-        pod, claim template and claim it makes. The orphan reconciler, the quotas' count of bound
-        pods and the shared DRA claims select on it, so hubs that share a cluster (or a namespace)
-        never count or delete each other's pods. A Kubernetes label value (at most 63 characters).
-        Default: under zero-to-jupyterhub, `<namespace>.<release>` from the hub's `POD_NAMESPACE`
-        and `HELM_RELEASE_NAME` environment; elsewhere "" (no identity: the reconciler then keeps
-        to pods that carry no hub's identity, and with `enable_user_namespaces` it does not run).
-        Changing it leaves the pods made under the old identity to be deleted by hand.
+        This hub's identity on the cluster, stamped as the label `gpuspawner.io/hub` on every
+        pod, claim template and claim it makes (with the annotation `gpuspawner.io/hub-user`,
+        the user's id and creation time in the hub's database). The orphan reconciler, the
+        quotas' count of bound pods and the shared DRA claims select on it, and a spawn never
+        deletes a pod of another identity that has its pod's name (it is refused, 409), so hubs
+        that share a cluster or a namespace never count or delete each other's pods; the default
+        `pod_name_template` ends with six characters of it, so two hubs with the same user names
+        in one namespace never want the same pod name. A Kubernetes label value (at most 63
+        characters). Default: under zero-to-jupyterhub, `<namespace>.<release>` from the hub's
+        `POD_NAMESPACE` and `HELM_RELEASE_NAME` environment; elsewhere `<namespace>.<random>`,
+        made once and kept in the hub's database, so it survives restarts and upgrades and two
+        hubs with two databases never share one. It is kept in a table of its own,
+        `gpuspawner_hub` (one row), not in a row of JupyterHub's tables: `jupyterhub upgrade-db`
+        migrates JupyterHub's tables only, and JupyterHub deletes rows of its own (roles,
+        services, OAuth clients) that its config no longer names. A hub made from a copy of
+        another's database keeps that one's identity: set its own.
+        Upgrading a hub that had no identity renames and orphans nothing: a running server keeps
+        its pod's name (KubeSpawner's saved state; the new default name is taken at its next
+        start), and a pod without the label that carries one of this hub's users' keys is this
+        hub's for the orphan reconciler, the quotas and a stop. Changing `hub_id` leaves the pods
+        made under the old identity to be deleted by hand.
         """,
     ).tag(config=True)
 
     @default("hub_id")
     def _hub_id_default(self) -> str:
-        return default_hub_id(os.environ)
+        from_deployment = default_hub_id(os.environ)
+        db = getattr(self.user, "db", None)
+        if from_deployment or db is None:  # (no hub database: a script or a test, without an identity)
+            return from_deployment
+        namespace = self._namespace_default() if self.enable_user_namespaces else self.namespace
+        return hubid.stored_hub_id(db, namespace, self.log)
+
+    @default("pod_name_template")
+    def _pod_name_template_default(self) -> str:
+        """KubeSpawner's `jupyter-{user_server}` with six characters of this hub's identity
+        (`jupyter-alice-3f9a2c`); a `pod_name_template` set in the config is used as it is.
+        A running server keeps the pod name in its saved state (KubeSpawner's), so an upgrade
+        renames no running pod: the new name is taken at the server's next start."""
+        return default_pod_name_template(self.hub_id)
 
     memory_guard_kinds = List(
         Unicode(),
@@ -733,9 +775,9 @@ class GPUSpawner(KubeSpawner):
         """Label the pod with this hub's identity and annotate whose server it is in the hub's
         database (see podspec.identity), for the orphan reconciler and the quotas; the claim
         template copies both from the pod."""
-        labels, annotations = identity(self.hub_id, user_key(self.user.id, getattr(self.user, "created", None)))
+        labels, annotations = identity(self.hub_id, hubid.own_user_key(self))
         pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
-        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations}
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations, ANNOTATION_SPAWN: self.spawn_state.spawn_id}
 
     @contextlib.contextmanager
     def _offering_added(self) -> Iterator[None]:
@@ -766,19 +808,21 @@ class GPUSpawner(KubeSpawner):
         ``modify_pod_hook`` still sees and may change the result)."""
         with self._offering_added():
             pod = await super().get_pod_manifest()
-        if self.choice is not None:  # a GPU offering is in play: the pod is gpuspawner's to stamp
-            self._stamp_identity(pod)
+        self._stamp_identity(pod)  # every pod, GPU offerings in play or not: whose it is (hub.hubid)
         if claimlife.claimed(self) is not None:
             claimlife.add_claim(pod, self.pod_name)
         return pod
 
     async def _make_create_pod_request(self, pod, request_timeout):
-        """KubeSpawner's pod creation; a DRA server's claim is made with it (see
-        :func:`gpuspawner.hub.claimlife.create_pod`)."""
+        """KubeSpawner's pod creation, which never deletes a pod that is not this server's own
+        (a spawn whose pod name another hub's pod holds is refused, 409: :mod:`gpuspawner.hub.hubid`);
+        a DRA server's claim is made with it (see :func:`gpuspawner.hub.claimlife.create_pod`)."""
+        await hubid.check_pod_name(self, pod.metadata.name)  # before anything named after the pod is made
+        create = functools.partial(hubid.create_pod, self, super()._make_create_pod_request)
         offering = claimlife.claimed(self)
         if offering is None:
-            return await super()._make_create_pod_request(pod, request_timeout)
-        return await claimlife.create_pod(self, offering, pod, request_timeout, super()._make_create_pod_request)
+            return await create(pod, request_timeout)
+        return await claimlife.create_pod(self, offering, pod, request_timeout, create)
 
     async def poll(self):
         """KubeSpawner's poll; with ``stop_outside_window``, a server past its window counts as done."""
@@ -795,27 +839,38 @@ class GPUSpawner(KubeSpawner):
         if status is None:
             await budgets.refresh(self)  # the exported budget figures stay fresh (for the culler)
         else:
-            self._note_kueue_stop()
+            lifecycle.pod_left(self, explained=self._note_kueue_stop())
             if lifecycle.start_was_interrupted(self):
                 self.stop_notice = lifecycle.interrupted_start_notice(self.name, datetime.now(UTC))
                 self.log.info("%s: %s", self._log_name, self.stop_notice["text"])
         return status
 
-    #: Why Kueue (or a device taint, or a hub restart in its start) stopped this server, for the
+    #: Why Kueue (or a device taint, the cluster behind the hub's back, or a hub restart in its start) stopped this server, for the
     #: home page ({"time", "text"}; kept in the saved state past the stop, until the next start).
     stop_notice: dict[str, str] | None = None
 
-    def _note_kueue_stop(self) -> None:
-        """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home page."""
+    def _note_kueue_stop(self) -> bool:
+        """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home
+        page. Whether it did (else the cluster's own words may say why: lifecycle.pod_left)."""
         ended = hubkueue.take_ended(self)
         if ended is None:
-            return
+            return False
         self.stop_notice = hubkueue.home_notice(ended, self.name)
         self.log.info("%s: stopped by Kueue or a device taint: %s", self._log_name, self.stop_notice["text"])
+        return True
 
     async def stop(self, now: bool = False):
-        """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``)."""
-        await lifecycle.stop(self, lambda: super(GPUSpawner, self).stop(now=now))
+        """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``);
+        never of a pod of another hub that has this server's pod name (hub.hubid.stop_blocked)."""
+
+        async def kubespawner_stop() -> None:
+            holder = await hubid.stop_blocked(self)  # (each try: lifecycle.stop retries while the cluster cannot answer)
+            if holder:
+                self.log.warning("%s: not deleting pod %s/%s: it is %s", self._log_name, self.namespace, self.pod_name, holder)
+                return
+            await super(GPUSpawner, self).stop(now=now)
+
+        await lifecycle.stop(self, kubespawner_stop)
 
     #: The inventory's stream failures when the pod reflector was last (re)started.
     _reflector_outages: ClassVar[int] = 0
@@ -836,14 +891,18 @@ class GPUSpawner(KubeSpawner):
             self.log.warning("%s: restarting KubeSpawner's pod reflector after an API server outage", self._log_name)
             replace = True
         GPUSpawner._reflector_outages = outages
+        before = self.pod_reflector if replace else None
         # KubeSpawner's own call, with a reflector that tells waiting spawns the scheduler's verdict.
-        return await self._start_reflector(
+        reflector = await self._start_reflector(
             kind="pods",
             reflector_class=VerdictPodReflector,
             labels={"component": self.component_label},
             omit_namespace=self.enable_user_namespaces,
             replace=replace,
         )
+        if isinstance(before, VerdictPodReflector) and before is not self.pod_reflector:
+            self.pod_reflector.keep_words(before)  # why pods went, not yet told: the new one tells it
+        return reflector
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """KubeSpawner's pod events, with our own steps (admission, reservation, queue position) between."""

@@ -47,7 +47,7 @@ def units_held(offering: Offering, requests: Mapping[str, int]) -> int:
 
     A DRA pod requests no extended resource: its devices are in its claim, which the pod's
     requests do not show, so a bound DRA pod counts as 1 unit (this hub process's own grant,
-    with the true count, overlays it until the server stops; see :class:`QuotaLedger`)."""
+    with the true count, overlays it while the pod runs; see :class:`QuotaLedger`)."""
     return max(units(offering, requests), 1) if offering.takes_units else 0
 
 
@@ -78,7 +78,7 @@ def admit(
     room = avail.queue
     by_queue = room.queue if room is not None and room.known and (room.largest or 0) < count else ""
     if room is not None and by_queue:  # Kueue's quota alone refuses it
-        why = f"No {what} is free now: {queue_words(room.queue, room.largest or 0, avail.node_free or 0)}."
+        why = f"No {what} is free now: {queue_words(room.queue, room.largest or 0, avail.node_free or 0, room.borrowed, room.cohort)}."
     elif offering.scalable_nodes:
         return Decision(
             WARN,
@@ -182,11 +182,17 @@ class QuotaRequest:
 class QuotaLedger:
     """The GPU units this hub process has granted and not yet taken back, by server.
 
-    A quota must count what a user *will* hold, not only what the cluster shows bound:
-    between admission and the scheduler binding the pod (and the inventory seeing it)
-    a spawn is visible nowhere else. Each grant is recorded under the server's key (the
-    pod's ``namespace/name``) until :meth:`release` (the server stopped or its start
-    failed); after a hub restart, running servers are counted from their bound pods.
+    What a user holds is what the cluster says runs: the bound pods of this hub
+    (:meth:`holdings`' ``bound``, from the live index), plus what the hub has granted and the
+    cluster does not show yet. Between admission and the scheduler binding the pod (and the
+    inventory seeing it) a spawn is visible nowhere else, so each grant is recorded under the
+    server's key (the pod's ``namespace/name``); while its pod is bound the grant stands for it
+    (with the true count: a DRA pod's devices are not in its requests), and it is taken back
+    when :meth:`pod_event` says the pod it was made for has left the cluster (deleted behind the
+    hub's back: an eviction, its node gone, an admin's delete, a preemption), or at
+    :meth:`release` (the server stopped, its start failed, or the hub found its pod gone).
+    A pod that existed before the grant (the same server's old pod, still going) never takes
+    a new grant with it: only a pod seen bound *after* the grant does.
 
     :meth:`grant` checks and records in one synchronous step: under asyncio nothing can
     run between the check and the record, so concurrent spawns of one user or group are
@@ -199,15 +205,32 @@ class QuotaLedger:
 
     def __init__(self) -> None:
         self.grants: dict[str, Held] = {}
+        #: The grants whose pod has been seen bound since they were made: its leaving ends them.
+        self.seen: set[str] = set()
         #: Whether :meth:`restore` has run in this process.
         self.restored = False
 
-    def restore(self, saved: Mapping[str, Held]) -> None:
+    def restore(self, saved: Mapping[str, Held], bound: Iterable[str] = ()) -> None:
         """Grant what running servers held before this process began (by server key); a key
-        granted since (a spawn in this process) keeps its own grant."""
+        granted since (a spawn in this process) keeps its own grant. ``bound``: the keys whose
+        pods are bound now (their leaving ends the restored grant)."""
+        live = set(bound)
         for key, held in saved.items():
-            self.grants.setdefault(key, held)
+            if key not in self.grants:
+                self.grants[key] = held
+                if key in live:
+                    self.seen.add(key)
         self.restored = True
+
+    def pod_event(self, key: str, present: bool) -> None:
+        """The pod ``key`` of this hub was bound (``present``) or has left the cluster: a grant
+        whose pod was seen bound since it was made ends when that pod leaves."""
+        if key not in self.grants:
+            return
+        if present:
+            self.seen.add(key)
+        elif key in self.seen:
+            self.release(key)
 
     def holdings(self, bound: Mapping[str, Held], exclude: str = "") -> dict[str, Held]:
         """Everything held now, by server key: bound pods, overlaid by grants (one per key)."""
@@ -233,11 +256,13 @@ class QuotaLedger:
         offering = request.offering
         if decision.action != REFUSE and offering.is_gpu and offering.takes_units:
             self.grants[request.key] = Held(offering.kind.value, request.count, request.user)
+            self.seen.discard(request.key)  # (an old pod of the same name, still going, is not this grant's)
         return decision
 
     def release(self, key: str) -> None:
-        """The server ``key`` holds nothing any more (stopped, or its start failed)."""
+        """The server ``key`` holds nothing any more (stopped, its start failed, or its pod is gone)."""
         self.grants.pop(key, None)
+        self.seen.discard(key)
 
 
 def in_order(

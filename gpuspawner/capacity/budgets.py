@@ -293,10 +293,20 @@ def weighted_hours(unit_hours: Mapping[str, float], unit_cost: Mapping[str, floa
     return sum(hours * unit_cost.get(slug, 1.0) for slug, hours in unit_hours.items())
 
 
-def usage_query(user: str, seconds: int, step: int) -> str:
+def usage_query(user: str, seconds: int, step: int, hub: str = "") -> str:
     """The PromQL for a user's unit-hours by offering over the last ``seconds``: the hub's
-    ``gpuspawner_server_gpus`` (units held now, per pod) sampled every ``step`` seconds; each
-    sample stands for ``step`` seconds of holding (divide by 3600/step for hours)."""
-    label = user.replace("\\", "\\\\").replace('"', '\\"')
-    inner = f'sum by (offering) (gpuspawner_server_gpus{{user="{label}"}})'
+    ``gpuspawner_server_gpus`` (units held now, per pod) of this hub's pods only (``hub``: its
+    identity, the series' ``hub`` label; "" selects the series without one, as a hub without an
+    identity exports them), sampled every ``step`` seconds; each sample stands for ``step``
+    seconds of holding (divide by 3600/step for hours). Each pod counts once however often it is
+    scraped (one Prometheus scraping the hub twice, through two jobs or two replicas of a
+    ServiceMonitor): the series are reduced to one per ``namespace``/``pod`` before the sum."""
+    label = _quoted(user)
+    selector = f'gpuspawner_server_gpus{{user="{label}",hub="{_quoted(hub)}"}}'
+    inner = f"sum by (offering) (max by (namespace, pod, offering) ({selector}))"
     return f"sum by (offering) (sum_over_time(({inner})[{max(seconds, step)}s:{step}s]))"
+
+
+def _quoted(value: str) -> str:
+    """``value`` inside a PromQL string literal."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')

@@ -16,7 +16,7 @@ list and watch, and tests and benchmarks feed it node and pod dicts directly.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from gpuspawner.core.imagefit import NEEDS, ImageNeeds, fitted, misfit, node_has
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra.devices import DraState
 from gpuspawner.names.nvidia import PLUGIN_PREFIX
-from gpuspawner.names.vocabulary import KUBESPAWNER_USER_LABEL, LABEL_HUB, LABEL_OFFERING, Kind
+from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, KUBESPAWNER_USER_LABEL, LABEL_HUB, LABEL_OFFERING, Kind
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS, aggregate, node_offerings
 from gpuspawner.pod.notebook import Notebook
 
@@ -56,18 +56,24 @@ class PodFacts:
     user: str | None = None
     offering: str | None = None
     hub: str | None = None  #: the hub that made it (``vocabulary.LABEL_HUB``), None if unlabelled
+    #: Of an unlabelled pod only: its user key (``vocabulary.ANNOTATION_HUB_USER``), which tells a
+    #: pod made before its hub had an identity (the hub's database has the key) from anyone's.
+    hub_user: str | None = None
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodFacts | None:
         if not holds_resources(pod):
             return None
-        labels = (pod.get("metadata") or {}).get("labels") or {}
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        hub = labels.get(LABEL_HUB)
         return cls(
             node=pod["spec"]["nodeName"],
             requests=_interned(pod_requests(pod)),
             user=labels.get(KUBESPAWNER_USER_LABEL),
             offering=labels.get(LABEL_OFFERING),
-            hub=labels.get(LABEL_HUB),
+            hub=hub,
+            hub_user=None if hub else (meta.get("annotations") or {}).get(ANNOTATION_HUB_USER),
         )
 
 
@@ -140,6 +146,9 @@ class ClusterIndex:
         #: (``""``: unlabelled): what quotas and the held-GPU metric read, without walking every pod
         #: of the cluster per page view (see :meth:`user_pods`).
         self._user_pods: dict[str, dict[str, PodFacts]] = {}
+        #: hub -> who is told when one of that hub's user pods arrives (bound, non-terminal) or leaves
+        #: (deleted, terminal): ``observer(key, present)`` (see :meth:`observe_user_pods`).
+        self._observers: dict[str, list[Callable[[str, bool], None]]] = {}
         #: Bumped whenever a node, or what the pods use on a node that publishes DRA devices, changes:
         #: with the DRA state's own generation it says when the mapping's rows must be made again.
         self._mapped_generation = 0
@@ -187,6 +196,20 @@ class ClusterIndex:
             return self._user_pods.get(hub, {})
         # Each list() is one step for the interpreter: safe beside events applied on another thread.
         return {key: pod for pods in list(self._user_pods.values()) for key, pod in list(pods.items())}
+
+    def observe_user_pods(self, hub: str, observer: Callable[[str, bool], None]) -> None:
+        """Tell ``observer(key, present)`` whenever a pod of the hub ``hub`` (``""``: of none) that
+        carries a hub user's label arrives in :meth:`user_pods` (``present``: bound and not terminal)
+        or leaves it (deleted, or terminal: evicted, its node gone), in the same step as the event or
+        relist that says so. The quota ledger gives back a server's grant by it (one observer is
+        kept once, however often it is given)."""
+        observers = self._observers.setdefault(hub, [])
+        if observer not in observers:
+            observers.append(observer)
+
+    def _tell(self, hub: str, key: str, present: bool) -> None:
+        for observer in list(self._observers.get(hub, ())):
+            observer(key, present)
 
     def fit(self, offering: Offering, needs: ImageNeeds) -> tuple[Offering, str]:
         """``offering`` for an image that needs ``needs`` (:func:`gpuspawner.core.imagefit.fitted`), and
@@ -252,10 +275,16 @@ class ClusterIndex:
         """The relist's pods replace all pods; every row is made again."""
         self.pods = self._relisting
         del self._relisting
-        self._user_pods = {}
+        before, self._user_pods = self._user_pods, {}
         for key, pod in self.pods.items():
             if pod.user:
                 self._user_pods.setdefault(pod.hub or "", {})[key] = pod
+        for hub in set(before) | set(self._user_pods):  # what the relist found gone, or new
+            was, now = before.get(hub, {}), self._user_pods.get(hub, {})
+            for key in was.keys() - now.keys():
+                self._tell(hub, key, False)
+            for key in now.keys() - was.keys():
+                self._tell(hub, key, True)
         self.used = {}
         for key, pod in self.pods.items():
             self._add_use(pod.node, pod.requests, +1)
@@ -298,6 +327,9 @@ class ClusterIndex:
                 self.pods[key] = new
             return
         touched = set()
+        # the hub among whose user pods it was, and is now (None: among none)
+        was = (old.hub or "") if old is not None and old.user else None
+        now = (new.hub or "") if new is not None and new.user else None
         if old is not None:
             if old.user:
                 self._user_pods.get(old.hub or "", {}).pop(key, None)
@@ -316,6 +348,10 @@ class ClusterIndex:
                 touched.add(reserved[0])
         for node in touched:
             self._refresh_node(node)
+        if was is not None and was != now:
+            self._tell(was, key, False)
+        if now is not None and now != was:
+            self._tell(now, key, True)
 
     def reserve(self, key: str, offering: Offering, count: int) -> str | None:
         """Hold ``count`` units of ``offering`` for the pod ``key`` until it is bound (or released).

@@ -243,15 +243,19 @@ CPU_OFFERING = Offering(
 class QueueRoom:
     """What a Kueue LocalQueue still admits of one offering now (docs/kueue.md).
 
-    ``free``: how many more one-unit servers its ClusterQueue's quota admits; ``largest``: the
-    most units one server may take; both None when not known, and ``unknown`` says why (Kueue
-    not installed, the hub may not read its queues, not listed yet, a DRA offering).
+    ``free``: how many more one-unit servers its ClusterQueue's quota admits, borrowing within
+    its cohort included; ``largest``: the most units one server may take; both None when not
+    known, and ``unknown`` says why (Kueue not installed, the hub may not read its queues, not
+    listed yet, a DRA offering). ``borrowed``: how many of ``free`` only by borrowing from the
+    cohort ``cohort``.
     """
 
     queue: str
     free: int | None = None
     largest: int | None = None
     unknown: str = ""
+    borrowed: int = 0
+    cohort: str = ""
 
     @property
     def known(self) -> bool:

@@ -125,12 +125,17 @@ def turn_words(name: str, position: int, seconds: float) -> str:
     return f"An idle {name} will be reclaimed {when}; you are number {position} in the queue."
 
 
-def queue_words(queue: str, allowed: int, node_free: int) -> str:
+def queue_words(queue: str, allowed: int, node_free: int, borrowed: int = 0, cohort: str = "") -> str:
     """Where a Kueue queue's quota, not the nodes, limits an offering (docs/kueue.md): "2 free on
-    the nodes; your queue 'ml-course' allows 1 more" (or "allows none more"). The spawn page's
-    badge and a refused spawn's reason say it in these words."""
+    the nodes; your queue 'ml-course' allows 1 more" (or "allows none more"), and where some of
+    that is borrowed from the queue's cohort, "allows 2 more (1 by borrowing from cohort
+    'research')". The spawn page's badge and a refused spawn's reason say it in these words."""
     nodes = f"{node_free} free on the nodes" if node_free else "none free on the nodes"
     more = f"allows {allowed} more" if allowed else "allows none more"
+    borrowed = min(borrowed, allowed)
+    if borrowed:
+        how = f"by borrowing from cohort '{cohort}'" if cohort else "by borrowing from its cohort"
+        more += f" {how}" if borrowed == allowed else f" ({borrowed} {how})"
     return f"{nodes}; your queue '{queue}' {more}"
 
 

@@ -1,4 +1,4 @@
-"""The one PromQL query the culler sends each cycle for the GPU view: dcgm-exporter's (or the probe's) per-device series over the window, the hub's spawns waiting per offering and its users' GPU-hour budgets, tagged by series and statistic. Pure."""
+"""The one PromQL query the culler sends each cycle for the GPU view: dcgm-exporter's (or the probe's) per-device series over the window, the spawns waiting per offering (the hubs' queues and Kueue's) and its users' GPU-hour budgets, tagged by series and statistic. Pure."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from gpuspawner.names.vocabulary import (
     BUDGET_REMAINING,
     BUDGET_SPEND_RATE,
+    KUEUE_WORKLOADS_WAITING,
     PROBE_DEVICE_TOTAL,
     PROBE_POD_MEMORY,
     PROBE_POD_SM_UTIL,
@@ -79,8 +80,11 @@ def build_query(settings: GpuQuerySettings) -> str:
     parts.append(_tag(f"max_over_time({sel}[{w}])", PROBE_POD_SM_UTIL, "max"))
     parts.append(_tag(f"count_over_time({sel}[{w}])", PROBE_POD_SM_UTIL, "count"))
     parts.append(_tag(PROBE_DEVICE_TOTAL, PROBE_DEVICE_TOTAL, "last"))
-    # the hub's spawns waiting for an offering, summed over the hub's replicas of the series
-    parts.append(_tag(f"sum by (offering, name) ({SPAWNS_WAITING})", SPAWNS_WAITING, "last"))
+    # the spawns waiting for an offering: each hub's own queue, summed over the hubs' series, plus
+    # Kueue's pending workloads for its GPU, once per ClusterQueue they wait in (every hub whose
+    # servers go through Kueue exports the same workloads: the most any of them counts)
+    kueue = f"max by (offering, name, cluster_queue) ({KUEUE_WORKLOADS_WAITING})"
+    parts.append(_tag(f"sum by (offering, name) ({SPAWNS_WAITING} or {kueue})", SPAWNS_WAITING, "last"))
     # the hub's GPU-hour budgets: the least left and the most spent, over the hub's replicas
     parts.append(_tag(f"min by (user, name) ({BUDGET_REMAINING})", BUDGET_REMAINING, "last"))
     parts.append(_tag(f"max by (user, name) ({BUDGET_SPEND_RATE})", BUDGET_SPEND_RATE, "last"))

@@ -102,7 +102,15 @@ class KernelClient:
         calls = [self.transport.fetch_json(f"{base_url}api/kernels?{NO_TRACK}", headers=headers)]
         if with_status:
             calls.append(self.transport.fetch_json(f"{base_url}api/status?{NO_TRACK}", headers=headers))
-        results = await asyncio.gather(*calls, return_exceptions=True)
+        # A pod that does not answer one request in time is not asked again in this cycle: its
+        # retries (up to three timeouts, about 31 s) would hold the culler's connections and the
+        # cycle, delaying every other server's decision and warning. It is judged this cycle from
+        # the cluster and telemetry alone (a view that is not ok), and asked again next cycle.
+        deadline = round(self.transport.retry.request_timeout * 1.1, 3)
+        try:
+            results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), deadline)
+        except TimeoutError:
+            return KernelView(ok=False, error=f"the server did not answer within {deadline:g} s")
         kernels_body = results[0]
         status_body = results[1] if with_status else None
         if isinstance(kernels_body, BaseException):

@@ -56,9 +56,12 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 #: DRAResourceClaimDeviceStatus GA), DRADeviceTaints and DRADeviceTaintRules (GA; the
 #: DeviceTaintRule kind is served in resource.k8s.io/v1), DRAExtendedResource and
 #: DRAPrioritizedList (GA). docs/dra.md has the table per feature and version.
+#: The pod garbage collector deletes the pods of a node that is gone (after its 40 s quarantine), with the
+#: DisruptionTarget reason DeletionByPodGC, as on any cluster: a server whose node is deleted
+#: then loses its pod, which the hub sees (docs/fair-turns.md, "What a user holds").
 KCM_CONTROLLERS = (
     "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller,"
-    "device-taint-eviction-controller,job-controller"
+    "device-taint-eviction-controller,job-controller,pod-garbage-collector-controller"
 )
 
 

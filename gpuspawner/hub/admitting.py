@@ -19,7 +19,7 @@ from gpuspawner.core.imagefit import image_refusal
 from gpuspawner.core.model import Offering
 from gpuspawner.core.windows import window_state
 from gpuspawner.core.wording import turn_words
-from gpuspawner.hub import budgets, culleractions, hubhooks, metrics
+from gpuspawner.hub import budgets, culleractions, hubhooks, hubid, metrics
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
 from gpuspawner.hub.spawnstate import saved_holdings, user_label
@@ -44,8 +44,12 @@ def bound_holdings(spawner: Any, catalog: dict[str, Offering]) -> dict[str, Held
     Without counts: none (quotas then count the grants this hub process made)."""
     out = {}
     index = spawner.counts()
-    # the pods of this hub's users only (another hub's users are not ours), never every pod of the cluster
-    for key, pod in (index.user_pods(spawner.hub_id) if index is not None else {}).items():
+    # the pods of this hub's users only (another hub's users are not ours), never every pod of the cluster;
+    # with those it made before it had an identity (hub.hubid.made_before)
+    pods = index.user_pods(spawner.hub_id) if index is not None else {}
+    if index is not None and spawner.hub_id:
+        pods = {**pods, **hubid.made_before(getattr(spawner.user, "db", None), index.user_pods(""))}
+    for key, pod in pods.items():
         offering = catalog.get(pod.offering or "")
         if offering is not None:
             out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user)
@@ -67,24 +71,34 @@ def check_quota(
     """This server's quota decision, counting bound pods and every grant not yet bound.
     With ``grant``, an admitted decision is recorded in the same step (see QuotaLedger)."""
     ledger = spawner.quota_ledger
+    watch_grants(spawner)
     if not ledger.restored:
-        restore_grants(spawner)
+        restore_grants(spawner, bound)
     quotas = Quotas(spawner.user_quota, spawner.group_quotas)
     request = QuotaRequest(reservation_key(spawner), offering, count, user_label(spawner.user.name), quotas, members, bound)
     return ledger.grant(request) if grant else ledger.check(request)
 
 
-def restore_grants(spawner: Any) -> None:
+def watch_grants(spawner: Any) -> None:
+    """Let the quota ledger hear, from the live index, when a pod of this hub is bound or leaves
+    the cluster (see QuotaLedger.pod_event): a server whose pod is deleted behind the hub's back
+    gives its units back within that one watch event. Once per index (none without counts)."""
+    index = spawner.counts()
+    if index is not None:
+        index.observe_user_pods(spawner.hub_id, spawner.quota_ledger.pod_event)
+
+
+def restore_grants(spawner: Any, bound: dict[str, Held] | None = None) -> None:
     """Give the quota ledger what this hub's running servers hold, from each one's saved
     record (once per hub process, at the first quota check): a restarted hub counts a DRA
     server's true count, a pod not bound yet, and every server when it may not read the
-    cluster, as the hub that started them did."""
+    cluster, as the hub that started them did. ``bound``: this hub's bound pods now."""
     db = getattr(spawner.user, "db", None)
     if db is None:  # no hub database (a script, a test): nothing was saved
         spawner.quota_ledger.restored = True
         return
     saved = saved_holdings(hubhooks.saved_records(db, RECORD_KEY))
-    spawner.quota_ledger.restore(saved)
+    spawner.quota_ledger.restore(saved, bound or {})
     if saved:
         spawner.log.info("GPUSpawner: quotas count %d running server(s) from their saved records", len(saved))
 

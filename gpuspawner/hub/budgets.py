@@ -77,7 +77,7 @@ async def prometheus_hours(spawner: Any, since: datetime, now: datetime, catalog
     if not url:
         return None
     step = spawner.budget_prometheus_step
-    query = usage_query(user_label(spawner.user.name), int((now - since).total_seconds()), step)
+    query = usage_query(user_label(spawner.user.name), int((now - since).total_seconds()), step, spawner.hub_id)  # this hub's pods only
     timeout = aiohttp.ClientTimeout(total=spawner.budget_prometheus_timeout)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -192,11 +192,13 @@ def opened(spawner: Any, offering: Offering, count: int) -> None:
         _rate_changed(spawner, now)
 
 
-def closed(spawner: Any) -> None:
-    """The server has stopped: its open row ends now."""
+def closed(spawner: Any, at: datetime | None = None) -> None:
+    """The server has stopped: its open row ends now (or ``at``, when its pod left the cluster
+    behind the hub's back: its deletion began then)."""
     if spawner.gpu_usage:
         now = spawner.now()
-        spawner.gpu_usage = kept_rows(close_rows(spawner.gpu_usage, now), now)
+        end = min(at, now) if at is not None else now
+        spawner.gpu_usage = kept_rows(close_rows(spawner.gpu_usage, end), now)
         _rate_changed(spawner, now)
 
 

@@ -14,6 +14,7 @@ from gpuspawner.core.model import Offering
 from gpuspawner.dra.devices import unmatched
 from gpuspawner.dra.shares import sized
 from gpuspawner.hub import metrics
+from gpuspawner.hub.kueuewaiting import KueueWaiting
 from gpuspawner.offerings.catalog import build_catalog
 from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.pod.notebook import NOTEBOOK_TRAITS, Notebook
@@ -40,7 +41,9 @@ def catalog_now(spawner: Any) -> list[Offering]:
     catalog = build_catalog(config, discovered=discovered)
     catalog = [sized(o, inventory.index.dra.matching(o)) for o in catalog]  # an admin's memory share: its GPUs' memory
     if not inventory.forbidden:
-        metrics.observe_catalog(inventory.index, catalog, rebuild=lambda: catalog_now(spawner))
+        metrics.observe_catalog(inventory.index, catalog, spawner.hub_id, rebuild=lambda: catalog_now(spawner))
+        if spawner.kueue_routing.enabled:  # who waits in Kueue for these offerings' GPUs (fair turns)
+            KueueWaiting.shared(spawner, catalog)
     for warning in unmatched(catalog, inventory.index.dra):
         # Known only once the slices are listed; it may match later.
         if warning not in _unmatched_logged:

@@ -23,9 +23,9 @@ every ``forbidden_retry`` seconds, quietly, so that granting them later makes th
 live without a hub restart.
 
 Where ``c.GPUSpawner.kueue_queues`` sends servers through Kueue, :meth:`Inventory.watch_kueue`
-adds three more (``kueue.x-k8s.io/v1beta2``: ``localqueues`` in the hub's namespace, or in all
-namespaces with user namespaces; ``clusterqueues`` and ``resourceflavors``; ``list`` and
-``watch``), kept in :attr:`ClusterIndex.kueue` (:mod:`gpuspawner.capacity.kueuequota`) so the
+adds four more (``kueue.x-k8s.io/v1beta2``: ``localqueues`` in the hub's namespace, or in all
+namespaces with user namespaces; ``clusterqueues``, ``resourceflavors`` and ``cohorts``, which
+borrowing within a cohort reads; ``list`` and ``watch``), kept in :attr:`ClusterIndex.kueue` (:mod:`gpuspawner.capacity.kueuequota`) so the
 spawn page reads what each queue still admits without a request. Like DRA's they are
 optional: Kueue not installed (404) or not readable (403) leaves each queue's limit unknown
 (the page says so, the nodes' counts stand), said once in the log and asked again every
@@ -56,7 +56,7 @@ import aiohttp
 
 from gpuspawner.capacity.index import ClusterIndex, Health
 from gpuspawner.capacity.kueuequota import STREAMS as KUEUE_STREAMS
-from gpuspawner.names.kueuenames import CLUSTER_QUEUES, GROUP, LOCAL_QUEUES, RESOURCE_FLAVORS, VERSION
+from gpuspawner.names.kueuenames import CLUSTER_QUEUES, COHORTS, GROUP, LOCAL_QUEUES, RESOURCE_FLAVORS, VERSION
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS
 
 log = logging.getLogger("gpuspawner.hub.inventory")
@@ -74,11 +74,12 @@ _STREAM_WHAT = {
     LOCAL_QUEUES: f"{LOCAL_QUEUES}.{GROUP}",
     CLUSTER_QUEUES: f"{CLUSTER_QUEUES}.{GROUP}",
     RESOURCE_FLAVORS: f"{RESOURCE_FLAVORS}.{GROUP}",
+    COHORTS: f"{COHORTS}.{GROUP}",
 }
 #: The Dynamic Resource Allocation streams (optional: see the module's docstring).
 DRA_STREAMS = ("slices", "classes", "claims")
 NEEDED_DRA_PERMISSIONS = "list/watch resourceslices, deviceclasses and resourceclaims (resource.k8s.io/v1, cluster-wide)"
-NEEDED_KUEUE_PERMISSIONS = f"list/watch {LOCAL_QUEUES}, {CLUSTER_QUEUES} and {RESOURCE_FLAVORS} ({GROUP}/{VERSION})"
+NEEDED_KUEUE_PERMISSIONS = f"list/watch {LOCAL_QUEUES}, {CLUSTER_QUEUES}, {RESOURCE_FLAVORS} and {COHORTS} ({GROUP}/{VERSION})"
 #: Why a queue's limit is unknown where Kueue's API is not served (404) or may not be read (403).
 KUEUE_NOT_SERVED = f"Kueue is not installed (the API server does not serve {GROUP}/{VERSION})"
 KUEUE_FORBIDDEN = f"the hub may not read Kueue's queues ({NEEDED_KUEUE_PERMISSIONS})"
@@ -304,8 +305,8 @@ class Inventory:
                 log.debug("inventory: heartbeat answered %s", exc)
 
     def watch_kueue(self, namespace: str | None) -> None:
-        """Start watching Kueue's LocalQueues (in ``namespace``; None: all namespaces), ClusterQueues
-        and ResourceFlavors, once (the spawner calls it where ``kueue_queues`` is set)."""
+        """Start watching Kueue's LocalQueues (in ``namespace``; None: all namespaces), ClusterQueues,
+        ResourceFlavors and Cohorts, once (the spawner calls it where ``kueue_queues`` is set)."""
         if self._kueue_started or self.kueue_api is None or not self._tasks:
             return
         self._kueue_started = True
@@ -318,6 +319,7 @@ class Inventory:
             LOCAL_QUEUES: local,
             CLUSTER_QUEUES: partial(custom.list_cluster_custom_object, GROUP, VERSION, CLUSTER_QUEUES),
             RESOURCE_FLAVORS: partial(custom.list_cluster_custom_object, GROUP, VERSION, RESOURCE_FLAVORS),
+            COHORTS: partial(custom.list_cluster_custom_object, GROUP, VERSION, COHORTS),
         }
         self._tasks += [asyncio.ensure_future(self._run(kind, method, {})) for kind, method in methods.items()]
 

@@ -17,6 +17,7 @@ import json
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,17 +33,20 @@ from gpuspawner.names.kueuenames import (
     COND_QUOTA_RESERVED,
     GROUP,
     JOB_UID_LABEL,
+    LOCAL_QUEUES,
     MANAGED_FINALIZER,
+    PENDING_WORKLOADS,
     POD_WEBHOOKS,
     QUEUE_LABEL,
     REASON_INADMISSIBLE,
     STOP_EVICTED,
     TERMINATION_TARGET,
     VERSION,
+    VISIBILITY_GROUP,
 )
 
 #: Kueue's visibility API (served through an APIService where the cluster has it).
-VISIBILITY = f"/apis/visibility.{GROUP}/{VERSION}"
+VISIBILITY = f"/apis/{VISIBILITY_GROUP}/{VERSION}"
 #: Seconds between two looks at a held spawn's Workload.
 LOOK_EVERY = 1.0
 #: Seconds the hub reads no place from the visibility API once it was not served (or not ours
@@ -79,10 +83,31 @@ def _sentence(text: str) -> str:
     return text if text.endswith(".") else text + "."
 
 
-def held_words(workload: Mapping[str, Any] | None, queue: str, place: tuple[int, int] | None = None) -> tuple[str, str | None]:
+@dataclass(frozen=True)
+class Place:
+    """A held spawn's place among the pending workloads Kueue lists (1-based, and how many wait).
+
+    ``cluster_queue``: the ClusterQueue whose order ``position``/``of`` are ("" where only the
+    LocalQueue's view could be read); ``local``: the place among its own LocalQueue's workloads
+    in that order, where it differs (another LocalQueue's workload, another team's Job or
+    another hub's spawn, waits ahead in the same ClusterQueue)."""
+
+    position: int
+    of: int
+    cluster_queue: str = ""
+    local: tuple[int, int] | None = None
+
+    def words(self, queue: str) -> str:
+        """ "(position 3 of 3 in ClusterQueue gpus; 2 of 2 in queue ml-course)", or "(position 2 of 2)"."""
+        if self.local is None or self.local == (self.position, self.of):
+            return f"(position {self.position} of {self.of})"
+        return f"(position {self.position} of {self.of} in ClusterQueue {self.cluster_queue}; {self.local[0]} of {self.local[1]} in queue {queue})"
+
+
+def held_words(workload: Mapping[str, Any] | None, queue: str, place: Place | None = None) -> tuple[str, str | None]:
     """What the spawn's progress says while Kueue holds it, and the refusal when Kueue can
     never admit it (None while waiting may help)."""
-    where = f"in queue {queue}" + (f" (position {place[0]} of {place[1]})" if place else "")
+    where = f"in queue {queue}" + (f" {place.words(queue)}" if place else "")
     reserved = condition(workload or {}, COND_QUOTA_RESERVED)
     if workload is None or reserved is None:
         return f"Waiting for GPU quota {where}.", None
@@ -96,14 +121,40 @@ def held_words(workload: Mapping[str, Any] | None, queue: str, place: tuple[int,
     return f"Waiting for GPU quota {where}. Kueue says: {_sentence(message)}" if message else f"Waiting for GPU quota {where}.", None
 
 
-def position(summary: Mapping[str, Any] | None, workload_name: str) -> tuple[int, int] | None:
-    """(1-based place, how many wait) of ``workload_name`` in a LocalQueue's pending workloads
-    (Kueue's visibility API's ``PendingWorkloadsSummary``); None when it is not listed."""
-    items = (summary or {}).get("items") or []
-    for item in items:
-        if (item.get("metadata") or {}).get("name") == workload_name:
-            return int(item.get("positionInLocalQueue", 0)) + 1, len(items)
-    return None
+def _items(summary: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    return list((summary or {}).get("items") or [])
+
+
+def _key(item: Mapping[str, Any]) -> tuple[str, str]:
+    meta = item.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def cluster_queue_place(summary: Mapping[str, Any] | None, namespace: str, workload_name: str, cluster_queue: str) -> Place | None:
+    """The place of workload ``namespace/workload_name`` in a ClusterQueue's pending workloads
+    (the visibility API's ``PendingWorkloadsSummary`` of ``clusterqueues/<cq>/pendingworkloads``,
+    in queue order), and in its LocalQueue's, counted here by (namespace, LocalQueue): Kueue up
+    to v0.18.5 and v0.19.1 counts ``positionInLocalQueue`` of that list by the LocalQueue's name
+    alone, so same-named LocalQueues of other namespaces share one count (kubernetes-sigs/kueue
+    #14431, fixed in v0.18.6 and v0.19.2). None when it is not listed."""
+    items = _items(summary)
+    mine = next((i for i, item in enumerate(items) if _key(item) == (namespace, workload_name)), None)
+    if mine is None:
+        return None
+    queue = (namespace, str(items[mine].get("localQueueName") or ""))
+    same = [i for i, item in enumerate(items) if (_key(item)[0], str(item.get("localQueueName") or "")) == queue]
+    local = (same.index(mine) + 1, len(same))
+    return Place(int(items[mine].get("positionInClusterQueue", mine)) + 1, len(items), cluster_queue, local)
+
+
+def local_queue_place(summary: Mapping[str, Any] | None, namespace: str, workload_name: str) -> Place | None:
+    """The place of ``workload_name`` in a LocalQueue's pending workloads (the visibility API's
+    ``localqueues/<lq>/pendingworkloads``), counting only those of ``namespace``: Kueue v0.17.0
+    and v0.17.1 list there the workloads of same-named LocalQueues in every namespace, and count
+    their ``positionInLocalQueue`` together (kubernetes-sigs/kueue #10672, fixed in v0.17.2 and
+    v0.18.0). None when it is not listed."""
+    names = [_key(item)[1] for item in _items(summary) if _key(item)[0] in (namespace, "")]
+    return Place(names.index(workload_name) + 1, len(names)) if workload_name in names else None
 
 
 class KueueReader:
@@ -112,10 +163,14 @@ class KueueReader:
     #: Until when (time.monotonic()) this process does not ask the visibility API, which was not
     #: served when it last asked (0: ask).
     unserved_until: float = 0.0
+    #: Whether this process may read a ClusterQueue's pending workloads (False once the API
+    #: server answered 403: the LocalQueue's are read instead, asked again after a while).
+    cluster_view_until: float = 0.0
 
     def __init__(self, api: Any, namespace: str) -> None:
         self.api, self.namespace = api, namespace
         self.custom = CustomObjectsApi(api.api_client)
+        self._cluster_queues: dict[str, str] = {}
 
     async def workload(self, pod_uid: str) -> dict[str, Any] | None:
         """The Workload Kueue made for the pod with ``pod_uid`` (None: not made yet)."""
@@ -125,30 +180,57 @@ class KueueReader:
         items = body.get("items") or []
         return items[0] if items else None
 
-    async def place(self, queue: str, workload_name: str) -> tuple[int, int] | None:
-        """The Workload's place in its LocalQueue from the visibility API, where it is served."""
+    async def cluster_queue(self, queue: str) -> str:
+        """The ClusterQueue the LocalQueue ``queue`` points to ("" when it cannot be read)."""
+        if queue not in self._cluster_queues:
+            try:
+                local = await self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, LOCAL_QUEUES, queue, _request_timeout=5
+                )
+            except ApiException:
+                return ""
+            self._cluster_queues[queue] = str((local.get("spec") or {}).get("clusterQueue") or "")
+        return self._cluster_queues[queue]
+
+    async def pending(self, path: str) -> Mapping[str, Any] | None:
+        """A pending-workloads summary of the visibility API (None: not listed there)."""
+        response = await self.api.api_client.call_api(
+            f"{VISIBILITY}/{path}/{PENDING_WORKLOADS}",
+            "GET",
+            header_params={"Accept": "application/json"},
+            response_types_map={200: "object"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _request_timeout=5,
+        )
+        return response if isinstance(response, dict) else None
+
+    async def place(self, queue: str, workload_name: str) -> Place | None:
+        """The Workload's place in its ClusterQueue (with its LocalQueue's beside it) from the
+        visibility API, where it is served; the LocalQueue's alone where the hub may not read the
+        ClusterQueue's (an older chart's RBAC)."""
         if time.monotonic() < KueueReader.unserved_until:
             return None
-        path = f"{VISIBILITY}/namespaces/{self.namespace}/localqueues/{queue}/pendingworkloads"
         try:
-            response = await self.api.api_client.call_api(
-                path,
-                "GET",
-                header_params={"Accept": "application/json"},
-                response_types_map={200: "object"},
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-                _request_timeout=5,
-            )
+            cluster_queue = await self.cluster_queue(queue) if time.monotonic() >= KueueReader.cluster_view_until else ""
+            if cluster_queue:
+                try:
+                    summary = await self.pending(f"clusterqueues/{cluster_queue}")
+                    return cluster_queue_place(summary, self.namespace, workload_name, cluster_queue)
+                except ApiException as exc:
+                    if exc.status != 403:
+                        raise
+                    KueueReader.cluster_view_until = time.monotonic() + VISIBILITY_RETRY
+            summary = await self.pending(f"namespaces/{self.namespace}/localqueues/{queue}")
+            return local_queue_place(summary, self.namespace, workload_name)
         except ApiException as exc:
-            if exc.status == 404 and _details(exc).get("group") == f"visibility.{GROUP}":
-                return None  # served, and the LocalQueue is not (yet) in Kueue's queues
+            if exc.status == 404 and _details(exc).get("group") == VISIBILITY_GROUP:
+                return None  # served, and the queue is not (yet) in Kueue's queues
             if exc.status in (403, 404, 503):
                 # not served here (or not ours to read, or Kueue restarting): the conditions say
                 # enough; asked again after a while
                 KueueReader.unserved_until = time.monotonic() + VISIBILITY_RETRY
             return None
-        return position(response if isinstance(response, dict) else None, workload_name)
 
 
 def _details(exc: ApiException) -> Mapping[str, Any]:

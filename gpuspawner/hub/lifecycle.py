@@ -18,10 +18,10 @@ from typing import Any
 from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import allowed
-from gpuspawner.hub import admitting, budgets, claimlife, kueue, metrics, storedoptions
+from gpuspawner.hub import admitting, budgets, claimlife, departures, kueue, metrics, storedoptions
 from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.inventory import Inventory
-from gpuspawner.hub.reflector import scheduler_verdict
+from gpuspawner.hub.reflector import VerdictPodReflector, scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, chain, unreachable_cause
 from gpuspawner.hub.spawnstate import SpawnState
 from gpuspawner.names.vocabulary import RECORD_KEY, AdmissionPolicy, Refusal
@@ -82,6 +82,7 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         starting.cancel()  # an interrupted spawn must not go on to create its pod after the stop
         admitting.release_reservation(spawner)
     spawner.stop_notice = None  # (why Kueue stopped it last time: running again now)
+    spawner.spawn_state.started = spawner.choice is not None  # (without GPU offerings in play it is KubeSpawner's alone)
     if spawner.choice is not None:
         budgets.opened(spawner, spawner.choice.offering, spawner.choice.count)  # the GPU-hour ledger
         # Without the hub's Server object (a script, a test) there is no base URL to name.
@@ -294,6 +295,39 @@ async def progress(
     finally:
         if pending is not None:
             pending.cancel()
+
+
+def pod_left(spawner: Any, explained: bool) -> None:
+    """The hub's poll found the server stopped: if its pod left the cluster behind the hub's back
+    (evicted, its node gone, deleted by someone else, preempted), JupyterHub marks the server
+    stopped without calling its stop, so its units go back here (the index's watch gave them
+    back already where the hub reads the cluster: see QuotaLedger), its GPU-hour row closes when
+    the pod's deletion began, and, unless Kueue's words already say why (``explained``), the
+    home page says why, in the cluster's words (gpuspawner.hub.departures).
+
+    Only for a server that runs with GPU offerings in play: started in this process, or running
+    when it began (its saved record); a pod that is still there (its container ended) is
+    KubeSpawner's own stop's."""
+    state = spawner.spawn_state
+    if not (state.started or state.saved_record is not None):
+        return
+    key = admitting.reservation_key(spawner)
+    reflector = spawner.pod_reflector
+    if reflector is not None and key in reflector.pods:
+        return
+    gone = reflector.gone.pop(key, None) if isinstance(reflector, VerdictPodReflector) else None
+    state.started, state.saved_record = False, None  # (told once)
+    spawner.quota_ledger.release(key)
+    budgets.closed(spawner, departures.gone_at(gone))
+    if explained:
+        return
+    index = spawner.counts()
+    node = (gone or {}).get("node", "")
+    node_gone = bool(node) and index is not None and spawner.health().ready and node not in index.nodes
+    spawner.stop_notice = departures.home_notice(gone, node_gone, spawner.name, datetime.now(UTC))
+    spawner.log.warning(
+        "%s: its pod %s left the cluster without the hub stopping it: %s", spawner._log_name, key, spawner.stop_notice["text"]
+    )
 
 
 def interrupted_start_notice(server_name: str, now: datetime) -> dict[str, str]:

@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from gpuspawner.core.model import Offering
 from gpuspawner.hub.scheduling import WaitQueue
-from gpuspawner.names.vocabulary import GPU_USERS_GROUP, SPAWNS_WAITING, Refusal
+from gpuspawner.names.vocabulary import GPU_USERS_GROUP, KUEUE_WORKLOADS_WAITING, SPAWNS_WAITING, Refusal
 
 if TYPE_CHECKING:
     from gpuspawner.capacity.index import ClusterIndex
@@ -49,6 +49,8 @@ class _CapacityCollector:
 
     def __init__(self) -> None:
         self.source: tuple[ClusterIndex, list[Offering]] | None = None
+        #: This hub's identity (``c.GPUSpawner.hub_id``; "": none): whose pods ``gpuspawner_server_gpus`` lists.
+        self.hub = ""
         #: Builds the hub's catalog again (and observes it): the source's is made anew at a scrape
         #: when the discovered offerings changed since (``seen``), so the counts never keep the
         #: offerings of a moment the cluster could not be read (a hub that started in an outage,
@@ -80,6 +82,30 @@ class _CapacityCollector:
         for offering in self.source[1] if self.source is not None else ():
             waiting.add_metric([offering.slug, offering.kind.value, offering.display_name], WaitQueue.length(offering.slug))
         yield waiting
+        # Kueue's pending workloads that wait for an offering's GPU, per ClusterQueue they wait in
+        # (hub.kueuewaiting): the culler adds them to the above once per ClusterQueue
+        kueue = GaugeMetricFamily(
+            KUEUE_WORKLOADS_WAITING,
+            "Kueue's pending workloads (any hub's spawns, batch Jobs) waiting for each offering's GPU, by the ClusterQueue they wait in",
+            labels=["offering", "kind", "name", "cluster_queue"],
+        )
+        for labels, count in KUEUE_WAITING.items():
+            kueue.add_metric(list(labels), count)
+        yield kueue
+
+
+#: (offering slug, kind, display name, ClusterQueue) -> Kueue's pending workloads waiting for it
+#: (set by gpuspawner.hub.kueuewaiting each round).
+KUEUE_WAITING: dict[tuple[str, str, str, str], int] = {}
+
+
+def kueue_waiting(counts: dict[tuple[str, str], int], offerings: dict[str, Offering]) -> None:
+    """Replace the Kueue waiting counts: (slug, ClusterQueue) -> how many, for ``offerings`` by slug."""
+    KUEUE_WAITING.clear()
+    for (slug, cluster_queue), count in counts.items():
+        offering = offerings.get(slug)
+        if offering is not None and count > 0:
+            KUEUE_WAITING[(slug, offering.kind.value, offering.display_name, cluster_queue)] = count
 
 
 CAPACITY = _CapacityCollector()
@@ -96,28 +122,39 @@ def observe_groups(user: str, groups: Iterable[str]) -> None:
 
 
 class _HoldingsCollector:
-    """One ``gpuspawner_server_gpus`` series per notebook pod that holds GPU units, read at
-    scrape time from the cluster inventory (the pods the API server lists, whoever made
-    them), valued in units of its offering. ``namespace``/``pod`` match dcgm-exporter's
-    labels; scrape the hub with honor_labels so that they are kept as they are."""
+    """One ``gpuspawner_server_gpus`` series per notebook pod of this hub that holds GPU units,
+    read at scrape time from the cluster inventory (the live pods the API server lists, labelled
+    with this hub's identity ``gpuspawner.io/hub``, or with none for a hub without one: another
+    hub's pods are that hub's to export, so one Prometheus scraping several hubs sees each pod
+    once), valued in units of its offering. ``namespace``/``pod`` match dcgm-exporter's labels;
+    scrape the hub with honor_labels so that they are kept as they are. ``hub`` is the hub's
+    identity, which GPU-hour budgets select on."""
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         from gpuspawner.capacity.admission import units_held
 
         held = GaugeMetricFamily(
             "gpuspawner_server_gpus",
-            "GPU units held by each notebook pod, by user, group and offering",
-            labels=["namespace", "pod", "user", "group", "offering", "kind"],
+            "GPU units held by each notebook pod of this hub, by user, group and offering",
+            labels=["namespace", "pod", "user", "group", "offering", "kind", "hub"],
         )
         if CAPACITY.source is not None:
             index, offerings = CAPACITY.source
             catalog = {o.slug: o for o in offerings}
-            for key, pod in index.user_pods().items():
+            for key, pod in list(index.user_pods(CAPACITY.hub).items()):
                 offering = catalog.get(pod.offering or "")
                 if offering is None or not offering.resources:  # (every user pod has its user)
                     continue
                 namespace, _, name = key.partition("/")
-                labels = [namespace, name, pod.user, USER_GROUPS.get(pod.user, ""), offering.slug, offering.kind.value]
+                labels = [
+                    namespace,
+                    name,
+                    pod.user or "",
+                    USER_GROUPS.get(pod.user or "", ""),
+                    offering.slug,
+                    offering.kind.value,
+                    CAPACITY.hub,
+                ]
                 held.add_metric(labels, units_held(offering, pod.requests))
         yield held
 
@@ -134,6 +171,7 @@ REFUSAL_REASONS = (
     Refusal.UNSCHEDULABLE,
     Refusal.QUEUE_TIMEOUT,
     Refusal.IMAGE,
+    Refusal.POD_NAME_TAKEN,
 )
 ADMISSION_DECISIONS = ("admit", "warn", "queue")
 
@@ -142,12 +180,13 @@ ADMISSION_DECISIONS = ("admit", "warn", "queue")
 _OBSERVED: set[tuple[str, str]] = set()
 
 
-def observe_catalog(index: ClusterIndex, offerings: list[Offering], rebuild: Callable[[], object] | None = None) -> None:
-    """Remember the latest catalog so a scrape reports its offerings (``rebuild``: makes it again,
-    and observes it, when the cluster's discovered offerings have changed by the scrape); each
-    offering's admission, refusal and time-to-schedule series exist from then on at 0, so that
-    Prometheus' increase()/rate() see the first event (a series born at 1 shows none)."""
-    CAPACITY.source = (index, list(offerings))
+def observe_catalog(index: ClusterIndex, offerings: list[Offering], hub: str = "", rebuild: Callable[[], object] | None = None) -> None:
+    """Remember the latest catalog (and the hub's identity ``hub``) so a scrape reports its
+    offerings and this hub's pods (``rebuild``: makes the catalog again, and observes it, when the
+    cluster's discovered offerings have changed by the scrape); each offering's admission,
+    refusal and time-to-schedule series exist from then on at 0, so that Prometheus'
+    increase()/rate() see the first event (a series born at 1 shows none)."""
+    CAPACITY.source, CAPACITY.hub = (index, list(offerings)), hub
     CAPACITY.seen = index.discovered()
     if rebuild is not None:
         CAPACITY.rebuild = rebuild

@@ -16,9 +16,11 @@ runs under another pod name -- is an orphan once it has been one for ``grace`` s
 two looks at least ``grace`` apart.
 
 Only this hub's pods are judged (README.md, "Stop and orphans"): the reconciler lists the
-pods labelled with this hub's identity (``vocabulary.LABEL_HUB``, ``c.GPUSpawner.hub_id``; a
-hub without one lists the pods that carry no hub's identity, and refuses to run at all with
-per-user namespaces), and a pod's owner is read from its ``vocabulary.ANNOTATION_HUB_USER``
+pods labelled with this hub's identity (``vocabulary.LABEL_HUB``, ``c.GPUSpawner.hub_id``, derived
+and kept in the hub's database where not set: :mod:`gpuspawner.hub.hubid`) and those that carry
+no hub's identity but a user key (made before the hub had an identity, e.g. before an upgrade;
+a hub without one lists only those, and refuses to run at all with per-user namespaces), and a
+pod's owner is read from its ``vocabulary.ANNOTATION_HUB_USER``
 (the user's id and creation time in the hub's database), so a renamed user's pods are
 followed. A pod whose user this hub's database does not have (a database lost or replaced,
 another hub's pod) is never deleted: it is not known to be this hub's. Each orphan gets one log line, and the
@@ -289,20 +291,34 @@ def cluster_io(spawner: Any) -> tuple[Callable[[], Awaitable[list[dict[str, Any]
     namespace, api = spawner.namespace, spawner.api
     every_namespace, grace = spawner.enable_user_namespaces, spawner.delete_grace_period
     claims = ClaimTemplates(api.api_client, namespace, spawner.log, spawner.hub_id)
-    selector = hub_selector(spawner.hub_id, LABEL_OFFERING)  # this hub's GPU pods only
+    # This hub's GPU pods only; with an identity, also those made before it had one (no hub
+    # label, a user key: find_orphans keeps those of its own database's users).
+    selectors = [hub_selector(spawner.hub_id, LABEL_OFFERING)] + ([hub_selector("", LABEL_OFFERING)] if spawner.hub_id else [])
 
-    async def list_objects() -> list[dict[str, Any]]:
+    async def list_pods(selector: str) -> list[dict[str, Any]]:
         if every_namespace:
             response = await api.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False)
         else:
             response = await api.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
-        pods = json.loads(await response.read()).get("items") or []
-        try:
-            templates = await claims.list(selector, all_namespaces=every_namespace)
-        except ApiException as exc:
-            if exc.status not in (403, 404):  # 404: no DRA in this cluster; 403: the hub may not read templates
-                raise
-            templates = []
+        return json.loads(await response.read()).get("items") or []
+
+    async def list_objects() -> list[dict[str, Any]]:
+        pods, templates = [], []
+        for n, selector in enumerate(selectors):
+            found = await list_pods(selector)
+            try:
+                made = await claims.list(selector, all_namespaces=every_namespace)
+            except ApiException as exc:
+                if exc.status not in (403, 404):  # 404: no DRA in this cluster; 403: the hub may not read templates
+                    raise
+                made = []
+            if n:  # made before the identity: only what carries a user key of a database
+                found, made = (
+                    [o for o in objects if ANNOTATION_HUB_USER in ((o.get("metadata") or {}).get("annotations") or {})]
+                    for objects in (found, made)
+                )
+            pods += found
+            templates += made
         return pods + [{**template, "kind": CLAIM_TEMPLATE_KIND} for template in templates]
 
     async def delete_object(kind: str, object_namespace: str, name: str) -> None:

@@ -15,25 +15,33 @@ from typing import Any
 from kubespawner.spawner import PodReflector
 from traitlets import validate
 
+from gpuspawner.hub.departures import departure
 from gpuspawner.hub.kueue import ended_by_kueue, queue_of
 from gpuspawner.hub.scheduling import unschedulable_reason
 
-#: How many pods' last words (Kueue's reason for stopping them) a reflector keeps, at most.
+#: How many pods' last words (Kueue's reason for stopping them, the cluster's for deleting them) a reflector keeps, at most.
 ENDED_KEPT = 1000
 
 
 class _Told(dict):
-    """The reflector's pods by ``namespace/name``; calls ``changed`` on every update."""
+    """The reflector's pods by ``namespace/name``; calls ``changed`` on every update and
+    ``removed`` with the last pod seen when its DELETED event drops it."""
 
-    def __init__(self, pods: dict[str, Any], changed: Callable[[str, Any], None]):
+    def __init__(self, pods: dict[str, Any], changed: Callable[[str, Any], None], removed: Callable[[str, Any], None]):
         super().__init__(pods)
-        self._changed = changed
+        self._changed, self._removed = changed, removed
         for key, pod in pods.items():
             changed(key, pod)
 
     def __setitem__(self, key: str, pod: Any) -> None:
         super().__setitem__(key, pod)
         self._changed(key, pod)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        pod = super().pop(key, *default)
+        if isinstance(pod, dict):
+            self._removed(key, pod)
+        return pod
 
 
 class VerdictPodReflector(PodReflector):
@@ -43,11 +51,26 @@ class VerdictPodReflector(PodReflector):
         self._waiters: dict[str, list[asyncio.Future[str]]] = {}
         #: Pods Kueue is stopping (preempted, evicted) by ``namespace/name``: its condition and the pod's queue.
         self.ended: dict[str, tuple[Any, str]] = {}
+        #: Pods whose DELETED event went by, by ``namespace/name``: what the cluster said of each as it
+        #: left (:func:`gpuspawner.hub.departures.departure`), for the home page's notice.
+        self.gone: dict[str, dict[str, str]] = {}
         super().__init__(*args, **kwargs)
 
     @validate("resources")
     def _tell_waiters(self, proposal: Any) -> dict[str, Any]:
-        return _Told(proposal["value"], self._changed)
+        return _Told(proposal["value"], self._changed, self._removed)
+
+    def keep_words(self, before: VerdictPodReflector) -> None:
+        """Keep what the reflector this one replaces (after an outage) heard of pods that went, and
+        was not yet told: Kueue's reasons and the cluster's."""
+        self.ended = {**before.ended, **self.ended}
+        self.gone = {**before.gone, **self.gone}
+
+    def _removed(self, key: str, pod: Any) -> None:
+        self.gone.pop(key, None)
+        if len(self.gone) >= ENDED_KEPT:
+            self.gone.pop(next(iter(self.gone)))
+        self.gone[key] = departure(pod)
 
     def unschedulable(self, key: str) -> asyncio.Future[str]:
         """A future resolved with the scheduler's own words once pod ``key`` is marked
@@ -68,6 +91,8 @@ class VerdictPodReflector(PodReflector):
             self._waiters.pop(key, None)
 
     def _changed(self, key: str, pod: Any) -> None:
+        if self.gone:
+            self.gone.pop(key, None)  # (a new pod of that name: the old one's words are not its)
         ended = ended_by_kueue(pod)
         if ended is not None and key not in self.ended:
             if len(self.ended) >= ENDED_KEPT:

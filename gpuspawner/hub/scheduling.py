@@ -38,6 +38,7 @@ REFUSAL_STATUS: dict[str, int] = {
     Refusal.QUEUE_TIMEOUT: 409,
     Refusal.UNSCHEDULABLE: 409,
     Refusal.IMAGE: 409,
+    Refusal.POD_NAME_TAKEN: 409,
     Refusal.QUOTA: 429,
     Refusal.BUDGET: 429,
     Refusal.UNREACHABLE: 503,

@@ -10,6 +10,7 @@ state; its keys are ``vocabulary.RECORD_*``, and the culler reads it with
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -49,11 +50,14 @@ class SpawnState:
     held_in: str | None = None  # the Kueue LocalQueue the progress said holds the spawn (until admitted)
     started_at: float | None = None  # monotonic time _start began, for the time-to-schedule metric
     record_url: str | None = None  # the server's URL as the record names it (None without a Server)
+    started: bool = False  # this spawn's start finished: its server runs (until the hub finds its pod gone)
     saved_record: dict[str, Any] | None = None  # the record from the hub's saved state (after a restart)
     claim_template: str | None = None  # the ResourceClaimTemplate this spawn made (DRA offerings), until deleted
     shared_claim: str | None = None  # the ResourceClaim this spawn's pod shares (shared DRA offerings)
     devices: list[dict[str, str]] | None = None  # the devices allocated to the pod's claim (DRA offerings)
     decided: asyncio.Event = field(default_factory=asyncio.Event)  # set once load_user_options admitted or refused
+    spawn_id: str = field(default_factory=lambda: secrets.token_hex(8))  # this start's stamp on its pod (vocabulary.ANNOTATION_SPAWN)
+    slow_creations: int = 0  # pod creations of this start whose answer did not come in time (said once on the progress)
 
     def restart(self) -> None:
         """Forget an earlier load's decisions, in place (the start that is timing it may hold this object)."""

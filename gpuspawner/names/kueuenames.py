@@ -50,6 +50,14 @@ POD_WEBHOOKS = ("mpod.kb.io", "vpod.kb.io")
 LOCAL_QUEUES = "localqueues"
 CLUSTER_QUEUES = "clusterqueues"
 RESOURCE_FLAVORS = "resourceflavors"
+#: Cohort objects (cluster-scoped; ``spec.parentName``, ``spec.resourceGroups``): a cohort's own
+#: quota and its place in a tree of cohorts, which borrowing reads. A ClusterQueue's
+#: ``spec.cohortName`` may name a cohort that has no object (a root without quota of its own).
+COHORTS = "cohorts"
+#: Kueue's visibility API (an aggregated API served by Kueue's controller): a ClusterQueue's and a
+#: LocalQueue's pending workloads, in queue order (``apis/visibility/v1beta2/types.go``).
+VISIBILITY_GROUP = f"visibility.{GROUP}"
+PENDING_WORKLOADS = "pendingworkloads"
 #: A ClusterQueue's condition that is ``False`` while it admits nothing (e.g. a flavor missing).
 COND_ACTIVE = "Active"
 #: ``spec.stopPolicy`` of a ClusterQueue or LocalQueue: anything but this admits nothing new.

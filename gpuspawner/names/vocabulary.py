@@ -67,6 +67,7 @@ class Refusal(StrEnum):
     QUEUE_TIMEOUT = "queue_timeout"  #: waited in the queue past its limit (409)
     UNSCHEDULABLE = "unschedulable"  #: the scheduler says the pod cannot run (409)
     IMAGE = "image"  #: no node of the offering has the driver the image needs (409)
+    POD_NAME_TAKEN = "pod_name_taken"  #: the server's pod name is held by a pod of another hub, or of none (409)
     QUOTA = "quota"  #: over the user's or a group's quota (429)
     BUDGET = "budget"  #: the user's GPU-hour budget does not cover another hour (429)
     UNREACHABLE = "unreachable"  #: the Kubernetes API cannot be reached (503)
@@ -145,6 +146,10 @@ LABEL_HUB = "gpuspawner.io/hub"
 #: and creation time through a rename, and a new database never repeats both: the orphan
 #: reconciler follows a renamed user's pods and never touches a pod its database did not make.
 ANNOTATION_HUB_USER = "gpuspawner.io/hub-user"
+#: Pod annotation: the start that made it (a random value per start). A creation whose answer
+#: never came (a slow API server) is tried again; a pod of that name with this start's value is
+#: the one the lost answer was about, and is taken as made, not deleted and made again.
+ANNOTATION_SPAWN = "gpuspawner.io/spawn"
 #: Environment of the notebook container: what it was given (docs/kubespawner-compat.md).
 ENV_OFFERING = "GPUSPAWNER_OFFERING"
 ENV_KIND = "GPUSPAWNER_KIND"
@@ -194,6 +199,11 @@ PROBE_DEVICE_TOTAL = "gpuspawner_probe_device_memory_total_bytes"
 #: ``name``, the offering's display name): the hub exports it, the culler reads it through
 #: Prometheus to reclaim an idle server for them (``reclaim_for_waiting_after``).
 SPAWNS_WAITING = "gpuspawner_spawns_waiting"
+#: Kueue's pending workloads that wait for an offering's GPU (labels ``offering``, ``kind``,
+#: ``name``, ``cluster_queue``: the ClusterQueue they wait in), read by the hub from Kueue's
+#: visibility API: the culler adds them to ``SPAWNS_WAITING``, once per ClusterQueue however
+#: many hubs export the same (docs/fair-turns.md).
+KUEUE_WORKLOADS_WAITING = "gpuspawner_kueue_workloads_waiting"
 #: The hub's GPU-hour budgets per user (gpuspawner.hub.budgets), read by the culler: hours
 #: left, and GPU-hours per hour their running servers spend (labels ``user``, ``window``).
 BUDGET_REMAINING = "gpuspawner_budget_remaining_hours"

@@ -31,7 +31,7 @@ def availability_text(offering: Offering, avail: Availability, policy: str, queu
     policy = offering.admission or policy
     room = avail.queue
     if avail.queue_limits and room is not None:  # Kueue's quota is the smaller: say so, beside the nodes' count
-        text = queue_words(room.queue, room.free or 0, avail.node_free or 0)
+        text = queue_words(room.queue, room.free or 0, avail.node_free or 0, room.borrowed, room.cohort)
         if free > 0:
             return text, ""
         if policy != AdmissionPolicy.BLOCK:  # Kueue holds the server until its quota allows it

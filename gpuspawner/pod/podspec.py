@@ -190,6 +190,52 @@ def default_hub_id(environ: Mapping[str, str]) -> str:
     return value
 
 
+def derived_hub_id(namespace: str, token: str) -> str:
+    """The identity of a hub that has none configured and is not zero-to-jupyterhub's:
+    ``<namespace>.<token>``, ``token`` being the random value kept in the hub's own database
+    (``hub.hubid``), so two hubs with two databases never get the same one, even in one
+    namespace. Shortened, with a digest of the whole, to fit a label value."""
+    value = f"{namespace}.{token}" if namespace else token
+    if len(value) > 63:
+        digest = hashlib.sha256(value.encode()).hexdigest()[:10]
+        value = f"{value[:52].rstrip('-_.')}-{digest}"
+    return value
+
+
+#: KubeSpawner's own default ``pod_name_template``.
+KUBESPAWNER_POD_NAME_TEMPLATE = "jupyter-{user_server}"
+
+
+def hub_suffix(hub_id: str) -> str:
+    """Six characters that tell this hub's pod names from another hub's in one namespace (a
+    digest of ``hub_id``: the same across restarts, different for two hubs); "" without one."""
+    return hashlib.sha256(hub_id.encode()).hexdigest()[:6] if hub_id else ""
+
+
+def default_pod_name_template(hub_id: str) -> str:
+    """GPUSpawner's default ``pod_name_template``: KubeSpawner's with this hub's :func:`hub_suffix`
+    (``jupyter-alice--gpu-3f9a2c``), so two hubs with the same user names in one namespace never
+    ask for the same pod name. Every name of one hub ends with the same six characters, so two
+    hubs' names never meet. KubeSpawner's own without an identity."""
+    suffix = hub_suffix(hub_id)
+    return f"{KUBESPAWNER_POD_NAME_TEMPLATE}-{suffix}" if suffix else KUBESPAWNER_POD_NAME_TEMPLATE
+
+
+def pod_taken_by(labels: Mapping[str, str], annotations: Mapping[str, str], hub_id: str, user: str) -> str:
+    """Who holds the pod (``labels``, ``annotations``) that has the name this hub's server of
+    ``user`` (its :func:`user_key`) wants, in words; "" when it is that very server's own pod
+    (this hub's identity, or none on a pod made before the hub had one, and this user's key),
+    which KubeSpawner may delete and make again. Any other pod is never deleted."""
+    theirs, their_user = labels.get(LABEL_HUB, ""), annotations.get(ANNOTATION_HUB_USER, "")
+    if their_user == user and theirs in (hub_id, ""):
+        return ""
+    if theirs and theirs != hub_id:
+        return f"a pod of the hub '{theirs}'"
+    if theirs:
+        return f"a pod this hub made for another user record ({their_user or 'none'})"
+    return "a pod not made by this hub"
+
+
 def merge_tolerations(base: list[Mapping[str, Any]], extra: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:
     """``base`` followed by the ``extra`` tolerations it does not already hold."""
     out = [dict(t) for t in base]

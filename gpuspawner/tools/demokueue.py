@@ -6,9 +6,9 @@ would (docs/kueue.md, "Setting it up"):
 1. runs ``gpuspawner kueue --config hub_config/demo_config.py`` on the live cluster (the demo
    hub's config, with ``GPUSPAWNER_DEMO_KUEUE=1``: every GPU offering goes to the LocalQueue
    ``demo``): ResourceFlavors, the ClusterQueue ``demo`` and the LocalQueue ``demo``;
-2. reviews it (:func:`review`): at most :data:`GPU_QUOTA` of each GPU resource per flavor
-   (2 of the H100 node's 8 GPUs, 2 MIG 1g.5gb slices, ...), so that the queue, not the
-   nodes, is what runs out; and the batch team's namespace admitted to the same ClusterQueue,
+2. reviews it (:func:`review`): at most :data:`GPU_QUOTA` servers' worth of each GPU resource
+   per flavor (2 of the H100 node's 8 GPUs, 2 MIG 1g.5gb slices, 1000 ``nvidia.com/vgpu`` for
+   two halves of a V100 of 500 each, ...), so that the queue, not the nodes, is what runs out; and the batch team's namespace admitted to the same ClusterQueue,
    with a LocalQueue of its own there;
 3. applies it server-side, and starts the batch team's Job (:func:`batch_job`): a
    ``batch/v1`` Job labelled ``kueue.x-k8s.io/queue-name``, which Kueue's job integration
@@ -59,11 +59,9 @@ class KueueDemo:
     documents: list[dict[str, Any]]
 
 
-def generate(config: Path, env: Mapping[str, str], out: Path) -> list[dict[str, Any]]:
-    """``gpuspawner kueue`` on the live cluster for the demo hub's config (``env`` points it at
-    the cluster and sets the demo's variables); its documents, also written to ``out``."""
+def _cli(args: Sequence[str], env: Mapping[str, str]) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "gpuspawner.tools.cli", "kueue", "--config", str(config), "--cluster-queue", CLUSTER_QUEUE, "-o", str(out)],
+        [sys.executable, "-m", "gpuspawner.tools.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -71,14 +69,41 @@ def generate(config: Path, env: Mapping[str, str], out: Path) -> list[dict[str, 
         stdin=subprocess.DEVNULL,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"`gpuspawner kueue` failed ({done.returncode}): {done.stderr.strip()}")
+        raise RuntimeError(f"`gpuspawner {args[0]}` failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout
+
+
+def generate(config: Path, env: Mapping[str, str], out: Path) -> list[dict[str, Any]]:
+    """``gpuspawner kueue`` on the live cluster for the demo hub's config (``env`` points it at
+    the cluster and sets the demo's variables); its documents, also written to ``out``."""
+    _cli(["kueue", "--config", str(config), "--cluster-queue", CLUSTER_QUEUE, "-o", str(out)], env)
     return [doc for doc in yaml.safe_load_all(out.read_text()) if doc]
 
 
-def review(documents: Sequence[Mapping[str, Any]], gpu_quota: int = GPU_QUOTA) -> list[dict[str, Any]]:
+def unit_amounts(config: Path, env: Mapping[str, str]) -> dict[str, int]:
+    """How much of each GPU resource one server of the demo hub's offerings takes (the most
+    of any offering: ``nvidia.com/vgpu: 500`` for half a V100; 1 for a GPU or a MIG slice), from
+    ``gpuspawner offerings --json`` on the live cluster."""
+    return per_unit(json.loads(_cli(["offerings", "--config", str(config), "--json"], env)))
+
+
+def per_unit(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Resource -> the most one unit of any offering in ``rows`` (``gpuspawner offerings --json``) asks of it."""
+    amounts: dict[str, int] = {}
+    for row in rows:
+        for resource, value in (row.get("limits") or {}).items():
+            amounts[resource] = max(amounts.get(resource, 0), int(value))
+    return amounts
+
+
+def review(
+    documents: Sequence[Mapping[str, Any]], gpu_quota: int = GPU_QUOTA, unit: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
     """The demo's review of what ``gpuspawner kueue`` wrote: each GPU resource's nominal quota
-    at most ``gpu_quota`` per flavor (cpu and memory as written), the ClusterQueue open to the
-    batch team's namespace as well as the hub's, and the batch team's LocalQueue."""
+    at most ``gpu_quota`` servers' worth per flavor (``unit``: what one server takes of the
+    resource, 1 where not given; cpu and memory as written), the ClusterQueue open to the batch
+    team's namespace as well as the hub's, and the batch team's LocalQueue."""
+    unit = unit or {}
     reviewed = [copy.deepcopy(dict(doc)) for doc in documents]
     (queue,) = [doc for doc in reviewed if doc["kind"] == "ClusterQueue"]
     spec = queue["spec"]
@@ -86,7 +111,8 @@ def review(documents: Sequence[Mapping[str, Any]], gpu_quota: int = GPU_QUOTA) -
         for flavor in group["flavors"]:
             for resource in flavor["resources"]:
                 if resource["name"] not in ("cpu", "memory"):
-                    resource["nominalQuota"] = str(min(int(resource["nominalQuota"]), gpu_quota))
+                    cap = gpu_quota * max(1, unit.get(resource["name"], 1))
+                    resource["nominalQuota"] = str(min(int(resource["nominalQuota"]), cap))
     hub_namespace = spec["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
     spec["namespaceSelector"] = {
         "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [hub_namespace, BATCH_NAMESPACE]}]
@@ -141,7 +167,7 @@ def cluster_queue_active(kube: KubeHTTP, name: str = CLUSTER_QUEUE) -> bool:
 def set_up(kube: KubeHTTP, config: Path, env: Mapping[str, str], state: Path, timeout: float = 60.0) -> KueueDemo:
     """Write, review and apply the Kueue objects, wait for the ClusterQueue to be Active, start the batch Job."""
     written = generate(config, env, state / "kueue.yaml")
-    documents = review(written)
+    documents = review(written, unit=unit_amounts(config, env))
     (state / "kueue-reviewed.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
     kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BATCH_NAMESPACE}})
     for doc in documents:
@@ -160,7 +186,7 @@ def banner(kueue: KueueDemo, kubeconfig: Path) -> str:
     """The demo console's lines about Kueue."""
     queues = ", ".join(f"'{q}'" for q in kueue.hub_queues)
     return (
-        f"Kueue is on (ClusterQueue '{kueue.cluster_queue}', at most {GPU_QUOTA} of each GPU resource per flavor): every GPU\n"
+        f"Kueue is on (ClusterQueue '{kueue.cluster_queue}', at most {GPU_QUOTA} servers of each GPU offering per flavor): every GPU\n"
         f"  server goes through the LocalQueue {queues}, admission 'warn' (a spawn the queue allows none of\n"
         "  goes ahead and Kueue holds it). Competing for the same quota: the batch Job\n"
         f"  {BATCH_NAMESPACE}/{BATCH_JOB}, one H100 GPU through LocalQueue '{BATCH_QUEUE}' (so the H100 row says\n"

@@ -111,6 +111,14 @@ REMOTE_GPU: dict[str, Any] = {
 }
 GPU_ON_OFFLINE: dict[str, Any] = {"discover_offerings": False, "offerings": [REMOTE_GPU]}
 
+#: On every GPUSpawner pod, GPU offerings in play or not (docs/kubespawner-compat.md): whose it is.
+#: These spawners have no hub database, so no derived identity: the user's key is all they add.
+WHOSE = "pod.metadata.annotations[gpuspawner.io/hub-user]"
+#: ... and which start made it (a random value per start, for a creation retried after a lost answer).
+SPAWN = "pod.metadata.annotations[gpuspawner.io/spawn]"
+#: What every GPUSpawner pod carries beyond KubeSpawner's where no GPU offering is in play.
+STAMPS = sorted([SPAWN, WHOSE])
+
 #: What GPUSpawner adds to a spawn when GPU offerings are in play, each with its reason.
 #: docs/kubespawner-compat.md lists the same patterns (checked by test_docs_list_the_differences).
 #: ``<...>`` stands for each key the chosen offering sets (resources, its env, labels, ...).
@@ -123,8 +131,9 @@ DOCUMENTED_DIFFERENCES: dict[str, str] = {
     "pod.spec.containers[notebook].env[GPUSPAWNER_BUDGET_*]": "only where the user has a GPU-hour budget: the figures measured at spawn, from which the notebook's GPU view shows the running total",
     "pod.metadata.labels[gpuspawner.io/offering]": "lets the inventory count GPU pods by offering and the orphan reconciler find them",
     "pod.metadata.labels[gpuspawner.io/kind]": "the offering's kind, for the same readers and for dashboards",
-    "pod.metadata.labels[gpuspawner.io/hub]": "this hub's identity (`c.GPUSpawner.hub_id`; absent when it has none): the orphan reconciler, the quotas' count of bound pods and the shared DRA claims select on it, so hubs on one cluster never count or delete each other's pods",
-    "pod.metadata.annotations[gpuspawner.io/hub-user]": "whose server it is in the hub's database, `<user id>/<user's creation time>`: the orphan reconciler follows a renamed user's pods and leaves alone a pod whose user its database does not have",
+    "pod.metadata.labels[gpuspawner.io/hub]": "this hub's identity (`c.GPUSpawner.hub_id`, derived and kept in the hub's database where not set), on every pod, GPU offerings in play or not: the orphan reconciler, the quotas' count of bound pods and the shared DRA claims select on it, and no spawn deletes a pod of another identity, so hubs on one cluster never count or delete each other's pods",
+    "pod.metadata.annotations[gpuspawner.io/hub-user]": "whose server it is in the hub's database, `<user id>/<user's creation time>`, on every pod: the orphan reconciler follows a renamed user's pods and leaves alone a pod whose user its database does not have, and a spawn replaces only its own server's leftover pod",
+    "pod.metadata.annotations[gpuspawner.io/spawn]": "the start that made the pod (a random value per start): a creation whose answer never came (a slow API server) is tried again, and a pod of that name with this start's value is the one the lost answer made, taken as made instead of deleted and made again; on every pod",
     "pod.spec.containers[notebook].env[GPUSPAWNER_OFFERING]": "tells the notebook what it got",
     "pod.spec.containers[notebook].env[GPUSPAWNER_KIND]": "tells the notebook what kind of GPU access it got",
     "pod.spec.containers[notebook].env[GPUSPAWNER_GPU_COUNT]": "the number of GPUs or units, for offerings with a GPU resource",

@@ -29,6 +29,8 @@ from tests.compat.harness import (
     PROFILE_LIST,
     REMOTE_GPU,
     SITE,
+    STAMPS,
+    WHOSE,
     Group,
     User,
     differing,
@@ -179,7 +181,10 @@ async def test_gpuspawner_without_gpu_offerings_is_kubespawner(scenario):
     source, data, _, _ = SCENARIOS[scenario]
     kube = await spawn_outcome(make_spawner(KubeSpawner, config(GPU_OFF)), source, data)
     gpu = await spawn_outcome(make_spawner(GPUSpawner, config(GPU_OFF)), source, data)
-    assert differing(kube, gpu) == []
+    # Only whose pod it is (docs/kubespawner-compat.md: every pod carries it, so that two hubs in
+    # one namespace never delete each other's); this hub (no database here) has no identity label.
+    assert differing(kube, gpu) == STAMPS
+    assert gpu[WHOSE] == str(User("alice").id)  # (the harness user; no creation time)
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

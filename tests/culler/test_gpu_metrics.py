@@ -20,6 +20,7 @@ from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL, UTIL, Gpu
 from gpuspawner.names.vocabulary import (
     BUDGET_REMAINING,
     BUDGET_SPEND_RATE,
+    KUEUE_WORKLOADS_WAITING,
     PROBE_DEVICE_TOTAL,
     PROBE_POD_MEMORY,
     PROBE_POD_SM_UTIL,
@@ -118,21 +119,23 @@ def test_prometheus_stores_the_standins_rows_with_their_labels(world):
 def test_query_is_one_expression_over_the_exporter_and_probe_metrics():
     q = build_query(GpuQuerySettings(window_s=300, selector='exported_namespace="jhub"'))
     parts = q.split(" or ")
-    assert len(parts) == 16
+    assert len(parts) == 17  # (the waiting spawns' own "or" splits one part in two)
     # activity: mean (what is judged), max (what is shown) and samples; memory: now and samples
     for metric, n in ((ENGINE, 3), (UTIL, 3), (FB_USED, 2), (PROBE_POD_MEMORY + "{", 1), (PROBE_POD_SM_UTIL, 3)):
         assert sum(metric in p for p in parts) == n, metric
     assert sum(f"avg_over_time({m}" in p for p in parts for m in (ENGINE, UTIL, PROBE_POD_SM_UTIL)) == 3
     # the probe's device rows carry no pod labels: which devices it covers, unfiltered
     assert sum(PROBE_DEVICE_TOTAL in p for p in parts) == 1
-    # the hub's waiting spawns: the hub's own series, which the exporter's selector does not filter
-    assert sum(f"sum by (offering, name) ({SPAWNS_WAITING})" in p for p in parts) == 1
+    # the waiting spawns: the hubs' own queues plus Kueue's pending workloads, once per ClusterQueue,
+    # which the exporter's selector does not filter
+    waiting = f"sum by (offering, name) ({SPAWNS_WAITING} or max by (offering, name, cluster_queue) ({KUEUE_WORKLOADS_WAITING}))"
+    assert q.count(waiting) == 1
     # the hub's GPU-hour budgets: the least left and the most spent per user, unfiltered too
     assert sum(f"min by (user, name) ({BUDGET_REMAINING})" in p for p in parts) == 1
     assert sum(f"max by (user, name) ({BUDGET_SPEND_RATE})" in p for p in parts) == 1
     assert q.count('{exported_namespace="jhub"}') == 12
     assert q.count("[300s]") == 10  # FB_USED and the probe's memory "now" are instant selectors
-    assert all(f'"{SERIES_LABEL}"' in p for p in parts)
+    assert all(f'"{SERIES_LABEL}"' in p for p in q.replace(waiting, "").split(" or "))
 
 
 def test_query_without_selector_has_no_empty_braces():

@@ -288,3 +288,18 @@ async def test_a_deferred_token_is_a_deferred_view_and_nothing_is_sent(scripted)
     assert not v.ok and v.deferred and "token_mints_per_cycle" in v.error
     assert scripted.seen == []
     assert (await kc.view(record(scripted.url), with_status=True)).ok  # could stop: asked
+
+
+async def test_a_pod_that_does_not_answer_is_asked_once_per_cycle_and_its_slots_are_freed(scripted):
+    """Its view fails after about one request's timeout, not after every retry's (which held the
+    culler's connections and the cycle for about 31 s, delaying everyone else's decisions)."""
+    scripted.delay = 30.0  # answers nothing within the cycle
+    slow = RetryPolicy(attempts=3, base_delay=0.3, max_delay=0.3, request_timeout=0.5, connect_timeout=0.5)
+    t = transport(CullerMetrics(), "server", retry=slow)
+    kc = KernelClient(Tokens(), t)
+    view = await kc.view(record(scripted.url))
+    assert not view.ok and "did not answer within 0.55 s" in view.error
+    paths = [s[1] for s in scripted.seen]
+    assert paths.count("/user/alice/api/kernels?no_track_activity=1") == 1, paths  # not its three tries
+    assert paths.count("/user/alice/api/status?no_track_activity=1") == 1, paths
+    assert t._sem._value == 4  # every connection slot is free again

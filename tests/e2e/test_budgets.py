@@ -43,12 +43,16 @@ c.GPUSpawner.group_gpu_budgets = {{
     "researchers": {{"hours": 0.5, "window": "day"}},
 }}
 c.GPUSpawner.budget_prometheus_url = "{prometheus}"
+c.GPUSpawner.hub_id = "{hub_id}"  # the history below is this hub's (budgets select on the identity)
 """
+HUB_ID = "budget-demo"
 
 
 def history(end: int) -> str:
     """student1 held one slice for the 10 hours before ``end``: one sample a minute, stamped at the minute's end."""
-    labels = f'namespace="gpuspawner-demo",pod="jupyter-student1",user="student1",group="students",offering="{SLICE}",kind="mig"'
+    labels = (
+        f'namespace="gpuspawner-demo",pod="jupyter-student1",user="student1",group="students",offering="{SLICE}",kind="mig",hub="{HUB_ID}"'
+    )
     lines = [f"gpuspawner_server_gpus{{{labels}}} 1 {t}" for t in range(end - 10 * HOUR + STEP, end + 1, STEP)]
     return "\n".join(["# TYPE gpuspawner_server_gpus gauge", *lines, "# EOF"]) + "\n"
 
@@ -104,7 +108,7 @@ def test_budget_from_prometheus_then_from_the_hubs_own_record(tmp_path_factory):
     prometheus = Prometheus(tmp_path_factory.mktemp("budgets") / "prometheus", [], extra_args=["--query.lookback-delta=1m"])
     prometheus.backfill(history(end))
     with prometheus:
-        config = EXTRA_CONFIG.format(slice=SLICE, prometheus=prometheus.url)
+        config = EXTRA_CONFIG.format(slice=SLICE, prometheus=prometheus.url, hub_id=HUB_ID)
         with demo_with_token(tmp_path_factory, config, culler=False) as demo:
             # 1. the spawn page shows the budget, where the figure came from, and what an hour costs
             page = spawn_page(demo, "student1")

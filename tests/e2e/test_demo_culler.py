@@ -44,10 +44,6 @@ def test_idle_mig_server_is_culled_and_a_busy_gpu_is_not():
     env = {"GPUSPAWNER_DEMO_API_TOKEN": token, "GPUSPAWNER_DEMO_CULLER_ARGS": CULLER_ARGS}
     with running_demo(port=free_port(), hub_port=free_port(), quiet=True, extra_env=env, scrape_interval="1s") as demo:
         started = time.time()
-        # researcher1's GPU computes from the moment its pod runs (KubeSpawner's pod name)
-        demo.telemetry.active.add("jupyter-researcher1")
-        call(demo, token, "POST", "/users/student1/server", {"offering": "mig-nvidia-a100-sxm4-40gb-1g-5gb"})
-        call(demo, token, "POST", "/users/researcher1/server", {"offering": "gpu-nvidia-h100-80gb-hbm3", "count": 1})
 
         def pods():
             return {
@@ -57,7 +53,17 @@ def test_idle_mig_server_is_culled_and_a_busy_gpu_is_not():
                 )["items"]
             }
 
+        call(demo, token, "POST", "/users/student1/server", {"offering": "mig-nvidia-a100-sxm4-40gb-1g-5gb"})
         deadline = time.monotonic() + 120
+        while "student1" not in pods():
+            assert time.monotonic() < deadline, (demo.state / "jupyterhub.log").read_text()[-3000:]
+            time.sleep(0.2)
+        # researcher1's GPU computes from the moment its pod runs. Its name: KubeSpawner's with the six
+        # characters of the demo hub's identity that every pod name of this hub ends with (student1's).
+        suffix = pods()["student1"]["metadata"]["name"].removeprefix("jupyter-student1-")
+        assert len(suffix) == 6, suffix
+        demo.telemetry.active.add(f"jupyter-researcher1-{suffix}")
+        call(demo, token, "POST", "/users/researcher1/server", {"offering": "gpu-nvidia-h100-80gb-hbm3", "count": 1})
         while not all(call(demo, token, "GET", f"/users/{u}")["servers"].get("", {}).get("ready") for u in ("student1", "researcher1")):
             assert time.monotonic() < deadline, (demo.state / "jupyterhub.log").read_text()[-3000:]
             time.sleep(1)

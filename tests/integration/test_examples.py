@@ -597,10 +597,14 @@ def test_chart_kueue_reads_only_when_enabled(tmp_path):
     assert on[len(off) :] == [
         {
             "apiGroups": ["kueue.x-k8s.io"],
-            "resources": ["workloads", "localqueues", "clusterqueues", "resourceflavors"],
+            "resources": ["workloads", "localqueues", "clusterqueues", "resourceflavors", "cohorts"],
             "verbs": ["get", "list", "watch"],
         },
-        {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
+        {
+            "apiGroups": ["visibility.kueue.x-k8s.io"],
+            "resources": ["clusterqueues/pendingworkloads", "localqueues/pendingworkloads"],
+            "verbs": ["get"],
+        },
     ]
     # and in the hub's namespace only, the one write: Kueue's finalizer off a pod Kueue left behind
     rendered = helm(

@@ -20,11 +20,13 @@ import pytest
 from jupyterhub import orm
 from jupyterhub.objects import Hub as HubObject
 from jupyterhub.objects import Server
+from kubernetes_asyncio.client import V1Container, V1ObjectMeta, V1Pod, V1PodSpec
 from traitlets.config import Config
 
 from gpuspawner.capacity.admission import QuotaLedger
-from gpuspawner.hub import admitting
+from gpuspawner.hub import admitting, hubid
 from gpuspawner.hub.orphans import OrphanReconciler, hub_servers_from_db
+from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
 from tests.conftest import fresh_namespace, wait_for
 
@@ -49,10 +51,14 @@ class HubUser:
 class Hub:
     """One hub on the devcluster: its identity, its database, its spawners and its reconciler."""
 
-    def __init__(self, devcluster, namespace: str, hub_id: str, user_namespaces: bool = False, **gpu_config: Any) -> None:
+    def __init__(
+        self, devcluster, namespace: str, hub_id: str | None, user_namespaces: bool = False, db: Any = None, **gpu_config: Any
+    ) -> None:
+        """``hub_id`` None: not configured (derived and kept in the hub's database); ``db``: another
+        hub's database (the same hub restarted)."""
         self.devcluster, self.namespace, self.hub_id = devcluster, namespace, hub_id
         self.user_namespaces, self.gpu_config = user_namespaces, gpu_config
-        self.db = orm.new_session_factory("sqlite:///:memory:")()
+        self.db = db if db is not None else orm.new_session_factory("sqlite:///:memory:")()
         self.ledger = QuotaLedger()  # a hub process's own (GPUSpawner's is one per process)
 
     def user(self, name: str) -> Any:
@@ -68,7 +74,8 @@ class Hub:
         config.KubeSpawner.enable_user_namespaces = self.user_namespaces
         config.KubeSpawner.start_timeout = 60
         config.KubeSpawner.image = "quay.io/jupyter/base-notebook:latest"
-        config.GPUSpawner.hub_id = self.hub_id
+        if self.hub_id is not None:
+            config.GPUSpawner.hub_id = self.hub_id
         config.GPUSpawner.inventory_ready_timeout = 60.0
         for key, value in self.gpu_config.items():
             setattr(config.GPUSpawner, key, value)
@@ -79,7 +86,7 @@ class Hub:
 
     async def start(self, row: Any, offering: str = "cpu", running: bool = True) -> GPUSpawner:
         """Start ``row``'s server; ``running``: the database has it (else its pod is an orphan)."""
-        spawner = self.spawner(HubUser(row))
+        spawner = self.spawner(self.hub_user(row))
         spawner.user_options = {"offering": offering}
         await spawner.start()
         if running:
@@ -87,9 +94,13 @@ class Hub:
             self.db.commit()
         return spawner
 
+    def hub_user(self, row: Any) -> HubUser:
+        """``row``'s user as the hub has it: with the hub's database where its identity is derived from it."""
+        return HubUser(row, db=self.db if self.hub_id is None else None)
+
     def reconciler(self) -> OrphanReconciler:
         nobody = type("Row", (), {"name": "reconciler", "id": 0, "created": None})()
-        list_objects, delete_object = self.spawner(HubUser(nobody)).orphan_io()
+        list_objects, delete_object = self.spawner(self.hub_user(nobody)).orphan_io()
         return OrphanReconciler(list_objects, lambda: hub_servers_from_db(self.db), delete_object, grace=0, interval=3600)
 
 
@@ -201,3 +212,96 @@ async def test_another_hubs_pod_of_a_user_of_the_same_name_is_not_on_this_hubs_q
         assert where(on_a) in admitting.bound_holdings(mine, catalog)
     finally:
         await on_a.stop(now=True)
+
+
+async def test_a_pod_made_before_the_upgrade_is_still_this_hubs_after_it(devcluster, kube, namespace):
+    """Issue 38: a hub without an identity (every hub outside zero-to-jupyterhub before it) made
+    ann's pod: KubeSpawner's name, no hub label, ann's user key. Upgraded and restarted on the same
+    database with no hub_id set, it derives its identity from that database: ann's running server
+    keeps its pod's name (its saved state), the quotas count the pod, and the reconciler keeps it
+    while the server runs and removes it as an orphan once the server is gone. Another hub in the
+    namespace (its own database, a user of the same id and name) neither counts nor deletes it."""
+    tag = secrets.token_hex(3)
+    quiet = {"reconcile_orphan_pods": False}  # (no process-wide reconciler: this test asks its own, one round at a time)
+    before = Hub(devcluster, namespace, "", **quiet)  # no identity: the pods carry none
+    ann = before.user(f"ann-{tag}")
+    old = await before.start(ann, offering=T4)
+    legacy = old.pod_name
+    assert legacy == f"jupyter-ann-{tag}"  # KubeSpawner's own name
+    labels = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{legacy}")["metadata"]["labels"]
+    assert "gpuspawner.io/hub" not in labels
+    other = Hub(devcluster, namespace, None, **quiet)
+    try:
+        after = Hub(devcluster, namespace, None, db=before.db, **quiet)  # the same hub, upgraded: hub_id not set
+        row = after.db.query(orm.Spawner).one()
+        spawner = after.spawner(after.hub_user(ann))
+        spawner.load_state(row.state)  # what JupyterHub does for a running server after a restart
+        assert spawner.hub_id.startswith(f"{namespace}.") and spawner.pod_name == legacy
+        assert after.spawner(after.hub_user(ann)).hub_id == spawner.hub_id  # one identity per database
+        newcomer = after.spawner(after.hub_user(after.user(f"carl-{tag}")))
+        assert newcomer.pod_name.startswith(f"jupyter-carl-{tag}-") and newcomer.pod_name != f"jupyter-carl-{tag}"
+        # The quotas count it ...
+        index = spawner.inventory.index
+        wait_for(lambda: where(old) in index.pods, "the inventory to see the pod bound", timeout=60)
+        catalog = {o.slug: o for o in await spawner.catalog()}
+        assert where(old) in admitting.bound_holdings(spawner, catalog)
+        # ... and another hub's do not, though its ann has the same id and name.
+        theirs = other.spawner(other.hub_user(other.user(f"ann-{tag}")))
+        assert theirs.hub_id not in ("", spawner.hub_id)
+        assert where(old) not in admitting.bound_holdings(theirs, catalog)
+        # The reconcilers: neither deletes it while ann's server runs; the other hub never.
+        assert await after.reconciler().check() == [] and await other.reconciler().check() == []
+        after.db.delete(row)  # ann's server is gone from the hub's database: an orphan of this hub's
+        after.db.commit()
+        assert await other.reconciler().check() == []
+        assert [where_(o) for o in await after.reconciler().check()] == [where(old)]
+        wait_for(lambda: where(old) not in live_pods(kube, {namespace}), "the orphan to go", timeout=60)
+    finally:
+        await old.stop(now=True)
+
+
+async def test_a_pod_of_the_name_made_after_the_check_is_read_on_the_creates_409_never_deleted(devcluster, kube, namespace):
+    """Issue 38: the create's 409 AlreadyExists (a pod of that name made since the check before
+    creating) is read: another hub's pod refuses the spawn (409, naming that hub) and KubeSpawner's
+    delete-and-retry never runs; only this server's own leftover goes to KubeSpawner's way."""
+    tag = secrets.token_hex(3)
+    quiet = {"reconcile_orphan_pods": False}
+    a, b = Hub(devcluster, namespace, f"a-{tag}", **quiet), Hub(devcluster, namespace, f"b-{tag}", **quiet)
+    theirs = await b.start(b.user(f"ann-{tag}"))
+    mine = await a.start(a.user(f"ann-{tag}"))
+    try:
+        uid = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{theirs.pod_name}")["metadata"]["uid"]
+        asked: list[str] = []
+
+        async def kubespawner_create(pod: Any, timeout: int) -> bool:
+            asked.append(pod.metadata.name)
+            return False
+
+        def bare(name: str) -> V1Pod:  # a pod of that name (the create is refused 409 before anything else counts)
+            return V1Pod(metadata=V1ObjectMeta(name=name), spec=V1PodSpec(containers=[V1Container(name="notebook", image="busybox")]))
+
+        again = a.spawner(HubUser(a.db.query(orm.User).one()))  # A's ann, a spawn that lost the race for B's pod's name
+        with pytest.raises(SpawnRefused) as refused:
+            await hubid.create_pod(again, kubespawner_create, bare(theirs.pod_name), 30)
+        assert refused.value.status_code == 409 and f"is taken by a pod of the hub 'b-{tag}'" in str(refused.value)
+        assert asked == [] and again.spawn_state.refused  # (so the hub's cleanup asks the cluster nothing)
+        assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{theirs.pod_name}")["metadata"]["uid"] == uid
+        # A's own leftover of this very server: KubeSpawner's way (it deletes and makes it again).
+        assert await hubid.create_pod(again, kubespawner_create, bare(mine.pod_name), 30) is False
+        assert asked == [mine.pod_name]
+        # A's pod made by this very start's earlier try, whose answer never came (a slow API server,
+        # the create retried): it carries this start's stamp, and is taken as made, not deleted.
+        stamp = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{mine.pod_name}")["metadata"]["annotations"][
+            "gpuspawner.io/spawn"
+        ]
+        assert stamp == mine.spawn_state.spawn_id
+        again.spawn_state.spawn_id = stamp
+        assert await hubid.create_pod(again, kubespawner_create, bare(mine.pod_name), 30) is True
+        assert asked == [mine.pod_name]  # KubeSpawner's delete-and-make-again was not asked
+        # A stop of a server whose saved pod name B's pod now holds deletes nothing of B's.
+        again.pod_name = theirs.pod_name
+        await again.stop(now=True)
+        assert kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{theirs.pod_name}")["metadata"]["uid"] == uid
+    finally:
+        await theirs.stop(now=True)
+        await mine.stop(now=True)

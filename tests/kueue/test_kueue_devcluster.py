@@ -38,34 +38,25 @@ def queues(kube, ns: str, gpus: int) -> None:
             "spec": {"nodeLabels": H100},
         },
     )
+    cluster_queue(kube, f"cq-{ns}", f"h100-{ns}", gpus)
+    local_queue(kube, ns, f"cq-{ns}")
+
+
+def cluster_queue(kube, name: str, flavor: str, gpus: int, cohort: str = "") -> None:
+    """ClusterQueue ``name`` for every namespace: ``gpus`` GPUs of ``flavor`` (and cpu and memory
+    to spare), in ``cohort`` where one is given."""
+    resources = [
+        {"name": "cpu", "nominalQuota": "64"},
+        {"name": "memory", "nominalQuota": "512Gi"},
+        {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
+    ]
+    group = {"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [{"name": flavor, "resources": resources}]}
+    spec = {"namespaceSelector": {}, "resourceGroups": [group], **({"cohortName": cohort} if cohort else {})}
     kube.request(
         "POST",
         "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": f"cq-{ns}"},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                        "flavors": [
-                            {
-                                "name": f"h100-{ns}",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": "64"},
-                                    {"name": "memory", "nominalQuota": "512Gi"},
-                                    {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec},
     )
-    local_queue(kube, ns, f"cq-{ns}")
 
 
 def local_queue(kube, ns: str, cluster_queue: str, name: str = "ml-course") -> None:

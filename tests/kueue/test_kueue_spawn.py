@@ -1,7 +1,8 @@
 """GPUSpawner's servers through the real Kueue (v0.17.0, on a devcluster of its own): the
 queue mapping on the pod, a spawn Kueue holds saying so in its progress and starting once
 admitted, a spawn Kueue can never admit refused in seconds with Kueue's reason, a server Kueue
-preempts for a higher-priority one stopped with the reason kept for the home page, and Kueue
+preempts for a higher-priority one stopped with the reason kept for the home page (its quota
+given back when its pod goes, before any stop by the hub), and Kueue
 down: a 503 naming it at once, and a stop that Kueue's finalizer would hold forever finished."""
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ async def test_a_preempted_server_is_stopped_with_kueues_reason(cluster, kube, n
     high = spawner_in(cluster, ns, groups=["staff"], kueue_priority_classes=priorities)
     try:
         await asyncio.wait_for(high.start(), 90)  # Kueue stops the low-priority server to admit it
+        # its units are back before the hub polls or stops it: the index's watch saw its pod go
+        for _ in range(900):
+            if reservation_key(low) not in low.quota_ledger.grants:
+                break
+            await asyncio.sleep(0.1)  # (the inventory's watch runs in this loop)
+        assert reservation_key(low) not in low.quota_ledger.grants, "the preempted server's units are still counted"
         status = None
         for _ in range(300):
             status = await low.poll()

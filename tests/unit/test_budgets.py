@@ -178,8 +178,10 @@ def test_ledger_rows_open_close_and_expire():
 
 def test_prometheus_figures():
     assert weighted_hours({"h100": 3, "t4": 4, "gone": 1}, {"h100": 2, "t4": 0.25}) == pytest.approx(6 + 1 + 1)
-    query = usage_query('ann"e', 3600, 60)
-    assert query == ('sum by (offering) (sum_over_time((sum by (offering) (gpuspawner_server_gpus{user="ann\\"e"}))[3600s:60s]))')
+    query = usage_query('ann"e', 3600, 60, "jhub.prod")
+    inner = 'max by (namespace, pod, offering) (gpuspawner_server_gpus{user="ann\\"e",hub="jhub.prod"})'
+    assert query == f"sum by (offering) (sum_over_time((sum by (offering) ({inner}))[3600s:60s]))"
+    assert 'hub=""' in usage_query("a", 60, 60)  # a hub without an identity: the series without one
     assert "[60s:60s]" in usage_query("a", 5, 60)
 
 

@@ -62,6 +62,32 @@ def test_the_review_caps_gpu_quotas_and_opens_the_queue_to_the_batch_team():
     assert quotas(next(d for d in before if d["kind"] == "ClusterQueue"))[(H100.slug, "nvidia.com/gpu")] == "8"
 
 
+HALF_V100 = Offering(
+    slug="half-v100",
+    kind=Kind.CUSTOM,
+    display_name="Half a V100",
+    resources={"nvidia.com/vgpu": 500},
+    node_selector={"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB"},
+)
+
+
+def test_the_review_caps_a_fractional_resource_in_servers_not_in_its_units():
+    # `make demo KUEUE=1` once capped nvidia.com/vgpu at 2 (units), where one half-V100 server asks 500
+    docs = kueue_documents(
+        [H100, HALF_V100],
+        {H100.slug: 8, HALF_V100.slug: 4},
+        cluster_queue="demo",
+        namespace="jhub",
+        local_queues=["demo"],
+        cpu_memory=("64", "256Gi"),
+    )
+    rows = [{**H100.summary()}, {**HALF_V100.summary()}]  # as `gpuspawner offerings --json` lists them
+    assert demokueue.per_unit(rows) == {"nvidia.com/gpu": 1, "nvidia.com/vgpu": 500}
+    (cq,) = [d for d in demokueue.review([dict(d.body) for d in docs], unit=demokueue.per_unit(rows)) if d["kind"] == "ClusterQueue"]
+    assert quotas(cq)[(HALF_V100.slug, "nvidia.com/vgpu")] == "1000"  # two half-V100 servers, of 2000 on the nodes
+    assert quotas(cq)[(H100.slug, "nvidia.com/gpu")] == "2"
+
+
 def test_the_batch_job_goes_through_its_local_queue_on_the_h100_and_keeps_running():
     job = demokueue.batch_job()
     assert job["apiVersion"] == "batch/v1" and job["metadata"]["namespace"] == demokueue.BATCH_NAMESPACE

@@ -110,3 +110,64 @@ async def test_a_failed_request_makes_live_looking_counts_not_live_until_one_ans
     assert inventory.ready and not health.ready and health.error == "ClientConnectorError: refused" and health.as_of
     await inventory._probe_task
     assert answers == [] and inventory.health.ready and inventory.unreachable == ""
+
+
+# ----------------------------------------------------------------- issue 38: an identity every hub has
+
+
+def test_a_derived_identity_is_the_namespace_and_the_databases_value():
+    from gpuspawner.pod.podspec import derived_hub_id
+
+    assert derived_hub_id("course-a", "3f9a2c1b") == "course-a.3f9a2c1b"
+    long, other = derived_hub_id("n" * 63, "3f9a2c1b"), derived_hub_id("n" * 63, "00000000")
+    assert len(long) <= 63 and not hub_id_problem(long) and long != other
+
+
+def test_the_default_pod_name_carries_six_characters_of_the_identity():
+    from gpuspawner.pod.podspec import default_pod_name_template, hub_suffix
+
+    a, b = default_pod_name_template("course-a.3f9a2c1b"), default_pod_name_template("course-a.77aa0e12")
+    assert a.startswith("jupyter-{user_server}-") and len(a) == len("jupyter-{user_server}-") + 6
+    assert a != b and a == default_pod_name_template("course-a.3f9a2c1b")  # stable, and one per hub
+    assert a.endswith(hub_suffix("course-a.3f9a2c1b"))
+    assert default_pod_name_template("") == "jupyter-{user_server}"  # no identity: KubeSpawner's own
+
+
+def test_only_this_servers_own_pod_may_be_replaced():
+    """Whose pod has the name a spawn wants: "" only for this hub's (or, made before the hub had
+    an identity, unlabelled) pod of this very user; anything else is named, never deleted."""
+    from gpuspawner.pod.podspec import pod_taken_by
+
+    me, hub = "7/2026-01-02T03:04:05", "ns.aaaa"
+    label = "gpuspawner.io/hub"
+    note = "gpuspawner.io/hub-user"
+    assert pod_taken_by({label: hub}, {note: me}, hub, me) == ""
+    assert pod_taken_by({}, {note: me}, hub, me) == ""  # made before the upgrade: still this hub's
+    assert pod_taken_by({label: "ns.bbbb"}, {note: me}, hub, me) == "a pod of the hub 'ns.bbbb'"
+    assert pod_taken_by({label: "ns.bbbb"}, {note: "7/other"}, hub, me) == "a pod of the hub 'ns.bbbb'"
+    assert pod_taken_by({}, {note: "7/2025-12-31T00:00:00"}, hub, me) == "a pod not made by this hub"  # another database's user 7
+    assert pod_taken_by({}, {}, hub, me) == "a pod not made by this hub"  # KubeSpawner's, or anyone's
+    assert "another user record (8/x)" in pod_taken_by({label: hub}, {note: "8/x"}, hub, me)
+    assert pod_taken_by({}, {note: me}, "", me) == ""  # a hub without an identity, its own pod
+    assert pod_taken_by({label: "ns.bbbb"}, {note: me}, "", me) == "a pod of the hub 'ns.bbbb'"
+
+
+def test_the_identity_kept_in_the_database_survives_a_restart_and_differs_between_databases(tmp_path):
+    """Kept in JupyterHub's own database (a sqlite file, opened as the hub opens it): the same after
+    the hub is started again on it, another for another database, in the same namespace."""
+    from jupyterhub import orm
+
+    from gpuspawner.hub import hubid
+
+    def hub_session(path):
+        return orm.new_session_factory(f"sqlite:///{path}")()  # JupyterHub's own schema check passes with our table
+
+    first = hub_session(tmp_path / "a.sqlite")
+    made = hubid.stored_hub_id(first, "jhub")
+    assert made.startswith("jhub.") and len(made) == len("jhub.") + 8 and not hub_id_problem(made)
+    first.close()
+    again = hub_session(tmp_path / "a.sqlite")  # the hub restarted: a new engine, nothing cached for it
+    assert hubid.stored_hub_id(again, "other-namespace") == made  # kept, whatever the namespace now
+    assert again.execute(hubid.select(hubid.TABLE.c.value)).scalars().all() == [made]
+    other = hub_session(tmp_path / "b.sqlite")
+    assert hubid.stored_hub_id(other, "jhub") not in ("", made)

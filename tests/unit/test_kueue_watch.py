@@ -52,7 +52,7 @@ class Custom:
     def __init__(self, status: int = 200, refuse: tuple[str, ...] = ()):
         self.status, self.refuse = status, refuse  # refuse: only these plurals get ``status``
         self.calls: list[tuple] = []
-        self.items = {"localqueues": [LOCAL], "clusterqueues": [cq("0", "1")], "resourceflavors": [FLAVOR]}
+        self.items = {"localqueues": [LOCAL], "clusterqueues": [cq("0", "1")], "resourceflavors": [FLAVOR], "cohorts": []}
         self.watch_events = {"clusterqueues": [event("MODIFIED", cq("1", "2"))]}
 
     async def _answer(self, plural: str, kwargs: dict):

@@ -9,7 +9,7 @@ import json
 from kubernetes_asyncio.client import ApiException
 
 from gpuspawner.hub import kueue as hubkueue
-from gpuspawner.hub.kueue import KueueReader, held_words, position, stop_notice, webhook_refusal
+from gpuspawner.hub.kueue import KueueReader, Place, cluster_queue_place, held_words, local_queue_place, stop_notice, webhook_refusal
 
 PENDING = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h100, 1 more needed"
 
@@ -23,8 +23,12 @@ def workload(reason: str, message: str, status: str = "False") -> dict:
 
 def test_held_words_wait_refuse_or_say_the_place():
     assert held_words(None, "ml") == ("Waiting for GPU quota in queue ml.", None)
-    words, refusal = held_words(workload("Pending", PENDING), "ml", (3, 7))
+    words, refusal = held_words(workload("Pending", PENDING), "ml", Place(3, 7))
     assert words == f"Waiting for GPU quota in queue ml (position 3 of 7). Kueue says: {PENDING}." and refusal is None
+    # the ClusterQueue's place, with the LocalQueue's beside it where they differ
+    words, _ = held_words(workload("Pending", PENDING), "ml", Place(3, 3, "gpus", (2, 2)))
+    assert words.startswith("Waiting for GPU quota in queue ml (position 3 of 3 in ClusterQueue gpus; 2 of 2 in queue ml). Kueue says:")
+    assert held_words(None, "ml", Place(2, 2, "gpus", (2, 2)))[0] == "Waiting for GPU quota in queue ml (position 2 of 2)."
     _, refusal = held_words(workload("Inadmissible", "LocalQueue ml doesn't exist"), "ml")
     assert refusal == "Kueue cannot admit this server in queue ml: LocalQueue ml doesn't exist. Please tell your administrator."
     never = "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor h100, previously considered podsets requests (0) + current podset request (4) > maximum capacity (2)"
@@ -34,12 +38,40 @@ def test_held_words_wait_refuse_or_say_the_place():
     assert held_words(workload("QuotaReserved", "", "True"), "ml")[0] == "Kueue has reserved GPU quota in queue ml."
 
 
-def test_the_place_comes_from_the_visibility_summary():
-    summary = {
-        "items": [{"metadata": {"name": "a"}, "positionInLocalQueue": 0}, {"metadata": {"name": "pod-x-1"}, "positionInLocalQueue": 1}]
-    }
-    assert position(summary, "pod-x-1") == (2, 2)
-    assert position(summary, "gone") is None and position(None, "a") is None
+def pending(*items: tuple[str, str, str]) -> dict:
+    """A PendingWorkloadsSummary as Kueue v0.17.0 answers it: (namespace, workload, LocalQueue) in
+    queue order, with its positions (positionInLocalQueue counted by the LocalQueue's name only)."""
+    seen: dict[str, int] = {}
+    out = []
+    for index, (ns, name, lq) in enumerate(items):
+        out.append(
+            {
+                "metadata": {"namespace": ns, "name": name},
+                "localQueueName": lq,
+                "positionInClusterQueue": index,
+                "positionInLocalQueue": seen.get(lq, 0),
+            }
+        )
+        seen[lq] = seen.get(lq, 0) + 1
+    return {"items": out}
+
+
+def test_the_place_is_the_cluster_queues_with_the_local_queues_counted_by_namespace():
+    # another team's Job first, then a same-named LocalQueue of another namespace, then ours
+    summary = pending(("batch", "job-nightly", "batch"), ("other", "pod-y-1", "ml"), ("jhub", "pod-a-1", "ml"), ("jhub", "pod-x-1", "ml"))
+    assert summary["items"][3]["positionInLocalQueue"] == 2  # Kueue v0.17.0's count: both "ml" queues together
+    assert cluster_queue_place(summary, "jhub", "pod-x-1", "gpus") == Place(4, 4, "gpus", (2, 2))
+    assert cluster_queue_place(summary, "jhub", "pod-a-1", "gpus") == Place(3, 4, "gpus", (1, 2))
+    assert cluster_queue_place(summary, "jhub", "gone", "gpus") is None and cluster_queue_place(None, "jhub", "a", "gpus") is None
+    # the workload of that name in another namespace is not ours
+    assert cluster_queue_place(summary, "jhub", "pod-y-1", "gpus") is None
+
+
+def test_a_local_queues_list_counts_only_its_own_namespace():
+    # Kueue v0.17.0 lists the other namespace's same-named LocalQueue's workloads here too (#10672)
+    summary = pending(("other", "pod-y-1", "ml"), ("jhub", "pod-a-1", "ml"), ("jhub", "pod-x-1", "ml"))
+    assert local_queue_place(summary, "jhub", "pod-x-1") == Place(2, 2)
+    assert local_queue_place(summary, "jhub", "pod-y-1") is None and local_queue_place(None, "jhub", "a") is None
 
 
 def test_a_failed_webhook_call_is_a_503_message_naming_kueue():
@@ -119,34 +151,61 @@ async def test_a_pod_kueue_stops_while_the_server_starts_ends_the_spawn_with_why
 
 
 class _Api:
-    """A spawner's API client whose visibility API answers ``status`` (0: a summary)."""
+    """A spawner's API client whose visibility API answers ``status`` (0: a summary), and
+    ``cluster_status`` for a ClusterQueue's summary (0: one)."""
 
-    def __init__(self, status: int, body: dict | None = None) -> None:
+    def __init__(self, status: int, body: dict | None = None, cluster_status: int = 0) -> None:
         self.api_client, self.status, self.body, self.calls = self, status, body or {}, 0
+        self.cluster_status, self.paths = cluster_status, []
 
-    async def call_api(self, *args, **kwargs):
+    async def call_api(self, path, *args, **kwargs):
         self.calls += 1
-        if self.status:
-            exc = ApiException(status=self.status)
+        self.paths.append(path)
+        status = self.cluster_status if "/clusterqueues/" in path else self.status
+        if status:
+            exc = ApiException(status=status)
             exc.body = json.dumps(self.body)
             raise exc
-        return {"items": [{"metadata": {"name": "w"}, "positionInLocalQueue": 0}]}
+        return pending(("batch", "job-1", "batch"), ("ns", "w", "ml")) if "/clusterqueues/" in path else pending(("ns", "w", "ml"))
+
+
+def reader(api: _Api, cluster_queue: str = "") -> KueueReader:
+    found = KueueReader(api, "ns")
+    found._cluster_queues["ml"] = cluster_queue  # (what the LocalQueue's spec.clusterQueue says)
+    return found
 
 
 async def test_a_visibility_api_not_served_is_asked_again_after_a_while(monkeypatch):
     monkeypatch.setattr(KueueReader, "unserved_until", 0.0)
+    monkeypatch.setattr(KueueReader, "cluster_view_until", 0.0)
     clock = [1000.0]
     monkeypatch.setattr(hubkueue.time, "monotonic", lambda: clock[0])
     missing = _Api(404, {"kind": "Status", "reason": "NotFound"})  # no such API on this cluster
-    assert await KueueReader(missing, "ns").place("ml", "w") is None
-    assert await KueueReader(missing, "ns").place("ml", "w") is None and missing.calls == 1  # not asked again at once
+    assert await reader(missing).place("ml", "w") is None
+    assert await reader(missing).place("ml", "w") is None and missing.calls == 1  # not asked again at once
     served = _Api(0)
     clock[0] += hubkueue.VISIBILITY_RETRY
-    assert await KueueReader(served, "ns").place("ml", "w") == (1, 1) and served.calls == 1  # asked again after a while
+    assert await reader(served).place("ml", "w") == Place(1, 1) and served.calls == 1  # asked again after a while
     # Kueue's own "no such LocalQueue" says the API is served: the next read asks at once
     no_queue = _Api(404, {"kind": "Status", "details": {"name": "ml", "group": "visibility.kueue.x-k8s.io", "kind": "localqueue"}})
-    assert await KueueReader(no_queue, "ns").place("ml", "w") is None
-    assert await KueueReader(served, "ns").place("ml", "w") == (1, 1) and served.calls == 2
+    assert await reader(no_queue).place("ml", "w") is None
+    assert await reader(served).place("ml", "w") == Place(1, 1) and served.calls == 2
+
+
+async def test_the_cluster_queues_view_first_and_the_local_queues_where_it_may_not_be_read(monkeypatch):
+    monkeypatch.setattr(KueueReader, "unserved_until", 0.0)
+    monkeypatch.setattr(KueueReader, "cluster_view_until", 0.0)
+    served = _Api(0)
+    assert await reader(served, "gpus").place("ml", "w") == Place(2, 2, "gpus", (1, 1))
+    assert served.paths == ["/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/gpus/pendingworkloads"]
+    forbidden = _Api(0, cluster_status=403)  # an older chart: the LocalQueue's view only, and not asked again at once
+    assert await reader(forbidden, "gpus").place("ml", "w") == Place(1, 1)
+    assert await reader(forbidden, "gpus").place("ml", "w") == Place(1, 1)
+    assert [p.split("/v1beta2/")[1] for p in forbidden.paths] == [
+        "clusterqueues/gpus/pendingworkloads",
+        "namespaces/ns/localqueues/ml/pendingworkloads",
+        "namespaces/ns/localqueues/ml/pendingworkloads",
+    ]
 
 
 def test_the_home_pages_notice_names_the_server_and_always_the_date():

@@ -1,5 +1,6 @@
 """Quotas under concurrency (pure): the ledger grants exactly the quota under any interleaving
-of spawns that are admitted, bound, stopped or fail, for users and groups alike."""
+of spawns that are admitted, bound, stopped, fail or lose their pod behind the hub's back, for
+users and groups alike."""
 
 from __future__ import annotations
 
@@ -108,6 +109,16 @@ class Interleavings(RuleBasedStateMachine):
     def bind(self, key):
         if key in self.alive:
             self.bound[key] = self.alive[key]
+            self.ledger.pod_event(key, True)  # the index's watch sees it bound
+
+    @rule(key=consumes(servers))
+    def vanish(self, key):
+        """The pod is deleted behind the hub's back (evicted, its node gone): no stop, only the watch's event."""
+        if key is None or key not in self.bound:
+            return
+        self.bound.pop(key)
+        self.alive.pop(key)
+        self.ledger.pod_event(key, False)
 
     @rule(key=consumes(servers))
     def stop_or_fail(self, key):

@@ -84,10 +84,12 @@ def test_every_refusal_reason_has_its_status():
         "queue_timeout": 409,
         "unschedulable": 409,
         "image": 409,
+        "pod_name_taken": 409,
         "quota": 429,
         "budget": 429,
         "unreachable": 503,
         "misconfigured": 503,
+        "start_timeout": 503,
     }
     assert SpawnRefused("x", Refusal.QUOTA).status_code == 429
     assert SpawnRefused("x").reason == Refusal.NO_CAPACITY  # nothing free now, unless said otherwise
