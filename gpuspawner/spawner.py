@@ -561,6 +561,14 @@ class GPUSpawner(KubeSpawner):
         room = self.queue_room(offering) if through_queue else None
         return avail.within(room) if room is not None else avail
 
+    def availabilities(self) -> Callable[[Offering], Availability]:
+        """:meth:`availability` for the many offerings of one view: what the settings say (the counts
+        to read, whether any server goes through a Kueue queue) read once, not once per offering."""
+        if self.kueue_routing.enabled:
+            return self.availability
+        index = self.counts()
+        return index.availability if index is not None else lambda offering: UNCOUNTED
+
     def queue_room(self, offering: Offering) -> QueueRoom | None:
         """What the Kueue LocalQueue this user's server of ``offering`` goes to still admits, from
         the inventory's watch of Kueue's queues (started here, once); None where it goes through

@@ -17,20 +17,33 @@ on a GET that carries query arguments) and copies availability, disabled state,
 reasons, count choices and the notice about the counts' age (when the cluster
 cannot be reached) into the page without touching the user's selection.
 The server re-validates everything on submit.
+
+A view renders only the cards it has not rendered before. Each card (``gpuspawner_card.html``) is
+kept by what it shows: its :class:`OptionView` (every word and number on it, plain text), whether
+it is checked and its initial count. Two users share a card's HTML only where their cards would
+read the same, and a card whose free count, reason or price changed has another key, so an
+inventory event costs one card's render at the next view, and a view in which nothing changed
+renders no card at all; the rest of the page (the frame, the notice, KubeSpawner's form) is
+rendered on each view, as before.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 from markupsafe import Markup
 
 from gpuspawner.names.vocabulary import OFFERING_KEY
-from gpuspawner.page.views import FormView, OptionView
+from gpuspawner.page.views import FormView, GroupView, OptionView
 
 TEMPLATE = "gpuspawner_form.html"
+CARD_TEMPLATE = "gpuspawner_card.html"
+#: Cards kept (about 2 KiB each): 200 offerings in a few states each for a hub's groups, and more.
+CARDS_KEPT = 4096
 
 
 def ui_dir() -> Path:
@@ -76,15 +89,50 @@ def render_form(view: FormView) -> str:
     """The options-form fragment for ``view`` (no ``<form>``, no submit button)."""
     env = _environment(str(ui_dir() / "templates"))
     selected = _selected_option(view)
+    checked = selected.slug if selected else None
     script = _static("gpuspawner.js").replace("</", "<\\/")  # cannot close the <script> early
+    card_template: list[Template] = []  # looked up at the first card (a view may have none)
+
+    def cards(group: GroupView) -> Markup:
+        """The group's cards, one after the other (joined here: one template call per group, not per card)."""
+        if not card_template:
+            card_template.append(env.get_template(CARD_TEMPLATE))  # the same object until the file changes
+        get, template = _CARDS.get, card_template[0]
+        return Markup("\n".join(get(template, option, option.slug == checked, _initial_count(option, view)) for option in group.options))
+
     return env.get_template(TEMPLATE).render(
         view=view,
-        checked=selected.slug if selected else None,
-        count_for=lambda option: _initial_count(option, view),
+        cards=cards,
         style=Markup(_static("gpuspawner.css")),
         script=Markup(script),
-        offering_field=OFFERING_KEY,
     )
+
+
+class CardCache:
+    """Rendered cards, kept by everything they show (see the module's docstring); the least
+    recently shown go first beyond ``size``."""
+
+    def __init__(self, size: int = CARDS_KEPT) -> None:
+        self.size = size
+        self.cards: OrderedDict[tuple[Any, ...], Markup] = OrderedDict()
+        self.renders = 0  # cards rendered (not found): what a view cost in templates
+
+    def get(self, template: Template, option: OptionView, checked: bool, count: int | None) -> Markup:
+        key = (template, option, checked, count)
+        found = self.cards.get(key)
+        if found is not None:
+            self.cards.move_to_end(key)
+            return found
+        self.renders += 1
+        html = Markup(template.render(option=option, checked=checked, count=count, offering_field=OFFERING_KEY))
+        self.cards[key] = html
+        if len(self.cards) > self.size:
+            self.cards.popitem(last=False)
+        return html
+
+
+#: This process's rendered cards (one hub, one event loop: no lock needed).
+_CARDS = CardCache()
 
 
 def _selected_option(view: FormView) -> OptionView | None:

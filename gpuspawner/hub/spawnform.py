@@ -41,13 +41,13 @@ async def render_gpu_form(spawner: Any) -> str:
     if not gpu_offerings_in_play(catalog):
         return await kubespawner_form(spawner)
     by_slug = {o.slug: o for o in catalog}
-    bound, members = bound_holdings(spawner, by_slug), group_members(spawner)
+    quotas = bool(spawner.user_quota or spawner.group_quotas)  # without any, no quota refuses (capacity.admission.check_quota)
+    bound, members = (bound_holdings(spawner, by_slug), group_members(spawner)) if quotas else ({}, {})
 
     standing = await budgets.standing(spawner, catalog)
 
     def quota_reason(offering: Offering) -> str:
-        decision = check_quota(spawner, offering, offering.counts[0], bound, members)
-        if decision.action == REFUSE:
+        if quotas and check_quota(spawner, offering, offering.counts[0], bound, members).action == REFUSE:
             return "over your quota"
         if standing is not None and not standing.covers(offering.hourly_cost(offering.counts[0])):
             return "over your GPU-hour budget"
@@ -62,13 +62,14 @@ async def render_gpu_form(spawner: Any) -> str:
     profiles = await spawner._initialized_profile_list() if spawner.profile_list else []
     images = profile_images(profiles, spawner.image) if spawner.image_rules else {"": spawner.image}
     now = spawner.now()
+    availability = spawner.availabilities()
 
     def rows_for(image: str) -> list[OptionView]:
         fits = {o.slug: spawner.image_fit(o, image) for o in catalog}
         return option_views(
             catalog,
             spawner.requester(),
-            lambda offering: spawner.availability(fits[offering.slug][0]),
+            lambda offering: availability(fits[offering.slug][0]),
             now,
             spawner.admission,
             quota_reason,

@@ -13,6 +13,7 @@ import asyncio
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from kubespawner.slugs import is_valid_label, safe_slug
@@ -26,6 +27,7 @@ from gpuspawner.pod.podspec import PodChanges
 QUOTA_KINDS = frozenset(QUOTA_KEYS) - {"total"}
 
 
+@lru_cache(maxsize=4096)
 def user_label(name: str) -> str:
     """A user name as KubeSpawner writes it in its pod label (``vocabulary.KUBESPAWNER_USER_LABEL``)."""
     return safe_slug(name, is_valid=is_valid_label)
