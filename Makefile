@@ -143,9 +143,12 @@ bench: install devcluster-build
 # The first storm is repeated SCALE_REPEATS times (default 3) with the spawners' order alternated,
 # then summed up as medians and spread with every spawn's fate per side. About 25 minutes on 2 cores
 # per repeat. SCALE_ARGS for other sizes (python -m bench.scale --help).
+# SCALE_DBS: the hubs' databases, each a run of its own (PostgreSQL: Debian's postgresql package,
+# started by the benchmark as the postgres user).
 SCALE_REPEATS ?= 3
+SCALE_DBS ?= sqlite postgresql
 scale: install devcluster-build
-	$(PY) -m bench.scale --repeats $(SCALE_REPEATS) $(SCALE_ARGS)
+	for db in $(SCALE_DBS); do $(PY) -m bench.scale --db $$db --repeats $(SCALE_REPEATS) $(SCALE_ARGS) || exit 1; done
 	$(PY) -m bench.scale --faults $(SCALE_ARGS)
 	$(PY) -m bench.culler_bench --servers $(or $(CULLER_SERVERS),3000) --prometheus-outage 60
 

@@ -48,6 +48,7 @@ import aiohttp
 from bench.procstat import cpu_seconds, memory_mib
 from bench.scale import churn
 from bench.scale.hubs import H100, HUB_CLIENT, ORPHAN_CHECK, ORPHAN_GRACE, PROBE_OFFERING, Choice, choices, hub_config
+from bench.scale.postgres import Postgres
 from bench.scale.storm import Hub, PageLoads, PodWatch, Spawn, load_pages, parse_free, spawn
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.hub import HubProcess
@@ -219,7 +220,8 @@ async def run_one(
     churn.ensure_namespaces(cluster.state, [namespace, "team-probe"])
     proc_hub = HubProcess(tmp / tag)
     token = secrets.token_hex(16)
-    config = hub_config(proc_hub.base_config(), kind, namespace, standin_port, token, profiles, args.start_timeout)
+    db_url = args.postgres.database(tag.replace("-", "_")) if args.postgres is not None else ""
+    config = hub_config(proc_hub.base_config(), kind, namespace, standin_port, token, profiles, args.start_timeout, db_url)
     env = {**os.environ, "KUBECONFIG": str(cluster.client_kubeconfig(HUB_CLIENT))}
     audit = Audit(cluster.audit_log)
     started = time.monotonic()
@@ -457,7 +459,7 @@ def report(results: list[dict], args, setup: dict) -> None:
         f"{args.spawns} spawns in {args.window:.0f}s, {args.page_users} users loading the spawn page every {args.page_interval:.0f}s"
     )
     print(
-        f"# machine: {os.cpu_count()} cores, load before the storms {setup['load']}; cluster up {setup['up_s']:.0f}s, "
+        f"# machine: {os.cpu_count()} cores, load before the storms {setup['load']}; hubs' database {args.db}; cluster up {setup['up_s']:.0f}s, "
         f"{args.pods} pods placed in {setup['fill_s']:.0f}s"
     )
     rows = [
@@ -630,7 +632,10 @@ async def main_async(args) -> int:
             [sys.executable, "-m", "bench.scale.notebooks", str(standin_port)], cwd=Path(__file__).resolve().parents[2]
         )
         churner = None
+        args.postgres = None
         try:
+            if args.db == "postgresql":
+                args.postgres = Postgres(tmp / "postgres").start()
             names = [n["metadata"]["name"] for n in nodes]
             standing, setup["fill_s"] = await asyncio.to_thread(churn.fill, cluster.state, names, args.pods)
             churner = churn.Churn(cluster.state, standing, args.churn, ["nvidia.com/gpu"], "h100-8x", gpu_cap=churn_gpu_cap(args))
@@ -666,6 +671,8 @@ async def main_async(args) -> int:
             standin.terminate()
             standin.wait(10)
             cluster.down(quiet=True)
+            if args.postgres is not None:
+                args.postgres.stop()
 
 
 def main(argv=None) -> int:
@@ -682,6 +689,12 @@ def main(argv=None) -> int:
     parser.add_argument("--spawners", nargs="+", default=["kube", "gpu"], choices=["kube", "gpu"])
     parser.add_argument("--faults", action="store_true", help="GPUSpawner only, with the hub and the API server restarted in the storm")
     parser.add_argument("--seed", type=int, default=30)
+    parser.add_argument(
+        "--db",
+        choices=["sqlite", "postgresql"],
+        default="sqlite",
+        help="the hubs' database: JupyterHub's default sqlite file, or a PostgreSQL server the benchmark starts (Debian's package)",
+    )
     parser.add_argument(
         "--repeats", type=int, default=1, help="storms per spawner, the order alternated each repeat; a summary of medians and spread"
     )

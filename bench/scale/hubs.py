@@ -84,9 +84,14 @@ def choices(nodes: list[dict]) -> tuple[list[Choice], list[dict]]:
     return out, profiles
 
 
-def hub_config(base: str, spawner: str, namespace: str, port: int, token: str, profiles: list[dict], start_timeout: int) -> str:
-    """``base`` (:meth:`HubProcess.base_config`) plus the run's settings; ``spawner``: gpu | kube."""
-    common = f"""
+def hub_config(
+    base: str, spawner: str, namespace: str, port: int, token: str, profiles: list[dict], start_timeout: int, db_url: str = ""
+) -> str:
+    """``base`` (:meth:`HubProcess.base_config`) plus the run's settings; ``spawner``: gpu | kube;
+    ``db_url``: the hub's database where not its own sqlite file (PostgreSQL: bench.scale.postgres)."""
+    common = (
+        (f"c.JupyterHub.db_url = {db_url!r}\n" if db_url else "")
+        + f"""
 c.JupyterHub.concurrent_spawn_limit = 100  # JupyterHub's default
 c.JupyterHub.cleanup_servers = False  # zero-to-jupyterhub's: a restarted hub keeps the servers
 c.JupyterHub.log_level = "INFO"
@@ -99,6 +104,7 @@ c.KubeSpawner.port = {port}
 c.KubeSpawner.start_timeout = {start_timeout}
 c.KubeSpawner.http_timeout = 30
 """
+    )
     if spawner == "gpu":
         extra = f"""
 c.JupyterHub.spawner_class = "gpu"
