@@ -141,8 +141,8 @@ def hub_log_for_gpuspawner(log: logging.Logger | logging.LoggerAdapter) -> None:
     hub = log.logger if isinstance(log, logging.LoggerAdapter) else log
     ours = logging.getLogger("gpuspawner")
     handlers = [h for h in hub.handlers if not isinstance(h, logging.NullHandler)]
-    if ours.handlers or not handlers:
-        return
+    if ours.handlers or not handlers or hub.propagate:
+        return  # (a hub logger that propagates shares the root's handlers, which ours reach already)
     for handler in handlers:
         ours.addHandler(handler)
     ours.setLevel(hub.getEffectiveLevel())  # (still propagated: a root handler, pytest's say, sees them too)

@@ -71,6 +71,10 @@ def test_gpuspawners_own_loggers_write_into_the_hubs_log_once_and_leave_a_sites_
     handler = logging.StreamHandler(out)
     hub.addHandler(handler)
     hub.setLevel(logging.INFO)
+    hub.propagate = False  # as JupyterHub's application logger
+    root = logging.getLogger()
+    hub_log_for_gpuspawner(root)  # a logger that propagates (the root, say) is left to propagation
+    assert not any(h in ours.handlers for h in root.handlers)
     try:
         for h in list(ours.handlers):
             ours.removeHandler(h)
