@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuspawner.culler.actionlog import ActionLog
@@ -67,11 +67,11 @@ class LeaseStatus:
         }
 
     def words(self) -> str:
-        """ "Your server may hold the whole GPU until 18:00 UTC (a GPU lease of 4 hours); you
+        """ "Your server may hold the whole GPU until Nov 28 18:00 UTC (a GPU lease of 4 hours); you
         may extend it by 1 hour, 2 more times." """
         srv = f"Your server '{self.server}'" if self.server else "Your server"
         ends = "its kernels are shut down" if self.ends_with == "reclaim" else "it is stopped"
-        out = f"{srv} may hold {thing(self.kind)} until {self.ends_at:%H:%M} UTC; then {ends}."
+        out = f"{srv} may hold {thing(self.kind)} until {self.ends_at.astimezone(UTC):%b %d %H:%M} UTC; then {ends}."
         if self.extensions_allowed <= 0:
             return out
         if self.why_not:
@@ -212,7 +212,7 @@ class LeaseBook:
             "kernels": [],
             "extensions": grant.extensions,
             "what": f"The GPU lease of {srv} was extended",
-            "why": f"by {duration_words(status.extension_seconds)}, until {ends:%H:%M} UTC"
+            "why": f"by {duration_words(status.extension_seconds)}, until {ends.astimezone(UTC):%b %d %H:%M} UTC"
             + (f" ({left} more extension{'s' if left != 1 else ''} allowed)" if left > 0 else " (the last extension of this lease)"),
             "limit_seconds": int((ends - (status.started or now)).total_seconds()),
             "observed": {},

@@ -195,7 +195,21 @@ def template_vars(url: str, token: str, **kw: Any) -> dict[str, Callable[[Any], 
 
         return bind
 
-    return {TEMPLATE_VAR: bound(source.for_user), LEASES_VAR: bound(source.leases_for)}
+    def running_leases(user: Any) -> Callable[[], Awaitable[list[Any]]]:
+        """The user's leases, of servers that run now only: the culler forgets a stopped server's
+        lease at its next cycle, and until then its row lingered on the home page."""
+        fetch = bound(source.leases_for)(user)
+
+        async def items() -> list[Any]:
+            from gpuspawner.hub.leasepage import running_servers  # (it imports JupyterHub's handlers)
+
+            leases = await fetch()
+            running = running_servers(user)
+            return leases if running is None else [lease for lease in leases if lease.get("server", "") in running]
+
+        return items
+
+    return {TEMPLATE_VAR: bound(source.for_user), LEASES_VAR: running_leases}
 
 
 #: the custom scope that reads every user's actions (the culler's ``actions_read_all_scopes``)

@@ -20,11 +20,22 @@ XSRF token, which a service would need its own OAuth login for (docs/fair-turns.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jupyterhub.handlers.base import BaseHandler
 from tornado import web
+
+
+def running_servers(user: Any) -> set[str] | None:
+    """The names of ``user``'s servers that run or start now, from the hub's own User (its
+    ``spawners``); None where the object does not say (then nothing is left out). The culler
+    forgets a stopped server's lease at its next cycle: until then, its row is not shown."""
+    spawners = getattr(user, "spawners", None)
+    if not isinstance(spawners, Mapping):
+        return None
+    return {name for name, spawner in spawners.items() if getattr(spawner, "active", False)}
+
 
 #: where the page is, under the hub's prefix (``c.JupyterHub.extra_handlers`` adds ``/hub``)
 LEASES_PATH = r"/gpuspawner/leases"
@@ -54,6 +65,8 @@ class LeasesPage(BaseHandler):  # type: ignore[misc]
     async def _answer(self, status: int, message: str) -> None:
         actions = self.source()
         leases: list[dict[str, Any]] = await actions.leases_for(self.current_user.name) if actions is not None else []
+        running = running_servers(self.current_user)  # (not a server stopped since the culler's last cycle)
+        leases = leases if running is None else [lease for lease in leases if lease.get("server", "") in running]
         self.set_status(status)
         self.set_header("Cache-Control", "no-store")
         if "application/json" in self.request.headers.get("Accept", ""):

@@ -61,7 +61,7 @@ def test_the_lease_says_when_it_ends_and_why_it_cannot_be_extended():
     assert status is not None and status.ends_at == NOW + 3 * H and status.extensions_left == 2 and not status.why_not
     assert (
         status.words()
-        == "Your server may hold the whole GPU until 15:00 UTC; then it is stopped. You may extend it by 60 minutes, 2 more times."
+        == "Your server may hold the whole GPU until May 04 15:00 UTC; then it is stopped. You may extend it by 60 minutes, 2 more times."
     )
     waiting = lease_status(s, leased(waiting={SLUG: (3, "H100 80GB")}), NOW)
     assert waiting is not None and waiting.why_not == "3 people are waiting for H100 80GB"
@@ -85,7 +85,7 @@ def test_the_lease_book_grants_refuses_and_survives_a_restart(tmp_path):
     status, record = book.extend("alice", "", p, NOW)
     assert status.ends_at == NOW + 4 * H and status.extensions_used == 1
     assert record["action"] == EXTENDED and record["what"] == "The GPU lease of your server was extended"
-    assert record["why"] == "by 60 minutes, until 16:00 UTC (1 more extension allowed)"
+    assert record["why"] == "by 60 minutes, until May 04 16:00 UTC (1 more extension allowed)"
     status, record = book.extend("alice", "", p, NOW)
     assert record["why"].endswith("(the last extension of this lease)")
     with pytest.raises(LeaseRefused) as used:
