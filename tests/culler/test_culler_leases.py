@@ -11,7 +11,7 @@ tests/e2e/test_leases.py and tests/e2e/test_budgets.py.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -52,7 +52,7 @@ async def test_an_extended_lease_ends_later_warned_and_a_restarted_culler_keeps_
         assert c.lease_list("someone-else") == []
         answer = c.extend_lease("lena", "")
         assert answer["lease"]["ends_at"] == (started + 90 * M).isoformat() and answer["lease"]["can_extend"] is False
-        until = f"{started + 90 * M:%H:%M}"
+        until = f"{(started + 90 * M).astimezone(UTC):%b %d %H:%M}"
         assert (
             answer["message"]
             == f"The GPU lease of your server was extended by 30 minutes, until {until} UTC (the last extension of this lease)."
