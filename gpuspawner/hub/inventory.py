@@ -186,6 +186,7 @@ class Inventory:
         #: Why a request on the spawn path failed to reach the API server ("" when none has, or it answers again).
         self.unreachable: str = ""
         self._probe_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # where its streams run (set by start)
 
     @classmethod
     def shared(cls, api: Any, vgpu_class_labels: Iterable[str] = DEFAULT_VGPU_CLASS_LABELS) -> Inventory:
@@ -193,7 +194,7 @@ class Inventory:
         host = getattr(getattr(api, "api_client", None), "configuration", None)
         key = getattr(host, "host", "default")
         inventory = cls._instances.get(key)
-        if inventory is None or inventory.stopped:
+        if inventory is None or not inventory.runs_here():
             inventory = cls._instances[key] = cls(api, vgpu_class_labels)
             inventory.start()
         return inventory
@@ -203,7 +204,16 @@ class Inventory:
         """This process's inventory for ``api``'s API server if one runs (never starts one)."""
         host = getattr(getattr(api, "api_client", None), "configuration", None)
         inventory = cls._instances.get(getattr(host, "host", "default"))
-        return inventory if inventory is not None and not inventory.stopped else None
+        return inventory if inventory is not None and inventory.runs_here() else None
+
+    def runs_here(self) -> bool:
+        """Whether its streams run, in the event loop that asks (an inventory started in another
+        loop, one stopped since, say, never hears another event: it is not this loop's)."""
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        return not self.stopped and (self._loop is None or self._loop is here)
 
     @property
     def ready(self) -> bool:
@@ -267,6 +277,10 @@ class Inventory:
 
     def start(self) -> None:
         if not self._tasks:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:  # (started outside a running loop: its tasks go to the current one)
+                self._loop = None
             self._tasks = [
                 asyncio.ensure_future(self._run("nodes", self.api.list_node, {})),
                 asyncio.ensure_future(self._run("pods", self.api.list_pod_for_all_namespaces, {"field_selector": POD_FIELD_SELECTOR})),

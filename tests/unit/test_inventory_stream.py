@@ -343,3 +343,26 @@ async def test_a_dra_stream_refused_once_after_a_drop_is_asked_again_soon_not_af
         assert inventory.index.dra.synced
     finally:
         await inventory.stop()
+
+
+def test_an_inventory_started_in_another_event_loop_is_not_this_loops(monkeypatch):
+    """One process, two event loops (a test module's own loop in a thread, say): the inventory the
+    first started never hears another event once that loop stops, so the second starts its own."""
+    monkeypatch.setattr(Inventory, "_instances", {})
+    api = Api()
+
+    async def shared() -> tuple[Inventory, Inventory | None]:
+        return Inventory.shared(api), Inventory.running(api)
+
+    first_loop, second_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first, _ = first_loop.run_until_complete(shared())
+        second, running = second_loop.run_until_complete(shared())
+        assert second is not first and running is second
+        again, _ = second_loop.run_until_complete(shared())
+        assert again is second  # in its own loop it is shared
+    finally:
+        first_loop.run_until_complete(first.stop())
+        second_loop.run_until_complete(second.stop())
+        first_loop.close()
+        second_loop.close()
