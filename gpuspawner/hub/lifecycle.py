@@ -45,13 +45,6 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
     deadline = asyncio.ensure_future(asyncio.sleep(own_deadline(spawner.start_timeout)))
     try:
         done, _ = await asyncio.wait({starting, watch, deadline}, return_when=asyncio.FIRST_COMPLETED)
-        if starting not in done and deadline in done:
-            words = start_timeout_message(spawner.start_timeout, waiting_for(spawner))
-            spawner.log.warning("%s: %s", spawner._log_name, words)
-            starting.cancel()
-            await asyncio.gather(starting, return_exceptions=True)
-            await spawner.stop(now=True)
-            raise SpawnRefused(words, Refusal.START_TIMEOUT)
         if starting in done:
             url = starting.result()
             kueue.say_admitted(spawner.spawn_state)
@@ -59,12 +52,16 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
             state = spawner.spawn_state
             if state.choice is not None and state.started_at is not None:
                 metrics.TIME_TO_SCHEDULE.labels(state.choice.offering.kind.value).observe(time.monotonic() - state.started_at)
-        else:
-            reason = watch.result()
+        else:  # the scheduler or Kueue said no, or the start's own time is up: its pod goes
+            if watch in done:
+                reason, why = watch.result(), Refusal.UNSCHEDULABLE
+            else:
+                reason, why = start_timeout_message(spawner.start_timeout, waiting_for(spawner)), Refusal.START_TIMEOUT
+                spawner.log.warning("%s: %s", spawner._log_name, reason)
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
             await spawner.stop(now=True)
-            raise SpawnRefused(reason, Refusal.UNSCHEDULABLE)
+            raise SpawnRefused(reason, why)
     except BaseException as exc:
         spawner.quota_ledger.release(admitting.reservation_key(spawner))
         refused = exc if isinstance(exc, SpawnRefused) else failed_call_refusal(spawner, exc) if isinstance(exc, Exception) else None
