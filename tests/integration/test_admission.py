@@ -266,13 +266,13 @@ async def test_a_start_that_runs_out_of_time_says_what_it_waited_for_and_leaves_
         }
     ]
     spawner = make_spawner(devcluster, namespace, offerings=waits)
-    spawner.start_timeout = 20
+    spawner.start_timeout = 60  # (long enough for the pod to be created and marked unschedulable on a loaded machine)
     spawner.user_options = {"offering": "fpga-gpu"}
     with pytest.raises(SpawnRefused) as info:
         await spawner.start()
     words = str(info.value)
     assert info.value.status_code == 503
-    assert words.startswith("Your server did not start within the hub's time limit (20 seconds): its pod was still waiting for a node")
+    assert words.startswith("Your server did not start within the hub's time limit (60 seconds): its pod was still waiting for a node")
     assert "didn't match Pod's node affinity/selector" in words, words
     assert "Nothing is left running" in words
     wait_for(lambda: pods(kube, namespace) == [], "the waiting pod deleted", timeout=60)
