@@ -45,14 +45,14 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
     deadline = asyncio.ensure_future(asyncio.sleep(own_deadline(spawner.start_timeout)))
     try:
         done, _ = await asyncio.wait({starting, watch, deadline}, return_when=asyncio.FIRST_COMPLETED)
-        if starting in done:
+        if starting in done and not kubespawner_gave_up(starting):
             url = starting.result()
             kueue.say_admitted(spawner.spawn_state)
             await claimlife.record_devices(spawner)
             state = spawner.spawn_state
             if state.choice is not None and state.started_at is not None:
                 metrics.TIME_TO_SCHEDULE.labels(state.choice.offering.kind.value).observe(time.monotonic() - state.started_at)
-        else:  # the scheduler or Kueue said no, or the start's own time is up: its pod goes
+        else:  # the scheduler or Kueue said no, or the start's (or KubeSpawner's) time is up: its pod goes
             if watch in done:
                 reason, why = watch.result(), Refusal.UNSCHEDULABLE
             else:
@@ -87,6 +87,18 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         spawner.user_options = {**spawner.user_options, RECORD_KEY: spawner.record()}
         storedoptions.store(spawner)  # the hub's REST API serves orm_spawner.user_options
     return url
+
+
+def kubespawner_gave_up(starting: asyncio.Future[Any]) -> bool:
+    """Whether KubeSpawner's start ended in its own wait for the pod running out of time. That
+    wait's deadline is drawn within 10% either side of ``start_timeout`` (its
+    ``exponential_backoff`` jitters it), so it can come before this start's own deadline; its
+    TimeoutError says only "pod ... did not start in N seconds!", and the start ends with the
+    words of :func:`waiting_for` instead."""
+    if starting.cancelled():
+        return False
+    failure = starting.exception()
+    return isinstance(failure, TimeoutError) and "did not start in" in str(failure)
 
 
 def own_deadline(start_timeout: float) -> float:

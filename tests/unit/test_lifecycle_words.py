@@ -3,9 +3,14 @@ GPUSpawner's own deadline falls (before JupyterHub's start_timeout, whose Timeou
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import inspect
 
-from gpuspawner.hub.lifecycle import own_deadline, pod_waiting_words
+import pytest
+from jupyterhub.utils import exponential_backoff
+from kubespawner import KubeSpawner
+
+from gpuspawner.hub.lifecycle import kubespawner_gave_up, own_deadline, pod_waiting_words
 
 
 @pytest.mark.parametrize("start_timeout", [5, 20, 40, 120, 300, 3600])
@@ -132,3 +137,22 @@ async def test_progress_outlives_kubespawners_events_failing_and_keeps_the_spawn
             break
     await stream.aclose()
     assert seen == ["Starting 1 x H100.", "pod created", "Waiting for a free GPU."]
+
+
+async def test_kubespawners_own_wait_running_out_is_told_from_other_failures():
+    # KubeSpawner's wait for the pod is jupyterhub.utils.exponential_backoff with start_timeout
+    # and its default 10% jitter, so it can give up before GPUSpawner's own deadline.
+    source = inspect.getsource(KubeSpawner._start)
+    assert "did not start in {self.start_timeout} seconds!" in source
+    waited = asyncio.ensure_future(exponential_backoff(lambda: False, "pod jhub/jupyter-ann did not start in 1 seconds!", timeout=0.05))
+    await asyncio.gather(waited, return_exceptions=True)
+    assert kubespawner_gave_up(waited)
+
+    for failure in (TimeoutError("Could not create pod jhub/jupyter-ann"), RuntimeError("did not start in")):
+        other = asyncio.get_running_loop().create_future()
+        other.set_exception(failure)
+        assert not kubespawner_gave_up(other)
+        other.exception()
+    cancelled = asyncio.get_running_loop().create_future()
+    cancelled.cancel()
+    assert not kubespawner_gave_up(cancelled)
