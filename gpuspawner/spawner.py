@@ -929,6 +929,12 @@ class GPUSpawner(KubeSpawner):
         self.gpu_usage = list(state.get(BUDGET_LEDGER_KEY) or [])
         self.stop_notice = state.get(STOP_NOTICE_KEY) or None
 
+    def start_polling(self) -> None:
+        """JupyterHub's polling, begun once the server answers (after its start, or when a
+        restarted hub finds it running): a later stop is not of a start the restart cut."""
+        self.spawn_state.answered = True
+        super().start_polling()
+
     def clear_state(self) -> None:
         """KubeSpawner's, and the spawn's; the GPU-hour ledger stays (the hub saves it after a stop)."""
         super().clear_state()

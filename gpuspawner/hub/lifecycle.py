@@ -229,6 +229,14 @@ async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> 
     """KubeSpawner's stop (``kubespawner_stop``), retried while the pod cannot be deleted (see
     ``stop_retry_timeout``), then the server's DRA claims deleted."""
     admitting.release_reservation(spawner)
+    if stopped_by_the_restart_check(spawner):
+        now = datetime.now(UTC)
+        spawner.stop_notice = (
+            interrupted_start_notice(spawner.name, now)
+            if start_was_interrupted(spawner)
+            else unanswered_after_restart_notice(spawner.name, now, spawner.http_timeout)
+        )
+        spawner.log.info("%s: %s", spawner._log_name, spawner.stop_notice["text"])
     key = admitting.reservation_key(spawner)
     deadline = time.monotonic() + spawner.stop_retry_timeout
     attempt = 0
@@ -260,6 +268,18 @@ async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> 
             releasing.cancel()
         spawner.quota_ledger.release(key)
         budgets.closed(spawner)
+
+
+def stopped_by_the_restart_check(spawner: Any) -> bool:
+    """Whether a stop is JupyterHub's at its start-up, of a server it found but that never
+    answered it: its pod was there (the poll said running; a pod already gone has its own
+    notice, see :func:`gpuspawner.hub.departures`) but the notebook did not answer within
+    ``http_timeout``, as when the hub restarted while the server was still starting. Nothing
+    of this process started, refused or heard that server, and no other reason is kept."""
+    state = spawner.spawn_state
+    in_play = bool(spawner.offerings or spawner.discover_offerings)
+    fresh = state.started_at is None and not state.decided.is_set() and not state.answered
+    return in_play and fresh and spawner.choice is None and not spawner.stop_notice
 
 
 async def progress(
@@ -348,6 +368,20 @@ def interrupted_start_notice(server_name: str, now: datetime) -> dict[str, str]:
     return {
         "time": at,
         "text": f"{server} was starting when the hub restarted (at {when_words(at)}), so it did not start. Please start it again.",
+    }
+
+
+def unanswered_after_restart_notice(server_name: str, now: datetime, http_timeout: float) -> dict[str, str]:
+    """The home page's notice of a server the restarted hub found but that did not answer it
+    (see :func:`stopped_by_the_restart_check`): the hub stopped it, and nobody else says why."""
+    server = f"Your server '{server_name}'" if server_name else "Your server"
+    at = now.astimezone(UTC).isoformat()
+    return {
+        "time": at,
+        "text": (
+            f"{server} did not answer the hub when the hub restarted (at {when_words(at)}; it was probably still starting), "
+            f"so the hub stopped it after waiting {http_timeout:g} s. Please start it again."
+        ),
     }
 
 

@@ -57,6 +57,7 @@ class SpawnState:
     devices: list[dict[str, str]] | None = None  # the devices allocated to the pod's claim (DRA offerings)
     decided: asyncio.Event = field(default_factory=asyncio.Event)  # set once load_user_options admitted or refused
     spawn_id: str = field(default_factory=lambda: secrets.token_hex(8))  # this start's stamp on its pod (vocabulary.ANNOTATION_SPAWN)
+    answered: bool = False  # the hub found its server answering (JupyterHub began polling it: a start, or a restart's check)
     slow_creations: int = 0  # pod creations of this start whose answer did not come in time (said once on the progress)
 
     def restart(self) -> None:
