@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from gpuspawner.devcluster.ports import free_port
+from gpuspawner.devcluster.ports import free_ports
 
 #: the repository (this module runs from a clone only: it is left out of the wheel, like the demo)
 REPO = Path(__file__).resolve().parents[2]
@@ -125,9 +125,13 @@ class HubProcess:
     ) -> None:
         self.tmp = Path(tmp)
         self.tmp.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
-        self.hub_port = hub_port or free_port()
-        self.proxy_api_port = proxy_api_port or free_port()
+        # Three distinct ports, chosen together: three calls of free_port() may return one port
+        # twice (the OS may hand a closed port out again), and a proxy whose API port is its own
+        # public port answers the hub's route list with a 404 (a hub that never started, once).
+        picked = free_ports(["proxy", "hub", "proxy_api"])
+        self.port = port or picked["proxy"]
+        self.hub_port = hub_port or picked["hub"]
+        self.proxy_api_port = proxy_api_port or picked["proxy_api"]
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path or self.tmp / "hub.log"
         self.proxy_pid_file = self.tmp / "proxy.pid"

@@ -29,7 +29,7 @@ from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP
 from gpuspawner.culler.prometheus import PrometheusClient
 from gpuspawner.culler.transport import RetryPolicy, Transport
-from gpuspawner.devcluster.ports import free_port
+from gpuspawner.devcluster.ports import free_ports
 from gpuspawner.devcluster.prometheus import ScrapeJob
 from tests.culler.culler_fakes import (
     H100_MIG,
@@ -119,8 +119,9 @@ async def env(tmp_path_factory):
     e = Env()
     e.prom = await asyncio.to_thread(Telemetry(tmp_path_factory.mktemp("telemetry")).start)
     e.prom.start_proxy()
-    metrics_port = free_port()
-    extra = f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {metrics_port}\nUNREACHABLE_PORT = {free_port()}\n" + SPAWNER
+    ports = free_ports(["metrics", "unreachable"])  # (two free_port() calls may return one port twice)
+    metrics_port = ports["metrics"]
+    extra = f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {metrics_port}\nUNREACHABLE_PORT = {ports['unreachable']}\n" + SPAWNER
     e.hub = Hub(tmp_path_factory.mktemp("hub"), extra)
     e.faulty = FaultyProxy(f"http://127.0.0.1:{e.hub.hub_port}")
     try:  # whatever fails on the way, nothing started is left running

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from gpuspawner.culler.gpu_query import FB_USED, GpuQuerySettings
 from gpuspawner.culler.policy import KEEP, RECLAIM
 from gpuspawner.devcluster.nvmlstandin import GIB, FakeGpu, FakeNvmlLib, FakeProcess, ProcTree, cgroup_line, installed
-from gpuspawner.devcluster.ports import free_port
+from gpuspawner.devcluster.ports import free_port, free_ports
 from gpuspawner.devcluster.prometheus import ScrapeJob
 from gpuspawner.probe.collect import ProbeCollector, ProcReader
 from gpuspawner.probe.nvml import NvmlReader
@@ -86,7 +86,8 @@ async def env(tmp_path_factory):
         server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
         e.probe_target = f"127.0.0.1:{port}"
         e.prom = await asyncio.to_thread(Telemetry(tmp / "telemetry").start)
-        extra = f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {free_port()}\nUNREACHABLE_PORT = {free_port()}\n" + SPAWNER
+        ports = free_ports(["metrics", "unreachable"])  # (two free_port() calls may return one port twice)
+        extra = f"PROM_URL = {e.prom.url!r}\nMETRICS_PORT = {ports['metrics']}\nUNREACHABLE_PORT = {ports['unreachable']}\n" + SPAWNER
         e.hub = Hub(tmp / "hub", extra)
         try:  # whatever fails on the way, nothing started is left running
             await e.hub.start()
