@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -49,6 +50,7 @@ from bench.procstat import cpu_seconds, memory_mib
 from bench.scale import churn
 from bench.scale.hubs import H100, HUB_CLIENT, ORPHAN_CHECK, ORPHAN_GRACE, PROBE_OFFERING, Choice, choices, hub_config
 from bench.scale.postgres import Postgres
+from bench.scale.schedcheck import scheduler_check
 from bench.scale.storm import Hub, PageLoads, PodWatch, Spawn, load_pages, parse_free, spawn
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.hub import HubProcess
@@ -92,20 +94,40 @@ class Audit:
         return counts
 
 
-def mix(spawns: int, options: list[Choice], seed: int, held: dict[str, int] | None = None) -> list[tuple[str, Choice]]:
+def mix(
+    spawns: int, options: list[Choice], seed: int, held: dict[str, int] | None = None, contention: bool = False
+) -> list[tuple[str, Choice]]:
     """(channel, choice) of each spawn: half API, half form; 60 % GPU, 25 % no GPU, 15 % impossible.
 
     A GPU choice is drawn only while its offering has room (at most three quarters of its units,
     less ``held`` of them for other pods): a request that fits must be served by both spawners,
-    so that what is compared is the same work. Past that, the draw is "No GPU"."""
+    so that what is compared is the same work. Past that, the draw is "No GPU".
+
+    With ``contention``, the two scarcest GPU offerings (H100 aside: the churn uses it) are asked
+    for twice as many units as they have, by half the GPU draws while that demand lasts: those
+    spawns are of kind "contended", apart from the fitting ones, because which of them get the
+    units is a race. The other offerings keep their room."""
     rng = random.Random(seed)
     room = {c.name: int(0.75 * c.units) - (held or {}).get(c.name, 0) for c in options if c.kind == "gpu"}
     gpu = [c for c in options if c.kind == "gpu"]
+    demand: dict[str, int] = {}
+    contended: dict[str, Choice] = {}
+    if contention:
+        scarce = sorted((c for c in gpu if c.units > 0 and c.name != H100), key=lambda c: (c.units, c.name))[:2]
+        demand = {c.name: 2 * c.units for c in scarce}
+        contended = {c.name: dataclasses.replace(c, kind="contended") for c in scarce}
+        gpu = [c for c in gpu if c.name not in demand]
     cpu = [c for c in options if c.kind == "cpu"]
     refuse = [c for c in options if c.kind == "refuse"]
     out = []
     for i in range(spawns):
         r = rng.random()
+        wanted = [name for name, left in demand.items() if left > 0]
+        if r >= 0.40 and wanted and rng.random() < 0.5:
+            name = rng.choice(wanted)
+            demand[name] -= 1
+            out.append(("api" if i % 2 == 0 else "form", contended[name]))
+            continue
         pool = refuse if r < 0.15 else cpu if r < 0.40 else [c for c in gpu if room[c.name] > 0] or cpu
         choice = rng.choice(pool)
         if choice.kind == "gpu":
@@ -236,7 +258,7 @@ async def run_one(
         t = time.monotonic()
         await hub.create_users(names)
         out["users_s"] = time.monotonic() - t
-        plan = mix(args.spawns, options, args.seed, held={H100: churn_gpu_cap(args)})
+        plan = mix(args.spawns, options, args.seed, held={H100: churn_gpu_cap(args)}, contention=args.contention)
         spawners = [Spawn(names[i], channel, choice) for i, (channel, choice) in enumerate(plan)]
         page_users = names[args.spawns : args.spawns + args.page_users]
         t = time.monotonic()
@@ -328,6 +350,8 @@ async def run_one(
         out["stuck"] = await stuck_servers(hub, spawners, watch)
         if kind == "gpu":
             out["recount"] = await recount(hub, cluster, churner, out)
+            if args.scheduler_check:
+                out["scheduler"] = await scheduler_check(hub, cluster.state, churner, profiles, args.scheduler_check)
         out["faults"] = fault_log
         out["rollbacks"] = proc_hub.log_text().count("Rolling back")
         (tmp / f"{tag}-spawns.json").write_text(
@@ -395,8 +419,9 @@ async def stuck_servers(hub: Hub, spawners: list[Spawn], watch: PodWatch) -> lis
 
 
 def summarise(spawners: list[Spawn], pages: PageLoads, requests: dict[str, int], lags: list[float], misses: list[str]) -> dict:
-    ok = [s for s in spawners if s.choice.kind != "refuse"]
+    ok = [s for s in spawners if s.choice.kind in ("gpu", "cpu")]
     bad = [s for s in spawners if s.choice.kind == "refuse"]
+    contended = [s.done - s.sent for s in spawners if s.choice.kind == "contended" and s.outcome != "lost"]
     bound = [s.to_bound for s in ok if s.to_bound is not None]
     ready = [s.done - s.sent for s in ok if s.outcome == "ready"]
     refusals = [s.done - s.sent for s in bad if s.outcome in ("refused", "failed")]
@@ -419,6 +444,8 @@ def summarise(spawners: list[Spawn], pages: PageLoads, requests: dict[str, int],
         "ready_p99": pct(ready, 0.99),
         "refusal_p50": pct(refusals, 0.5),
         "refusal_p99": pct(refusals, 0.99),
+        "contended_p50": pct(contended, 0.5),
+        "contended_p99": pct(contended, 0.99),
         "spawns_per_s": len(spawners) / max(last - first, 1e-9),
         "ready_per_s": len(ready) / max(max((s.done for s in ok if s.outcome == "ready"), default=first) - first, 1e-9),
         "outcomes": outcomes,
@@ -471,6 +498,11 @@ def report(results: list[dict], args, setup: dict) -> None:
         ("request -> ready p99", "ready_p99", "ms"),
         ("request -> refusal p50", "refusal_p50", "ms"),
         ("request -> refusal p99", "refusal_p99", "ms"),
+        *(
+            [("contended -> verdict p50", "contended_p50", "ms"), ("contended -> verdict p99", "contended_p99", "ms")]
+            if args.contention
+            else []
+        ),
         ("spawns sent per second", "spawns_per_s", "n"),
         ("servers ready per second", "ready_per_s", "n"),
         ("hub CPU seconds (storm)", "hub_cpu_s", "s"),
@@ -510,6 +542,13 @@ def report(results: list[dict], args, setup: dict) -> None:
                 f"free counts against a recount from a fresh list: {'exact' if not r['recount'] else r['recount']} "
                 f"(the hub's counts answered {r['counts_back_s']:.1f}s after the storm settled)"
             )
+            if r.get("scheduler"):
+                sched = r["scheduler"]
+                print(
+                    f"free counts against the real scheduler: {sched['agree']} of {sched['checked']} offerings agree"
+                    f"{': ' + '; '.join(sched['wrong']) if sched['wrong'] else ''}"
+                    f" (not filled, more than {args.scheduler_check} free: {', '.join(sched['unchecked']) or 'none'})"
+                )
         print(f"servers stuck pending, lost or wrong: {r['stuck'] or 'none'}")
         print(f"hub database rollbacks (a handler found the session dirty, or a database error): {r['rollbacks']}")
         for reason in r["reasons"]:
@@ -537,6 +576,23 @@ def fates(r: dict) -> dict[str, int]:
         "failed (timeout, error)": fitting.get("failed", 0),
         "lost (no verdict)": fitting.get("lost", 0),
         "impossible, refused with words": sum(v for k, v in outcomes.items() if k.startswith("refuse:") and k != "refuse:lost"),
+        **contended_fates(outcomes),
+    }
+
+
+def contended_fates(outcomes: dict[str, int]) -> dict[str, int]:
+    """What became of the spawns beyond the scarce offerings' units (``--contention``; none else):
+    at most their units served, the rest refused with words (GPUSpawner: nothing free now) or
+    failed (KubeSpawner: the pod waits out ``start_timeout``)."""
+    mine = {key.partition(":")[2]: count for key, count in outcomes.items() if key.startswith("contended:")}
+    if not mine:
+        return {}
+    return {
+        "contended (2x the units)": sum(mine.values()),
+        "  contended: served": mine.get("ready", 0),
+        "  contended: refused with words": mine.get("refused", 0) + mine.get("stopped", 0),
+        "  contended: failed (timeout, error)": mine.get("failed", 0),
+        "  contended: lost": mine.get("lost", 0),
     }
 
 
@@ -560,6 +616,8 @@ SUMMARY_ROWS = [
     ("servers ready per second", "ready_per_s", 1),
     ("hub CPU s per served spawn", "cpu_per_served", 1),
     ("API requests per spawn", "api_per_spawn", 1),
+    ("contended -> verdict p50 (s)", "contended_p50", 1),
+    ("contended -> verdict p99 (s)", "contended_p99", 1),
 ]
 
 
@@ -579,6 +637,8 @@ def summary(runs: list[list[dict]]) -> None:
         + ("   GPUSpawner : KubeSpawner" if len(names) == 2 else "")
     )
     for label, key, scale in SUMMARY_ROWS:
+        if all(b[n].get(key) is None for b in by for n in names):
+            continue  # (the contended rows without --contention)
         cells = [spread([b[n][key] * scale for b in by if b[n].get(key) is not None]) for n in names]
         line = f"{label:32}" + "".join(f"{c:>26}" for c in cells)
         if len(names) == 2:
@@ -607,6 +667,8 @@ def problems(results: list[dict], faults: bool = False) -> list[str]:
             out.append(f"{name}: spawns that fit were not served: {unserved}")
         if r.get("recount"):
             out.append(f"{name}: free counts wrong: {r['recount']}")
+        if (r.get("scheduler") or {}).get("wrong"):
+            out.append(f"{name}: free counts the real scheduler disagrees with: {r['scheduler']['wrong']}")
         if r.get("lag_misses"):
             out.append(f"{name}: inventory lag probes missed: {r['lag_misses']}")
         if r.get("rollbacks"):
@@ -703,6 +765,18 @@ def main(argv=None) -> int:
         "--py-spy",
         metavar="PY_SPY",
         help="record each hub with this py-spy (not pausing it) during its storm: collapsed stacks in the work folder",
+    )
+    parser.add_argument(
+        "--contention",
+        action="store_true",
+        help="also ask the two scarcest GPU offerings for twice their units (their spawns counted apart, as contended)",
+    )
+    parser.add_argument(
+        "--scheduler-check",
+        type=int,
+        default=40,
+        metavar="N",
+        help="after GPUSpawner's storm, fill every GPU offering with at most N free units on the real scheduler (0: none)",
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when a spawn was lost or stuck or a count is wrong")
     args = parser.parse_args(argv)

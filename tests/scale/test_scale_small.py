@@ -2,12 +2,15 @@
 
 Nothing here is timed: the run must end with every spawn accounted for (each GPU and "No GPU"
 request running, each impossible one refused with words, none pending or lost, no notebook pod
-without its server), GPUSpawner's free counts equal to a recount from a fresh list, and every
-inventory-lag probe seen by the hub (`--check`); and it must print the whole table.
+without its server; with ``--contention`` each request beyond a scarce offering's units served
+or answered with words), GPUSpawner's free counts equal to a recount from a fresh list and to
+what the real scheduler binds, and every inventory-lag probe seen by the hub (`--check`); and it
+must print the whole table.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,11 +55,13 @@ NEWS = ("inventory", "cannot be reached", "reflector", "Spawn failed", "giving u
 
 
 def test_a_small_storm_on_kubespawner_and_gpuspawner_loses_nothing(tmp_path):
-    out = run_bench(tmp_path)
+    out = run_bench(tmp_path, "--contention")
     assert "KubeSpawner" in out and "GPUSpawner : KubeSpawner" in out, out
-    for row in ROWS:
+    for row in [*ROWS, "contended -> verdict p99"]:
         assert row in out, f"the table has no {row!r} row:\n{out}"
     assert "free counts against a recount from a fresh list: exact" in out, out
+    checked = re.search(r"free counts against the real scheduler: (\d+) of (\d+) offerings agree \(", out)
+    assert checked and checked.group(1) == checked.group(2) and int(checked.group(2)) >= 5, out
     assert out.count("servers stuck pending, lost or wrong: none") == 2, out
 
 
