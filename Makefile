@@ -104,7 +104,7 @@ unit: test-fast
 
 fuzz: install devcluster-build
 	GPUSPAWNER_FUZZ_EXAMPLES=100 GPUSPAWNER_FUZZ_BATCH=200 GPUSPAWNER_FUZZ_WORKERS=24 GPUSPAWNER_FUZZ_MIN_REQUESTS=10000 \
-		$(PY) -m pytest -q -s -p no:cacheprovider tests/api/test_fuzz.py
+		$(PY) -m pytest -q -s -p no:cacheprovider -o timeout=0 tests/api/test_fuzz.py
 
 LABEXT := ui/labextension
 

@@ -23,6 +23,9 @@ ARTIFACTS = Path(os.environ.get("GPUSPAWNER_TEST_ARTIFACTS", Path(__file__).reso
 #: client is one per process.)
 collect_ignore = [] if os.environ.get("GPUSPAWNER_KUEUE_TESTS") else ["kueue"]
 
+#: The run leaves nothing running: a process the tests started and left alive fails it.
+pytest_plugins = ["tests.leftovers"]
+
 
 def process_cluster(directory: Path, **up: Any) -> Iterator[DevCluster]:
     """A devcluster in ``directory``, up (``DevCluster.up(**up)``) for this test process, its
