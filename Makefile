@@ -9,6 +9,7 @@
 #                real Kueue and a batch Job competing for the same GPUs (docs/kueue.md)
 #   make test-fast  the fast tier: the pure-Python tests (tests/unit: no cluster, no hub process,
 #                no Go, npm or Chromium), 1.5-2.5 minutes on 2 cores; `make unit` is the same
+#   make test-hub, test-cluster, test-stories, test-kueue  the other tiers alone (below)
 #   make labextension  rebuild the notebook's GPU view for JupyterLab (ui/labextension, npm)
 #                into gpuspawner/notebook_ext/labextension; the build backend builds it on
 #                install from a clean clone and into the wheel (never committed; tests check
@@ -63,7 +64,8 @@ PY     := $(VENV)/bin/python
 PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast lint precommit unit fuzz labextension install devcluster-build demo bench scale capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench test-oldest-k8s clean
+PHONY_TIERS := test-hub test-cluster test-stories test-kueue
+.PHONY: test test-fast $(PHONY_TIERS) lint precommit unit fuzz labextension install devcluster-build demo bench scale capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench test-oldest-k8s clean
 
 # `make test` runs three pytest processes side by side, each with a devcluster of its own (each
 # claims its own ports and loopback pod network): the stories (tests/e2e, tests/browser: each
@@ -101,6 +103,26 @@ test-fast: $(PYSTAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 unit: test-fast
+
+# The other tiers, each alone (`make test` runs them all, three pytest processes side by side):
+#   test-hub      real JupyterHub processes, no cluster tier of their own: the REST API and form,
+#                 KubeSpawner compatibility, the culler, the notebook's GPU view, the probe, the wheel
+#   test-cluster  the devcluster's real kube-apiserver and kube-scheduler (tests/integration)
+#   test-stories  whole demo hubs driven by Chromium (tests/e2e, tests/browser)
+#   test-kueue    the real Kueue and the scale benchmark at its small size (tests/kueue, tests/scale)
+HUB_TIER := tests/api tests/compat tests/culler tests/notebook_ext tests/probe tests/wheel
+test-hub: install devcluster-build
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(HUB_TIER)
+
+test-cluster: install devcluster-build
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/integration
+
+test-stories: install devcluster-build
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(STORIES)
+
+test-kueue: install devcluster-build
+	$(VENV)/bin/gpuspawner devcluster build --kueue
+	GPUSPAWNER_KUEUE_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider --durations=10 $(APART)
 
 fuzz: install devcluster-build
 	GPUSPAWNER_FUZZ_EXAMPLES=100 GPUSPAWNER_FUZZ_BATCH=200 GPUSPAWNER_FUZZ_WORKERS=24 GPUSPAWNER_FUZZ_MIN_REQUESTS=10000 \
