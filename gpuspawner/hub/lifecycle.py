@@ -68,6 +68,10 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         if refused is None:
             raise
         refused.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
+        # Kept for the home page until the next start, and saved at once: a user who left the
+        # spawn-pending page, or whose hub stopped just after the verdict, still reads why.
+        spawner.stop_notice = refused_start_notice(spawner.name, datetime.now(UTC), refused.message)
+        storedoptions.store_notice(spawner)
         spawner._put_back_options(before, refused)
         if refused is exc:
             raise
@@ -369,6 +373,14 @@ def interrupted_start_notice(server_name: str, now: datetime) -> dict[str, str]:
         "time": at,
         "text": f"{server} was starting when the hub restarted (at {when_words(at)}), so it did not start. Please start it again.",
     }
+
+
+def refused_start_notice(server_name: str, now: datetime, words: str) -> dict[str, str]:
+    """The home page's notice of a start refused on its way (the scheduler's or Kueue's
+    verdict, the start's own deadline, the cluster unreachable): the refusal's words, dated."""
+    server = f"Your server '{server_name}'" if server_name else "Your server"
+    at = now.astimezone(UTC).isoformat()
+    return {"time": at, "text": f"{server} did not start (at {when_words(at)}): {words}"}
 
 
 def unanswered_after_restart_notice(server_name: str, now: datetime, http_timeout: float) -> dict[str, str]:

@@ -15,7 +15,7 @@ from sqlalchemy.orm.exc import UnmappedInstanceError
 
 from gpuspawner.hub import hubhooks
 from gpuspawner.hub.scheduling import SpawnRefused
-from gpuspawner.names.vocabulary import RECORD_KEY, Refusal
+from gpuspawner.names.vocabulary import RECORD_KEY, STOP_NOTICE_KEY, Refusal
 from gpuspawner.page.useroptions import KnownKeys, describe_keys, known_keys, oversized, split_known, too_long_message
 
 
@@ -85,6 +85,18 @@ def put_back(spawner: Any, before: dict[str, Any] | None, refusal: SpawnRefused)
     spawner._options_before = None
 
 
+def store_notice(spawner: Any) -> None:
+    """Write the spawner's ``stop_notice`` into the hub's row's saved state, committed at once
+    (see :func:`store`): what the home page reads survives a hub that stops before its own save.
+    Only the notice: the rest of the state is JupyterHub's to save (a record written here would
+    count as held by a restarted hub's quotas)."""
+    row = spawner.orm_spawner
+    if row is None or not spawner.stop_notice:
+        return
+    row.state = {**(row.state or {}), STOP_NOTICE_KEY: dict(spawner.stop_notice)}
+    _commit(row)
+
+
 def store(spawner: Any) -> None:
     """Write the spawner's ``user_options`` to the hub's row (what its REST API serves), committed
     at once. Left uncommitted for JupyterHub's next commit, the row is dirty while other requests
@@ -96,6 +108,10 @@ def store(spawner: Any) -> None:
     if row is None:
         return
     row.user_options = dict(spawner.user_options)
+    _commit(row)
+
+
+def _commit(row: Any) -> None:
     try:
         session = object_session(row)
     except UnmappedInstanceError:  # (a stand-in row, in tests)

@@ -71,3 +71,15 @@ def test_the_unanswered_notice_says_what_happened_and_what_to_do():
         "Your server did not answer the hub when the hub restarted (at Nov 29 00:34 UTC; it was probably still starting), "
         "so the hub stopped it after waiting 30 s. Please start it again."
     )
+
+
+def test_a_refused_start_keeps_its_words_dated():
+    from gpuspawner.hub.lifecycle import refused_start_notice
+
+    notice = refused_start_notice(
+        "lab", datetime(2026, 11, 29, 1, 5, tzinfo=UTC), "FPGA node cannot run now. The scheduler says: 0/3 nodes."
+    )
+    assert notice == {
+        "time": "2026-11-29T01:05:00+00:00",
+        "text": "Your server 'lab' did not start (at Nov 29 01:05 UTC): FPGA node cannot run now. The scheduler says: 0/3 nodes.",
+    }
