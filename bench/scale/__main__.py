@@ -428,6 +428,8 @@ def summarise(spawners: list[Spawn], pages: PageLoads, requests: dict[str, int],
     outcomes: dict[str, int] = {}
     for s in spawners:
         key = f"{s.choice.kind}:{s.outcome}"
+        if key == "contended:failed" and not wordless(s.reason):
+            key = "contended:refused"  # (refused after the 202: the progress stream's "Spawn failed: <words>")
         outcomes[key] = outcomes.get(key, 0) + 1
     first, last = min(s.sent for s in spawners), max(s.sent for s in spawners)
     total = sum(requests.values())
@@ -580,6 +582,13 @@ def fates(r: dict) -> dict[str, int]:
     }
 
 
+def wordless(reason: str) -> bool:
+    """Whether a failed spawn's message says nothing a user can act on: empty after JupyterHub's
+    prefix, or only KubeSpawner's "pod ... did not start in N seconds!"."""
+    said = reason.strip().removeprefix("Error:").strip().removeprefix("Spawn failed:").strip()
+    return not said or "did not start in" in said
+
+
 def contended_fates(outcomes: dict[str, int]) -> dict[str, int]:
     """What became of the spawns beyond the scarce offerings' units (``--contention``; none else):
     at most their units served, the rest refused with words (GPUSpawner: nothing free now) or
@@ -591,7 +600,7 @@ def contended_fates(outcomes: dict[str, int]) -> dict[str, int]:
         "contended (2x the units)": sum(mine.values()),
         "  contended: served": mine.get("ready", 0),
         "  contended: refused with words": mine.get("refused", 0) + mine.get("stopped", 0),
-        "  contended: failed (timeout, error)": mine.get("failed", 0),
+        "  contended: failed without words (timeout)": mine.get("failed", 0),
         "  contended: lost": mine.get("lost", 0),
     }
 
