@@ -15,6 +15,7 @@ list and watch, and tests and benchmarks feed it node and pod dicts directly.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ from gpuspawner.names.nvidia import PLUGIN_PREFIX
 from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, KUBESPAWNER_USER_LABEL, LABEL_HUB, LABEL_OFFERING, Kind
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS, aggregate, node_offerings
 from gpuspawner.pod.notebook import Notebook
+
+#: One serial for every index of the process: :attr:`ClusterIndex.changes` never takes a value twice,
+#: so (changes) alone tells two states of one index, or of two indexes, apart.
+_CHANGES = itertools.count(1)
 
 #: Pods of a cluster ask for few distinct request sets: each is kept once.
 _INTERNED: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
@@ -152,6 +157,11 @@ class ClusterIndex:
         #: Bumped whenever a node, or what the pods use on a node that publishes DRA devices, changes:
         #: with the DRA state's own generation it says when the mapping's rows must be made again.
         self._mapped_generation = 0
+        #: A new value (never one seen before in this process) whenever anything a count, a
+        #: discovered offering or a DRA or Kueue figure reads may have changed: every write below
+        #: takes one, and the inventory takes one for each DRA or Kueue event it applies
+        #: (:meth:`changed`). The spawn page keeps a page until it moves (gpuspawner.hub.pagecache).
+        self.changes = next(_CHANGES)
         self.used: dict[str, Counter[str]] = {}
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}
         self.tracked: dict[tuple[str, Any], _OfferingRows] = {}
@@ -177,7 +187,7 @@ class ClusterIndex:
         if not offering.resources:
             return UNCOUNTED
         rows = self.tracked.get(_track_key(offering))
-        if rows is None or rows.offering != offering:
+        if rows is None or (rows.offering is not offering and rows.offering != offering):  # (the same object: no field compared)
             rows = self._track(offering)
         # DRA nodes that serve the offering's resource through the extended-resource mapping (capacity.mapped).
         mapped = self._mapped(rows)
@@ -229,15 +239,21 @@ class ClusterIndex:
 
     # ------------------------------------------------------------------ writes
 
+    def changed(self) -> None:
+        """Something the counts read has changed (see :attr:`changes`)."""
+        self.changes = next(_CHANGES)
+
     def set_notebook(self, notebook: Notebook) -> None:
         """The hub's notebook pod (cpu/memory guarantees, selector, tolerations): every count fits it beside the GPU."""
         if notebook != self.notebook:
+            self.changed()
             self.notebook = notebook
             for tracked in list(self.tracked):
                 self._track(self.tracked[tracked].offering)
 
     def replace(self, nodes: Iterable[Mapping[str, Any]] | None = None, pods: Iterable[Mapping[str, Any]] | None = None) -> None:
         """A (re)list: replace all nodes and/or all pods, then recompute every row."""
+        self.changed()
         if nodes is not None:
             self.nodes = {}
             self._node_offers = {}
@@ -273,6 +289,7 @@ class ClusterIndex:
 
     def end_pods(self) -> None:
         """The relist's pods replace all pods; every row is made again."""
+        self.changed()
         self.pods = self._relisting
         del self._relisting
         before, self._user_pods = self._user_pods, {}
@@ -309,6 +326,7 @@ class ClusterIndex:
                 return  # a status heartbeat: nothing the counts use changed
             offers = list(node_offerings(facts, self.class_labels))
             self._node_offers[name] = offers
+        self.changed()
         self._mapped_generation += 1
         self._plugin_nodes_changed()
         for rows in self.tracked.values():
@@ -326,6 +344,7 @@ class ClusterIndex:
             if new is not None:
                 self.pods[key] = new
             return
+        self.changed()
         touched = set()
         # the hub among whose user pods it was, and is now (None: among none)
         was = (old.hub or "") if old is not None and old.user else None
@@ -362,6 +381,7 @@ class ClusterIndex:
         offering holds devices instead (:meth:`gpuspawner.dra.devices.DraState.reserve`).
         """
         self.release(key)
+        self.changed()
         if offering.claim is not None:
             return self.dra.reserve(key, offering, count)
         self.availability(offering)
@@ -394,6 +414,7 @@ class ClusterIndex:
         return node
 
     def release(self, key: str) -> None:
+        self.changed()
         self.dra.release(key)
         reserved = self.reservations.pop(key, None)
         if reserved is not None:
