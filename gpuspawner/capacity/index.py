@@ -107,11 +107,13 @@ class _OfferingRows:
         #: The last availability with the mapped rows added, and the two it was made of.
         self.combined: tuple[Availability, list[tuple[str, Row, list[Any]]], Availability] | None = None
 
-    def set(self, node: str, row: Row | None) -> None:
+    def set(self, node: str, row: Row | None) -> bool:
+        """The ``node``'s row now (None: it serves the offering no more); whether that changed anything."""
         old = self.rows.pop(node, None)
-        if old == row and row is not None:
-            self.rows[node] = row
-            return
+        if old == row:
+            if row is not None:
+                self.rows[node] = row
+            return False
         self._cached = None
         if old is not None:
             self.capacity -= old[0]
@@ -124,6 +126,7 @@ class _OfferingRows:
             self.allocated += row[1]
             self.free += row[2]
             self.largest_hist[row[3]] += 1
+        return True
 
     def availability(self) -> Availability:
         """Cached until a row changes: a page view costs nothing per node."""
@@ -159,8 +162,10 @@ class ClusterIndex:
         self._mapped_generation = 0
         #: A new value (never one seen before in this process) whenever anything a count, a
         #: discovered offering or a DRA or Kueue figure reads may have changed: every write below
-        #: takes one, and the inventory takes one for each DRA or Kueue event it applies
-        #: (:meth:`changed`). The spawn page keeps a page until it moves (gpuspawner.hub.pagecache).
+        #: takes one (a pod event only where it moved a tracked offering's count, is a hub user's
+        #: server or is on a node with DRA devices), and the inventory takes one for each DRA or
+        #: Kueue event it applies (:meth:`changed`). The spawn page keeps a page until it moves
+        #: (gpuspawner.hub.pagecache); every offering a page shows is tracked once it was made.
         self.changes = next(_CHANGES)
         self.used: dict[str, Counter[str]] = {}
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}
@@ -344,7 +349,7 @@ class ClusterIndex:
             if new is not None:
                 self.pods[key] = new
             return
-        self.changed()
+        mapped_before = self._mapped_generation
         touched = set()
         # the hub among whose user pods it was, and is now (None: among none)
         was = (old.hub or "") if old is not None and old.user else None
@@ -365,8 +370,11 @@ class ClusterIndex:
             if reserved is not None:
                 self._add_use(reserved[0], reserved[1], -1)
                 touched.add(reserved[0])
-        for node in touched:
-            self._refresh_node(node)
+        counted = [self._refresh_node(node) for node in touched]
+        # A pod that moved no count (another team's pod on a node no offering shown counts, say), is
+        # nobody's server and touched no DRA node leaves `changes` as it was: the page stays kept.
+        if any(counted) or was is not None or now is not None or self._mapped_generation != mapped_before:
+            self.changed()
         if was is not None and was != now:
             self._tell(was, key, False)
         if now is not None and now != was:
@@ -459,20 +467,23 @@ class ClusterIndex:
             reached = rows.reach[node] = rows.tally.reaches(facts)
         return rows.tally.row(facts, self.used.get(node, {}), reached)
 
-    def _refresh_node(self, node: str) -> None:
+    def _refresh_node(self, node: str) -> bool:
+        """Every tracked offering's row of ``node`` made again; whether any count changed."""
         facts = self.nodes.get(node)
         used: Mapping[str, int] = self.used.get(node, {})
+        changed = False
         for rows in self.tracked.values():
             if facts is None:
-                rows.set(node, None)
+                changed |= rows.set(node, None)
                 continue
             reached = rows.reach.get(node)
             if reached is None:
                 reached = rows.reach[node] = rows.tally.reaches(facts)
             if reached:
-                rows.set(node, rows.tally.row(facts, used, True))
+                changed |= rows.set(node, rows.tally.row(facts, used, True))
             elif node in rows.rows:
-                rows.set(node, None)
+                changed |= rows.set(node, None)
+        return changed
 
     def _track(self, offering: Offering) -> _OfferingRows:
         rows = _OfferingRows(offering, self.notebook)

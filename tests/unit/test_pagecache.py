@@ -39,6 +39,32 @@ def pod(name: str, on: str, gpus: int) -> dict:
     }
 
 
+def cpu_node(name: str) -> dict:
+    return {"metadata": {"name": name}, "spec": {}, "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}}}
+
+
+def cpu_pod(name: str, on: str) -> dict:
+    limits = {"cpu": "2", "memory": "4Gi"}
+    return {
+        "metadata": {"namespace": "batch", "name": name},
+        "spec": {"nodeName": on, "containers": [{"name": "c", "resources": {"limits": limits, "requests": limits}}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_hub_users_pod_moves_the_key_even_where_it_moves_no_count(inventory):
+    """A user's server (KubeSpawner's user label) counts against quotas: its arrival is a new key."""
+    ada = Spawner(user_quota={"total": 1})
+    before = view_key(ada, "")
+    server = cpu_pod("jupyter-ada", "cpu-a")
+    server["metadata"]["labels"] = {"hub.jupyter.org/username": "ada"}
+    inventory.index.node_event("ADDED", cpu_node("cpu-a"))
+    after_node = view_key(ada, "")
+    assert after_node != before
+    inventory.index.pod_event("ADDED", server)
+    assert view_key(ada, "") != after_node
+
+
 class Spawner(HasTraits):
     """What view_key reads of a GPUSpawner: its configurable traits, the user and the hub's state."""
 
@@ -85,9 +111,15 @@ def test_the_same_view_again_has_the_same_key(inventory):
 def test_an_inventory_event_that_moves_a_count_moves_the_key_and_one_that_does_not_leaves_it(inventory):
     ada = Spawner()
     index = inventory.index
+    assert index.availability(H100).free == 6  # the page counted it when it was made: tracked from then on
     before = view_key(ada, "")
     index.node_event("MODIFIED", node("h100-a", 8))  # a status heartbeat: nothing counted changed
     index.pod_event("MODIFIED", pod("other-team", "h100-a", 2))
+    index.node_event("ADDED", cpu_node("cpu-a"))  # a new node: a new key, whatever it serves
+    assert view_key(ada, "") != before
+    before = view_key(ada, "")
+    index.pod_event("ADDED", cpu_pod("batch-1", "cpu-a"))  # another team's pod where no offering counts
+    index.pod_event("DELETED", cpu_pod("batch-1", "cpu-a"))
     assert view_key(ada, "") == before
     index.pod_event("ADDED", pod("new-pod", "h100-a", 1))
     assert index.availability(H100).free == 5
