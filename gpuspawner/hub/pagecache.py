@@ -23,8 +23,9 @@ by a serial that moves whenever it does:
 - KubeSpawner's own form as it renders for this view (a callable ``profile_list`` included).
 
 A user with a GPU-hour budget gets a page made on each view: the budget's usage moves with the
-clock and Prometheus. So does a view whose key changed while the page was being made (it is shown,
-not kept).
+clock and Prometheus. So does a hub whose ``profile_list`` is a callable (it may answer other
+profiles, with other images, on each call), and a view whose key changed while the page was being
+made (it is shown, not kept).
 """
 
 from __future__ import annotations
@@ -95,9 +96,10 @@ PAGES = PageCache()
 
 def view_key(spawner: Any, extra_html: str) -> tuple[Any, ...] | None:
     """Everything the spawn page of ``spawner`` reads now (see the module's docstring); None where
-    the page is made on each view (a GPU-hour budget). ``extra_html``: KubeSpawner's form for this view."""
-    if budgets.budget(spawner) is not None:
-        return None
+    the page is made on each view (a GPU-hour budget, a callable ``profile_list``). ``extra_html``:
+    KubeSpawner's form for this view."""
+    if budgets.budget(spawner) is not None or callable(spawner.profile_list):
+        return None  # (a callable profile_list may give other profiles, and their images, on each call)
     settings = settings_now(spawner)
     orm = spawner.orm_spawner
     last = spawner.user_options or (orm.user_options if orm else None)

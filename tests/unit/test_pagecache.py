@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 import pytest
-from traitlets import Dict, HasTraits, List, Unicode
+from traitlets import Callable, Dict, HasTraits, List, Unicode, Union
 
 from gpuspawner.capacity.admission import Held, QuotaLedger
 from gpuspawner.capacity.index import ClusterIndex, Health
@@ -74,6 +74,7 @@ class Spawner(HasTraits):
     user_gpu_budget = Dict().tag(config=True)
     group_gpu_budgets = Dict().tag(config=True)
     image = Unicode("quay.io/jupyter/base-notebook").tag(config=True)
+    profile_list = Union([List(), Callable()]).tag(config=True)
 
     def __init__(self, name: str = "ada", groups=(), admin: bool = False, **traits) -> None:
         super().__init__(**traits)
@@ -222,6 +223,8 @@ def test_kubespawners_form_and_a_budget(inventory):
     assert view_key(ada, "<select>a</select>") != view_key(ada, "<select>b</select>")
     ada.user_gpu_budget = {"hours": 20, "window": "week"}  # its usage moves with the clock: made on each view
     assert view_key(ada, "") is None
+    bob = Spawner("bob", profile_list=lambda spawner: [])  # may give other profiles (and images) on each call
+    assert view_key(bob, "") is None
 
 
 def test_the_cache_keeps_equal_pages_once_and_forgets_the_least_recently_viewed():
