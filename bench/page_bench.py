@@ -26,7 +26,10 @@ GPUSpawner and the 200 offerings, one with KubeSpawner and the 200 profiles, eac
 ``spawn.html`` included), the hubs taking turns as above.
 
     python -m bench.page_bench [--nodes 1000] [--offerings 200] [--renders 200] [--repeats 3]
-    python -m bench.page_bench --http [--users 20]
+    python -m bench.page_bench --http [--users 20] [--py-spy .venv/bin/py-spy]
+
+With ``--py-spy`` each hub is sampled while its page is loaded (collapsed stacks, one file per
+hub and repeat in the temporary folder, their paths printed): where the time of a page goes.
 """
 
 from __future__ import annotations
@@ -127,7 +130,7 @@ async def run(n_nodes: int, n_offerings: int, renders: int, repeats: int) -> Non
 H100_NODE = "gpu-h100-8x-00001"
 
 
-async def run_http(n_nodes: int, n_offerings: int, loads: int, repeats: int, n_users: int) -> None:
+async def run_http(n_nodes: int, n_offerings: int, loads: int, repeats: int, n_users: int, py_spy: str = "") -> None:
     import tempfile
     from pathlib import Path
 
@@ -176,6 +179,7 @@ async def run_http(n_nodes: int, n_offerings: int, loads: int, repeats: int, n_u
                     order = list(hubs) if repeat % 2 == 0 else list(hubs)[::-1]
                     for name in order:
                         times = []
+                        spy = _spy(py_spy, procs[name], repeat) if py_spy else None
                         for i in range(-n_users, loads):  # each user's first load (its spawner made) untimed
                             begun = time.perf_counter()
                             status, page = await browsers[name][i % n_users].load_form()
@@ -183,6 +187,9 @@ async def run_http(n_nodes: int, n_offerings: int, loads: int, repeats: int, n_u
                                 raise RuntimeError(f"{name}: the spawn page answered {status}: {page[:300]}")
                             if i >= 0:
                                 times.append(time.perf_counter() - begun)
+                        if spy is not None:
+                            spy.send_signal(2)  # py-spy writes what it sampled on SIGINT
+                            spy.wait(60)
                         sizes[name] = len(page.encode())
                         results[name].append((_percentile(times, 50), _percentile(times, 99)))
                     line = "; ".join(f"{name}: p50 {p50 * 1e3:.1f} ms p99 {p99 * 1e3:.1f} ms" for name, [*_, (p50, p99)] in results.items())
@@ -202,6 +209,22 @@ async def run_http(n_nodes: int, n_offerings: int, loads: int, repeats: int, n_u
                     await hub.close()
                 for proc in procs.values():
                     proc.end()
+
+
+def _spy(py_spy: str, proc, repeat: int):
+    """py-spy recording ``proc``'s hub (not pausing it) while its page is loaded: collapsed stacks
+    in the system's temporary folder, named by the hub and the repeat (printed)."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    out = Path(tempfile.gettempdir()) / f"page-bench-{proc.tmp.name}-py-spy-{repeat + 1}.txt"
+    print(f"py-spy: {out}")
+    return subprocess.Popen(
+        [py_spy, "record", "--pid", str(proc.proc.pid), "--output", str(out), "--format", "raw", "--rate", "250", "--nonblocking"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _site_offerings(n: int) -> list[dict]:
@@ -334,9 +357,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of both sides, in alternated order")
     parser.add_argument("--http", action="store_true", help="the whole page from two real hubs, as a browser loads it")
     parser.add_argument("--users", type=int, default=20, help="--http: logged-in users loading the page in turn")
+    parser.add_argument("--py-spy", default="", help="--http: record each hub with this py-spy while its page is loaded (collapsed stacks)")
     args = parser.parse_args(argv)
     if args.http:
-        asyncio.run(run_http(args.nodes, args.offerings, args.renders, args.repeats, args.users))
+        asyncio.run(run_http(args.nodes, args.offerings, args.renders, args.repeats, args.users, args.py_spy))
     else:
         asyncio.run(run(args.nodes, args.offerings, args.renders, args.repeats))
     return 0

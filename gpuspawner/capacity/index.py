@@ -15,6 +15,7 @@ list and watch, and tests and benchmarks feed it node and pod dicts directly.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ from gpuspawner.names.nvidia import PLUGIN_PREFIX
 from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, KUBESPAWNER_USER_LABEL, LABEL_HUB, LABEL_OFFERING, Kind
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS, aggregate, node_offerings
 from gpuspawner.pod.notebook import Notebook
+
+#: One serial for every index of the process: :attr:`ClusterIndex.changes` never takes a value twice,
+#: so (changes) alone tells two states of one index, or of two indexes, apart.
+_CHANGES = itertools.count(1)
 
 #: Pods of a cluster ask for few distinct request sets: each is kept once.
 _INTERNED: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
@@ -102,11 +107,13 @@ class _OfferingRows:
         #: The last availability with the mapped rows added, and the two it was made of.
         self.combined: tuple[Availability, list[tuple[str, Row, list[Any]]], Availability] | None = None
 
-    def set(self, node: str, row: Row | None) -> None:
+    def set(self, node: str, row: Row | None) -> bool:
+        """The ``node``'s row now (None: it serves the offering no more); whether that changed anything."""
         old = self.rows.pop(node, None)
-        if old == row and row is not None:
-            self.rows[node] = row
-            return
+        if old == row:
+            if row is not None:
+                self.rows[node] = row
+            return False
         self._cached = None
         if old is not None:
             self.capacity -= old[0]
@@ -119,6 +126,7 @@ class _OfferingRows:
             self.allocated += row[1]
             self.free += row[2]
             self.largest_hist[row[3]] += 1
+        return True
 
     def availability(self) -> Availability:
         """Cached until a row changes: a page view costs nothing per node."""
@@ -152,6 +160,13 @@ class ClusterIndex:
         #: Bumped whenever a node, or what the pods use on a node that publishes DRA devices, changes:
         #: with the DRA state's own generation it says when the mapping's rows must be made again.
         self._mapped_generation = 0
+        #: A new value (never one seen before in this process) whenever anything a count, a
+        #: discovered offering or a DRA or Kueue figure reads may have changed: every write below
+        #: takes one (a pod event only where it moved a tracked offering's count, is a hub user's
+        #: server or is on a node with DRA devices), and the inventory takes one for each DRA or
+        #: Kueue event it applies (:meth:`changed`). The spawn page keeps a page until it moves
+        #: (gpuspawner.hub.pagecache); every offering a page shows is tracked once it was made.
+        self.changes = next(_CHANGES)
         self.used: dict[str, Counter[str]] = {}
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}
         self.tracked: dict[tuple[str, Any], _OfferingRows] = {}
@@ -177,7 +192,7 @@ class ClusterIndex:
         if not offering.resources:
             return UNCOUNTED
         rows = self.tracked.get(_track_key(offering))
-        if rows is None or rows.offering != offering:
+        if rows is None or (rows.offering is not offering and rows.offering != offering):  # (the same object: no field compared)
             rows = self._track(offering)
         # DRA nodes that serve the offering's resource through the extended-resource mapping (capacity.mapped).
         mapped = self._mapped(rows)
@@ -229,15 +244,21 @@ class ClusterIndex:
 
     # ------------------------------------------------------------------ writes
 
+    def changed(self) -> None:
+        """Something the counts read has changed (see :attr:`changes`)."""
+        self.changes = next(_CHANGES)
+
     def set_notebook(self, notebook: Notebook) -> None:
         """The hub's notebook pod (cpu/memory guarantees, selector, tolerations): every count fits it beside the GPU."""
         if notebook != self.notebook:
+            self.changed()
             self.notebook = notebook
             for tracked in list(self.tracked):
                 self._track(self.tracked[tracked].offering)
 
     def replace(self, nodes: Iterable[Mapping[str, Any]] | None = None, pods: Iterable[Mapping[str, Any]] | None = None) -> None:
         """A (re)list: replace all nodes and/or all pods, then recompute every row."""
+        self.changed()
         if nodes is not None:
             self.nodes = {}
             self._node_offers = {}
@@ -273,6 +294,7 @@ class ClusterIndex:
 
     def end_pods(self) -> None:
         """The relist's pods replace all pods; every row is made again."""
+        self.changed()
         self.pods = self._relisting
         del self._relisting
         before, self._user_pods = self._user_pods, {}
@@ -309,6 +331,7 @@ class ClusterIndex:
                 return  # a status heartbeat: nothing the counts use changed
             offers = list(node_offerings(facts, self.class_labels))
             self._node_offers[name] = offers
+        self.changed()
         self._mapped_generation += 1
         self._plugin_nodes_changed()
         for rows in self.tracked.values():
@@ -326,6 +349,7 @@ class ClusterIndex:
             if new is not None:
                 self.pods[key] = new
             return
+        mapped_before = self._mapped_generation
         touched = set()
         # the hub among whose user pods it was, and is now (None: among none)
         was = (old.hub or "") if old is not None and old.user else None
@@ -346,8 +370,11 @@ class ClusterIndex:
             if reserved is not None:
                 self._add_use(reserved[0], reserved[1], -1)
                 touched.add(reserved[0])
-        for node in touched:
-            self._refresh_node(node)
+        counted = [self._refresh_node(node) for node in touched]
+        # A pod that moved no count (another team's pod on a node no offering shown counts, say), is
+        # nobody's server and touched no DRA node leaves `changes` as it was: the page stays kept.
+        if any(counted) or was is not None or now is not None or self._mapped_generation != mapped_before:
+            self.changed()
         if was is not None and was != now:
             self._tell(was, key, False)
         if now is not None and now != was:
@@ -362,6 +389,7 @@ class ClusterIndex:
         offering holds devices instead (:meth:`gpuspawner.dra.devices.DraState.reserve`).
         """
         self.release(key)
+        self.changed()
         if offering.claim is not None:
             return self.dra.reserve(key, offering, count)
         self.availability(offering)
@@ -394,6 +422,7 @@ class ClusterIndex:
         return node
 
     def release(self, key: str) -> None:
+        self.changed()
         self.dra.release(key)
         reserved = self.reservations.pop(key, None)
         if reserved is not None:
@@ -438,20 +467,23 @@ class ClusterIndex:
             reached = rows.reach[node] = rows.tally.reaches(facts)
         return rows.tally.row(facts, self.used.get(node, {}), reached)
 
-    def _refresh_node(self, node: str) -> None:
+    def _refresh_node(self, node: str) -> bool:
+        """Every tracked offering's row of ``node`` made again; whether any count changed."""
         facts = self.nodes.get(node)
         used: Mapping[str, int] = self.used.get(node, {})
+        changed = False
         for rows in self.tracked.values():
             if facts is None:
-                rows.set(node, None)
+                changed |= rows.set(node, None)
                 continue
             reached = rows.reach.get(node)
             if reached is None:
                 reached = rows.reach[node] = rows.tally.reaches(facts)
             if reached:
-                rows.set(node, rows.tally.row(facts, used, True))
+                changed |= rows.set(node, rows.tally.row(facts, used, True))
             elif node in rows.rows:
-                rows.set(node, None)
+                changed |= rows.set(node, None)
+        return changed
 
     def _track(self, offering: Offering) -> _OfferingRows:
         rows = _OfferingRows(offering, self.notebook)

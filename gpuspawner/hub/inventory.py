@@ -479,16 +479,21 @@ class Inventory:
             self.index.kueue.unavailable = next(iter(self._kueue_refusals.values()), "")
 
     def _apply(self, kind: str):
-        if kind in KUEUE_STREAMS:
-            return self.index.kueue.event(kind)
+        if kind in ("nodes", "pods"):  # (the index says itself when one changed a count: ClusterIndex.changes)
+            return {"nodes": self.index.node_event, "pods": self.index.pod_event}[kind]
         dra = self.index.dra
-        return {
-            "nodes": self.index.node_event,
-            "pods": self.index.pod_event,
-            "slices": dra.slice_event,
-            "classes": dra.class_event,
-            "claims": dra.claim_event,
-        }[kind]
+        apply = (
+            self.index.kueue.event(kind)
+            if kind in KUEUE_STREAMS
+            else {"slices": dra.slice_event, "classes": dra.class_event, "claims": dra.claim_event}[kind]
+        )
+        changed = self.index.changed
+
+        def applied(event: str, obj: dict) -> None:
+            apply(event, obj)
+            changed()  # a DRA or Kueue figure the page shows may have moved
+
+        return applied
 
     def _replace(self, kind: str, items: list[dict]) -> None:
         if kind in ("nodes", "pods"):
@@ -497,6 +502,7 @@ class Inventory:
             self.index.kueue.replace(kind, items)
         else:
             self.index.dra.replace(**{kind: items})
+        self.index.changed()
 
     async def _run(self, kind: str, method, kwargs: dict) -> None:
         apply = self._apply(kind)

@@ -133,6 +133,11 @@ class WaitQueue:
         queue = cls._queues.get(slug)
         return len(queue.waiting) if queue else 0
 
+    @classmethod
+    def lengths(cls) -> tuple[tuple[str, int], ...]:
+        """Every offering's queue that has someone waiting, with how many (what the page's badges read)."""
+        return tuple((slug, len(queue.waiting)) for slug, queue in cls._queues.items() if queue.waiting)
+
     @contextlib.asynccontextmanager
     async def place(self, key: str) -> AsyncIterator[Place]:
         self.waiting[key] = None

@@ -20,6 +20,7 @@ from gpuspawner.core.model import Offering
 from gpuspawner.hub import budgets
 from gpuspawner.hub.admitting import bound_holdings, check_quota, fit_image, group_members, obstacle_now
 from gpuspawner.hub.form import render_form
+from gpuspawner.hub.pagecache import PAGES, view_key
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, WaitQueue, refusal
 from gpuspawner.names.vocabulary import Kind
 from gpuspawner.offerings.catalog import gpu_offerings_in_play
@@ -32,14 +33,39 @@ from gpuspawner.page.views import FormView, OptionView, group_options, with_imag
 
 async def render_gpu_form(spawner: Any) -> str:
     """The spawn page: the GPU choice with KubeSpawner's profile form inside it, or
-    KubeSpawner's form alone while no GPU offering is in play."""
+    KubeSpawner's form alone while no GPU offering is in play.
+
+    A page is made again only when something it shows has changed (:mod:`gpuspawner.hub.pagecache`):
+    the same view again is answered with the page made before."""
+    extra_html = await kubespawner_form(spawner)
+    key = _key(spawner, extra_html)
+    page = PAGES.get(key) if key is not None else None
+    if page is not None:
+        return page
+    page = await _render_gpu_form(spawner, extra_html)
+    if key is not None and _key(spawner, extra_html) == key:  # (nothing moved while it was made)
+        PAGES.put(key, page)
+    return page
+
+
+def _key(spawner: Any, extra_html: str) -> tuple[Any, ...] | None:
+    """:func:`~gpuspawner.hub.pagecache.view_key`, or None (the page made now, and not kept) where the
+    settings are wrong (a time zone that does not exist, say): the page made now says so."""
+    try:
+        return view_key(spawner, extra_html)
+    except Exception:
+        return None
+
+
+async def _render_gpu_form(spawner: Any, extra_html: str) -> str:
+    """:func:`render_gpu_form` made now, with KubeSpawner's form ``extra_html``."""
     try:
         catalog = await spawner.catalog()
     except OfferingConfigError as exc:
         spawner.log.error("GPUSpawner configuration error: %s", exc)
         return render_form(FormView(groups=(), selected=None, selected_count=1, message=MISCONFIGURED_MESSAGE))
     if not gpu_offerings_in_play(catalog):
-        return await kubespawner_form(spawner)
+        return extra_html
     by_slug = {o.slug: o for o in catalog}
     quotas = bool(spawner.user_quota or spawner.group_quotas)  # without any, no quota refuses (capacity.admission.check_quota)
     bound, members = (bound_holdings(spawner, by_slug), group_members(spawner)) if quotas else ({}, {})
@@ -90,7 +116,7 @@ async def render_gpu_form(spawner: Any) -> str:
             groups=group_options(rows, [k.value for k in Kind]),
             selected=selected,
             selected_count=count,
-            extra_html=Markup(await kubespawner_form(spawner)),
+            extra_html=Markup(extra_html),
             refresh_seconds=spawner.form_refresh_seconds,
             notice=counts_notice(spawner.health(), now),
             budget=standing_text(standing) if standing is not None else "",

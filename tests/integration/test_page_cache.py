@@ -111,3 +111,28 @@ async def test_a_card_never_shows_another_users_holdings_or_a_count_from_before_
         html = await spawner.get_options_form()
         assert card(html, H100).find(data_gs_avail="").words == f"{free} of 8 free"
         assert "over your quota" not in parse(html).words
+
+
+async def test_a_kept_page_is_never_served_after_a_reservation_or_a_group_change(devcluster, namespace):
+    """The page is kept whole between views (gpuspawner.hub.pagecache): units an admitted spawn
+    holds before its pod exists (a reservation: no watch event) show on the next view, and so
+    does the giving back; a user added to a group sees that group's offering at once."""
+    ada = spawner_for(devcluster, namespace, "ada", groups=["students"])
+    await ada.catalog()
+    free = free_of(ada, H100)
+    assert free, "the devcluster's H100 node has a free GPU"
+    for _ in range(2):  # the second view is the kept page
+        html = await ada.get_options_form()
+        assert card(html, H100).find(data_gs_avail="").words == f"{free} of 8 free"
+        assert "gs-disabled" in card(html, "half-v100").attrs["class"]
+    index = ada.inventory.index
+    h100 = next(o for o in ada.catalog_now() if o.slug == H100)
+    assert index.reserve(f"{namespace}/page-cache-reservation", h100, 1) is not None
+    try:
+        assert card(await ada.get_options_form(), H100).find(data_gs_avail="").words == f"{free - 1} of 8 free"
+    finally:
+        index.release(f"{namespace}/page-cache-reservation")
+    assert card(await ada.get_options_form(), H100).find(data_gs_avail="").words == f"{free} of 8 free"
+    ada.user.groups.append(type("Group", (), {"name": "researchers"})())  # the admin added her to a group
+    restricted = card(await ada.get_options_form(), "half-v100")
+    assert "gs-disabled" not in restricted.attrs["class"] and "not allowed" not in restricted.words
