@@ -28,13 +28,10 @@ from kubespawner import KubeSpawner
 from traitlets import Bool, Dict, Float, Integer, List, Unicode, default, validate
 
 from gpuspawner.capacity.admission import QuotaLedger
-from gpuspawner.capacity.checks import config_problems
 from gpuspawner.capacity.index import ClusterIndex, Health
 from gpuspawner.capacity.kueuequeues import KueueRouting
-from gpuspawner.capacity.policy import Requester, allowed, named
-from gpuspawner.core.imagefit import ImageNeeds, ImageNeedsError, fitted, needs_for, parse_rules
-from gpuspawner.core.model import UNCOUNTED, Availability, Offering, QueueRoom
-from gpuspawner.core.settingskey import SettingsKey
+from gpuspawner.capacity.policy import Requester
+from gpuspawner.core.model import Availability, Offering
 from gpuspawner.core.windows import window_state
 from gpuspawner.hub import (
     admitting,
@@ -44,17 +41,17 @@ from gpuspawner.hub import (
     hubhooks,
     hubid,
     lifecycle,
-    metrics,
     orphans,
     spawnform,
+    spawnview,
     storedoptions,
 )
 from gpuspawner.hub import kueue as hubkueue
 from gpuspawner.hub.inventory import Inventory
-from gpuspawner.hub.orphans import OrphanReconciler
 from gpuspawner.hub.reflector import VerdictPodReflector, needs_restart
-from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, ProfileRefused, SpawnRefused
-from gpuspawner.hub.spawnstate import SpawnState, server_record, user_label
+from gpuspawner.hub.scheduling import ProfileRefused, SpawnRefused
+from gpuspawner.hub.spawnstate import SpawnState
+from gpuspawner.hub.spawnview import CHECKED_TRAITS
 from gpuspawner.names.vocabulary import (
     ANNOTATION_SPAWN,
     BUDGET_LEDGER_KEY,
@@ -65,13 +62,10 @@ from gpuspawner.names.vocabulary import (
     RECORD_OFFERING,
     STOP_NOTICE_KEY,
     AdmissionPolicy,
-    Refusal,
 )
-from gpuspawner.offerings.catalog import TRAITS as CATALOG_TRAITS
 from gpuspawner.offerings.catalog import CatalogConfig, gpu_offerings_in_play
-from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice
+from gpuspawner.offerings.choice import Choice
 from gpuspawner.offerings.entry import OfferingConfigError
-from gpuspawner.page.cards import unreachable_message
 from gpuspawner.page.useroptions import KnownKeys
 from gpuspawner.page.views import user_options_from_form
 from gpuspawner.pod.memguard import GuardConfigError, guarded
@@ -79,16 +73,12 @@ from gpuspawner.pod.podspec import (
     POD_SETTINGS,
     default_hub_id,
     default_pod_name_template,
-    hub_id_problem,
     identity,
     layered_settings,
     pod_changes,
 )
 
-#: The settings :func:`gpuspawner.capacity.checks.config_problems` checks.
-CHECKED_TRAITS = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
-CHECKED_TRAITS += ("memory_guard_kinds", "memory_guard_user_env", "user_gpu_budget", "group_gpu_budgets", "queue_timeout", "start_timeout")
-CHECKED_TRAITS += ("kueue_queues", "kueue_priority_classes", "image_requirements")
+__all__ = ["CHECKED_TRAITS", "GPUSpawner"]
 
 
 class GPUSpawner(KubeSpawner):
@@ -446,37 +436,18 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
-    @property
-    def image_rules(self) -> tuple[ImageNeeds, ...]:
-        """``image_requirements`` parsed (none while they are wrong: config_problems refuses the spawn first)."""
-        try:
-            return parse_rules(self.image_requirements)
-        except ImageNeedsError:
-            return ()
-
     def image_fit(self, offering: Offering, image: str) -> tuple[Offering, str]:
-        """``offering`` for ``image`` (on the nodes and devices that can run it), and why none can
-        ("" where one can, where the image needs nothing, or where there are no counts)."""
-        if not self.image_requirements:  # (no rules: every image needs nothing, the common case)
-            return offering, ""
-        needs = needs_for(image, self.image_rules)
-        index = self.counts()
-        if index is None:
-            return fitted(offering, needs), ""
-        return index.fit(offering, needs)
+        """``offering`` for ``image`` (see :func:`gpuspawner.hub.catalogs.image_fit`)."""
+        return catalogs.image_fit(self, offering, image)
 
     @property
     def kueue_routing(self) -> KueueRouting:
-        """The queue mapping (empty while the settings are wrong: config_problems refuses the spawn first).
-
-        Checked and made again only when the settings differ from those it was made from (a page
-        view asks once per offering)."""
-        return _kueue_routing(SettingsKey((self.kueue_queues, self.kueue_priority_classes)))
+        """The queue mapping (see :func:`gpuspawner.hub.spawnview.kueue_routing`)."""
+        return spawnview.kueue_routing(self)
 
     def config_problems(self) -> list[str]:
-        """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.capacity.checks`;
-        checked once per settings: a view asks several times)."""
-        return list(_config_problems(SettingsKey(({name: getattr(self, name) for name in CHECKED_TRAITS}, self.hub_id))))
+        """What is wrong with this hub's GPUSpawner settings (see :func:`gpuspawner.hub.spawnview.config_problems`)."""
+        return spawnview.config_problems(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -492,17 +463,17 @@ class GPUSpawner(KubeSpawner):
         hubhooks.own_row(self)
         hubhooks.log_refusals_on_one_line(self.log)
         hubhooks.hub_log_for_gpuspawner(self.log)
-        orphans.start_reconciler(self, GPUSpawner)
+        orphans.start_reconciler(self)
 
     @property
     def choice(self) -> Choice | None:
         """The current spawn's admitted offering and count (None before one, or with no GPU offering in play)."""
         return self.spawn_state.choice
 
-    #: This hub process's orphan reconciler (see gpuspawner.hub.orphans), made by its first spawner.
-    _orphans: ClassVar[OrphanReconciler | None] = None
-    #: Whether this process has said why it runs no orphan reconciler (once).
-    _orphans_refused: ClassVar[bool] = False
+    @property
+    def log_name(self) -> str:
+        """How the log names this server (JupyterHub's ``_log_name``; the seam's name for it)."""
+        return str(self._log_name)
 
     def orphan_io(self) -> tuple[Callable[[], Awaitable[list[dict[str, Any]]]], Callable[[str, str, str], Awaitable[None]]]:
         """The orphan reconciler's calls to the cluster (see :func:`gpuspawner.hub.orphans.cluster_io`)."""
@@ -510,101 +481,41 @@ class GPUSpawner(KubeSpawner):
 
     @property
     def catalog_config(self) -> CatalogConfig:
-        return CatalogConfig.from_settings({trait: getattr(self, trait) for trait in CATALOG_TRAITS})
-
-    def user_groups(self) -> list[tuple[str, Any]]:
-        """(name, group) of the user's groups, whatever shape the hub's User gives them in."""
-        return named(getattr(self.user, "groups", None))
+        return spawnview.catalog_config(self)
 
     def requester(self) -> Requester:
-        user = self.user
-        groups = frozenset(name for name, _ in self.user_groups())
-        metrics.observe_groups(user_label(user.name), groups)  # keyed as the pod label the inventory reads
-        return Requester(name=user.name, groups=groups, admin=bool(getattr(user, "admin", False)))
+        return spawnview.requester(self)
 
     @property
     def inventory(self) -> Inventory:
         """This process's one watch-based cache of Nodes and Pods."""
-        return Inventory.shared(self.api, self.vgpu_class_labels)
+        return spawnview.inventory(self)
 
     async def catalog(self) -> list[Offering]:
-        """Every offering this hub has now (configured + discovered), in display order.
-
-        Raises OfferingConfigError (logged; users see a short message) if the settings are wrong.
-        """
-        if not self.config_problems() and self.catalog_config.needs_inventory() and not self.inventory.ready:
-            await self.inventory.wait_answered(self.inventory_ready_timeout)  # at once unless the hub has just started
-        return self.catalog_now()
+        """Every offering this hub has now (see :func:`gpuspawner.hub.catalogs.catalog`)."""
+        return await catalogs.catalog(self)
 
     def catalog_now(self) -> list[Offering]:
         """:meth:`catalog` from what is known now, without waiting for the cluster."""
         return catalogs.catalog_now(self)
 
     def health(self) -> Health:
-        """How far the counts can be trusted; live when none are needed (no watch is started)."""
-        return self.inventory.health if self.catalog_config.needs_inventory() else Health(ready=True)
+        return catalogs.health(self)
 
     def counts(self) -> ClusterIndex | None:
-        """The live counts, or None where there are none: no offering needs them (no watch
-        is started then), or the hub may not read the cluster (see Inventory.forbidden)."""
-        if not self.catalog_config.needs_inventory():
-            return None
-        inventory = self.inventory
-        return None if inventory.forbidden else inventory.index
+        """The live counts, or None where there are none (see :func:`gpuspawner.hub.catalogs.counts`)."""
+        return catalogs.counts(self)
 
     def availability(self, offering: Offering, through_queue: bool = True) -> Availability:
-        """Capacity and free units of ``offering`` now; uncounted where there are no counts.
-        Where this user's server of it goes through a Kueue queue (and ``through_queue``), the
-        smaller of the nodes' count and what the queue still admits (see :meth:`queue_room`)."""
-        index = self.counts()
-        avail = index.availability(offering) if index is not None else UNCOUNTED
-        room = self.queue_room(offering) if through_queue else None
-        return avail.within(room) if room is not None else avail
+        """Capacity and free units of ``offering`` now (see :func:`gpuspawner.hub.catalogs.availability`)."""
+        return catalogs.availability(self, offering, through_queue)
 
     def availabilities(self) -> Callable[[Offering], Availability]:
-        """:meth:`availability` for the many offerings of one view: what the settings say (the counts
-        to read, whether any server goes through a Kueue queue) read once, not once per offering."""
-        if self.kueue_routing.enabled:
-            return self.availability
-        index = self.counts()
-        return index.availability if index is not None else lambda offering: UNCOUNTED
-
-    def queue_room(self, offering: Offering) -> QueueRoom | None:
-        """What the Kueue LocalQueue this user's server of ``offering`` goes to still admits, from
-        the inventory's watch of Kueue's queues (started here, once); None where it goes through
-        no queue (docs/kueue.md). Cohort borrowing is not counted (capacity.kueuequota)."""
-        if not offering.takes_units:
-            return None
-        routing = self.kueue_routing
-        queue = routing.queue_for(offering, (name for name, _ in self.user_groups())) if routing.enabled else ""
-        if not queue or not self.catalog_config.needs_inventory():
-            return None
-        inventory = self.inventory
-        inventory.watch_kueue(None if self.enable_user_namespaces else self.namespace)
-        return inventory.index.kueue.room(offering, inventory.index.notebook, self.namespace, queue)
-
-    def _default_slug(self, offerings: dict[str, Offering]) -> str | None:
-        if self.default_offering and self.default_offering in offerings:
-            return self.default_offering
-        cpu = [slug for slug, o in offerings.items() if not o.is_gpu]
-        return cpu[0] if cpu else next(iter(offerings), None)
-
-    def misconfigured(self, exc: OfferingConfigError) -> SpawnRefused:
-        self.log.error("GPUSpawner configuration error: %s", exc)
-        return SpawnRefused(MISCONFIGURED_MESSAGE, Refusal.MISCONFIGURED)
+        return catalogs.availabilities(self)
 
     def choose(self, user_options: dict[str, Any], catalog: list[Offering]) -> Choice:
-        """The offering and count ``user_options`` ask for, if this user may take it from
-        ``catalog``. Raises :class:`SpawnRefused`: 503 when the cluster cannot be reached, 400
-        malformed, 403 not offered to this user."""
-        health = self.health()
-        if not health.ready and not health.forbidden:  # no pod can be made, and the counts cannot be trusted
-            raise SpawnRefused(unreachable_message(health, self.now()), Refusal.UNREACHABLE)
-        offerings = allowed(catalog, self.requester())
-        try:
-            return parse_choice(user_options, offerings, self._default_slug(offerings))
-        except ChoiceError as exc:
-            raise SpawnRefused(str(exc), exc.reason) from None
+        """The offering and count ``user_options`` ask for (see :func:`gpuspawner.hub.catalogs.choose`)."""
+        return catalogs.choose(self, user_options, catalog)
 
     # ------------------------------------------------------------------ user_options keys
 
@@ -612,29 +523,17 @@ class GPUSpawner(KubeSpawner):
         """The ``user_options`` keys a spawn may carry (see :mod:`gpuspawner.page.useroptions`)."""
         return storedoptions.known(self)
 
-    def storable_user_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """What of ``options`` the hub may store for this server (see :func:`gpuspawner.hub.storedoptions.storable`)."""
-        return storedoptions.storable(self, options)
-
     #: The ``user_options`` keys whose values were over the bound when they were last set (and
     #: were left out): a start with them is refused (400) before anything else.
-    _too_long: tuple[str, ...] = ()
+    too_long: tuple[str, ...] = ()
     #: What the hub's row held before JupyterHub stored the coming start's options (None: the
-    #: start stored none, e.g. a POST without a body).
-    _options_before: dict[str, Any] | None = None
-
-    def stored_for_start(self, before: dict[str, Any]) -> None:
-        """JupyterHub stored a start's options over ``before`` (see hubhooks): a start refused
-        for the options themselves puts ``before`` back."""
-        self._options_before = dict(before)
-
-    def _put_back_options(self, before: dict[str, Any] | None, refusal: SpawnRefused) -> None:
-        storedoptions.put_back(self, before, refusal)
+    #: start stored none, e.g. a POST without a body): a start refused for them puts it back.
+    options_before: dict[str, Any] | None = None
 
     @validate("user_options")
     def _only_known_user_options(self, proposal: dict[str, Any]) -> dict[str, Any]:
         """``self.user_options`` holds known keys only, whoever sets it (see :func:`gpuspawner.hub.storedoptions.validated`)."""
-        kept, self._too_long = storedoptions.validated(self, proposal["value"])
+        kept, self.too_long = storedoptions.validated(self, proposal["value"])
         return kept
 
     async def _run_apply_user_options(self, user_options):
@@ -660,7 +559,7 @@ class GPUSpawner(KubeSpawner):
             try:
                 catalog = await self.catalog()  # once per spawn: the choice, quotas and capacity read this one
             except OfferingConfigError as exc:
-                raise self.misconfigured(exc) from None
+                raise catalogs.misconfigured(self, exc) from None
             in_play = gpu_offerings_in_play(catalog)
             before = copy.deepcopy(self.environment)  # what the config and the hooks set
             await self._load_profile_options(in_play)
@@ -677,6 +576,13 @@ class GPUSpawner(KubeSpawner):
         finally:
             self.spawn_state.decided.set()
         self.refused_options = None
+
+    def _profiles_now(self) -> list[dict[str, Any]]:
+        """KubeSpawner's profile list, initialized as KubeSpawner does, where it needs no awaiting
+        ([] without one, or where it is a callable)."""
+        if not self.profile_list or callable(self.profile_list):
+            return []
+        return list(self._get_initialized_profile_list(self._sorted_dict_values(self.profile_list)))
 
     async def _initialized_profile_list(self) -> list[dict]:
         profile_list = self._sorted_dict_values(self.profile_list)
@@ -726,7 +632,7 @@ class GPUSpawner(KubeSpawner):
 
     def record(self, url: str | None = None) -> dict[str, Any]:
         """What other services (the culler, the inventory) may read about this server's GPU."""
-        return server_record(self.spawn_state, self.pod_name, self.namespace, url)
+        return spawnview.record(self, url)
 
     # ------------------------------------------------------------------ the spawn page
 
@@ -742,7 +648,7 @@ class GPUSpawner(KubeSpawner):
 
     async def _render_gpu_form(self, spawner: GPUSpawner | None = None) -> str:
         """The spawn page (see :func:`gpuspawner.hub.spawnform.render_gpu_form`)."""
-        return await spawnform.render_gpu_form(self)
+        return await spawnform.render_gpu_form(self, self._initialized_profile_list)
 
     def _options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
         """KubeSpawner's ``_options_from_form``: the same signature, synchronous, a dict.
@@ -758,7 +664,7 @@ class GPUSpawner(KubeSpawner):
         options = super()._options_from_form({k: v for k, v in formdata.items() if k not in ours})
         options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
         try:
-            spawnform.refuse_now(self, options)
+            spawnform.refuse_now(self, options, self._profiles_now())
         except SpawnRefused:
             self.refused_options = options  # JupyterHub shows the form again: it keeps the choice
             raise
@@ -933,20 +839,6 @@ class GPUSpawner(KubeSpawner):
         """KubeSpawner's, and the spawn's; the GPU-hour ledger stays (the hub saves it after a stop)."""
         super().clear_state()
         self.spawn_state = SpawnState()
-
-
-@functools.lru_cache(maxsize=64)
-def _kueue_routing(settings: SettingsKey) -> KueueRouting:
-    try:
-        return KueueRouting.from_settings(*settings.value)
-    except ValueError:
-        return KueueRouting()
-
-
-@functools.lru_cache(maxsize=64)
-def _config_problems(checked: SettingsKey) -> tuple[str, ...]:
-    section, hub_id = checked.value
-    return (*config_problems(section), *filter(None, [hub_id_problem(hub_id)]))
 
 
 @functools.cache
