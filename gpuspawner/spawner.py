@@ -229,7 +229,7 @@ class GPUSpawner(KubeSpawner):
     ).tag(config=True)
 
     #: This server's GPU-hour ledger (kept in its state, also after it stops: see hub.budgets).
-    gpu_usage = List()
+    gpu_usage: List[Any] = List()
 
     site_timezone = Unicode(
         "UTC",
@@ -536,7 +536,7 @@ class GPUSpawner(KubeSpawner):
         kept, self.too_long = storedoptions.validated(self, proposal["value"])
         return kept
 
-    async def _run_apply_user_options(self, user_options):
+    async def _run_apply_user_options(self, user_options: dict[str, Any]) -> Any:
         """JupyterHub's ``apply_user_options`` hook still works (on the known keys); without one,
         nothing is "unhandled": gpuspawner applies ``offering``/``count`` (and KubeSpawner's
         profile) in load_user_options."""
@@ -582,13 +582,15 @@ class GPUSpawner(KubeSpawner):
         ([] without one, or where it is a callable)."""
         if not self.profile_list or callable(self.profile_list):
             return []
-        return list(self._get_initialized_profile_list(self._sorted_dict_values(self.profile_list)))
+        initialized: list[dict[str, Any]] = self._get_initialized_profile_list(self._sorted_dict_values(self.profile_list))
+        return initialized
 
-    async def _initialized_profile_list(self) -> list[dict]:
+    async def _initialized_profile_list(self) -> list[dict[str, Any]]:
         profile_list = self._sorted_dict_values(self.profile_list)
         if callable(profile_list):
             profile_list = await maybe_future(profile_list(self))
-        return self._get_initialized_profile_list(profile_list)
+        initialized: list[dict[str, Any]] = self._get_initialized_profile_list(profile_list)
+        return initialized
 
     async def _load_profile_options(self, gpu_in_play: bool) -> None:
         """KubeSpawner's profile choice, by KubeSpawner's own ``load_user_options``.
@@ -636,7 +638,7 @@ class GPUSpawner(KubeSpawner):
 
     # ------------------------------------------------------------------ the spawn page
 
-    def _options_form_default(self):
+    def _options_form_default(self) -> Any:
         """KubeSpawner's own form while no GPU offering can be in play (none configured,
         discovery off); otherwise decided on each view (see _render_gpu_form)."""
         if not self.offerings and not self.discover_offerings:
@@ -659,7 +661,8 @@ class GPUSpawner(KubeSpawner):
         checks everything again (load_user_options), as the cluster may change in between.
         """
         if OFFERING_KEY not in formdata:  # KubeSpawner's form (or a query): KubeSpawner's answer, checked at start
-            return super()._options_from_form(formdata)
+            theirs: dict[str, Any] = super()._options_from_form(formdata)
+            return theirs
         ours = {k for k in formdata if k in (OFFERING_KEY, COUNT_KEY) or k.startswith(COUNT_FIELD_PREFIX)}
         options = super()._options_from_form({k: v for k, v in formdata.items() if k not in ours})
         options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
@@ -672,7 +675,7 @@ class GPUSpawner(KubeSpawner):
 
     # ------------------------------------------------------------------ start / stop
 
-    async def _start(self):
+    async def _start(self) -> Any:
         return await lifecycle.start(self, super()._start)
 
     # ------------------------------------------------------------------ Dynamic Resource Allocation
@@ -706,7 +709,7 @@ class GPUSpawner(KubeSpawner):
             for name, value in site.items():
                 setattr(self, name, value)
 
-    async def get_pod_manifest(self):
+    async def get_pod_manifest(self) -> Any:
         """KubeSpawner's pod with the chosen offering added (:meth:`_offering_added`); for a
         DRA offering, also with the GPU claim added to the pod's
         ``resourceClaims`` and the notebook container's ``resources.claims`` (after whatever
@@ -719,7 +722,7 @@ class GPUSpawner(KubeSpawner):
             claimlife.add_claim(pod, self.pod_name)
         return pod
 
-    async def _make_create_pod_request(self, pod, request_timeout):
+    async def _make_create_pod_request(self, pod: Any, request_timeout: int) -> bool:
         """KubeSpawner's pod creation, which never deletes a pod that is not this server's own
         (a spawn whose pod name another hub's pod holds is refused, 409: :mod:`gpuspawner.hub.hubid`);
         a DRA server's claim is made with it (see :func:`gpuspawner.hub.claimlife.create_pod`)."""
@@ -730,16 +733,16 @@ class GPUSpawner(KubeSpawner):
             return await create(pod, request_timeout)
         return await claimlife.create_pod(self, offering, pod, request_timeout, create)
 
-    async def poll(self):
+    async def poll(self) -> int | None:
         """KubeSpawner's poll; with ``stop_outside_window``, a server past its window counts as done."""
         if self.spawn_state.refused:
             return 1  # refused before its pod was made (the hub polls before cleaning up): nothing runs
-        status = await super().poll()
+        status: int | None = await super().poll()
         if status is None and self.stop_outside_window:
             slug = self.choice.offering.slug if self.choice else (self.spawn_state.saved_record or {}).get(RECORD_OFFERING)
             offering = next((o for o in await self.catalog() if o.slug == slug), None) if slug else None
             closed = window_state(offering.windows, self.now()) if offering else ""
-            if closed:
+            if offering is not None and closed:  # (closed only where there is an offering)
                 self.log.info("%s: %s is %s now; stopping the server (stop_outside_window)", self._log_name, offering.slug, closed)
                 return 0  # the hub then stops it as a server that has exited
         if status is None:
@@ -765,7 +768,7 @@ class GPUSpawner(KubeSpawner):
         self.log.info("%s: stopped by Kueue or a device taint: %s", self._log_name, self.stop_notice["text"])
         return True
 
-    async def stop(self, now: bool = False):
+    async def stop(self, now: bool = False) -> None:
         """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``);
         never of a pod of another hub that has this server's pod name (hub.hubid.stop_blocked)."""
 
@@ -781,7 +784,7 @@ class GPUSpawner(KubeSpawner):
     #: The inventory's stream failures when the pod reflector was last (re)started.
     _reflector_outages: ClassVar[int] = 0
 
-    async def _start_watching_pods(self, replace: bool = False):
+    async def _start_watching_pods(self, replace: bool = False) -> Any:
         """KubeSpawner's pod reflector, started afresh after an API server outage.
 
         After an outage KubeSpawner's reflector may have given up (it stops for good after
@@ -819,7 +822,7 @@ class GPUSpawner(KubeSpawner):
 
     def get_state(self) -> dict[str, Any]:
         """KubeSpawner's state plus what this server holds (kept across hub restarts)."""
-        state = super().get_state()
+        state: dict[str, Any] = super().get_state()
         record = self.record() if self.choice is not None else self.spawn_state.saved_record
         if record:
             state[RECORD_KEY] = record

@@ -44,7 +44,7 @@ def bound_holdings(spawner: Spawner, catalog: dict[str, Offering]) -> dict[str, 
     for key, pod in pods.items():
         offering = catalog.get(pod.offering or "")
         if offering is not None:
-            out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user)
+            out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user or "")  # (user_pods: all carry a user)
     return out
 
 

@@ -119,7 +119,7 @@ class RefusalsOnOneLine(logging.Filter):
         return True
 
 
-def log_refusals_on_one_line(log: logging.Logger | logging.LoggerAdapter) -> None:
+def log_refusals_on_one_line(log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
     """Add :class:`RefusalsOnOneLine` to the hub's logger and to asyncio's (once each).
 
     asyncio's: when a spawn outlasts the page's ``slow_spawn_timeout`` (a busy hub) and is then
@@ -131,7 +131,7 @@ def log_refusals_on_one_line(log: logging.Logger | logging.LoggerAdapter) -> Non
             each.addFilter(RefusalsOnOneLine())
 
 
-def hub_log_for_gpuspawner(log: logging.Logger | logging.LoggerAdapter) -> None:
+def hub_log_for_gpuspawner(log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
     """Send what gpuspawner's own modules log (the inventory's lists and outages, the orphan
     reconciler, Kueue's streams: loggers named ``gpuspawner.*``) to the hub's log handlers, at the
     hub's level, so they read like the hub's own lines; without this only their warnings reach

@@ -73,6 +73,7 @@ def stored_hub_id(db: Any, namespace: str, log: Any = None) -> str:
         if log is not None:
             log.error("GPUSpawner: cannot keep this hub's identity in its database (%s); set c.GPUSpawner.hub_id", exc)
         return ""
+    value = str(value)  # (the column is a string)
     _stored[engine] = value
     if log is not None:
         log.info("GPUSpawner: this hub's identity is %r (no c.GPUSpawner.hub_id set), %s its database (table %s)", value, how, TABLE.name)

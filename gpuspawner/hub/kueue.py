@@ -259,9 +259,9 @@ async def held(spawner: Spawner) -> str:
         pod = _pod(spawner)
         ended = take_ended(spawner)
         if ended is not None:
-            refusal = f"The server was stopped before it started {stop_notice(*ended)['why']}."
-            spawner.log.info("%s: stopped by Kueue while starting: %s", spawner.log_name, refusal)
-            return refusal
+            stopped = f"The server was stopped before it started {stop_notice(*ended)['why']}."
+            spawner.log.info("%s: stopped by Kueue while starting: %s", spawner.log_name, stopped)
+            return stopped
         if pod is not None and not gated(pod):
             say_admitted(state)  # (then only Kueue's stop of the pod is looked for, in the reflector)
         elif pod is not None:
@@ -400,7 +400,8 @@ def stop_notice(stopped: Mapping[str, Any], queue: str) -> dict[str, str]:
 def take_ended(spawner: Spawner) -> tuple[Mapping[str, Any], str] | None:
     """Kueue's stop of the server's pod as KubeSpawner's reflector saw it go by (its
     ``TerminationTarget`` condition and the pod's queue), taken: it is explained once."""
-    return getattr(spawner.pod_reflector, "ended", {}).pop(f"{spawner.namespace}/{spawner.pod_name}", None)
+    ended: dict[str, tuple[Mapping[str, Any], str]] = getattr(spawner.pod_reflector, "ended", {})
+    return ended.pop(f"{spawner.namespace}/{spawner.pod_name}", None)
 
 
 def home_notice(ended: tuple[Mapping[str, Any], str], server_name: str) -> dict[str, str]:

@@ -38,9 +38,9 @@ async def start(spawner: Spawner, kubespawner_start: Callable[[], Awaitable[Any]
     before, spawner.options_before = spawner.options_before, None
     if spawner.too_long:  # (left out of user_options: see storedoptions.validated)
         spawner.spawn_state.refused = True
-        refused = SpawnRefused(too_long_message(spawner.too_long), Refusal.MALFORMED)
-        refused.during_start = True
-        raise refused
+        malformed = SpawnRefused(too_long_message(spawner.too_long), Refusal.MALFORMED)
+        malformed.during_start = True
+        raise malformed
     starting = asyncio.ensure_future(kubespawner_start())
     watch = asyncio.ensure_future(first_verdict(watch_scheduling(spawner), kueue.held(spawner)))
     preparing = asyncio.ensure_future(claimlife.watch_binding(spawner))  # words only: a progress step
@@ -66,7 +66,9 @@ async def start(spawner: Spawner, kubespawner_start: Callable[[], Awaitable[Any]
             raise SpawnRefused(reason, why)
     except BaseException as exc:
         spawner.quota_ledger.release(admitting.reservation_key(spawner))
-        refused = exc if isinstance(exc, SpawnRefused) else failed_call_refusal(spawner, exc) if isinstance(exc, Exception) else None
+        refused: SpawnRefused | None = (
+            exc if isinstance(exc, SpawnRefused) else failed_call_refusal(spawner, exc) if isinstance(exc, Exception) else None
+        )
         if refused is None:
             raise
         refused.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
@@ -128,7 +130,7 @@ def pod_waiting_words(pod: dict[str, Any] | None) -> str:
         return "the cluster had not confirmed its pod yet (the API server answers slowly)"
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     if not spec.get("nodeName"):
-        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        scheduled: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
         said = f": {scheduled['message']}" if scheduled.get("message") else ""
         return f"its pod was still waiting for a node{said}"
     for container in status.get("containerStatuses") or []:
@@ -215,6 +217,7 @@ async def watch_scheduling(spawner: Spawner) -> str:
     choice = state.choice
     if choice is None or state.expect_wait:
         await asyncio.Future()  # nothing to watch: warned users (or no GPU) wait it out
+    assert choice is not None  # (the future above is never done)
     scheduler_says = await scheduler_verdict(lambda: spawner.pod_reflector, f"{spawner.namespace}/{spawner.pod_name}")
     offering = choice.offering
     admitting.release_reservation(spawner)  # this pod will not run: its own units are not what stands in the way

@@ -42,7 +42,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,7 +159,7 @@ class OrphanReconciler:
 
     def __init__(
         self,
-        list_pods: Callable[[], Awaitable[list[Mapping[str, Any]]]],
+        list_pods: Callable[[], Awaitable[Sequence[Mapping[str, Any]]]],
         hub_servers: Callable[[], HubRecords],
         delete: Callable[[str, str, str], Awaitable[None]],
         *,

@@ -23,7 +23,7 @@ from gpuspawner.hub.scheduling import unschedulable_reason
 ENDED_KEPT = 1000
 
 
-class _Told(dict):
+class _Told(dict[str, Any]):
     """The reflector's pods by ``namespace/name``; calls ``changed`` on every update and
     ``removed`` with the last pod seen when its DELETED event drops it."""
 
@@ -100,9 +100,10 @@ class VerdictPodReflector(PodReflector):
             self.ended[key] = (ended, queue_of((pod.get("metadata") or {}).get("labels")))
         waiters = self._waiters.get(key)
         reason = unschedulable_reason(pod) if waiters else None
-        for future in list(waiters or ()) if reason else ():
-            if not future.done():
-                future.set_result(reason)
+        if reason:
+            for future in list(waiters or ()):
+                if not future.done():
+                    future.set_result(reason)
 
 
 async def scheduler_verdict(reflector_of: Callable[[], Any], key: str) -> str:

@@ -106,10 +106,10 @@ async def render_gpu_form(spawner: Spawner, profile_list: Callable[[], Awaitable
 async def kubespawner_form(spawner: Spawner) -> str:
     """KubeSpawner's own spawn form (its profile list); "" without a profile_list."""
     form = KubeSpawner._options_form_default(spawner)
-    return await maybe_future(form(spawner)) if callable(form) else form
+    return str(await maybe_future(form(spawner)) if callable(form) else form)
 
 
-def check_profile_choice(options: dict[str, Any], profile_list: list[dict]) -> None:
+def check_profile_choice(options: dict[str, Any], profile_list: list[dict[str, Any]]) -> None:
     """KubeSpawner's profile choice in ``options`` checked against ``profile_list`` (400)."""
     try:
         check_profile(options, profile_list)

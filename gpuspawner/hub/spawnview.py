@@ -24,7 +24,7 @@ from gpuspawner.offerings.catalog import CatalogConfig
 from gpuspawner.pod.podspec import hub_id_problem
 
 #: The settings :func:`gpuspawner.capacity.checks.config_problems` checks.
-CHECKED_TRAITS = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
+CHECKED_TRAITS: tuple[str, ...] = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
 CHECKED_TRAITS += ("memory_guard_kinds", "memory_guard_user_env", "user_gpu_budget", "group_gpu_budgets", "queue_timeout", "start_timeout")
 CHECKED_TRAITS += ("kueue_queues", "kueue_priority_classes", "image_requirements")
 
