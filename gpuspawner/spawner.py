@@ -13,14 +13,11 @@ made of them, so no spawn loses what a hook set and none leaves an offering behi
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import functools
-import importlib.resources
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime
-from typing import Any, ClassVar
+from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from jupyterhub.utils import maybe_future
@@ -28,54 +25,43 @@ from kubespawner import KubeSpawner
 from traitlets import Bool, Dict, Float, Integer, List, Unicode, default, validate
 
 from gpuspawner.capacity.admission import QuotaLedger
-from gpuspawner.capacity.index import ClusterIndex, Health
+from gpuspawner.capacity.index import ClusterIndex
 from gpuspawner.capacity.kueuequeues import KueueRouting
-from gpuspawner.capacity.policy import Requester
 from gpuspawner.core.model import Availability, Offering
-from gpuspawner.core.windows import window_state
 from gpuspawner.hub import (
-    admitting,
-    budgets,
     catalogs,
+    choosing,
     claimlife,
     hubhooks,
     hubid,
     lifecycle,
     orphans,
+    reflector,
     spawnform,
     spawnview,
     storedoptions,
 )
-from gpuspawner.hub import kueue as hubkueue
 from gpuspawner.hub.inventory import Inventory
-from gpuspawner.hub.reflector import VerdictPodReflector, needs_restart
 from gpuspawner.hub.scheduling import ProfileRefused, SpawnRefused
 from gpuspawner.hub.spawnstate import SpawnState
 from gpuspawner.hub.spawnview import CHECKED_TRAITS
 from gpuspawner.names.vocabulary import (
-    ANNOTATION_SPAWN,
     BUDGET_LEDGER_KEY,
     COUNT_FIELD_PREFIX,
     COUNT_KEY,
     OFFERING_KEY,
     RECORD_KEY,
-    RECORD_OFFERING,
     STOP_NOTICE_KEY,
     AdmissionPolicy,
 )
-from gpuspawner.offerings.catalog import CatalogConfig, gpu_offerings_in_play
+from gpuspawner.offerings.catalog import CatalogConfig
 from gpuspawner.offerings.choice import Choice
-from gpuspawner.offerings.entry import OfferingConfigError
-from gpuspawner.page.useroptions import KnownKeys
 from gpuspawner.page.views import user_options_from_form
-from gpuspawner.pod.memguard import GuardConfigError, guarded
 from gpuspawner.pod.podspec import (
     POD_SETTINGS,
     default_hub_id,
     default_pod_name_template,
-    identity,
     layered_settings,
-    pod_changes,
 )
 
 __all__ = ["CHECKED_TRAITS", "GPUSpawner"]
@@ -483,9 +469,6 @@ class GPUSpawner(KubeSpawner):
     def catalog_config(self) -> CatalogConfig:
         return spawnview.catalog_config(self)
 
-    def requester(self) -> Requester:
-        return spawnview.requester(self)
-
     @property
     def inventory(self) -> Inventory:
         """This process's one watch-based cache of Nodes and Pods."""
@@ -499,9 +482,6 @@ class GPUSpawner(KubeSpawner):
         """:meth:`catalog` from what is known now, without waiting for the cluster."""
         return catalogs.catalog_now(self)
 
-    def health(self) -> Health:
-        return catalogs.health(self)
-
     def counts(self) -> ClusterIndex | None:
         """The live counts, or None where there are none (see :func:`gpuspawner.hub.catalogs.counts`)."""
         return catalogs.counts(self)
@@ -510,18 +490,7 @@ class GPUSpawner(KubeSpawner):
         """Capacity and free units of ``offering`` now (see :func:`gpuspawner.hub.catalogs.availability`)."""
         return catalogs.availability(self, offering, through_queue)
 
-    def availabilities(self) -> Callable[[Offering], Availability]:
-        return catalogs.availabilities(self)
-
-    def choose(self, user_options: dict[str, Any], catalog: list[Offering]) -> Choice:
-        """The offering and count ``user_options`` ask for (see :func:`gpuspawner.hub.catalogs.choose`)."""
-        return catalogs.choose(self, user_options, catalog)
-
     # ------------------------------------------------------------------ user_options keys
-
-    def known_user_options(self) -> KnownKeys:
-        """The ``user_options`` keys a spawn may carry (see :mod:`gpuspawner.page.useroptions`)."""
-        return storedoptions.known(self)
 
     #: The ``user_options`` keys whose values were over the bound when they were last set (and
     #: were left out): a start with them is refused (400) before anything else.
@@ -545,37 +514,8 @@ class GPUSpawner(KubeSpawner):
 
     async def load_user_options(self) -> None:
         """KubeSpawner's profile, then the chosen offering checked and admitted (KubeSpawner's
-        ``_start`` calls this after the hub ran its hooks).
-
-        With no GPU offering in play this is KubeSpawner's own: user_options, the pod, the
-        state and the refusals of a wrong profile stay KubeSpawner's (an ``offering`` key,
-        which KubeSpawner would ignore, is still checked, so a request for a GPU this hub
-        does not have is refused). Nothing here changes KubeSpawner's pod settings: the
-        offering is added to the pod as it is built (:meth:`get_pod_manifest`).
-        Raises :class:`SpawnRefused` (its status and message become the hub's answer).
-        """
-        self.spawn_state.restart()  # (KubeSpawner's _start calls this, after our _start began timing it)
-        try:
-            try:
-                catalog = await self.catalog()  # once per spawn: the choice, quotas and capacity read this one
-            except OfferingConfigError as exc:
-                raise catalogs.misconfigured(self, exc) from None
-            in_play = gpu_offerings_in_play(catalog)
-            before = copy.deepcopy(self.environment)  # what the config and the hooks set
-            await self._load_profile_options(in_play)
-            self.spawn_state.profile_env_keys = frozenset(k for k, v in self.environment.items() if k not in before or before[k] != v)
-            choice = self.choose(self.user_options, catalog)
-            if in_play:
-                choice = admitting.fit_image(self, choice, self.image)  # the profile has set the image by now
-                self.apply_choice(choice)
-                await admitting.admit(self, choice, catalog)
-        except SpawnRefused:
-            self.spawn_state.refused = True
-            self.refused_options = dict(self.user_options)
-            raise
-        finally:
-            self.spawn_state.decided.set()
-        self.refused_options = None
+        ``_start`` calls this after the hub ran its hooks; see :func:`gpuspawner.hub.choosing.load_user_options`)."""
+        await choosing.load_user_options(self, self._load_profile_options)
 
     def _profiles_now(self) -> list[dict[str, Any]]:
         """KubeSpawner's profile list, initialized as KubeSpawner does, where it needs no awaiting
@@ -610,27 +550,8 @@ class GPUSpawner(KubeSpawner):
             raise ProfileRefused(message) from None
 
     def apply_choice(self, choice: Choice) -> None:
-        """Take ``choice`` for this spawn: what it adds to the pod (layered onto KubeSpawner's
-        settings by :meth:`get_pod_manifest`, never written into them) and the user_options
-        that name it."""
-        try:
-            guard, user_env = guarded(choice.offering, choice.count, self.memory_guard_kinds, self.memory_guard_user_env, _hook_source)
-        except GuardConfigError as exc:  # config_problems has refused the spawn before this
-            raise OfferingConfigError(str(exc)) from None
-        changes = pod_changes(choice.offering, choice.count, guard)
-        queued = self.kueue_routing.labels(choice.offering, self.requester().groups)
-        if queued:  # Kueue admits this server by its queue's quota (docs/kueue.md)
-            changes = dataclasses.replace(changes, labels={**changes.labels, **queued})
-        state = self.spawn_state
-        state.choice, state.pod_changes, state.user_env = choice, changes, user_env
-        self.user_options = {**choice.as_user_options(), **self._passthrough_options(), RECORD_KEY: self.record()}
-        offered = f"{choice.offering.slug} x{choice.count}"
-        self.log.info("%s: offering %s -> limits %s, selector %s", self._log_name, offered, changes.limits, changes.node_selector)
-
-    def _passthrough_options(self) -> dict[str, Any]:
-        """Options that are not gpuspawner's (e.g. KubeSpawner's ``profile``) are kept as they were."""
-        ours = {OFFERING_KEY, COUNT_KEY, RECORD_KEY}
-        return {k: v for k, v in (self.user_options or {}).items() if k not in ours}
+        """Take ``choice`` for this spawn (see :func:`gpuspawner.hub.choosing.apply_choice`)."""
+        choosing.apply_choice(self, choice)
 
     def record(self, url: str | None = None) -> dict[str, Any]:
         """What other services (the culler, the inventory) may read about this server's GPU."""
@@ -680,14 +601,6 @@ class GPUSpawner(KubeSpawner):
 
     # ------------------------------------------------------------------ Dynamic Resource Allocation
 
-    def _stamp_identity(self, pod: Any) -> None:
-        """Label the pod with this hub's identity and annotate whose server it is in the hub's
-        database (see podspec.identity), for the orphan reconciler and the quotas; the claim
-        template copies both from the pod."""
-        labels, annotations = identity(self.hub_id, hubid.own_user_key(self))
-        pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
-        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations, ANNOTATION_SPAWN: self.spawn_state.spawn_id}
-
     @contextlib.contextmanager
     def _offering_added(self) -> Iterator[None]:
         """KubeSpawner's pod settings with this spawn's offering on top while KubeSpawner
@@ -717,7 +630,7 @@ class GPUSpawner(KubeSpawner):
         ``modify_pod_hook`` still sees and may change the result)."""
         with self._offering_added():
             pod = await super().get_pod_manifest()
-        self._stamp_identity(pod)  # every pod, GPU offerings in play or not: whose it is (hub.hubid)
+        hubid.stamp_identity(self, pod)  # every pod, GPU offerings in play or not: whose it is (hub.hubid)
         if claimlife.claimed(self) is not None:
             claimlife.add_claim(pod, self.pod_name)
         return pod
@@ -734,84 +647,21 @@ class GPUSpawner(KubeSpawner):
         return await claimlife.create_pod(self, offering, pod, request_timeout, create)
 
     async def poll(self) -> int | None:
-        """KubeSpawner's poll; with ``stop_outside_window``, a server past its window counts as done."""
-        if self.spawn_state.refused:
-            return 1  # refused before its pod was made (the hub polls before cleaning up): nothing runs
-        status: int | None = await super().poll()
-        if status is None and self.stop_outside_window:
-            slug = self.choice.offering.slug if self.choice else (self.spawn_state.saved_record or {}).get(RECORD_OFFERING)
-            offering = next((o for o in await self.catalog() if o.slug == slug), None) if slug else None
-            closed = window_state(offering.windows, self.now()) if offering else ""
-            if offering is not None and closed:  # (closed only where there is an offering)
-                self.log.info("%s: %s is %s now; stopping the server (stop_outside_window)", self._log_name, offering.slug, closed)
-                return 0  # the hub then stops it as a server that has exited
-        if status is None:
-            await budgets.refresh(self)  # the exported budget figures stay fresh (for the culler)
-        else:
-            lifecycle.pod_left(self, explained=self._note_kueue_stop())
-            if lifecycle.start_was_interrupted(self):
-                self.stop_notice = lifecycle.interrupted_start_notice(self.name, datetime.now(UTC))
-                self.log.info("%s: %s", self._log_name, self.stop_notice["text"])
-        return status
+        """KubeSpawner's poll; with ``stop_outside_window``, a server past its window counts as done (:func:`gpuspawner.hub.lifecycle.poll`)."""
+        return await lifecycle.poll(self, super().poll)
 
     #: Why Kueue (or a device taint, the cluster behind the hub's back, or a hub restart in its start) stopped this server, for the
     #: home page ({"time", "text"}; kept in the saved state past the stop, until the next start).
     stop_notice: dict[str, str] | None = None
 
-    def _note_kueue_stop(self) -> bool:
-        """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home
-        page. Whether it did (else the cluster's own words may say why: lifecycle.pod_left)."""
-        ended = hubkueue.take_ended(self)
-        if ended is None:
-            return False
-        self.stop_notice = hubkueue.home_notice(ended, self.name)
-        self.log.info("%s: stopped by Kueue or a device taint: %s", self._log_name, self.stop_notice["text"])
-        return True
-
     async def stop(self, now: bool = False) -> None:
         """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``);
-        never of a pod of another hub that has this server's pod name (hub.hubid.stop_blocked)."""
-
-        async def kubespawner_stop() -> None:
-            holder = await hubid.stop_blocked(self)  # (each try: lifecycle.stop retries while the cluster cannot answer)
-            if holder:
-                self.log.warning("%s: not deleting pod %s/%s: it is %s", self._log_name, self.namespace, self.pod_name, holder)
-                return
-            await super(GPUSpawner, self).stop(now=now)
-
-        await lifecycle.stop(self, kubespawner_stop)
-
-    #: The inventory's stream failures when the pod reflector was last (re)started.
-    _reflector_outages: ClassVar[int] = 0
+        never of a pod of another hub that has this server's pod name (hub.hubid.stop_unless_taken)."""
+        await lifecycle.stop(self, functools.partial(hubid.stop_unless_taken, self, super().stop, now))
 
     async def _start_watching_pods(self, replace: bool = False) -> Any:
-        """KubeSpawner's pod reflector, started afresh after an API server outage.
-
-        After an outage KubeSpawner's reflector may have given up (it stops for good after
-        about 30 s of errors) or may resume without seeing new pods; it is replaced only
-        when a stop times out, so until then every start waits out ``start_timeout`` for a
-        pod it never sees, and poll reads a frozen picture. Every start, poll and stop comes
-        through here first: once the inventory (which reconnects on its own) has seen an
-        outage and is in sync again, the next one restarts the reflector.
-        """
-        inventory = Inventory.running(self.api)
-        outages = inventory.stream_failures if inventory is not None and inventory.ready else GPUSpawner._reflector_outages
-        if not replace and needs_restart(self.pod_reflector, outages, GPUSpawner._reflector_outages):
-            self.log.warning("%s: restarting KubeSpawner's pod reflector after an API server outage", self._log_name)
-            replace = True
-        GPUSpawner._reflector_outages = outages
-        before = self.pod_reflector if replace else None
-        # KubeSpawner's own call, with a reflector that tells waiting spawns the scheduler's verdict.
-        reflector = await self._start_reflector(
-            kind="pods",
-            reflector_class=VerdictPodReflector,
-            labels={"component": self.component_label},
-            omit_namespace=self.enable_user_namespaces,
-            replace=replace,
-        )
-        if isinstance(before, VerdictPodReflector) and before is not self.pod_reflector:
-            self.pod_reflector.keep_words(before)  # why pods went, not yet told: the new one tells it
-        return reflector
+        """KubeSpawner's pod reflector, started afresh after an API server outage (see :func:`gpuspawner.hub.reflector.start_watching`)."""
+        return await reflector.start_watching(self, self._start_reflector, self.component_label, replace)
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """KubeSpawner's pod events, with our own steps (admission, reservation, queue position) between."""
@@ -842,12 +692,3 @@ class GPUSpawner(KubeSpawner):
         """KubeSpawner's, and the spawn's; the GPU-hour ledger stays (the hub saves it after a stop)."""
         super().clear_state()
         self.spawn_state = SpawnState()
-
-
-@functools.cache
-def _hook_source() -> str:
-    """The memory guard's start-up hook as shipped in the package (read once), its braces
-    doubled: KubeSpawner expands ``{username}``-style templates in every annotation, and
-    gives the source back exactly as shipped."""
-    source = importlib.resources.files("gpuspawner.pod").joinpath("memguard_hook.py").read_text(encoding="utf-8")
-    return source.replace("{", "{{").replace("}", "}}")

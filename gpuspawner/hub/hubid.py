@@ -34,7 +34,7 @@ from gpuspawner.hub import metrics
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, ANNOTATION_SPAWN, LABEL_HUB, Refusal
-from gpuspawner.pod.podspec import derived_hub_id, pod_taken_by, user_key
+from gpuspawner.pod.podspec import derived_hub_id, identity, pod_taken_by, user_key
 
 #: The one table gpuspawner keeps in JupyterHub's database: name -> value, one row
 #: (``hub_id``). A table of its own, not a row of JupyterHub's: JupyterHub's migrations
@@ -194,3 +194,23 @@ def made_before(db: Any, unlabelled: Mapping[str, Any]) -> dict[str, Any]:
     ids = {int(k.split("/", 1)[0]) for k in keys if k.split("/", 1)[0].isdigit()}
     mine = {user_key(uid, created) for uid, created in db.query(orm.User.id, orm.User.created).filter(orm.User.id.in_(ids))}
     return {key: pod for key, pod in items if pod.hub_user in mine}
+
+
+async def stop_unless_taken(spawner: Spawner, kubespawner_stop: Callable[..., Awaitable[Any]], now: bool) -> None:
+    """KubeSpawner's stop (``kubespawner_stop``), never of a pod of another hub that has this
+    server's pod name (:func:`stop_blocked`; asked on each try: the stop is retried while the
+    cluster cannot answer)."""
+    holder = await stop_blocked(spawner)
+    if holder:
+        spawner.log.warning("%s: not deleting pod %s/%s: it is %s", spawner.log_name, spawner.namespace, spawner.pod_name, holder)
+        return
+    await kubespawner_stop(now=now)
+
+
+def stamp_identity(spawner: Spawner, pod: Any) -> None:
+    """Label ``pod`` with this hub's identity and annotate whose server it is in the hub's
+    database (see podspec.identity), for the orphan reconciler and the quotas; the claim
+    template copies both from the pod."""
+    labels, annotations = identity(spawner.hub_id, own_user_key(spawner))
+    pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
+    pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations, ANNOTATION_SPAWN: spawner.spawn_state.spawn_id}

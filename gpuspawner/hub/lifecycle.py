@@ -19,6 +19,7 @@ from typing import Any
 from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import allowed
+from gpuspawner.core.windows import window_state
 from gpuspawner.hub import admitting, budgets, catalogs, claimlife, departures, kueue, metrics, spawnview, storedoptions
 from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.inventory import Inventory
@@ -26,7 +27,7 @@ from gpuspawner.hub.reflector import VerdictPodReflector, scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, chain, unreachable_cause
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.hub.spawnstate import SpawnState
-from gpuspawner.names.vocabulary import RECORD_KEY, AdmissionPolicy, Refusal
+from gpuspawner.names.vocabulary import RECORD_KEY, RECORD_OFFERING, AdmissionPolicy, Refusal
 from gpuspawner.page.cards import slow_cluster_message, start_timeout_message, unreachable_message
 from gpuspawner.page.useroptions import too_long_message
 
@@ -362,3 +363,38 @@ def start_was_interrupted(spawner: Spawner) -> bool:
     the saved state, no start of this process, and no other reason already kept."""
     in_play = bool(spawner.offerings or spawner.discover_offerings)
     return in_play and spawner.spawn_state.choice is None and spawner.spawn_state.saved_record is None and not spawner.stop_notice
+
+
+async def poll(spawner: Spawner, kubespawner_poll: Callable[[], Awaitable[int | None]]) -> int | None:
+    """KubeSpawner's poll (``kubespawner_poll``); with ``stop_outside_window``, a server past its
+    window counts as done; a pod that left tells the home page why."""
+    state = spawner.spawn_state
+    if state.refused:
+        return 1  # refused before its pod was made (the hub polls before cleaning up): nothing runs
+    status = await kubespawner_poll()
+    if status is None and spawner.stop_outside_window:
+        slug = state.choice.offering.slug if state.choice else (state.saved_record or {}).get(RECORD_OFFERING)
+        offering = next((o for o in await catalogs.catalog(spawner) if o.slug == slug), None) if slug else None
+        closed = window_state(offering.windows, spawner.now()) if offering else ""
+        if offering is not None and closed:  # (closed only where there is an offering)
+            spawner.log.info("%s: %s is %s now; stopping the server (stop_outside_window)", spawner.log_name, offering.slug, closed)
+            return 0  # the hub then stops it as a server that has exited
+    if status is None:
+        await budgets.refresh(spawner)  # the exported budget figures stay fresh (for the culler)
+    else:
+        pod_left(spawner, explained=kueue_stopped(spawner))
+        if start_was_interrupted(spawner):
+            spawner.stop_notice = interrupted_start_notice(spawner.name, datetime.now(UTC))
+            spawner.log.info("%s: %s", spawner.log_name, spawner.stop_notice["text"])
+    return status
+
+
+def kueue_stopped(spawner: Spawner) -> bool:
+    """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home
+    page. Whether it did (else the cluster's own words may say why: :func:`pod_left`)."""
+    ended = kueue.take_ended(spawner)
+    if ended is None:
+        return False
+    spawner.stop_notice = kueue.home_notice(ended, spawner.name)
+    spawner.log.info("%s: stopped by Kueue or a device taint: %s", spawner.log_name, spawner.stop_notice["text"])
+    return True

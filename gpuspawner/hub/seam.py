@@ -15,7 +15,7 @@ whole of what the two sides share. It has four parts:
   site's clock (the one place the time of day is read, in ``site_timezone``: tests move it),
   and :meth:`Spawner.stop`, GPUSpawner's whole stop (a start that gives up deletes its pod
   the way the hub would). Everything else the hub decides from the settings and the state
-  (:mod:`gpuspawner.hub.settings`, :mod:`gpuspawner.hub.catalogs`).
+  (:mod:`gpuspawner.hub.spawnview`, :mod:`gpuspawner.hub.catalogs`, :mod:`gpuspawner.hub.choosing`).
 
 KubeSpawner's own calls that GPUSpawner wraps (its ``_start``, ``stop``, pod creation,
 progress and profile list) are handed down as arguments where they are needed, not called
@@ -122,6 +122,15 @@ class Spawner(Protocol):
     def image_requirements(self) -> dict[str, Any]: ...
     @property
     def stop_retry_timeout(self) -> int: ...
+    @property
+    def stop_outside_window(self) -> bool: ...
+    @property
+    def memory_guard_kinds(self) -> list[str]: ...
+    @property
+    def memory_guard_user_env(self) -> bool: ...
+    #: KubeSpawner's ``environment`` (the config's, the hooks' and the profile's; read only here).
+    @property
+    def environment(self) -> dict[str, Any]: ...
     @property
     def reconcile_orphan_pods(self) -> bool: ...
     @property
