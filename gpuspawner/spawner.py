@@ -13,14 +13,11 @@ made of them, so no spawn loses what a hook set and none leaves an offering behi
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import functools
-import importlib.resources
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime
-from typing import Any, ClassVar
+from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from jupyterhub.utils import maybe_future
@@ -28,67 +25,46 @@ from kubespawner import KubeSpawner
 from traitlets import Bool, Dict, Float, Integer, List, Unicode, default, validate
 
 from gpuspawner.capacity.admission import QuotaLedger
-from gpuspawner.capacity.checks import config_problems
-from gpuspawner.capacity.index import ClusterIndex, Health
+from gpuspawner.capacity.index import ClusterIndex
 from gpuspawner.capacity.kueuequeues import KueueRouting
-from gpuspawner.capacity.policy import Requester, allowed, named
-from gpuspawner.core.imagefit import ImageNeeds, ImageNeedsError, fitted, needs_for, parse_rules
-from gpuspawner.core.model import UNCOUNTED, Availability, Offering, QueueRoom
-from gpuspawner.core.settingskey import SettingsKey
-from gpuspawner.core.windows import window_state
+from gpuspawner.core.model import Availability, Offering
 from gpuspawner.hub import (
-    admitting,
-    budgets,
     catalogs,
+    choosing,
     claimlife,
     hubhooks,
     hubid,
     lifecycle,
-    metrics,
     orphans,
+    reflector,
     spawnform,
+    spawnview,
     storedoptions,
 )
-from gpuspawner.hub import kueue as hubkueue
 from gpuspawner.hub.inventory import Inventory
-from gpuspawner.hub.orphans import OrphanReconciler
-from gpuspawner.hub.reflector import VerdictPodReflector, needs_restart
-from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, ProfileRefused, SpawnRefused
-from gpuspawner.hub.spawnstate import SpawnState, server_record, user_label
+from gpuspawner.hub.scheduling import ProfileRefused, SpawnRefused
+from gpuspawner.hub.spawnstate import SpawnState
+from gpuspawner.hub.spawnview import CHECKED_TRAITS
 from gpuspawner.names.vocabulary import (
-    ANNOTATION_SPAWN,
     BUDGET_LEDGER_KEY,
     COUNT_FIELD_PREFIX,
     COUNT_KEY,
     OFFERING_KEY,
     RECORD_KEY,
-    RECORD_OFFERING,
     STOP_NOTICE_KEY,
     AdmissionPolicy,
-    Refusal,
 )
-from gpuspawner.offerings.catalog import TRAITS as CATALOG_TRAITS
-from gpuspawner.offerings.catalog import CatalogConfig, gpu_offerings_in_play
-from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice
-from gpuspawner.offerings.entry import OfferingConfigError
-from gpuspawner.page.cards import unreachable_message
-from gpuspawner.page.useroptions import KnownKeys
+from gpuspawner.offerings.catalog import CatalogConfig
+from gpuspawner.offerings.choice import Choice
 from gpuspawner.page.views import user_options_from_form
-from gpuspawner.pod.memguard import GuardConfigError, guarded
 from gpuspawner.pod.podspec import (
     POD_SETTINGS,
     default_hub_id,
     default_pod_name_template,
-    hub_id_problem,
-    identity,
     layered_settings,
-    pod_changes,
 )
 
-#: The settings :func:`gpuspawner.capacity.checks.config_problems` checks.
-CHECKED_TRAITS = ("offerings", "offering_overrides", "user_quota", "group_quotas", "site_timezone", "admission")
-CHECKED_TRAITS += ("memory_guard_kinds", "memory_guard_user_env", "user_gpu_budget", "group_gpu_budgets", "queue_timeout", "start_timeout")
-CHECKED_TRAITS += ("kueue_queues", "kueue_priority_classes", "image_requirements")
+__all__ = ["CHECKED_TRAITS", "GPUSpawner"]
 
 
 class GPUSpawner(KubeSpawner):
@@ -239,7 +215,7 @@ class GPUSpawner(KubeSpawner):
     ).tag(config=True)
 
     #: This server's GPU-hour ledger (kept in its state, also after it stops: see hub.budgets).
-    gpu_usage = List()
+    gpu_usage: List[Any] = List()
 
     site_timezone = Unicode(
         "UTC",
@@ -446,37 +422,18 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
-    @property
-    def image_rules(self) -> tuple[ImageNeeds, ...]:
-        """``image_requirements`` parsed (none while they are wrong: config_problems refuses the spawn first)."""
-        try:
-            return parse_rules(self.image_requirements)
-        except ImageNeedsError:
-            return ()
-
     def image_fit(self, offering: Offering, image: str) -> tuple[Offering, str]:
-        """``offering`` for ``image`` (on the nodes and devices that can run it), and why none can
-        ("" where one can, where the image needs nothing, or where there are no counts)."""
-        if not self.image_requirements:  # (no rules: every image needs nothing, the common case)
-            return offering, ""
-        needs = needs_for(image, self.image_rules)
-        index = self.counts()
-        if index is None:
-            return fitted(offering, needs), ""
-        return index.fit(offering, needs)
+        """``offering`` for ``image`` (see :func:`gpuspawner.hub.catalogs.image_fit`)."""
+        return catalogs.image_fit(self, offering, image)
 
     @property
     def kueue_routing(self) -> KueueRouting:
-        """The queue mapping (empty while the settings are wrong: config_problems refuses the spawn first).
-
-        Checked and made again only when the settings differ from those it was made from (a page
-        view asks once per offering)."""
-        return _kueue_routing(SettingsKey((self.kueue_queues, self.kueue_priority_classes)))
+        """The queue mapping (see :func:`gpuspawner.hub.spawnview.kueue_routing`)."""
+        return spawnview.kueue_routing(self)
 
     def config_problems(self) -> list[str]:
-        """What is wrong with this hub's GPUSpawner settings (see :mod:`gpuspawner.capacity.checks`;
-        checked once per settings: a view asks several times)."""
-        return list(_config_problems(SettingsKey(({name: getattr(self, name) for name in CHECKED_TRAITS}, self.hub_id))))
+        """What is wrong with this hub's GPUSpawner settings (see :func:`gpuspawner.hub.spawnview.config_problems`)."""
+        return spawnview.config_problems(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -492,17 +449,17 @@ class GPUSpawner(KubeSpawner):
         hubhooks.own_row(self)
         hubhooks.log_refusals_on_one_line(self.log)
         hubhooks.hub_log_for_gpuspawner(self.log)
-        orphans.start_reconciler(self, GPUSpawner)
+        orphans.start_reconciler(self)
 
     @property
     def choice(self) -> Choice | None:
         """The current spawn's admitted offering and count (None before one, or with no GPU offering in play)."""
         return self.spawn_state.choice
 
-    #: This hub process's orphan reconciler (see gpuspawner.hub.orphans), made by its first spawner.
-    _orphans: ClassVar[OrphanReconciler | None] = None
-    #: Whether this process has said why it runs no orphan reconciler (once).
-    _orphans_refused: ClassVar[bool] = False
+    @property
+    def log_name(self) -> str:
+        """How the log names this server (JupyterHub's ``_log_name``; the seam's name for it)."""
+        return str(self._log_name)
 
     def orphan_io(self) -> tuple[Callable[[], Awaitable[list[dict[str, Any]]]], Callable[[str, str, str], Awaitable[None]]]:
         """The orphan reconciler's calls to the cluster (see :func:`gpuspawner.hub.orphans.cluster_io`)."""
@@ -510,134 +467,45 @@ class GPUSpawner(KubeSpawner):
 
     @property
     def catalog_config(self) -> CatalogConfig:
-        return CatalogConfig.from_settings({trait: getattr(self, trait) for trait in CATALOG_TRAITS})
-
-    def user_groups(self) -> list[tuple[str, Any]]:
-        """(name, group) of the user's groups, whatever shape the hub's User gives them in."""
-        return named(getattr(self.user, "groups", None))
-
-    def requester(self) -> Requester:
-        user = self.user
-        groups = frozenset(name for name, _ in self.user_groups())
-        metrics.observe_groups(user_label(user.name), groups)  # keyed as the pod label the inventory reads
-        return Requester(name=user.name, groups=groups, admin=bool(getattr(user, "admin", False)))
+        return spawnview.catalog_config(self)
 
     @property
     def inventory(self) -> Inventory:
         """This process's one watch-based cache of Nodes and Pods."""
-        return Inventory.shared(self.api, self.vgpu_class_labels)
+        return spawnview.inventory(self)
 
     async def catalog(self) -> list[Offering]:
-        """Every offering this hub has now (configured + discovered), in display order.
-
-        Raises OfferingConfigError (logged; users see a short message) if the settings are wrong.
-        """
-        if not self.config_problems() and self.catalog_config.needs_inventory() and not self.inventory.ready:
-            await self.inventory.wait_answered(self.inventory_ready_timeout)  # at once unless the hub has just started
-        return self.catalog_now()
+        """Every offering this hub has now (see :func:`gpuspawner.hub.catalogs.catalog`)."""
+        return await catalogs.catalog(self)
 
     def catalog_now(self) -> list[Offering]:
         """:meth:`catalog` from what is known now, without waiting for the cluster."""
         return catalogs.catalog_now(self)
 
-    def health(self) -> Health:
-        """How far the counts can be trusted; live when none are needed (no watch is started)."""
-        return self.inventory.health if self.catalog_config.needs_inventory() else Health(ready=True)
-
     def counts(self) -> ClusterIndex | None:
-        """The live counts, or None where there are none: no offering needs them (no watch
-        is started then), or the hub may not read the cluster (see Inventory.forbidden)."""
-        if not self.catalog_config.needs_inventory():
-            return None
-        inventory = self.inventory
-        return None if inventory.forbidden else inventory.index
+        """The live counts, or None where there are none (see :func:`gpuspawner.hub.catalogs.counts`)."""
+        return catalogs.counts(self)
 
     def availability(self, offering: Offering, through_queue: bool = True) -> Availability:
-        """Capacity and free units of ``offering`` now; uncounted where there are no counts.
-        Where this user's server of it goes through a Kueue queue (and ``through_queue``), the
-        smaller of the nodes' count and what the queue still admits (see :meth:`queue_room`)."""
-        index = self.counts()
-        avail = index.availability(offering) if index is not None else UNCOUNTED
-        room = self.queue_room(offering) if through_queue else None
-        return avail.within(room) if room is not None else avail
-
-    def availabilities(self) -> Callable[[Offering], Availability]:
-        """:meth:`availability` for the many offerings of one view: what the settings say (the counts
-        to read, whether any server goes through a Kueue queue) read once, not once per offering."""
-        if self.kueue_routing.enabled:
-            return self.availability
-        index = self.counts()
-        return index.availability if index is not None else lambda offering: UNCOUNTED
-
-    def queue_room(self, offering: Offering) -> QueueRoom | None:
-        """What the Kueue LocalQueue this user's server of ``offering`` goes to still admits, from
-        the inventory's watch of Kueue's queues (started here, once); None where it goes through
-        no queue (docs/kueue.md). Cohort borrowing is not counted (capacity.kueuequota)."""
-        if not offering.takes_units:
-            return None
-        routing = self.kueue_routing
-        queue = routing.queue_for(offering, (name for name, _ in self.user_groups())) if routing.enabled else ""
-        if not queue or not self.catalog_config.needs_inventory():
-            return None
-        inventory = self.inventory
-        inventory.watch_kueue(None if self.enable_user_namespaces else self.namespace)
-        return inventory.index.kueue.room(offering, inventory.index.notebook, self.namespace, queue)
-
-    def _default_slug(self, offerings: dict[str, Offering]) -> str | None:
-        if self.default_offering and self.default_offering in offerings:
-            return self.default_offering
-        cpu = [slug for slug, o in offerings.items() if not o.is_gpu]
-        return cpu[0] if cpu else next(iter(offerings), None)
-
-    def misconfigured(self, exc: OfferingConfigError) -> SpawnRefused:
-        self.log.error("GPUSpawner configuration error: %s", exc)
-        return SpawnRefused(MISCONFIGURED_MESSAGE, Refusal.MISCONFIGURED)
-
-    def choose(self, user_options: dict[str, Any], catalog: list[Offering]) -> Choice:
-        """The offering and count ``user_options`` ask for, if this user may take it from
-        ``catalog``. Raises :class:`SpawnRefused`: 503 when the cluster cannot be reached, 400
-        malformed, 403 not offered to this user."""
-        health = self.health()
-        if not health.ready and not health.forbidden:  # no pod can be made, and the counts cannot be trusted
-            raise SpawnRefused(unreachable_message(health, self.now()), Refusal.UNREACHABLE)
-        offerings = allowed(catalog, self.requester())
-        try:
-            return parse_choice(user_options, offerings, self._default_slug(offerings))
-        except ChoiceError as exc:
-            raise SpawnRefused(str(exc), exc.reason) from None
+        """Capacity and free units of ``offering`` now (see :func:`gpuspawner.hub.catalogs.availability`)."""
+        return catalogs.availability(self, offering, through_queue)
 
     # ------------------------------------------------------------------ user_options keys
 
-    def known_user_options(self) -> KnownKeys:
-        """The ``user_options`` keys a spawn may carry (see :mod:`gpuspawner.page.useroptions`)."""
-        return storedoptions.known(self)
-
-    def storable_user_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """What of ``options`` the hub may store for this server (see :func:`gpuspawner.hub.storedoptions.storable`)."""
-        return storedoptions.storable(self, options)
-
     #: The ``user_options`` keys whose values were over the bound when they were last set (and
     #: were left out): a start with them is refused (400) before anything else.
-    _too_long: tuple[str, ...] = ()
+    too_long: tuple[str, ...] = ()
     #: What the hub's row held before JupyterHub stored the coming start's options (None: the
-    #: start stored none, e.g. a POST without a body).
-    _options_before: dict[str, Any] | None = None
-
-    def stored_for_start(self, before: dict[str, Any]) -> None:
-        """JupyterHub stored a start's options over ``before`` (see hubhooks): a start refused
-        for the options themselves puts ``before`` back."""
-        self._options_before = dict(before)
-
-    def _put_back_options(self, before: dict[str, Any] | None, refusal: SpawnRefused) -> None:
-        storedoptions.put_back(self, before, refusal)
+    #: start stored none, e.g. a POST without a body): a start refused for them puts it back.
+    options_before: dict[str, Any] | None = None
 
     @validate("user_options")
     def _only_known_user_options(self, proposal: dict[str, Any]) -> dict[str, Any]:
         """``self.user_options`` holds known keys only, whoever sets it (see :func:`gpuspawner.hub.storedoptions.validated`)."""
-        kept, self._too_long = storedoptions.validated(self, proposal["value"])
+        kept, self.too_long = storedoptions.validated(self, proposal["value"])
         return kept
 
-    async def _run_apply_user_options(self, user_options):
+    async def _run_apply_user_options(self, user_options: dict[str, Any]) -> Any:
         """JupyterHub's ``apply_user_options`` hook still works (on the known keys); without one,
         nothing is "unhandled": gpuspawner applies ``offering``/``count`` (and KubeSpawner's
         profile) in load_user_options."""
@@ -646,43 +514,23 @@ class GPUSpawner(KubeSpawner):
 
     async def load_user_options(self) -> None:
         """KubeSpawner's profile, then the chosen offering checked and admitted (KubeSpawner's
-        ``_start`` calls this after the hub ran its hooks).
+        ``_start`` calls this after the hub ran its hooks; see :func:`gpuspawner.hub.choosing.load_user_options`)."""
+        await choosing.load_user_options(self, self._load_profile_options)
 
-        With no GPU offering in play this is KubeSpawner's own: user_options, the pod, the
-        state and the refusals of a wrong profile stay KubeSpawner's (an ``offering`` key,
-        which KubeSpawner would ignore, is still checked, so a request for a GPU this hub
-        does not have is refused). Nothing here changes KubeSpawner's pod settings: the
-        offering is added to the pod as it is built (:meth:`get_pod_manifest`).
-        Raises :class:`SpawnRefused` (its status and message become the hub's answer).
-        """
-        self.spawn_state.restart()  # (KubeSpawner's _start calls this, after our _start began timing it)
-        try:
-            try:
-                catalog = await self.catalog()  # once per spawn: the choice, quotas and capacity read this one
-            except OfferingConfigError as exc:
-                raise self.misconfigured(exc) from None
-            in_play = gpu_offerings_in_play(catalog)
-            before = copy.deepcopy(self.environment)  # what the config and the hooks set
-            await self._load_profile_options(in_play)
-            self.spawn_state.profile_env_keys = frozenset(k for k, v in self.environment.items() if k not in before or before[k] != v)
-            choice = self.choose(self.user_options, catalog)
-            if in_play:
-                choice = admitting.fit_image(self, choice, self.image)  # the profile has set the image by now
-                self.apply_choice(choice)
-                await admitting.admit(self, choice, catalog)
-        except SpawnRefused:
-            self.spawn_state.refused = True
-            self.refused_options = dict(self.user_options)
-            raise
-        finally:
-            self.spawn_state.decided.set()
-        self.refused_options = None
+    def _profiles_now(self) -> list[dict[str, Any]]:
+        """KubeSpawner's profile list, initialized as KubeSpawner does, where it needs no awaiting
+        ([] without one, or where it is a callable)."""
+        if not self.profile_list or callable(self.profile_list):
+            return []
+        initialized: list[dict[str, Any]] = self._get_initialized_profile_list(self._sorted_dict_values(self.profile_list))
+        return initialized
 
-    async def _initialized_profile_list(self) -> list[dict]:
+    async def _initialized_profile_list(self) -> list[dict[str, Any]]:
         profile_list = self._sorted_dict_values(self.profile_list)
         if callable(profile_list):
             profile_list = await maybe_future(profile_list(self))
-        return self._get_initialized_profile_list(profile_list)
+        initialized: list[dict[str, Any]] = self._get_initialized_profile_list(profile_list)
+        return initialized
 
     async def _load_profile_options(self, gpu_in_play: bool) -> None:
         """KubeSpawner's profile choice, by KubeSpawner's own ``load_user_options``.
@@ -702,35 +550,16 @@ class GPUSpawner(KubeSpawner):
             raise ProfileRefused(message) from None
 
     def apply_choice(self, choice: Choice) -> None:
-        """Take ``choice`` for this spawn: what it adds to the pod (layered onto KubeSpawner's
-        settings by :meth:`get_pod_manifest`, never written into them) and the user_options
-        that name it."""
-        try:
-            guard, user_env = guarded(choice.offering, choice.count, self.memory_guard_kinds, self.memory_guard_user_env, _hook_source)
-        except GuardConfigError as exc:  # config_problems has refused the spawn before this
-            raise OfferingConfigError(str(exc)) from None
-        changes = pod_changes(choice.offering, choice.count, guard)
-        queued = self.kueue_routing.labels(choice.offering, self.requester().groups)
-        if queued:  # Kueue admits this server by its queue's quota (docs/kueue.md)
-            changes = dataclasses.replace(changes, labels={**changes.labels, **queued})
-        state = self.spawn_state
-        state.choice, state.pod_changes, state.user_env = choice, changes, user_env
-        self.user_options = {**choice.as_user_options(), **self._passthrough_options(), RECORD_KEY: self.record()}
-        offered = f"{choice.offering.slug} x{choice.count}"
-        self.log.info("%s: offering %s -> limits %s, selector %s", self._log_name, offered, changes.limits, changes.node_selector)
-
-    def _passthrough_options(self) -> dict[str, Any]:
-        """Options that are not gpuspawner's (e.g. KubeSpawner's ``profile``) are kept as they were."""
-        ours = {OFFERING_KEY, COUNT_KEY, RECORD_KEY}
-        return {k: v for k, v in (self.user_options or {}).items() if k not in ours}
+        """Take ``choice`` for this spawn (see :func:`gpuspawner.hub.choosing.apply_choice`)."""
+        choosing.apply_choice(self, choice)
 
     def record(self, url: str | None = None) -> dict[str, Any]:
         """What other services (the culler, the inventory) may read about this server's GPU."""
-        return server_record(self.spawn_state, self.pod_name, self.namespace, url)
+        return spawnview.record(self, url)
 
     # ------------------------------------------------------------------ the spawn page
 
-    def _options_form_default(self):
+    def _options_form_default(self) -> Any:
         """KubeSpawner's own form while no GPU offering can be in play (none configured,
         discovery off); otherwise decided on each view (see _render_gpu_form)."""
         if not self.offerings and not self.discover_offerings:
@@ -742,7 +571,7 @@ class GPUSpawner(KubeSpawner):
 
     async def _render_gpu_form(self, spawner: GPUSpawner | None = None) -> str:
         """The spawn page (see :func:`gpuspawner.hub.spawnform.render_gpu_form`)."""
-        return await spawnform.render_gpu_form(self)
+        return await spawnform.render_gpu_form(self, self._initialized_profile_list)
 
     def _options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
         """KubeSpawner's ``_options_from_form``: the same signature, synchronous, a dict.
@@ -753,12 +582,13 @@ class GPUSpawner(KubeSpawner):
         checks everything again (load_user_options), as the cluster may change in between.
         """
         if OFFERING_KEY not in formdata:  # KubeSpawner's form (or a query): KubeSpawner's answer, checked at start
-            return super()._options_from_form(formdata)
+            theirs: dict[str, Any] = super()._options_from_form(formdata)
+            return theirs
         ours = {k for k in formdata if k in (OFFERING_KEY, COUNT_KEY) or k.startswith(COUNT_FIELD_PREFIX)}
         options = super()._options_from_form({k: v for k, v in formdata.items() if k not in ours})
         options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
         try:
-            spawnform.refuse_now(self, options)
+            spawnform.refuse_now(self, options, self._profiles_now())
         except SpawnRefused:
             self.refused_options = options  # JupyterHub shows the form again: it keeps the choice
             raise
@@ -766,18 +596,10 @@ class GPUSpawner(KubeSpawner):
 
     # ------------------------------------------------------------------ start / stop
 
-    async def _start(self):
+    async def _start(self) -> Any:
         return await lifecycle.start(self, super()._start)
 
     # ------------------------------------------------------------------ Dynamic Resource Allocation
-
-    def _stamp_identity(self, pod: Any) -> None:
-        """Label the pod with this hub's identity and annotate whose server it is in the hub's
-        database (see podspec.identity), for the orphan reconciler and the quotas; the claim
-        template copies both from the pod."""
-        labels, annotations = identity(self.hub_id, hubid.own_user_key(self))
-        pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
-        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations, ANNOTATION_SPAWN: self.spawn_state.spawn_id}
 
     @contextlib.contextmanager
     def _offering_added(self) -> Iterator[None]:
@@ -800,7 +622,7 @@ class GPUSpawner(KubeSpawner):
             for name, value in site.items():
                 setattr(self, name, value)
 
-    async def get_pod_manifest(self):
+    async def get_pod_manifest(self) -> Any:
         """KubeSpawner's pod with the chosen offering added (:meth:`_offering_added`); for a
         DRA offering, also with the GPU claim added to the pod's
         ``resourceClaims`` and the notebook container's ``resources.claims`` (after whatever
@@ -808,12 +630,12 @@ class GPUSpawner(KubeSpawner):
         ``modify_pod_hook`` still sees and may change the result)."""
         with self._offering_added():
             pod = await super().get_pod_manifest()
-        self._stamp_identity(pod)  # every pod, GPU offerings in play or not: whose it is (hub.hubid)
+        hubid.stamp_identity(self, pod)  # every pod, GPU offerings in play or not: whose it is (hub.hubid)
         if claimlife.claimed(self) is not None:
             claimlife.add_claim(pod, self.pod_name)
         return pod
 
-    async def _make_create_pod_request(self, pod, request_timeout):
+    async def _make_create_pod_request(self, pod: Any, request_timeout: int) -> bool:
         """KubeSpawner's pod creation, which never deletes a pod that is not this server's own
         (a spawn whose pod name another hub's pod holds is refused, 409: :mod:`gpuspawner.hub.hubid`);
         a DRA server's claim is made with it (see :func:`gpuspawner.hub.claimlife.create_pod`)."""
@@ -824,85 +646,22 @@ class GPUSpawner(KubeSpawner):
             return await create(pod, request_timeout)
         return await claimlife.create_pod(self, offering, pod, request_timeout, create)
 
-    async def poll(self):
-        """KubeSpawner's poll; with ``stop_outside_window``, a server past its window counts as done."""
-        if self.spawn_state.refused:
-            return 1  # refused before its pod was made (the hub polls before cleaning up): nothing runs
-        status = await super().poll()
-        if status is None and self.stop_outside_window:
-            slug = self.choice.offering.slug if self.choice else (self.spawn_state.saved_record or {}).get(RECORD_OFFERING)
-            offering = next((o for o in await self.catalog() if o.slug == slug), None) if slug else None
-            closed = window_state(offering.windows, self.now()) if offering else ""
-            if closed:
-                self.log.info("%s: %s is %s now; stopping the server (stop_outside_window)", self._log_name, offering.slug, closed)
-                return 0  # the hub then stops it as a server that has exited
-        if status is None:
-            await budgets.refresh(self)  # the exported budget figures stay fresh (for the culler)
-        else:
-            lifecycle.pod_left(self, explained=self._note_kueue_stop())
-            if lifecycle.start_was_interrupted(self):
-                self.stop_notice = lifecycle.interrupted_start_notice(self.name, datetime.now(UTC))
-                self.log.info("%s: %s", self._log_name, self.stop_notice["text"])
-        return status
+    async def poll(self) -> int | None:
+        """KubeSpawner's poll; with ``stop_outside_window``, a server past its window counts as done (:func:`gpuspawner.hub.lifecycle.poll`)."""
+        return await lifecycle.poll(self, super().poll)
 
     #: Why Kueue (or a device taint, the cluster behind the hub's back, or a hub restart in its start) stopped this server, for the
     #: home page ({"time", "text"}; kept in the saved state past the stop, until the next start).
     stop_notice: dict[str, str] | None = None
 
-    def _note_kueue_stop(self) -> bool:
-        """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home
-        page. Whether it did (else the cluster's own words may say why: lifecycle.pod_left)."""
-        ended = hubkueue.take_ended(self)
-        if ended is None:
-            return False
-        self.stop_notice = hubkueue.home_notice(ended, self.name)
-        self.log.info("%s: stopped by Kueue or a device taint: %s", self._log_name, self.stop_notice["text"])
-        return True
-
-    async def stop(self, now: bool = False):
+    async def stop(self, now: bool = False) -> None:
         """KubeSpawner's stop, retried while the pod cannot be deleted (see ``stop_retry_timeout``);
-        never of a pod of another hub that has this server's pod name (hub.hubid.stop_blocked)."""
+        never of a pod of another hub that has this server's pod name (hub.hubid.stop_unless_taken)."""
+        await lifecycle.stop(self, functools.partial(hubid.stop_unless_taken, self, super().stop, now))
 
-        async def kubespawner_stop() -> None:
-            holder = await hubid.stop_blocked(self)  # (each try: lifecycle.stop retries while the cluster cannot answer)
-            if holder:
-                self.log.warning("%s: not deleting pod %s/%s: it is %s", self._log_name, self.namespace, self.pod_name, holder)
-                return
-            await super(GPUSpawner, self).stop(now=now)
-
-        await lifecycle.stop(self, kubespawner_stop)
-
-    #: The inventory's stream failures when the pod reflector was last (re)started.
-    _reflector_outages: ClassVar[int] = 0
-
-    async def _start_watching_pods(self, replace: bool = False):
-        """KubeSpawner's pod reflector, started afresh after an API server outage.
-
-        After an outage KubeSpawner's reflector may have given up (it stops for good after
-        about 30 s of errors) or may resume without seeing new pods; it is replaced only
-        when a stop times out, so until then every start waits out ``start_timeout`` for a
-        pod it never sees, and poll reads a frozen picture. Every start, poll and stop comes
-        through here first: once the inventory (which reconnects on its own) has seen an
-        outage and is in sync again, the next one restarts the reflector.
-        """
-        inventory = Inventory.running(self.api)
-        outages = inventory.stream_failures if inventory is not None and inventory.ready else GPUSpawner._reflector_outages
-        if not replace and needs_restart(self.pod_reflector, outages, GPUSpawner._reflector_outages):
-            self.log.warning("%s: restarting KubeSpawner's pod reflector after an API server outage", self._log_name)
-            replace = True
-        GPUSpawner._reflector_outages = outages
-        before = self.pod_reflector if replace else None
-        # KubeSpawner's own call, with a reflector that tells waiting spawns the scheduler's verdict.
-        reflector = await self._start_reflector(
-            kind="pods",
-            reflector_class=VerdictPodReflector,
-            labels={"component": self.component_label},
-            omit_namespace=self.enable_user_namespaces,
-            replace=replace,
-        )
-        if isinstance(before, VerdictPodReflector) and before is not self.pod_reflector:
-            self.pod_reflector.keep_words(before)  # why pods went, not yet told: the new one tells it
-        return reflector
+    async def _start_watching_pods(self, replace: bool = False) -> Any:
+        """KubeSpawner's pod reflector, started afresh after an API server outage (see :func:`gpuspawner.hub.reflector.start_watching`)."""
+        return await reflector.start_watching(self, self._start_reflector, self.component_label, replace)
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """KubeSpawner's pod events, with our own steps (admission, reservation, queue position) between."""
@@ -913,7 +672,7 @@ class GPUSpawner(KubeSpawner):
 
     def get_state(self) -> dict[str, Any]:
         """KubeSpawner's state plus what this server holds (kept across hub restarts)."""
-        state = super().get_state()
+        state: dict[str, Any] = super().get_state()
         record = self.record() if self.choice is not None else self.spawn_state.saved_record
         if record:
             state[RECORD_KEY] = record
@@ -939,26 +698,3 @@ class GPUSpawner(KubeSpawner):
         """KubeSpawner's, and the spawn's; the GPU-hour ledger stays (the hub saves it after a stop)."""
         super().clear_state()
         self.spawn_state = SpawnState()
-
-
-@functools.lru_cache(maxsize=64)
-def _kueue_routing(settings: SettingsKey) -> KueueRouting:
-    try:
-        return KueueRouting.from_settings(*settings.value)
-    except ValueError:
-        return KueueRouting()
-
-
-@functools.lru_cache(maxsize=64)
-def _config_problems(checked: SettingsKey) -> tuple[str, ...]:
-    section, hub_id = checked.value
-    return (*config_problems(section), *filter(None, [hub_id_problem(hub_id)]))
-
-
-@functools.cache
-def _hook_source() -> str:
-    """The memory guard's start-up hook as shipped in the package (read once), its braces
-    doubled: KubeSpawner expands ``{username}``-style templates in every annotation, and
-    gives the source back exactly as shipped."""
-    source = importlib.resources.files("gpuspawner.pod").joinpath("memguard_hook.py").read_text(encoding="utf-8")
-    return source.replace("{", "{{").replace("}", "}}")

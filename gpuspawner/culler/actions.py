@@ -21,6 +21,7 @@ from gpuspawner.culler.notify import Notifier
 from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP, CullDecision, Policy
 from gpuspawner.culler.records import GPU_IDLE_LIMIT, UNRESPONSIVE, ServerRecord
 from gpuspawner.culler.transport import RequestFailed
+from gpuspawner.names.vocabulary import StopReason
 
 
 @dataclass
@@ -212,7 +213,7 @@ class Actions:
                 return result
             if result.stopped == "stopping":
                 self.log.warning("server %s is slow to stop", server.label)
-            self.metrics.server_stops.labels(d.stop_reason or "idle", kind).inc()
+            self.metrics.server_stops.labels(d.stop_reason or StopReason.IDLE, kind).inc()
             if d.memory_mib:
                 self.metrics.memory_reclaimed.labels("server_stop", kind).inc(d.memory_mib)
             if result.stopped != "gone":

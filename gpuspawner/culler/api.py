@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from jupyterhub.services.auth import HubAuth, HubAuthenticated, UserNotAllowed
 from tornado import web
@@ -71,7 +71,7 @@ class ActionsHandler(HubAuthenticated, web.RequestHandler):
                 self._refuse(403, "this token may not use the gpu-culler service: it needs access:services!service=<the culler's name>")
         self._hub_auth_user_cache = model
 
-    def _refuse(self, status: int, message: str) -> None:
+    def _refuse(self, status: int, message: str) -> NoReturn:
         raise web.HTTPError(status, reason=None, log_message=message)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from textwrap import dedent
+from typing import Any
 
 from traitlets import Bool, Dict, Float, HasTraits, Int, List, TraitError, Unicode, default, validate
 
@@ -146,7 +147,7 @@ class ConnectionSettings(HasTraits):
     ).tag(config=True)
 
     @validate("server_token_lifetime")
-    def _valid_token_lifetime(self, proposal: dict) -> int:
+    def _valid_token_lifetime(self, proposal: dict[str, Any]) -> int:
         value = int(proposal["value"])
         if value < 60:
             raise TraitError(

@@ -57,7 +57,7 @@ def _pages_ahead(pagination: Mapping[str, Any], asked: set[int], room: int) -> l
     offsets = [offset]
     if limit > 0 and isinstance(total, int) and offset + limit < total:
         offsets.append(offset + limit)
-    out = []
+    out: list[str] = []
     for page in offsets:
         if len(out) >= room or page in asked:
             continue
@@ -87,11 +87,13 @@ class HubClient:
         self.page_size = page_size
 
     async def info(self) -> dict[str, Any]:
-        return await self.transport.fetch_json(f"{self.api_url}/")
+        info: dict[str, Any] = await self.transport.fetch_json(f"{self.api_url}/")
+        return info
 
     async def whoami(self) -> dict[str, Any]:
         """The culler's own model, with the scopes its token holds (``GET /user``)."""
-        return await self.transport.fetch_json(f"{self.api_url}/user")
+        model: dict[str, Any] = await self.transport.fetch_json(f"{self.api_url}/user")
+        return model
 
     async def iter_users(self, state: str | None = "ready") -> AsyncIterator[dict[str, Any]]:
         """Yield user models, page by page, with the same requests as jupyterhub-idle-culler

@@ -200,7 +200,7 @@ class LeaseBook:
         )
         self.status[(user, server)] = status
         srv = f"your server '{server}'" if server else "your server"
-        record = {
+        record: dict[str, Any] = {
             "time": now.isoformat(),
             "user": user,
             "server": server,

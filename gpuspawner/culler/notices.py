@@ -16,7 +16,7 @@ from gpuspawner.culler.decide import Upcoming
 from gpuspawner.culler.gpu_metrics import PodGpuView
 from gpuspawner.culler.policy import NOT_KEEPABLE, RECLAIM, STOP, CullDecision, Policy
 from gpuspawner.culler.records import BUDGET, GPU_IDLE_LIMIT, GPU_LEASE, MAX_AGE, UNRESPONSIVE, WAITING, ServerRecord
-from gpuspawner.names.vocabulary import Kind
+from gpuspawner.names.vocabulary import Kind, StopReason
 
 #: what is held, as the user picked it on the spawn page
 _THING = {
@@ -255,7 +255,7 @@ def action_record(
         "user": server.user,
         "server": server.name,
         "action": LOG_ACTION[decision.action],
-        "reason": decision.stop_reason or "idle",
+        "reason": decision.stop_reason or StopReason.IDLE,
         "kind": o.kind,
         "offering": o.slug,
         "started": _iso(server.started),

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from gpuspawner.culler.contract import ServerOffering
 from gpuspawner.culler.records import BUDGET, GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE, ServerRecord
-from gpuspawner.names.vocabulary import Kind
+from gpuspawner.names.vocabulary import Kind, StopReason
 
 DEFAULT_KIND_TIMEOUTS: Mapping[str, int] = {
     Kind.FULL.value: 30 * 60,
@@ -287,8 +287,8 @@ class KernelAction:
 @dataclass(frozen=True)
 class CullDecision:
     action: str
-    #: "idle" or "max_age" when action is stop
-    stop_reason: str | None = None
+    #: why, when action is stop (or a reclaim for a waiting spawn)
+    stop_reason: StopReason | None = None
     shutdown: tuple[KernelAction, ...] = ()
     reasons: tuple[str, ...] = ()
     held_back: tuple[str, ...] = ()

@@ -13,18 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from gpuspawner.culler.contract import ServerOffering
+from gpuspawner.names.vocabulary import StopReason
 
-#: why a server is stopped
-IDLE, MAX_AGE, GPU_IDLE_LIMIT = "idle", "max_age", "gpu_idle_limit"
-#: its pod stalled the culler cycle after cycle, and GPU telemetry shows its GPU idle
-UNRESPONSIVE = "unresponsive"
-#: the server has held its GPU for its kind's GPU lease: the hard maximum nothing vetoes
-GPU_LEASE = "gpu_lease"
-#: idle past ``reclaim_for_waiting_after`` (shorter than its idle timeout) while spawns wait
-#: for its offering, and first in line to make room for them
-WAITING = "waiting"
-#: its user's GPU-hour budget ran out while it ran (warned first)
-BUDGET = "budget"
+#: why a server is stopped (:class:`gpuspawner.names.vocabulary.StopReason`, spelled once there)
+IDLE, MAX_AGE, GPU_IDLE_LIMIT = StopReason.IDLE, StopReason.MAX_AGE, StopReason.GPU_IDLE_LIMIT
+UNRESPONSIVE, GPU_LEASE, WAITING, BUDGET = StopReason.UNRESPONSIVE, StopReason.GPU_LEASE, StopReason.WAITING, StopReason.BUDGET
 
 
 @dataclass(frozen=True)

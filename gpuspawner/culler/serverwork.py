@@ -7,26 +7,37 @@ repeated stalls). A mixin of :class:`gpuspawner.culler.cycle.Culler`, whose stat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyterhub_idle_culler import format_td
 from jupyterhub_idle_culler.utils import maybe_future
 
 from gpuspawner.culler import notices
 from gpuspawner.culler.actions import ActionResult
-from gpuspawner.culler.decide import GPU_IDLE_LIMIT, GPU_LEASE, decide, decide_unresponsive, upcoming
+from gpuspawner.culler.decide import decide, decide_unresponsive, upcoming
 from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView, expect_devices
 from gpuspawner.culler.hub import server_record
 from gpuspawner.culler.leases import lease_reclaimed, lease_status
 from gpuspawner.culler.observations import kernel_memo, last_seen, plan_kernel_view, track_gpu_idle
 from gpuspawner.culler.policy import RECLAIM, STOP, CullDecision
-from gpuspawner.culler.records import BUDGET, WAITING, KernelView, ServerRecord
+from gpuspawner.culler.records import BUDGET, GPU_IDLE_LIMIT, GPU_LEASE, WAITING, KernelView, ServerRecord
+
+if TYPE_CHECKING:
+    from gpuspawner.culler.actions import Actions
+    from gpuspawner.culler.kernels import KernelClient
+    from gpuspawner.culler.leases import LeaseBook
+    from gpuspawner.culler.metrics import CullerMetrics
+    from gpuspawner.culler.notify import Notifier
+    from gpuspawner.culler.observations import GpuIdleStreak, KernelMemo
+    from gpuspawner.culler.policy import Policy
+    from gpuspawner.culler.tokens import ServerTokens
 
 #: what can still prevent a warned stop, by its reason (else: any activity)
-_UNLESS = {
+_UNLESS: dict[str | None, str] = {
     GPU_IDLE_LIMIT: "unless the GPU is used (only GPU use counts)",
     GPU_LEASE: "whatever happens (its GPU lease ends)",
     BUDGET: "whatever happens (its user's GPU-hour budget runs out)",
@@ -46,6 +57,29 @@ class ServerOutcome:
 class ServerWork:
     """The per-server methods of :class:`~gpuspawner.culler.cycle.Culler` (its attributes: the
     clients, the policy, the metrics and log, and the per-server memories)."""
+
+    # What the mixin reads of the Culler (set in Culler.__init__; declared here for the type checker).
+    policy: Policy
+    log: logging.Logger
+    metrics: CullerMetrics
+    kernels: KernelClient
+    tokens: ServerTokens
+    actions: Actions
+    leases: LeaseBook
+    notifier: Notifier | None
+    arbiter: Callable[..., Any] | None
+    dry_run: bool
+    server_deadline_s: float
+    warn_before_s: int
+    _carried: dict[tuple[str, str], tuple[tuple[Any, Any], asyncio.Future[ServerOutcome]]]
+    _stalls: dict[tuple[str, str], int]
+    _warned_contracts: set[tuple[str, str]]
+    _gpu_last_active: dict[tuple[str, str], datetime]
+    _gpu_idle: dict[tuple[str, str], GpuIdleStreak]
+    _gpu_pods_seen: set[tuple[str, str]]
+    _memos: dict[tuple[str, str], tuple[tuple[Any, Any], KernelMemo]]
+    _seen: set[tuple[str, str]]
+    _planning: dict[str, datetime]
 
     async def _server(
         self,

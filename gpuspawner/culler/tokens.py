@@ -256,7 +256,7 @@ class ServerTokens:
         await asyncio.gather(*(self._revoke(key) for key in list(self._held)))
 
     # -- the hub ---------------------------------------------------------------
-    async def _mint(self, server: ServerRecord, key: tuple[str, str], instance: tuple) -> str:
+    async def _mint(self, server: ServerRecord, key: tuple[str, str], instance: tuple[Any, Any]) -> str:
         scope = server_scope(server.user, server.name)
         where = server.model.get("url") or f"/user/{server.user}/{server.name}"
         note = f"{NOTE_PREFIX}{where} (gpu-culler kernel view, revoked when it stops)"

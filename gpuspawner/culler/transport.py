@@ -38,7 +38,7 @@ class RetryPolicy:
     connect_timeout: float = 10.0
 
     def delay(self, attempt: int) -> float:
-        d = min(self.max_delay, self.base_delay * (2**attempt))
+        d = min(self.max_delay, self.base_delay * float(2**attempt))  # (int ** int is typed Any)
         return d * random.uniform(0.5, 1.0)
 
 

@@ -2,16 +2,16 @@
 (:func:`gpuspawner.capacity.admission.in_order`) fed with this hub's live counts, its quota
 ledger and its wait queue; then queue, warn or go, and reserve the units on a node.
 
-The spawner passes itself (``spawner``: a :class:`gpuspawner.spawner.GPUSpawner`) for what
-only it knows: the user, the traits, the live counts and the spawn's state.
+The spawner is read through the seam (``spawner``: a :class:`gpuspawner.hub.seam.Spawner`)
+for the user, the traits and the spawn's state; the counts are :mod:`gpuspawner.hub.catalogs`'.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from datetime import datetime
-from typing import Any
 
 from gpuspawner.capacity.admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaRequest, Quotas, in_order, units_held
 from gpuspawner.capacity.policy import allowed, named
@@ -19,31 +19,23 @@ from gpuspawner.core.imagefit import image_refusal
 from gpuspawner.core.model import Offering
 from gpuspawner.core.windows import window_state
 from gpuspawner.core.wording import turn_words
-from gpuspawner.hub import budgets, culleractions, hubhooks, hubid, metrics
-from gpuspawner.hub.inventory import Inventory
+from gpuspawner.hub import budgets, catalogs, culleractions, hubhooks, hubid, metrics, spawnview
 from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
+from gpuspawner.hub.seam import Spawner
 from gpuspawner.hub.spawnstate import saved_holdings, user_label
 from gpuspawner.names.vocabulary import RECORD_KEY, Refusal
 from gpuspawner.offerings.choice import Choice, shown
 
-
-def reservation_key(spawner: Any) -> str:
-    """The key of ``spawner``'s server in the quota ledger and the index's reservations."""
-    return f"{spawner.namespace}/{spawner.pod_name}"
-
-
-def release_reservation(spawner: Any) -> None:
-    """Give back units reserved for this pod, in the inventory if one runs (never starts one)."""
-    inventory = Inventory.running(spawner.api)
-    if inventory is not None:
-        inventory.index.release(reservation_key(spawner))
+#: (kept here too: where admission's reservations were first named)
+reservation_key = spawnview.reservation_key
+release_reservation = spawnview.release_reservation
 
 
-def bound_holdings(spawner: Any, catalog: dict[str, Offering]) -> dict[str, Held]:
+def bound_holdings(spawner: Spawner, catalog: dict[str, Offering]) -> dict[str, Held]:
     """GPU units that bound pods of this hub's users hold now (from the inventory), by pod key.
     Without counts: none (quotas then count the grants this hub process made)."""
     out = {}
-    index = spawner.counts()
+    index = catalogs.counts(spawner)
     # the pods of this hub's users only (another hub's users are not ours), never every pod of the cluster;
     # with those it made before it had an identity (hub.hubid.made_before)
     pods = index.user_pods(spawner.hub_id) if index is not None else {}
@@ -52,21 +44,21 @@ def bound_holdings(spawner: Any, catalog: dict[str, Offering]) -> dict[str, Held
     for key, pod in pods.items():
         offering = catalog.get(pod.offering or "")
         if offering is not None:
-            out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user)
+            out[key] = Held(offering.kind.value, units_held(offering, pod.requests), pod.user or "")  # (user_pods: all carry a user)
     return out
 
 
-def group_members(spawner: Any) -> dict[str, list[str]]:
+def group_members(spawner: Spawner) -> dict[str, list[str]]:
     """Members (as pod labels) of this user's groups that have a quota."""
     out: dict[str, list[str]] = {}
-    for name, group in spawner.user_groups():
+    for name, group in spawnview.user_groups(spawner):
         if name in spawner.group_quotas:
             out[name] = [user_label(member) for member, _ in named(getattr(group, "users", None))]
     return out
 
 
 def check_quota(
-    spawner: Any, offering: Offering, count: int, bound: dict[str, Held], members: dict[str, list[str]], grant: bool = False
+    spawner: Spawner, offering: Offering, count: int, bound: dict[str, Held], members: dict[str, list[str]], grant: bool = False
 ) -> Decision:
     """This server's quota decision, counting bound pods and every grant not yet bound.
     With ``grant``, an admitted decision is recorded in the same step (see QuotaLedger)."""
@@ -79,16 +71,16 @@ def check_quota(
     return ledger.grant(request) if grant else ledger.check(request)
 
 
-def watch_grants(spawner: Any) -> None:
+def watch_grants(spawner: Spawner) -> None:
     """Let the quota ledger hear, from the live index, when a pod of this hub is bound or leaves
     the cluster (see QuotaLedger.pod_event): a server whose pod is deleted behind the hub's back
     gives its units back within that one watch event. Once per index (none without counts)."""
-    index = spawner.counts()
+    index = catalogs.counts(spawner)
     if index is not None:
         index.observe_user_pods(spawner.hub_id, spawner.quota_ledger.pod_event)
 
 
-def restore_grants(spawner: Any, bound: dict[str, Held] | None = None) -> None:
+def restore_grants(spawner: Spawner, bound: dict[str, Held] | None = None) -> None:
     """Give the quota ledger what this hub's running servers hold, from each one's saved
     record (once per hub process, at the first quota check): a restarted hub counts a DRA
     server's true count, a pod not bound yet, and every server when it may not read the
@@ -103,18 +95,18 @@ def restore_grants(spawner: Any, bound: dict[str, Held] | None = None) -> None:
         spawner.log.info("GPUSpawner: quotas count %d running server(s) from their saved records", len(saved))
 
 
-def fit_image(spawner: Any, choice: Choice, image: str) -> Choice:
+def fit_image(spawner: Spawner, choice: Choice, image: str) -> Choice:
     """``choice`` on the nodes (devices) that can run ``image`` (``c.GPUSpawner.image_requirements``):
     its pod's affinity, its claim's selectors and its free count are those of the fitting ones.
     Refused (409) at once, with the versions in words, when the offering has nodes and none fits."""
-    offering, reason = spawner.image_fit(choice.offering, image)
+    offering, reason = catalogs.image_fit(spawner, choice.offering, image)
     if reason:
         metrics.refused(choice.offering, Refusal.IMAGE)
         raise SpawnRefused(image_refusal(choice.offering.display_name, shown(image, 160), reason), Refusal.IMAGE)
     return Choice(offering, choice.count)
 
 
-def obstacle_now(spawner: Any, choice: Choice, offerings: list[Offering], grant: bool = False) -> tuple[str, Decision]:
+def obstacle_now(spawner: Spawner, choice: Choice, offerings: list[Offering], grant: bool = False) -> tuple[str, Decision]:
     """What stands in the way of ``choice`` now, in the one order (window, quota, capacity),
     in one step: nothing else runs between the quota check and its grant. With ``grant`` (at
     start), the quota check also records the grant: release it if the spawn does not go on."""
@@ -129,13 +121,13 @@ def obstacle_now(spawner: Any, choice: Choice, offerings: list[Offering], grant:
         count,
         window_state(offering.windows, spawner.now()),
         quota,
-        spawner.availability,
-        lambda: allowed(catalog.values(), spawner.requester()).values(),
+        functools.partial(catalogs.availability, spawner),
+        lambda: allowed(catalog.values(), spawnview.requester(spawner)).values(),
         spawner.admission,
     )
 
 
-async def admit(spawner: Any, choice: Choice, catalog: list[Offering]) -> None:
+async def admit(spawner: Spawner, choice: Choice, catalog: list[Offering]) -> None:
     """Quotas, then capacity: refuse, warn, queue, or go. Holds a reservation when admitted."""
     offering, count = choice.offering, choice.count
     key = reservation_key(spawner)
@@ -154,10 +146,10 @@ async def admit(spawner: Any, choice: Choice, catalog: list[Offering]) -> None:
         raise
 
 
-async def _take(spawner: Any, offering: Offering, count: int, decision: Decision) -> None:
+async def _take(spawner: Spawner, offering: Offering, count: int, decision: Decision) -> None:
     """Queue, warn or go for ``decision``, then reserve the units on a node."""
     state = spawner.spawn_state
-    index = spawner.counts()
+    index = catalogs.counts(spawner)
     if index is None:  # the hub may not read the cluster: the scheduler decides alone
         metrics.admitted(offering, decision.action)
         state.messages.append(f"Starting {count} x {offering.display_name} (free count unavailable).")
@@ -168,7 +160,7 @@ async def _take(spawner: Any, offering: Offering, count: int, decision: Decision
         state.expect_wait = True
         state.messages.append(decision.message)
     # (nothing to reserve where the counts do not know, e.g. a DRA pool being republished: the scheduler decides)
-    counted = spawner.availability(offering).counted
+    counted = catalogs.availability(spawner, offering).counted
     if (
         decision.action != WARN
         and counted
@@ -196,7 +188,7 @@ async def _turn_words(offering: Offering, position: int, now: datetime) -> str:
     return turn_words(offering.display_name, position, (at - now).total_seconds())
 
 
-async def _wait_in_queue(spawner: Any, offering: Offering, count: int, message: str) -> None:
+async def _wait_in_queue(spawner: Spawner, offering: Offering, count: int, message: str) -> None:
     queue = WaitQueue.for_offering(offering.slug)
     timeout = offering.queue_timeout or spawner.queue_timeout
     spawner.spawn_state.messages.append(message)
@@ -204,7 +196,7 @@ async def _wait_in_queue(spawner: Any, offering: Offering, count: int, message: 
         deadline = time.monotonic() + timeout
         told, asked = "", 0.0
         while True:
-            if place.first and (spawner.availability(offering).largest_free or 0) >= count:
+            if place.first and (catalogs.availability(spawner, offering).largest_free or 0) >= count:
                 return  # admit() reserves before anyone else can run
             if time.monotonic() - asked >= TURNS_EVERY_S:
                 asked = time.monotonic()

@@ -9,7 +9,8 @@ The ledger: each GPU server's saved state (the hub's database, beside its record
 started, closed when it stops, kept 8 days (JupyterHub keeps a stopped server's state, so
 it survives a stop and a hub restart; deleting the server, or the user, deletes it).
 
-The spawner passes itself (``spawner``) for the user, the traits and the catalog.
+The spawner is read through the seam (``spawner``: :class:`gpuspawner.hub.seam.Spawner`) for the
+user, the traits and the ledger.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from gpuspawner.capacity.budgets import (
     window_start,
 )
 from gpuspawner.core.model import Offering
-from gpuspawner.hub import metrics
+from gpuspawner.hub import catalogs, metrics, spawnview
 from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.hub.seam import Spawner
 from gpuspawner.hub.spawnstate import user_label
 from gpuspawner.names import vocabulary as v
 from gpuspawner.names.vocabulary import BUDGET_LEDGER_KEY, Refusal
@@ -53,13 +55,13 @@ LAST: dict[str, Standing] = {}
 NAMES: dict[str, str] = {}
 
 
-def budget(spawner: Any) -> Any:
+def budget(spawner: Spawner) -> Any:
     """The user's budget (None: no budget)."""
-    groups = [name for name, _ in spawner.user_groups()]
+    groups = [name for name, _ in spawnview.user_groups(spawner)]
     return budget_for(spawner.user_gpu_budget, spawner.group_gpu_budgets, groups)
 
 
-def ledger_uses(spawner: Any) -> list[Use]:
+def ledger_uses(spawner: Spawner) -> list[Use]:
     """Every use in the ledgers of the user's servers: this one's as it is now, the others' as saved."""
     rows = list(spawner.gpu_usage)
     orm_user = getattr(spawner.user, "orm_user", None)
@@ -70,7 +72,7 @@ def ledger_uses(spawner: Any) -> list[Use]:
     return uses_from_rows(rows)
 
 
-async def prometheus_hours(spawner: Any, since: datetime, now: datetime, catalog: list[Offering]) -> float | None:
+async def prometheus_hours(spawner: Spawner, since: datetime, now: datetime, catalog: list[Offering]) -> float | None:
     """Weighted GPU-hours since ``since`` from Prometheus; None when it is not set, does not
     answer within ``budget_prometheus_timeout``, or answers with an error (logged)."""
     url = spawner.budget_prometheus_url.rstrip("/")
@@ -94,7 +96,7 @@ async def prometheus_hours(spawner: Any, since: datetime, now: datetime, catalog
     return weighted_hours(unit_hours, {o.slug: o.hourly_cost(1) for o in catalog})
 
 
-async def standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
+async def standing(spawner: Spawner, catalog: list[Offering]) -> Standing | None:
     """The user's budget and usage now, and where the usage came from (None: no budget, or a
     measurement that failed unexpectedly: logged, and the spawn is not held up by it)."""
     try:
@@ -104,7 +106,7 @@ async def standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
         return None
 
 
-async def _standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
+async def _standing(spawner: Spawner, catalog: list[Offering]) -> Standing | None:
     chosen = budget(spawner)
     if chosen is None:
         return None
@@ -126,7 +128,7 @@ async def _standing(spawner: Any, catalog: list[Offering]) -> Standing | None:
 REFRESH_SECONDS = 300
 
 
-async def refresh(spawner: Any) -> None:
+async def refresh(spawner: Spawner) -> None:
     """Measure the user's budget again if their exported figures are missing (a restarted hub)
     or older than :data:`REFRESH_SECONDS`; called from a running server's poll."""
     if budget(spawner) is None:
@@ -135,13 +137,13 @@ async def refresh(spawner: Any) -> None:
     if found is not None and found.as_of is not None and (spawner.now() - found.as_of).total_seconds() < REFRESH_SECONDS:
         return
     try:
-        catalog = await spawner.catalog()
+        catalog = await catalogs.catalog(spawner)
     except Exception:  # a broken config is logged where it is used; nothing to measure with
         return
     await standing(spawner, catalog)
 
 
-def refusal(spawner: Any, found: Standing, offering: Offering, count: int) -> SpawnRefused | None:
+def refusal(spawner: Spawner, found: Standing, offering: Offering, count: int) -> SpawnRefused | None:
     """The 429 for a spawn of ``count`` x ``offering`` that ``found`` does not cover (None if it does)."""
     cost = offering.hourly_cost(count)
     if found.covers(cost):
@@ -152,7 +154,7 @@ def refusal(spawner: Any, found: Standing, offering: Offering, count: int) -> Sp
     return SpawnRefused(refusal_text(found, name, cost, now, frees), Refusal.BUDGET)
 
 
-async def check(spawner: Any, offering: Offering, count: int, catalog: list[Offering]) -> None:
+async def check(spawner: Spawner, offering: Offering, count: int, catalog: list[Offering]) -> None:
     """Refuse (429) a spawn the user's budget does not cover; a free offering is never refused."""
     if offering.hourly_cost(count) <= 0:
         return
@@ -171,7 +173,7 @@ async def check(spawner: Any, offering: Offering, count: int, catalog: list[Offe
         )
 
 
-def check_now(spawner: Any, offering: Offering, count: int) -> None:
+def check_now(spawner: Spawner, offering: Offering, count: int) -> None:
     """The form POST's check, from the standing measured for the page (nothing is awaited)."""
     found = LAST.get(user_label(spawner.user.name))
     if found is None or found.budget != budget(spawner):
@@ -182,7 +184,7 @@ def check_now(spawner: Any, offering: Offering, count: int) -> None:
         raise refused
 
 
-def opened(spawner: Any, offering: Offering, count: int) -> None:
+def opened(spawner: Spawner, offering: Offering, count: int) -> None:
     """A server with ``count`` x ``offering`` has started: a ledger row from now (and the
     exported standing goes on at the user's new rate)."""
     cost = offering.hourly_cost(count)
@@ -192,7 +194,7 @@ def opened(spawner: Any, offering: Offering, count: int) -> None:
         _rate_changed(spawner, now)
 
 
-def closed(spawner: Any, at: datetime | None = None) -> None:
+def closed(spawner: Spawner, at: datetime | None = None) -> None:
     """The server has stopped: its open row ends now (or ``at``, when its pod left the cluster
     behind the hub's back: its deletion began then)."""
     if spawner.gpu_usage:
@@ -202,7 +204,7 @@ def closed(spawner: Any, at: datetime | None = None) -> None:
         _rate_changed(spawner, now)
 
 
-def _rate_changed(spawner: Any, now: datetime) -> None:
+def _rate_changed(spawner: Spawner, now: datetime) -> None:
     """The user's running servers changed: their last standing goes on at the new rate."""
     user = user_label(spawner.user.name)
     found = LAST.get(user)

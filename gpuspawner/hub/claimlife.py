@@ -2,8 +2,9 @@
 the offering shares devices, read for the devices the scheduler allocated, deleted at stop.
 
 The claim itself (its spec and template) is :mod:`gpuspawner.pod.podspec`'s; the calls to the
-cluster are :class:`gpuspawner.hub.claims.ClaimTemplates`'. The spawner passes itself
-(``spawner``) for its pod's name, namespace, API client, log and spawn state.
+cluster are :class:`gpuspawner.hub.claims.ClaimTemplates`'. The spawner is read through the seam
+(``spawner``: :class:`gpuspawner.hub.seam.Spawner`) for its pod's name, namespace, API client, log
+and spawn state.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gpuspawner.dra.extres import extended_claim_name
 from gpuspawner.dra.gates import dropped, needs
 from gpuspawner.hub.claims import ClaimTemplates
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, brief
+from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.vocabulary import (
     CLAIM_NAME,
     DEVICE_CHOICE,
@@ -45,13 +47,13 @@ CreatePod = Callable[[Any, int], Awaitable[bool]]
 _shared_locks: dict[str, asyncio.Lock] = {}
 
 
-def claimed(spawner: Any) -> Offering | None:
+def claimed(spawner: Spawner) -> Offering | None:
     """The current spawn's offering when it is served through Dynamic Resource Allocation."""
-    choice = spawner.choice
+    choice = spawner.spawn_state.choice
     return choice.offering if choice is not None and choice.offering.claim is not None else None
 
 
-def claim_templates(spawner: Any) -> ClaimTemplates:
+def claim_templates(spawner: Spawner) -> ClaimTemplates:
     return ClaimTemplates(spawner.api.api_client, spawner.namespace, spawner.log, spawner.hub_id)
 
 
@@ -70,15 +72,15 @@ def add_claim(pod: Any, pod_name: str) -> None:
         notebook.resources = {"claims": [container_claim()]}
 
 
-async def create_pod(spawner: Any, offering: Offering, pod: Any, request_timeout: int, create: CreatePod) -> bool:
+async def create_pod(spawner: Spawner, offering: Offering, pod: Any, request_timeout: int, create: CreatePod) -> bool:
     """Create a DRA server's pod with ``create``: its claim template first (the pod cannot be
     scheduled without it), given the pod as its owner after; a shared offering's pod joins a
     claim with room instead."""
-    assert offering.claim is not None and spawner.choice is not None
+    assert offering.claim is not None and spawner.spawn_state.choice is not None
     if offering.claim.replicas > 1:
         return await _create_sharing(spawner, offering, pod, request_timeout, create)
     meta, templates = pod.metadata, claim_templates(spawner)
-    template = claim_template(offering.claim, spawner.choice.count, spawner.pod_name, meta.labels or {}, meta.annotations or {})
+    template = claim_template(offering.claim, spawner.spawn_state.choice.count, spawner.pod_name, meta.labels or {}, meta.annotations or {})
     try:
         stored = await templates.create(template)
     except ApiException as exc:
@@ -91,7 +93,7 @@ async def create_pod(spawner: Any, offering: Offering, pod: Any, request_timeout
         )
         spawner.log.error(
             "%s: cannot create ResourceClaimTemplate %s/%s for offering %s (%s): %s",
-            spawner._log_name,
+            spawner.log_name,
             spawner.namespace,
             spawner.pod_name,
             offering.slug,
@@ -106,7 +108,7 @@ async def create_pod(spawner: Any, offering: Offering, pod: Any, request_timeout
         spawner.spawn_state.claim_template = None
         spawner.log.error(
             "%s: offering %s needs a newer Kubernetes: the API server stored its ResourceClaimTemplate without %s (%s)",
-            spawner._log_name,
+            spawner.log_name,
             offering.slug,
             ", ".join(lost),
             needs(lost),
@@ -119,12 +121,12 @@ async def create_pod(spawner: Any, offering: Offering, pod: Any, request_timeout
             await templates.own(spawner.pod_name, json.loads(await response.read()))
         except Exception as exc:  # the stop (or the orphan reconciler) still deletes it
             spawner.log.warning(
-                "%s: could not make pod %s the owner of its claim template (%s)", spawner._log_name, spawner.pod_name, brief(exc)
+                "%s: could not make pod %s the owner of its claim template (%s)", spawner.log_name, spawner.pod_name, brief(exc)
             )
     return created
 
 
-async def _create_sharing(spawner: Any, offering: Offering, pod: Any, request_timeout: int, create: CreatePod) -> bool:
+async def _create_sharing(spawner: Spawner, offering: Offering, pod: Any, request_timeout: int, create: CreatePod) -> bool:
     """A shared DRA offering's pod joins a claim of that offering with room (or a new one;
     see :meth:`gpuspawner.hub.claims.ClaimTemplates.shared_with_room`)."""
     assert offering.claim is not None
@@ -139,7 +141,7 @@ async def _create_sharing(spawner: Any, offering: Offering, pod: Any, request_ti
         return await create(pod, request_timeout)
 
 
-async def delete_claims(spawner: Any, record: dict[str, Any]) -> None:
+async def delete_claims(spawner: Spawner, record: dict[str, Any]) -> None:
     """Delete this server's claim template (this spawn's, or the saved ``record``'s after a hub
     restart); a shared claim once no pod uses it."""
     state = spawner.spawn_state
@@ -155,7 +157,7 @@ async def delete_claims(spawner: Any, record: dict[str, Any]) -> None:
         state.shared_claim = None
 
 
-async def record_devices(spawner: Any) -> None:
+async def record_devices(spawner: Spawner) -> None:
     """Note which devices the scheduler allocated to the pod's claim (for the record the
     culler reads): a DRA offering's, or the claim the scheduler made for a plain
     ``nvidia.com/gpu`` pod on a DRA node (the extended-resource mapping, :mod:`gpuspawner.dra.extres`;
@@ -175,7 +177,7 @@ async def record_devices(spawner: Any) -> None:
                 device[DEVICE_CHOICE] = label
         spawner.spawn_state.devices = devices
     except Exception as exc:
-        spawner.log.warning("%s: could not read the devices allocated to pod %s (%s)", spawner._log_name, spawner.pod_name, brief(exc))
+        spawner.log.warning("%s: could not read the devices allocated to pod %s (%s)", spawner.log_name, spawner.pod_name, brief(exc))
 
 
 def _claim_name_of(ref: Any) -> str | None:
@@ -183,7 +185,7 @@ def _claim_name_of(ref: Any) -> str | None:
     return ref.get("name") if isinstance(ref, dict) else getattr(ref, "name", None)
 
 
-async def watch_binding(spawner: Any, interval: float = 1.0) -> None:
+async def watch_binding(spawner: Spawner, interval: float = 1.0) -> None:
     """Until the pod has a node: if its GPU claim's devices wait for binding conditions
     (:mod:`gpuspawner.dra.binding`), add "Preparing the device (<condition>)…" to the spawn's
     progress, and say when they are met. Ends when the pod is bound (or the start ends)."""
@@ -203,7 +205,7 @@ async def watch_binding(spawner: Any, interval: float = 1.0) -> None:
         try:
             claim = await claim_templates(spawner).read(name)
         except Exception as exc:  # best effort: the step is words, the scheduler decides
-            spawner.log.debug("%s: could not read claim %s (%s)", spawner._log_name, name, brief(exc))
+            spawner.log.debug("%s: could not read claim %s (%s)", spawner.log_name, name, brief(exc))
             continue
         waiting = binding.pending(claim)
         if waiting and binding.preparing_words(waiting) != said:

@@ -13,6 +13,7 @@ and the orphan reconciler (:mod:`gpuspawner.hub.orphans`) removes one whose pod 
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 from collections.abc import Mapping
@@ -40,8 +41,10 @@ class ClaimTemplates:
     """ResourceClaimTemplates in one namespace, through the hub's own Kubernetes client."""
 
     def __init__(self, api_client: Any, namespace: str, log: logging.Logger, hub_id: str = "") -> None:
-        self.api = ResourceV1Api(api_client)
-        self.core = CoreV1Api(api_client)
+        # Any: every call here is made with ``_preload_content=False`` and answers the raw
+        # response (read as JSON), which kubernetes_asyncio's hints do not say.
+        self.api: Any = ResourceV1Api(api_client)
+        self.core: Any = CoreV1Api(api_client)
         self.namespace = namespace
         self.log = log
         #: This hub's identity (``c.GPUSpawner.hub_id``): shared claims and their pods are this hub's only.
@@ -152,9 +155,10 @@ class ClaimTemplates:
     async def read(self, name: str) -> dict[str, Any]:
         """The ResourceClaim ``name`` of this namespace, as the API server's JSON."""
         response = await self.api.read_namespaced_resource_claim(name, self.namespace, _preload_content=False)
-        return json.loads(await response.read())
+        claim: dict[str, Any] = json.loads(await response.read())
+        return claim
 
-    async def devices(self, pod: Mapping[str, Any]) -> list[dict[str, str]]:
+    async def devices(self, pod: Mapping[str, Any]) -> builtins.list[dict[str, str]]:  # (the method list shadows the builtin here)
         """The devices allocated to ``pod``'s GPU claim, with their identity from the driver's
         ResourceSlices of the pod's node (see :func:`gpuspawner.capacity.allocation.allocated_devices`)."""
         claim_name = pod_claim_name(pod) or extended_claim_name(pod)

@@ -120,7 +120,9 @@ class CullerActions:
     async def for_user(self, name: str) -> list[dict[str, str]]:
         body = await self._get(f"{self.url}?{urlencode({'user': name, 'limit': self.limit})}", "actions are not shown on the hub's pages")
         actions = body.get("actions", []) if isinstance(body, dict) else []
-        records = [r for r in actions if isinstance(r, dict) and r.get("user") == name] if isinstance(actions, list) else []
+        records: list[Mapping[str, Any]] = (
+            [r for r in actions if isinstance(r, dict) and r.get("user") == name] if isinstance(actions, list) else []
+        )
         return page_items(records, datetime.now(UTC), self.days)
 
     def _base(self) -> str:

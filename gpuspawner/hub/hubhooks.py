@@ -4,7 +4,7 @@
   request's ``user_options`` into its database (``orm.Spawner.user_options``) before
   any spawner code runs (``User.spawn``, and ``PUT``/``PATCH`` of a named server).
   A SQLAlchemy ``set`` listener on that column hands each new value to the row's
-  GPUSpawner (:meth:`GPUSpawner.storable_user_options`), which returns what may be
+  GPUSpawner (:func:`gpuspawner.hub.storedoptions.storable`), which returns what may be
   stored. Rows of other spawner classes are left as they are. Options with a value over
   the bound (``useroptions.MAX_VALUE_CHARS``) are not stored at all: a ``PUT``/``PATCH`` of
   a server that is not running is answered 400, and a start keeps the row as it was (the
@@ -29,7 +29,10 @@ import logging
 import weakref
 from typing import Any
 
+from gpuspawner.hub import storedoptions
 from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.hub.seam import Spawner
+from gpuspawner.hub.storedoptions import NotStored
 from gpuspawner.names.vocabulary import Refusal
 
 _ATTRIBUTE = "_gpuspawner_owner"
@@ -52,7 +55,7 @@ def saved_records(db: Any, key: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def own_row(spawner: Any) -> None:
+def own_row(spawner: Spawner) -> None:
     """Make ``spawner`` the one that filters what is stored in its ``orm_spawner`` row."""
     _install_listener()
     orm_spawner = getattr(spawner, "orm_spawner", None)
@@ -71,24 +74,20 @@ def _install_listener() -> None:
     _installed = True
 
 
-class NotStored(ValueError):
-    """``user_options`` that must not be stored (a value over the bound); ``str()`` says why."""
-
-
 def _filter_stored(target: Any, value: Any, oldvalue: Any, initiator: Any) -> Any:
     ref = getattr(target, _ATTRIBUTE, None)
-    spawner = ref() if ref is not None else None
+    spawner: Spawner | None = ref() if ref is not None else None
     if spawner is None or not isinstance(value, dict):
         return value
     try:
-        stored = spawner.storable_user_options(value)
+        stored = storedoptions.storable(spawner, value)
     except NotStored as exc:
         if getattr(target, "server", None) is None:  # a PUT or PATCH of a server that does not run: answer 400
             raise SpawnRefused(str(exc), Refusal.MALFORMED) from None
         # a start (User.spawn stores the options after it made the server): keep the row as it was
         return oldvalue if isinstance(oldvalue, dict) else {}
     if getattr(target, "server", None) is not None:  # a start's options: put back if it refuses them
-        spawner.stored_for_start(oldvalue if isinstance(oldvalue, dict) else {})
+        storedoptions.stored_for_start(spawner, oldvalue if isinstance(oldvalue, dict) else {})
     return stored
 
 
@@ -120,7 +119,7 @@ class RefusalsOnOneLine(logging.Filter):
         return True
 
 
-def log_refusals_on_one_line(log: logging.Logger | logging.LoggerAdapter) -> None:
+def log_refusals_on_one_line(log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
     """Add :class:`RefusalsOnOneLine` to the hub's logger and to asyncio's (once each).
 
     asyncio's: when a spawn outlasts the page's ``slow_spawn_timeout`` (a busy hub) and is then
@@ -132,7 +131,7 @@ def log_refusals_on_one_line(log: logging.Logger | logging.LoggerAdapter) -> Non
             each.addFilter(RefusalsOnOneLine())
 
 
-def hub_log_for_gpuspawner(log: logging.Logger | logging.LoggerAdapter) -> None:
+def hub_log_for_gpuspawner(log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
     """Send what gpuspawner's own modules log (the inventory's lists and outages, the orphan
     reconciler, Kueue's streams: loggers named ``gpuspawner.*``) to the hub's log handlers, at the
     hub's level, so they read like the hub's own lines; without this only their warnings reach

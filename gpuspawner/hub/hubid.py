@@ -32,8 +32,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gpuspawner.hub import metrics
 from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, ANNOTATION_SPAWN, LABEL_HUB, Refusal
-from gpuspawner.pod.podspec import derived_hub_id, pod_taken_by, user_key
+from gpuspawner.pod.podspec import derived_hub_id, identity, pod_taken_by, user_key
 
 #: The one table gpuspawner keeps in JupyterHub's database: name -> value, one row
 #: (``hub_id``). A table of its own, not a row of JupyterHub's: JupyterHub's migrations
@@ -72,31 +73,32 @@ def stored_hub_id(db: Any, namespace: str, log: Any = None) -> str:
         if log is not None:
             log.error("GPUSpawner: cannot keep this hub's identity in its database (%s); set c.GPUSpawner.hub_id", exc)
         return ""
+    value = str(value)  # (the column is a string)
     _stored[engine] = value
     if log is not None:
         log.info("GPUSpawner: this hub's identity is %r (no c.GPUSpawner.hub_id set), %s its database (table %s)", value, how, TABLE.name)
     return value
 
 
-def own_user_key(spawner: Any) -> str:
+def own_user_key(spawner: Spawner) -> str:
     """This server's user in the hub's database (``vocabulary.ANNOTATION_HUB_USER``)."""
     return user_key(spawner.user.id, getattr(spawner.user, "created", None))
 
 
-def taken_by(spawner: Any, pod: Mapping[str, Any]) -> str:
+def taken_by(spawner: Spawner, pod: Mapping[str, Any]) -> str:
     """Who holds ``pod`` if it is not this server's own, in words; "" if it is."""
     meta = pod.get("metadata") or {}
     return pod_taken_by(meta.get("labels") or {}, meta.get("annotations") or {}, spawner.hub_id, own_user_key(spawner))
 
 
-def refusal(spawner: Any, name: str, holder: str) -> SpawnRefused:
+def refusal(spawner: Spawner, name: str, holder: str) -> SpawnRefused:
     """The 409 for a pod name ``holder`` holds; nothing of this spawn was made, so the hub's
     cleanup asks the cluster nothing (see GPUSpawner.poll)."""
     spawner.spawn_state.refused = True
-    choice = spawner.choice
+    choice = spawner.spawn_state.choice
     metrics.refused(choice.offering if choice is not None else None, Refusal.POD_NAME_TAKEN)
     where = f"{spawner.namespace}/{name}"
-    spawner.log.warning("%s: pod %s is %s; refusing the spawn and leaving that pod alone", spawner._log_name, where, holder)
+    spawner.log.warning("%s: pod %s is %s; refusing the spawn and leaving that pod alone", spawner.log_name, where, holder)
     mine = f"this hub's identity is '{spawner.hub_id}'" if spawner.hub_id else "this hub has no identity"
     return SpawnRefused(
         f"The pod name {where} is taken by {holder} ({mine}), so this server cannot start; that pod is "
@@ -107,7 +109,7 @@ def refusal(spawner: Any, name: str, holder: str) -> SpawnRefused:
     )
 
 
-async def read_pod(spawner: Any, name: str) -> dict[str, Any] | None:
+async def read_pod(spawner: Spawner, name: str) -> dict[str, Any] | None:
     """The pod ``name`` in the server's namespace as the API server has it now; None if there is none."""
     response = await spawner.api.read_namespaced_pod(name, spawner.namespace, _preload_content=False)
     body = await response.read()  # (unparsed, the client raises for no status: see below)
@@ -120,7 +122,7 @@ async def read_pod(spawner: Any, name: str) -> dict[str, Any] | None:
     return dict(json.loads(body))
 
 
-async def check_pod_name(spawner: Any, name: str) -> None:
+async def check_pod_name(spawner: Spawner, name: str) -> None:
     """Before anything of this spawn is made (its pod, a DRA claim template named after it):
     refuse (:func:`refusal`) if a pod that is not this server's own has the name."""
     pod = await read_pod(spawner, name)
@@ -133,7 +135,7 @@ async def check_pod_name(spawner: Any, name: str) -> None:
 CreatePod = Callable[[Any, int], Awaitable[bool]]
 
 
-async def create_pod(spawner: Any, kubespawner_create: CreatePod, pod: Any, request_timeout: int) -> bool:
+async def create_pod(spawner: Spawner, kubespawner_create: CreatePod, pod: Any, request_timeout: int) -> bool:
     """Create ``pod``; KubeSpawner's way (``kubespawner_create``: delete the old pod and try
     again) only where a pod of that name is this server's own. A 409 AlreadyExists (a pod made
     since :func:`check_pod_name`) is read, and refused unless it is this server's own. Returns
@@ -147,7 +149,7 @@ async def create_pod(spawner: Any, kubespawner_create: CreatePod, pod: Any, requ
         state.slow_creations += 1
         if state.slow_creations == 1:
             state.messages.append("The cluster is answering slowly: still creating your server's pod.")
-        spawner.log.info("%s: creating pod %s timed out after %ss; trying again", spawner._log_name, name, request_timeout)
+        spawner.log.info("%s: creating pod %s timed out after %ss; trying again", spawner.log_name, name, request_timeout)
         return False  # (KubeSpawner's answer: try again; a pod the lost answer made is found by its stamp)
     except ApiException as exc:
         if exc.status != 409:
@@ -159,12 +161,12 @@ async def create_pod(spawner: Any, kubespawner_create: CreatePod, pod: Any, requ
     if holder:
         raise refusal(spawner, name, holder)
     if ((there.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPAWN) == state.spawn_id:
-        spawner.log.info("%s: pod %s was made by this start's earlier try (its answer was lost); taken as made", spawner._log_name, name)
+        spawner.log.info("%s: pod %s was made by this start's earlier try (its answer was lost); taken as made", spawner.log_name, name)
         return True  # made by this start's own earlier request, whose answer never came
     return await kubespawner_create(pod, request_timeout)  # this server's own leftover: KubeSpawner replaces it
 
 
-async def stop_blocked(spawner: Any) -> str:
+async def stop_blocked(spawner: Spawner) -> str:
     """Who holds the pod this server names, where it carries another hub's identity or another
     user's key (as the API server has it now); "" where the stop may delete it, or there is none.
     A pod with no identity at all is one made before the hub stamped it: the server's saved state
@@ -192,3 +194,23 @@ def made_before(db: Any, unlabelled: Mapping[str, Any]) -> dict[str, Any]:
     ids = {int(k.split("/", 1)[0]) for k in keys if k.split("/", 1)[0].isdigit()}
     mine = {user_key(uid, created) for uid, created in db.query(orm.User.id, orm.User.created).filter(orm.User.id.in_(ids))}
     return {key: pod for key, pod in items if pod.hub_user in mine}
+
+
+async def stop_unless_taken(spawner: Spawner, kubespawner_stop: Callable[..., Awaitable[Any]], now: bool) -> None:
+    """KubeSpawner's stop (``kubespawner_stop``), never of a pod of another hub that has this
+    server's pod name (:func:`stop_blocked`; asked on each try: the stop is retried while the
+    cluster cannot answer)."""
+    holder = await stop_blocked(spawner)
+    if holder:
+        spawner.log.warning("%s: not deleting pod %s/%s: it is %s", spawner.log_name, spawner.namespace, spawner.pod_name, holder)
+        return
+    await kubespawner_stop(now=now)
+
+
+def stamp_identity(spawner: Spawner, pod: Any) -> None:
+    """Label ``pod`` with this hub's identity and annotate whose server it is in the hub's
+    database (see podspec.identity), for the orphan reconciler and the quotas; the claim
+    template copies both from the pod."""
+    labels, annotations = identity(spawner.hub_id, own_user_key(spawner))
+    pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
+    pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations, ANNOTATION_SPAWN: spawner.spawn_state.spawn_id}

@@ -48,7 +48,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -60,6 +60,10 @@ from gpuspawner.names.kueuenames import CLUSTER_QUEUES, COHORTS, GROUP, LOCAL_QU
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS
 
 log = logging.getLogger("gpuspawner.hub.inventory")
+
+#: A list (or, with ``watch=True``, watch) call of kubernetes_asyncio's API clients, made with
+#: ``_preload_content=False``: it answers the raw response, which the client's hints do not say.
+ListCall = Callable[..., Awaitable[Any]]
 
 #: Only pods that hold node resources matter; the API server filters the rest out.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -171,12 +175,12 @@ class Inventory:
         self.page_size = page_size
         self.forbidden_retry = forbidden_retry
         self._synced = {"nodes": False, "pods": False}
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._ready_event = asyncio.Event()
         self._answered = asyncio.Event()  # set by the first sync or the first failure
         self._lost_at: float | None = None  # when the counts stopped being live (None: live, or never were)
         self._ever_ready = False
-        self.relists = Counter()
+        self.relists: Counter[str] = Counter()
         self.last_error: str = ""
         #: How often a stream has failed (the API server gone, say): others use it to notice outages.
         self.stream_failures = 0
@@ -403,13 +407,15 @@ class Inventory:
             log.error("%s", self.forbidden)
         self._set_synced(kind, False)
 
-    async def _list(self, kind: str, method, kwargs: dict, page: Callable[[list[dict]], None]) -> tuple[int, str]:
+    async def _list(
+        self, kind: str, method: ListCall, kwargs: dict[str, Any], page: Callable[[list[dict[str, Any]]], None]
+    ) -> tuple[int, str]:
         """List ``kind`` page by page, handing each page's items to ``page`` as it comes (nothing
         here keeps them): how many there were, and the list's resourceVersion."""
         count = 0
         cont = None
         while True:
-            extra = {"_continue": cont} if cont else {}
+            extra: dict[str, Any] = {"_continue": cont} if cont else {}
             resp = await method(limit=self.page_size, _preload_content=False, _request_timeout=60, **kwargs, **extra)
             await _raise_for_status(resp, f"listing {_STREAM_WHAT[kind]}")
             body = json.loads(await resp.read())
@@ -420,7 +426,7 @@ class Inventory:
             if not cont:
                 return count, body["metadata"]["resourceVersion"]
 
-    async def _relist(self, kind: str, method, kwargs: dict) -> tuple[int, str]:
+    async def _relist(self, kind: str, method: ListCall, kwargs: dict[str, Any]) -> tuple[int, str]:
         """A (re)list of ``kind`` put in the index. The pods (the most, and the largest, objects of a
         cluster) go in page by page as slim facts, the raw pages dropped at once; the relist still
         replaces them all at its end (a pod gone between two lists is gone; a list that fails part
@@ -430,7 +436,7 @@ class Inventory:
             count, version = await self._list(kind, method, kwargs, self.index.add_pods)
             self.index.end_pods()
             return count, version
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         count, version = await self._list(kind, method, kwargs, items.extend)
         self._replace(kind, items)
         return count, version
@@ -478,7 +484,7 @@ class Inventory:
         if self._kueue_refusals.pop(kind, None) is not None:
             self.index.kueue.unavailable = next(iter(self._kueue_refusals.values()), "")
 
-    def _apply(self, kind: str):
+    def _apply(self, kind: str) -> Callable[[str, Mapping[str, Any]], None]:
         if kind in ("nodes", "pods"):  # (the index says itself when one changed a count: ClusterIndex.changes)
             return {"nodes": self.index.node_event, "pods": self.index.pod_event}[kind]
         dra = self.index.dra
@@ -489,13 +495,13 @@ class Inventory:
         )
         changed = self.index.changed
 
-        def applied(event: str, obj: dict) -> None:
+        def applied(event: str, obj: Mapping[str, Any]) -> None:
             apply(event, obj)
             changed()  # a DRA or Kueue figure the page shows may have moved
 
         return applied
 
-    def _replace(self, kind: str, items: list[dict]) -> None:
+    def _replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         if kind in ("nodes", "pods"):
             self.index.replace(**{kind: items})
         elif kind in KUEUE_STREAMS:
@@ -504,7 +510,7 @@ class Inventory:
             self.index.dra.replace(**{kind: items})
         self.index.changed()
 
-    async def _run(self, kind: str, method, kwargs: dict) -> None:
+    async def _run(self, kind: str, method: ListCall, kwargs: dict[str, Any]) -> None:
         apply = self._apply(kind)
         backoff = 0.2
         listed_before: set[str] = set()
@@ -518,9 +524,10 @@ class Inventory:
                 log.info("inventory: listed %d %s in %.2fs", count, kind, time.monotonic() - started)
                 backoff = 0.2
                 while True:  # watch until the server ends it, then resume from the last version
-                    version = await self._watch(kind, method, kwargs, version, apply)
-                    if version is None:
+                    resumed = await self._watch(kind, method, kwargs, version, apply)
+                    if resumed is None:
                         break  # 410 Gone: relist
+                    version = resumed
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the API server went away, refused, or answered garbage: reconnect
@@ -557,7 +564,9 @@ class Inventory:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
 
-    async def _watch(self, kind: str, method, kwargs: dict, version: str, apply) -> str | None:
+    async def _watch(
+        self, kind: str, method: ListCall, kwargs: dict[str, Any], version: str, apply: Callable[[str, Mapping[str, Any]], None]
+    ) -> str | None:
         resp = await method(
             watch=True,
             resource_version=version,

@@ -24,9 +24,10 @@ from typing import Any
 from kubernetes_asyncio.client import ApiException, CustomObjectsApi
 
 from gpuspawner.capacity.kueuequota import condition
-from gpuspawner.hub import admitting
+from gpuspawner.hub import spawnview
 from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.scheduling import brief
+from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.dranames import DEVICE_TAINT_EVICTION, DISRUPTION_TARGET
 from gpuspawner.names.kueuenames import (
     ADMISSION_GATE,
@@ -72,7 +73,7 @@ def gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == ADMISSION_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or ())
 
 
-def _pod(spawner: Any) -> Mapping[str, Any] | None:
+def _pod(spawner: Spawner) -> Mapping[str, Any] | None:
     """The server's pod as KubeSpawner's reflector last saw it (the watch's own JSON), or None."""
     reflector = spawner.pod_reflector
     return reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector is not None else None
@@ -242,7 +243,7 @@ def _details(exc: ApiException) -> Mapping[str, Any]:
     return details if isinstance(details, dict) else {}
 
 
-async def held(spawner: Any) -> str:
+async def held(spawner: Spawner) -> str:
     """While Kueue holds the spawn's pod, say so in its progress (updated as Kueue's words or
     the place change); return the refusal as soon as Kueue says it can never admit it, or once
     Kueue stops the pod before the server started (preempted, or not ready within its
@@ -258,9 +259,9 @@ async def held(spawner: Any) -> str:
         pod = _pod(spawner)
         ended = take_ended(spawner)
         if ended is not None:
-            refusal = f"The server was stopped before it started {stop_notice(*ended)['why']}."
-            spawner.log.info("%s: stopped by Kueue while starting: %s", spawner._log_name, refusal)
-            return refusal
+            stopped = f"The server was stopped before it started {stop_notice(*ended)['why']}."
+            spawner.log.info("%s: stopped by Kueue while starting: %s", spawner.log_name, stopped)
+            return stopped
         if pod is not None and not gated(pod):
             say_admitted(state)  # (then only Kueue's stop of the pod is looked for, in the reflector)
         elif pod is not None:
@@ -268,18 +269,18 @@ async def held(spawner: Any) -> str:
                 # A gated pod holds no GPU yet: the node units reserved for it go back, so the page
                 # and other spawns count them free while Kueue holds this one (once admitted, the
                 # scheduler places it where there is room, or refuses it with its reason).
-                admitting.release_reservation(spawner)
+                spawnview.release_reservation(spawner)
             try:
                 workload = await reader.workload(pod["metadata"]["uid"])
                 place = await reader.place(queue, workload["metadata"]["name"]) if workload else None
             except (TimeoutError, ApiException, OSError) as exc:
                 failures += 1
                 if failures == 1:
-                    spawner.log.warning("%s: cannot read Kueue's Workload (%s); the progress says less", spawner._log_name, brief(exc))
+                    spawner.log.warning("%s: cannot read Kueue's Workload (%s); the progress says less", spawner.log_name, brief(exc))
                 workload, place = None, None
             words, refusal = held_words(workload, queue, place)
             if refusal:
-                spawner.log.info("%s: refused by Kueue: %s", spawner._log_name, refusal)
+                spawner.log.info("%s: refused by Kueue: %s", spawner.log_name, refusal)
                 return refusal
             if words != said:
                 state.messages.append(words)
@@ -320,7 +321,7 @@ def webhook_refusal(exc: BaseException) -> str | None:
     )
 
 
-async def release_finalizer(spawner: Any, grace: float | None = None) -> None:
+async def release_finalizer(spawner: Spawner, grace: float | None = None) -> None:
     """Once the server's pod has been deleted for ``grace`` seconds and still carries only
     Kueue's finalizer (Kueue is gone and cannot remove it), remove it so the stop finishes;
     logged. Runs beside KubeSpawner's stop; returns when the pod is gone or released."""
@@ -350,19 +351,19 @@ async def release_finalizer(spawner: Any, grace: float | None = None) -> None:
                     spawner.log.error(
                         "%s: pod %s keeps Kueue's finalizer %s (is Kueue running?), and the hub may not remove it: grant"
                         " 'patch' on pods/status in this namespace (the chart's kueue.enabled does), or remove it by hand",
-                        spawner._log_name,
+                        spawner.log_name,
                         key,
                         MANAGED_FINALIZER,
                     )
                     return
                 if exc.status != 404:
-                    spawner.log.warning("%s: could not remove Kueue's finalizer (%s); trying again", spawner._log_name, brief(exc))
+                    spawner.log.warning("%s: could not remove Kueue's finalizer (%s); trying again", spawner.log_name, brief(exc))
                     await asyncio.sleep(5)
                     continue
             spawner.log.warning(
                 "%s: pod %s kept Kueue's finalizer %s for %.0f s after its deletion (is Kueue running?); removed it so the stop"
                 " can finish. Kueue counts the pod's quota as released when it sees the pod gone.",
-                spawner._log_name,
+                spawner.log_name,
                 key,
                 MANAGED_FINALIZER,
                 grace,
@@ -396,10 +397,11 @@ def stop_notice(stopped: Mapping[str, Any], queue: str) -> dict[str, str]:
     return {"time": str(when), "why": why}
 
 
-def take_ended(spawner: Any) -> tuple[Mapping[str, Any], str] | None:
+def take_ended(spawner: Spawner) -> tuple[Mapping[str, Any], str] | None:
     """Kueue's stop of the server's pod as KubeSpawner's reflector saw it go by (its
     ``TerminationTarget`` condition and the pod's queue), taken: it is explained once."""
-    return getattr(spawner.pod_reflector, "ended", {}).pop(f"{spawner.namespace}/{spawner.pod_name}", None)
+    ended: dict[str, tuple[Mapping[str, Any], str]] = getattr(spawner.pod_reflector, "ended", {})
+    return ended.pop(f"{spawner.namespace}/{spawner.pod_name}", None)
 
 
 def home_notice(ended: tuple[Mapping[str, Any], str], server_name: str) -> dict[str, str]:
@@ -422,6 +424,6 @@ def ended_by_kueue(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return cond if cond is not None and cond.get("status") == "True" else None
 
 
-def managed(spawner: Any) -> bool:
+def managed(spawner: Spawner) -> bool:
     """Whether the server's pod, as KubeSpawner's reflector last saw it, carries Kueue's finalizer."""
     return MANAGED_FINALIZER in (((_pod(spawner) or {}).get("metadata") or {}).get("finalizers") or ())

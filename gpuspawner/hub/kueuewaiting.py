@@ -27,9 +27,11 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiException
 
+from gpuspawner.capacity.kueuequeues import KueueRouting
 from gpuspawner.capacity.kueuewaiting import PendingWorkload, related_queues, waiting
 from gpuspawner.core.model import Offering
 from gpuspawner.hub import metrics
+from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.kueue import KueueReader, held_words
 from gpuspawner.hub.scheduling import brief
 from gpuspawner.names.kueuenames import GROUP, VERSION
@@ -48,7 +50,7 @@ class KueueWaiting:
 
     _instances: dict[str, KueueWaiting] = {}
 
-    def __init__(self, api: Any, inventory: Any, namespace: str | None) -> None:
+    def __init__(self, api: Any, inventory: Inventory, namespace: str | None) -> None:
         self.api, self.inventory, self.namespace = api, inventory, namespace
         self.reader = KueueReader(api, namespace or "")
         #: the latest catalog's offerings that go through Kueue, and the LocalQueues their servers go to
@@ -62,18 +64,18 @@ class KueueWaiting:
         self.rounds = 0
 
     @classmethod
-    def shared(cls, spawner: Any, catalog: Iterable[Offering]) -> KueueWaiting:
-        """This process's reader (started on first use), told the catalog ``spawner`` built and the
-        LocalQueues its servers go to."""
-        host = getattr(getattr(spawner.api, "api_client", None), "configuration", None)
+    def shared(
+        cls, api: Any, inventory: Inventory, namespace: str | None, routing: KueueRouting, catalog: Iterable[Offering]
+    ) -> KueueWaiting:
+        """This process's reader (started on first use, reading Kueue's objects in ``namespace``,
+        None: all), told the catalog a spawner built and the LocalQueues ``routing`` sends its servers to."""
+        host = getattr(getattr(api, "api_client", None), "configuration", None)
         key = getattr(host, "host", "default")
         found = cls._instances.get(key)
         if found is None or found._task is None or found._task.done():
-            namespace = None if spawner.enable_user_namespaces else spawner.namespace
-            found = cls._instances[key] = cls(spawner.api, spawner.inventory, namespace)
-            spawner.inventory.watch_kueue(namespace)
+            found = cls._instances[key] = cls(api, inventory, namespace)
+            inventory.watch_kueue(namespace)
             found._task = asyncio.ensure_future(found._run())
-        routing = spawner.kueue_routing
         queues: dict[str, set[str]] = {}
         for offering in catalog:
             named = {routing.queue_for(offering, ()), *(routing.queue_for(offering, [g]) for g in routing.groups)} - {""}

@@ -3,7 +3,8 @@ the scheduler's verdict (a pod it marks Unschedulable is refused in seconds with
 a start whose Kubernetes call cannot connect refused with a 503, the stop retried while the
 pod cannot be deleted, and the spawn's own progress steps between KubeSpawner's events.
 
-The spawner passes itself (``spawner``) and KubeSpawner's call (its ``super()``'s).
+The spawner is read through the seam (``spawner``: :class:`gpuspawner.hub.seam.Spawner`); KubeSpawner's
+calls (its ``super()``'s) are handed down as arguments.
 """
 
 from __future__ import annotations
@@ -18,27 +19,29 @@ from typing import Any
 from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import allowed
-from gpuspawner.hub import admitting, budgets, claimlife, departures, kueue, metrics, storedoptions
+from gpuspawner.core.windows import window_state
+from gpuspawner.hub import admitting, budgets, catalogs, claimlife, departures, kueue, metrics, spawnview, storedoptions
 from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.reflector import VerdictPodReflector, scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, chain, unreachable_cause
+from gpuspawner.hub.seam import Spawner
 from gpuspawner.hub.spawnstate import SpawnState
-from gpuspawner.names.vocabulary import RECORD_KEY, AdmissionPolicy, Refusal
+from gpuspawner.names.vocabulary import RECORD_KEY, RECORD_OFFERING, AdmissionPolicy, Refusal
 from gpuspawner.page.cards import slow_cluster_message, start_timeout_message, unreachable_message
 from gpuspawner.page.useroptions import too_long_message
 
 
-async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -> Any:
+async def start(spawner: Spawner, kubespawner_start: Callable[[], Awaitable[Any]]) -> Any:
     """KubeSpawner's start (``kubespawner_start``) raced against the scheduler's verdict on its
     pod; a refusal of the options themselves puts the hub's stored options back."""
     spawner.spawn_state = SpawnState(started_at=time.monotonic())
-    before, spawner._options_before = spawner._options_before, None
-    if spawner._too_long:  # (left out of user_options: see storedoptions.validated)
+    before, spawner.options_before = spawner.options_before, None
+    if spawner.too_long:  # (left out of user_options: see storedoptions.validated)
         spawner.spawn_state.refused = True
-        refused = SpawnRefused(too_long_message(spawner._too_long), Refusal.MALFORMED)
-        refused.during_start = True
-        raise refused
+        malformed = SpawnRefused(too_long_message(spawner.too_long), Refusal.MALFORMED)
+        malformed.during_start = True
+        raise malformed
     starting = asyncio.ensure_future(kubespawner_start())
     watch = asyncio.ensure_future(first_verdict(watch_scheduling(spawner), kueue.held(spawner)))
     preparing = asyncio.ensure_future(claimlife.watch_binding(spawner))  # words only: a progress step
@@ -57,14 +60,16 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
                 reason, why = watch.result(), Refusal.UNSCHEDULABLE
             else:
                 reason, why = start_timeout_message(spawner.start_timeout, waiting_for(spawner)), Refusal.START_TIMEOUT
-                spawner.log.warning("%s: %s", spawner._log_name, reason)
+                spawner.log.warning("%s: %s", spawner.log_name, reason)
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
             await spawner.stop(now=True)
             raise SpawnRefused(reason, why)
     except BaseException as exc:
         spawner.quota_ledger.release(admitting.reservation_key(spawner))
-        refused = exc if isinstance(exc, SpawnRefused) else failed_call_refusal(spawner, exc) if isinstance(exc, Exception) else None
+        refused: SpawnRefused | None = (
+            exc if isinstance(exc, SpawnRefused) else failed_call_refusal(spawner, exc) if isinstance(exc, Exception) else None
+        )
         if refused is None:
             raise
         refused.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
@@ -72,7 +77,7 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         # spawn-pending page, or whose hub stopped just after the verdict, still reads why.
         spawner.stop_notice = refused_start_notice(spawner.name, datetime.now(UTC), refused.message)
         storedoptions.store_notice(spawner)
-        spawner._put_back_options(before, refused)
+        storedoptions.put_back(spawner, before, refused)
         if refused is exc:
             raise
         raise refused from None
@@ -83,12 +88,12 @@ async def start(spawner: Any, kubespawner_start: Callable[[], Awaitable[Any]]) -
         starting.cancel()  # an interrupted spawn must not go on to create its pod after the stop
         admitting.release_reservation(spawner)
     spawner.stop_notice = None  # (why Kueue stopped it last time: running again now)
-    spawner.spawn_state.started = spawner.choice is not None  # (without GPU offerings in play it is KubeSpawner's alone)
-    if spawner.choice is not None:
-        budgets.opened(spawner, spawner.choice.offering, spawner.choice.count)  # the GPU-hour ledger
+    spawner.spawn_state.started = spawner.spawn_state.choice is not None  # (without GPU offerings in play it is KubeSpawner's alone)
+    if spawner.spawn_state.choice is not None:
+        budgets.opened(spawner, spawner.spawn_state.choice.offering, spawner.spawn_state.choice.count)  # the GPU-hour ledger
         # Without the hub's Server object (a script, a test) there is no base URL to name.
         spawner.spawn_state.record_url = f"{url.rstrip('/')}{spawner.server.base_url}" if url and spawner.server else None
-        spawner.user_options = {**spawner.user_options, RECORD_KEY: spawner.record()}
+        spawner.user_options = {**spawner.user_options, RECORD_KEY: spawnview.record(spawner)}
         storedoptions.store(spawner)  # the hub's REST API serves orm_spawner.user_options
     return url
 
@@ -111,7 +116,7 @@ def own_deadline(start_timeout: float) -> float:
     return max(start_timeout - min(10.0, max(1.0, 0.05 * start_timeout)), 0.5 * start_timeout)
 
 
-def waiting_for(spawner: Any) -> str:
+def waiting_for(spawner: Spawner) -> str:
     """What a start that ran out of time was still waiting for, in the user's words: its place in
     the hub's queue, its pod never confirmed, a node, its container, or the notebook's answer."""
     state = spawner.spawn_state
@@ -130,7 +135,7 @@ def pod_waiting_words(pod: dict[str, Any] | None) -> str:
         return "the cluster had not confirmed its pod yet (the API server answers slowly)"
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     if not spec.get("nodeName"):
-        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        scheduled: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
         said = f": {scheduled['message']}" if scheduled.get("message") else ""
         return f"its pod was still waiting for a node{said}"
     for container in status.get("containerStatuses") or []:
@@ -155,19 +160,19 @@ async def first_verdict(*watches: Awaitable[str]) -> str:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def failed_call_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None:
+def failed_call_refusal(spawner: Spawner, exc: BaseException) -> SpawnRefused | None:
     """The 503 for a start whose Kubernetes call failed for want of a dependency: the API
     server (see :func:`unreachable_refusal`) or an admission webhook such as Kueue's, which
     fail closed (see :func:`gpuspawner.hub.kueue.webhook_refusal`); None for any other failure."""
     words = next(filter(None, map(kueue.webhook_refusal, chain(exc))), None)
     if words:
-        spawner.log.warning("%s: refusing the spawn: %s", spawner._log_name, words)
+        spawner.log.warning("%s: refusing the spawn: %s", spawner.log_name, words)
         spawner.spawn_state.refused = True  # no pod was made
         return SpawnRefused(words, Refusal.UNREACHABLE)
     return unreachable_refusal(spawner, exc)
 
 
-def unreachable_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None:
+def unreachable_refusal(spawner: Spawner, exc: BaseException) -> SpawnRefused | None:
     """The 503 for a start whose Kubernetes call could not connect or timed out (None for
     any other failure). The inventory is told, so the page and later spawns say the cluster
     cannot be reached even while its watches still look live (an API server shutting down
@@ -188,7 +193,7 @@ def unreachable_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None
         # the pod the request may have made is the hub's cleanup's to delete (poll finds it).
         spawner.log.warning(
             "%s: a Kubernetes request timed out (%s) while the API server answers the watches; refusing this spawn as too slow",
-            spawner._log_name,
+            spawner.log_name,
             reason,
         )
         return SpawnRefused(slow_cluster_message(), Refusal.UNREACHABLE)
@@ -197,7 +202,7 @@ def unreachable_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None
         await api.list_namespaced_pod(namespace, limit=1, _request_timeout=5)
 
     spawner.log.warning(
-        "%s: a Kubernetes request failed (%s); refusing the spawn as the cluster cannot be reached", spawner._log_name, reason
+        "%s: a Kubernetes request failed (%s); refusing the spawn as the cluster cannot be reached", spawner.log_name, reason
     )
     if inventory is not None:
         inventory.call_failed(reason, probe)
@@ -206,7 +211,7 @@ def unreachable_refusal(spawner: Any, exc: BaseException) -> SpawnRefused | None
     return SpawnRefused(unreachable_message(health, spawner.now()), Refusal.UNREACHABLE)
 
 
-async def watch_scheduling(spawner: Any) -> str:
+async def watch_scheduling(spawner: Spawner) -> str:
     """Return the user's reason as soon as the real scheduler says the pod cannot run.
 
     Event-driven: KubeSpawner's pod reflector (see :mod:`gpuspawner.hub.reflector`) tells it
@@ -217,19 +222,20 @@ async def watch_scheduling(spawner: Any) -> str:
     choice = state.choice
     if choice is None or state.expect_wait:
         await asyncio.Future()  # nothing to watch: warned users (or no GPU) wait it out
+    assert choice is not None  # (the future above is never done)
     scheduler_says = await scheduler_verdict(lambda: spawner.pod_reflector, f"{spawner.namespace}/{spawner.pod_name}")
     offering = choice.offering
     admitting.release_reservation(spawner)  # this pod will not run: its own units are not what stands in the way
-    catalog = allowed(await spawner.catalog(), spawner.requester()).values()
+    catalog = allowed(await catalogs.catalog(spawner), spawnview.requester(spawner)).values()
     # the nodes' counts only: the scheduler speaks of nodes, and Kueue's quota already holds this pod
-    availability = functools.partial(spawner.availability, through_queue=False)
+    availability = functools.partial(catalogs.availability, spawner, through_queue=False)
     decision = admit(offering, choice.count, availability(offering), AdmissionPolicy.BLOCK, [(o, availability(o)) for o in catalog])
     metrics.refused(offering, Refusal.UNSCHEDULABLE)
     head = decision.message if decision.action == REFUSE else f"{offering.display_name} cannot run now."
     return f"{head} The scheduler says: {scheduler_says}"
 
 
-async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> None:
+async def stop(spawner: Spawner, kubespawner_stop: Callable[[], Awaitable[Any]]) -> None:
     """KubeSpawner's stop (``kubespawner_stop``), retried while the pod cannot be deleted (see
     ``stop_retry_timeout``), then the server's DRA claims deleted."""
     admitting.release_reservation(spawner)
@@ -240,7 +246,7 @@ async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> 
             if start_was_interrupted(spawner)
             else unanswered_after_restart_notice(spawner.name, now, spawner.http_timeout)
         )
-        spawner.log.info("%s: %s", spawner._log_name, spawner.stop_notice["text"])
+        spawner.log.info("%s: %s", spawner.log_name, spawner.stop_notice["text"])
     key = admitting.reservation_key(spawner)
     deadline = time.monotonic() + spawner.stop_retry_timeout
     attempt = 0
@@ -249,11 +255,11 @@ async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> 
         while True:
             try:
                 await kubespawner_stop()
-                record = spawner.record() if spawner.choice is not None else (spawner.spawn_state.saved_record or {})
+                record = spawnview.record(spawner) if spawner.spawn_state.choice is not None else (spawner.spawn_state.saved_record or {})
                 return await claimlife.delete_claims(spawner, record)
             except Exception as exc:  # the API server down, refusing, or the pod not going away
                 attempt += 1
-                what = f"{spawner._log_name}: could not delete pod {key} ({brief(exc)})"
+                what = f"{spawner.log_name}: could not delete pod {key} ({brief(exc)})"
                 if time.monotonic() >= deadline:
                     spawner.log.error(
                         "%s; giving up after %d attempts. The hub will show the server stopped; "
@@ -274,7 +280,7 @@ async def stop(spawner: Any, kubespawner_stop: Callable[[], Awaitable[Any]]) -> 
         budgets.closed(spawner)
 
 
-def stopped_by_the_restart_check(spawner: Any) -> bool:
+def stopped_by_the_restart_check(spawner: Spawner) -> bool:
     """Whether a stop is JupyterHub's at its start-up, of a server it found but that never
     answered it: its pod was there (the poll said running; a pod already gone has its own
     notice, see :func:`gpuspawner.hub.departures`) but the notebook did not answer within
@@ -283,7 +289,7 @@ def stopped_by_the_restart_check(spawner: Any) -> bool:
     state = spawner.spawn_state
     in_play = bool(spawner.offerings or spawner.discover_offerings)
     fresh = state.started_at is None and not state.decided.is_set() and not state.answered
-    return in_play and fresh and spawner.choice is None and not spawner.stop_notice
+    return in_play and fresh and spawner.spawn_state.choice is None and not spawner.stop_notice
 
 
 async def progress(
@@ -330,7 +336,7 @@ async def progress(
             pending.cancel()
 
 
-def pod_left(spawner: Any, explained: bool) -> None:
+def pod_left(spawner: Spawner, explained: bool) -> None:
     """The hub's poll found the server stopped: if its pod left the cluster behind the hub's back
     (evicted, its node gone, deleted by someone else, preempted), JupyterHub marks the server
     stopped without calling its stop, so its units go back here (the index's watch gave them
@@ -354,12 +360,12 @@ def pod_left(spawner: Any, explained: bool) -> None:
     budgets.closed(spawner, departures.gone_at(gone))
     if explained:
         return
-    index = spawner.counts()
+    index = catalogs.counts(spawner)
     node = (gone or {}).get("node", "")
-    node_gone = bool(node) and index is not None and spawner.health().ready and node not in index.nodes
+    node_gone = bool(node) and index is not None and catalogs.health(spawner).ready and node not in index.nodes
     spawner.stop_notice = departures.home_notice(gone, node_gone, spawner.name, datetime.now(UTC))
     spawner.log.warning(
-        "%s: its pod %s left the cluster without the hub stopping it: %s", spawner._log_name, key, spawner.stop_notice["text"]
+        "%s: its pod %s left the cluster without the hub stopping it: %s", spawner.log_name, key, spawner.stop_notice["text"]
     )
 
 
@@ -397,9 +403,44 @@ def unanswered_after_restart_notice(server_name: str, now: datetime, http_timeou
     }
 
 
-def start_was_interrupted(spawner: Any) -> bool:
+def start_was_interrupted(spawner: Spawner) -> bool:
     """Whether the hub finds, after a restart, a server of its database that never finished
     starting: GPU offerings in play (every finished start then saves its record), no record in
     the saved state, no start of this process, and no other reason already kept."""
     in_play = bool(spawner.offerings or spawner.discover_offerings)
-    return in_play and spawner.choice is None and spawner.spawn_state.saved_record is None and not spawner.stop_notice
+    return in_play and spawner.spawn_state.choice is None and spawner.spawn_state.saved_record is None and not spawner.stop_notice
+
+
+async def poll(spawner: Spawner, kubespawner_poll: Callable[[], Awaitable[int | None]]) -> int | None:
+    """KubeSpawner's poll (``kubespawner_poll``); with ``stop_outside_window``, a server past its
+    window counts as done; a pod that left tells the home page why."""
+    state = spawner.spawn_state
+    if state.refused:
+        return 1  # refused before its pod was made (the hub polls before cleaning up): nothing runs
+    status = await kubespawner_poll()
+    if status is None and spawner.stop_outside_window:
+        slug = state.choice.offering.slug if state.choice else (state.saved_record or {}).get(RECORD_OFFERING)
+        offering = next((o for o in await catalogs.catalog(spawner) if o.slug == slug), None) if slug else None
+        closed = window_state(offering.windows, spawner.now()) if offering else ""
+        if offering is not None and closed:  # (closed only where there is an offering)
+            spawner.log.info("%s: %s is %s now; stopping the server (stop_outside_window)", spawner.log_name, offering.slug, closed)
+            return 0  # the hub then stops it as a server that has exited
+    if status is None:
+        await budgets.refresh(spawner)  # the exported budget figures stay fresh (for the culler)
+    else:
+        pod_left(spawner, explained=kueue_stopped(spawner))
+        if start_was_interrupted(spawner):
+            spawner.stop_notice = interrupted_start_notice(spawner.name, datetime.now(UTC))
+            spawner.log.info("%s: %s", spawner.log_name, spawner.stop_notice["text"])
+    return status
+
+
+def kueue_stopped(spawner: Spawner) -> bool:
+    """If Kueue stopped the server's pod (preempted it), say why: logged, and kept for the home
+    page. Whether it did (else the cluster's own words may say why: :func:`pod_left`)."""
+    ended = kueue.take_ended(spawner)
+    if ended is None:
+        return False
+    spawner.stop_notice = kueue.home_notice(ended, spawner.name)
+    spawner.log.info("%s: stopped by Kueue or a device taint: %s", spawner.log_name, spawner.stop_notice["text"])
+    return True

@@ -70,7 +70,7 @@ class _CapacityCollector:
             index, offerings = self.source
             for offering in offerings:
                 avail = index.availability(offering)
-                if avail.counted:
+                if avail.capacity is not None and avail.free is not None:  # (counted: both are)
                     capacity.add_metric([offering.slug, offering.kind.value], avail.capacity)
                     free.add_metric([offering.slug, offering.kind.value], avail.free)
         yield capacity

@@ -42,7 +42,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ from prometheus_client import Counter
 
 from gpuspawner.hub.claims import KIND as CLAIM_TEMPLATE_KIND
 from gpuspawner.hub.claims import ClaimTemplates
+from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, KUBESPAWNER_SERVER_ANNOTATION, KUBESPAWNER_USER_ANNOTATION, LABEL_OFFERING
 from gpuspawner.pod.podspec import hub_id_problem, hub_selector, user_key
 
@@ -158,7 +159,7 @@ class OrphanReconciler:
 
     def __init__(
         self,
-        list_pods: Callable[[], Awaitable[list[Mapping[str, Any]]]],
+        list_pods: Callable[[], Awaitable[Sequence[Mapping[str, Any]]]],
         hub_servers: Callable[[], HubRecords],
         delete: Callable[[str, str, str], Awaitable[None]],
         *,
@@ -251,20 +252,26 @@ def _short(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- the spawner's wiring
 
 
-def start_reconciler(spawner: Any, holder: Any) -> None:
-    """Start the hub process's orphan reconciler from one of its spawners (``spawner``), inside
-    a hub (with its database and loop); ``holder`` (the spawner class) keeps the one
-    reconciler of the process in ``_orphans``."""
+#: This hub process's orphan reconciler, started by its first spawner (:func:`start_reconciler`).
+running: OrphanReconciler | None = None
+#: Whether this process has said why it runs no orphan reconciler (once).
+said_why_not = False
+
+
+def start_reconciler(spawner: Spawner) -> None:
+    """Start the hub process's orphan reconciler (:data:`running`) from one of its spawners
+    (``spawner``), inside a hub (with its database and loop)."""
+    global running, said_why_not
     db = getattr(spawner.user, "db", None)
-    if not spawner.reconcile_orphan_pods or db is None or holder._orphans is not None:
+    if not spawner.reconcile_orphan_pods or db is None or running is not None:
         return
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return
     if not spawner.hub_id and spawner.enable_user_namespaces:
-        if not holder._orphans_refused:
-            holder._orphans_refused = True
+        if not said_why_not:
+            said_why_not = True
             spawner.log.error(
                 "GPUSpawner: the orphan reconciler does not run: with enable_user_namespaces other hubs' pods may be "
                 "anywhere, and this hub has no identity to tell its own (set c.GPUSpawner.hub_id; docs/config.md)."
@@ -273,7 +280,7 @@ def start_reconciler(spawner: Any, holder: Any) -> None:
     if hub_id_problem(spawner.hub_id):
         return  # config_problems refuses every spawn and says why
     list_objects, delete_object = cluster_io(spawner)
-    holder._orphans = OrphanReconciler(
+    running = OrphanReconciler(
         list_objects,
         lambda: hub_servers_from_db(db),
         delete_object,
@@ -282,10 +289,10 @@ def start_reconciler(spawner: Any, holder: Any) -> None:
         dry_run=spawner.orphan_pod_dry_run,
         log=spawner.log,
     )
-    holder._orphans.start()
+    running.start()
 
 
-def cluster_io(spawner: Any) -> tuple[Callable[[], Awaitable[list[dict[str, Any]]]], Callable[[str, str, str], Awaitable[None]]]:
+def cluster_io(spawner: Spawner) -> tuple[Callable[[], Awaitable[list[dict[str, Any]]]], Callable[[str, str, str], Awaitable[None]]]:
     """The orphan reconciler's two calls to the cluster: list GPUSpawner's pods and the
     claim templates of its DRA pods (each with its ``kind``), and delete one of them."""
     namespace, api = spawner.namespace, spawner.api

@@ -36,10 +36,13 @@ from collections.abc import Hashable
 from functools import lru_cache
 from typing import Any
 
-from gpuspawner.hub import budgets
+from traitlets import HasTraits
+
+from gpuspawner.hub import budgets, spawnview
 from gpuspawner.hub.admitting import group_members
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.scheduling import WaitQueue
+from gpuspawner.hub.seam import Spawner
 
 #: Keys kept: one per user and server whose page was viewed lately (a key is small; equal pages
 #: are kept once).
@@ -94,7 +97,7 @@ class PageCache:
 PAGES = PageCache()
 
 
-def view_key(spawner: Any, extra_html: str) -> tuple[Any, ...] | None:
+def view_key(spawner: Spawner, extra_html: str) -> tuple[Any, ...] | None:
     """Everything the spawn page of ``spawner`` reads now (see the module's docstring); None where
     the page is made on each view (a GPU-hour budget, a callable ``profile_list``). ``extra_html``:
     KubeSpawner's form for this view."""
@@ -119,7 +122,7 @@ def view_key(spawner: Any, extra_html: str) -> tuple[Any, ...] | None:
     clock = now.replace(second=0, microsecond=0) if live else now.replace(microsecond=0)  # (the notice says the counts' age)
     return (
         settings,
-        spawner.requester(),
+        spawnview.requester(spawner),
         spawner.name,
         repr(last),
         repr(spawner.refused_options),
@@ -131,7 +134,7 @@ def view_key(spawner: Any, extra_html: str) -> tuple[Any, ...] | None:
     )
 
 
-def settings_now(spawner: Any) -> tuple[bytes | str, ...]:
+def settings_now(spawner: Spawner) -> tuple[bytes | str, ...]:
     """Every configurable trait of ``spawner`` as its value is now, written out: two settings that
     differ in anything are never equal (marshal's bytes read back to the value; a value it cannot
     write, a hook say, by its ``repr``). A few times cheaper than the ``repr`` of them all."""
@@ -146,5 +149,5 @@ def settings_now(spawner: Any) -> tuple[bytes | str, ...]:
 
 
 @lru_cache(maxsize=8)
-def _configurable(cls: type) -> tuple[str, ...]:
+def _configurable(cls: type[HasTraits]) -> tuple[str, ...]:
     return tuple(sorted(cls.class_trait_names(config=True)))

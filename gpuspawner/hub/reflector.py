@@ -9,21 +9,23 @@ pod marked Unschedulable: event-driven, and nothing polls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubespawner.spawner import PodReflector
 from traitlets import validate
 
 from gpuspawner.hub.departures import departure
+from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.kueue import ended_by_kueue, queue_of
 from gpuspawner.hub.scheduling import unschedulable_reason
+from gpuspawner.hub.seam import Spawner
 
 #: How many pods' last words (Kueue's reason for stopping them, the cluster's for deleting them) a reflector keeps, at most.
 ENDED_KEPT = 1000
 
 
-class _Told(dict):
+class _Told(dict[str, Any]):
     """The reflector's pods by ``namespace/name``; calls ``changed`` on every update and
     ``removed`` with the last pod seen when its DELETED event drops it."""
 
@@ -100,9 +102,10 @@ class VerdictPodReflector(PodReflector):
             self.ended[key] = (ended, queue_of((pod.get("metadata") or {}).get("labels")))
         waiters = self._waiters.get(key)
         reason = unschedulable_reason(pod) if waiters else None
-        for future in list(waiters or ()) if reason else ():
-            if not future.done():
-                future.set_result(reason)
+        if reason:
+            for future in list(waiters or ()):
+                if not future.done():
+                    future.set_result(reason)
 
 
 async def scheduler_verdict(reflector_of: Callable[[], Any], key: str) -> str:
@@ -135,3 +138,39 @@ def needs_restart(reflector: Any, outages: int, seen_outages: int) -> bool:
     seen an outage since it was started (``outages`` vs the ``seen_outages`` then)."""
     task = getattr(reflector, "watch_task", None)
     return reflector is not None and ((task is not None and task.done()) or outages != seen_outages)
+
+
+#: The inventory's stream failures when the pod reflector was last (re)started (one per hub process).
+_outages_at_start = 0
+
+
+async def start_watching(spawner: Spawner, start_reflector: Callable[..., Awaitable[Any]], component_label: str, replace: bool) -> Any:
+    """KubeSpawner's pod reflector (``start_reflector``: its ``_start_reflector``), started afresh
+    after an API server outage.
+
+    After an outage KubeSpawner's reflector may have given up (it stops for good after
+    about 30 s of errors) or may resume without seeing new pods; it is replaced only
+    when a stop times out, so until then every start waits out ``start_timeout`` for a
+    pod it never sees, and poll reads a frozen picture. Every start, poll and stop comes
+    through here first: once the inventory (which reconnects on its own) has seen an
+    outage and is in sync again, the next one restarts the reflector.
+    """
+    global _outages_at_start
+    inventory = Inventory.running(spawner.api)
+    outages = inventory.stream_failures if inventory is not None and inventory.ready else _outages_at_start
+    if not replace and needs_restart(spawner.pod_reflector, outages, _outages_at_start):
+        spawner.log.warning("%s: restarting KubeSpawner's pod reflector after an API server outage", spawner.log_name)
+        replace = True
+    _outages_at_start = outages
+    before = spawner.pod_reflector if replace else None
+    # KubeSpawner's own call, with a reflector that tells waiting spawns the scheduler's verdict.
+    reflector = await start_reflector(
+        kind="pods",
+        reflector_class=VerdictPodReflector,
+        labels={"component": component_label},
+        omit_namespace=spawner.enable_user_namespaces,
+        replace=replace,
+    )
+    if isinstance(before, VerdictPodReflector) and before is not spawner.pod_reflector:
+        spawner.pod_reflector.keep_words(before)  # why pods went, not yet told: the new one tells it
+    return reflector

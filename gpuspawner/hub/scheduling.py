@@ -154,7 +154,10 @@ MISCONFIGURED_MESSAGE = "This hub's GPU options are misconfigured; please tell y
 def refusal(reason: str, decision: Any) -> SpawnRefused:
     """A refused window, quota or capacity decision (an admission ``Decision``), with what the
     user can do about it."""
-    advice = {Refusal.WINDOW: " Please pick another option.", Refusal.NO_CAPACITY: " Your choice was taken just now; please pick again."}
+    advice: dict[str, str] = {
+        Refusal.WINDOW: " Please pick another option.",
+        Refusal.NO_CAPACITY: " Your choice was taken just now; please pick again.",
+    }
     if getattr(decision, "queue", ""):  # Kueue's quota refused it, not a race for the last unit
         advice[Refusal.NO_CAPACITY] = " Please pick another option, or try again when a server of your queue has stopped."
     return SpawnRefused(decision.message + advice.get(reason, ""), reason)

@@ -2,12 +2,14 @@
 profile form inside it), and a posted choice refused at once where the start would refuse it.
 
 What each row says is :mod:`gpuspawner.page.cards`'; the HTML is :mod:`gpuspawner.hub.form`'s.
-The spawner passes itself (``spawner``) for the user, the traits and the live counts.
+The spawner is read through the seam (``spawner``: :class:`gpuspawner.hub.seam.Spawner`) for the
+user and the traits; KubeSpawner's profile list, initialized by KubeSpawner, is handed down.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyterhub.utils import maybe_future
@@ -17,11 +19,12 @@ from markupsafe import Markup
 from gpuspawner.capacity.admission import REFUSE
 from gpuspawner.capacity.budgets import cost_text, standing_text
 from gpuspawner.core.model import Offering
-from gpuspawner.hub import budgets
+from gpuspawner.hub import budgets, catalogs, spawnview
 from gpuspawner.hub.admitting import bound_holdings, check_quota, fit_image, group_members, obstacle_now
 from gpuspawner.hub.form import render_form
 from gpuspawner.hub.pagecache import PAGES, view_key
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, WaitQueue, refusal
+from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.vocabulary import Kind
 from gpuspawner.offerings.catalog import gpu_offerings_in_play
 from gpuspawner.offerings.choice import ChoiceError
@@ -31,9 +34,10 @@ from gpuspawner.page.useroptions import check_profile, profile_image, profile_im
 from gpuspawner.page.views import FormView, OptionView, group_options, with_images
 
 
-async def render_gpu_form(spawner: Any) -> str:
+async def render_gpu_form(spawner: Spawner, profile_list: Callable[[], Awaitable[list[dict[str, Any]]]]) -> str:
     """The spawn page: the GPU choice with KubeSpawner's profile form inside it, or
-    KubeSpawner's form alone while no GPU offering is in play.
+    KubeSpawner's form alone while no GPU offering is in play. ``profile_list``: KubeSpawner's
+    profile list as KubeSpawner initializes it (asked only while GPU offerings are in play).
 
     A page is made again only when something it shows has changed (:mod:`gpuspawner.hub.pagecache`):
     the same view again is answered with the page made before."""
@@ -42,13 +46,13 @@ async def render_gpu_form(spawner: Any) -> str:
     page = PAGES.get(key) if key is not None else None
     if page is not None:
         return page
-    page = await _render_gpu_form(spawner, extra_html)
+    page = await _render_gpu_form(spawner, profile_list, extra_html)
     if key is not None and _key(spawner, extra_html) == key:  # (nothing moved while it was made)
         PAGES.put(key, page)
     return page
 
 
-def _key(spawner: Any, extra_html: str) -> tuple[Any, ...] | None:
+def _key(spawner: Spawner, extra_html: str) -> tuple[Any, ...] | None:
     """:func:`~gpuspawner.hub.pagecache.view_key`, or None (the page made now, and not kept) where the
     settings are wrong (a time zone that does not exist, say): the page made now says so."""
     try:
@@ -57,10 +61,10 @@ def _key(spawner: Any, extra_html: str) -> tuple[Any, ...] | None:
         return None
 
 
-async def _render_gpu_form(spawner: Any, extra_html: str) -> str:
+async def _render_gpu_form(spawner: Spawner, profile_list: Callable[[], Awaitable[list[dict[str, Any]]]], extra_html: str) -> str:
     """:func:`render_gpu_form` made now, with KubeSpawner's form ``extra_html``."""
     try:
-        catalog = await spawner.catalog()
+        catalog = await catalogs.catalog(spawner)
     except OfferingConfigError as exc:
         spawner.log.error("GPUSpawner configuration error: %s", exc)
         return render_form(FormView(groups=(), selected=None, selected_count=1, message=MISCONFIGURED_MESSAGE))
@@ -85,16 +89,16 @@ async def _render_gpu_form(spawner: Any, extra_html: str) -> str:
     # Counts of the nodes that can run the image, and an offering none of whose nodes can is disabled
     # with the versions in words: for the image the form starts with (the default profile's) and,
     # for the page's script, every image a profile or an option's choice runs.
-    profiles = await spawner._initialized_profile_list() if spawner.profile_list else []
-    images = profile_images(profiles, spawner.image) if spawner.image_rules else {"": spawner.image}
+    profiles = await profile_list() if spawner.profile_list else []
+    images = profile_images(profiles, spawner.image) if spawnview.image_rules(spawner) else {"": spawner.image}
     now = spawner.now()
-    availability = spawner.availabilities()
+    availability = catalogs.availabilities(spawner)
 
     def rows_for(image: str) -> list[OptionView]:
-        fits = {o.slug: spawner.image_fit(o, image) for o in catalog}
+        fits = {o.slug: catalogs.image_fit(spawner, o, image) for o in catalog}
         return option_views(
             catalog,
-            spawner.requester(),
+            spawnview.requester(spawner),
             lambda offering: availability(fits[offering.slug][0]),
             now,
             spawner.admission,
@@ -118,20 +122,20 @@ async def _render_gpu_form(spawner: Any, extra_html: str) -> str:
             selected_count=count,
             extra_html=Markup(extra_html),
             refresh_seconds=spawner.form_refresh_seconds,
-            notice=counts_notice(spawner.health(), now),
+            notice=counts_notice(catalogs.health(spawner), now),
             budget=standing_text(standing) if standing is not None else "",
             images=json.dumps(images, sort_keys=True) if len(set(images.values())) > 1 else "",
         )
     )
 
 
-async def kubespawner_form(spawner: Any) -> str:
+async def kubespawner_form(spawner: Spawner) -> str:
     """KubeSpawner's own spawn form (its profile list); "" without a profile_list."""
     form = KubeSpawner._options_form_default(spawner)
-    return await maybe_future(form(spawner)) if callable(form) else form
+    return str(await maybe_future(form(spawner)) if callable(form) else form)
 
 
-def check_profile_choice(options: dict[str, Any], profile_list: list[dict]) -> None:
+def check_profile_choice(options: dict[str, Any], profile_list: list[dict[str, Any]]) -> None:
     """KubeSpawner's profile choice in ``options`` checked against ``profile_list`` (400)."""
     try:
         check_profile(options, profile_list)
@@ -139,7 +143,7 @@ def check_profile_choice(options: dict[str, Any], profile_list: list[dict]) -> N
         raise SpawnRefused(str(exc), exc.reason) from None
 
 
-def refuse_now(spawner: Any, options: dict[str, Any]) -> None:
+def refuse_now(spawner: Spawner, options: dict[str, Any], profiles: list[dict[str, Any]]) -> None:
     """Refuse at once what the start would refuse, from what is known without waiting.
 
     JupyterHub shows the form again with a start's refusal only if the start fails within
@@ -148,19 +152,22 @@ def refuse_now(spawner: Any, options: dict[str, Any]) -> None:
     order (profile, cluster, choice, window, quota, capacity), recording nothing; the
     start checks it all again, as the cluster may change in between. Left to the start:
     a callable profile_list (it may need awaiting), and everything while the hub has not
-    heard from the cluster yet.
+    heard from the cluster yet. ``profiles``: KubeSpawner's profile list as KubeSpawner initializes
+    it, [] where there is none or it is a callable.
     """
-    profiles: list[dict] = []
-    if spawner.profile_list and not callable(spawner.profile_list):
-        profiles = spawner._get_initialized_profile_list(spawner._sorted_dict_values(spawner.profile_list))
+    if profiles:
         check_profile_choice(options, profiles)
     try:
-        if not spawner.config_problems() and spawner.catalog_config.needs_inventory() and not spawner.inventory.health.answered:
+        if (
+            not spawnview.config_problems(spawner)
+            and spawnview.catalog_config(spawner).needs_inventory()
+            and not spawnview.inventory(spawner).health.answered
+        ):
             return
-        catalog = spawner.catalog_now()
+        catalog = catalogs.catalog_now(spawner)
     except OfferingConfigError as exc:
-        raise spawner.misconfigured(exc) from None
-    choice = spawner.choose(options, catalog)
+        raise catalogs.misconfigured(spawner, exc) from None
+    choice = catalogs.choose(spawner, options, catalog)
     if gpu_offerings_in_play(catalog):
         choice = fit_image(spawner, choice, profile_image(options, profiles, spawner.image))
         reason, decision = obstacle_now(spawner, choice, catalog)

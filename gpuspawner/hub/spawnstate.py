@@ -30,7 +30,7 @@ QUOTA_KINDS = frozenset(QUOTA_KEYS) - {"total"}
 @lru_cache(maxsize=4096)
 def user_label(name: str) -> str:
     """A user name as KubeSpawner writes it in its pod label (``vocabulary.KUBESPAWNER_USER_LABEL``)."""
-    return safe_slug(name, is_valid=is_valid_label)
+    return str(safe_slug(name, is_valid=is_valid_label))  # (KubeSpawner is untyped)
 
 
 @dataclass

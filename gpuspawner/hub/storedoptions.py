@@ -2,8 +2,9 @@
 profile's, the site's ``extra_user_options``), what the hub may store, values over the bound
 left out, and the hub's stored options put back after a refusal of the options themselves.
 
-What the keys are is :mod:`gpuspawner.page.useroptions`'; the spawner passes itself
-(``spawner``) for its traits, its record and the hub's database row.
+What the keys are is :mod:`gpuspawner.page.useroptions`'; the spawner is read through the seam
+(``spawner``: :class:`gpuspawner.hub.seam.Spawner`) for its traits, its record and the hub's
+database row.
 """
 
 from __future__ import annotations
@@ -13,36 +14,49 @@ from typing import Any
 from sqlalchemy.orm import object_session
 from sqlalchemy.orm.exc import UnmappedInstanceError
 
-from gpuspawner.hub import hubhooks
+from gpuspawner.hub import spawnview
 from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.vocabulary import RECORD_KEY, STOP_NOTICE_KEY, Refusal
 from gpuspawner.page.useroptions import KnownKeys, describe_keys, known_keys, oversized, split_known, too_long_message
 
 
-def known(spawner: Any) -> KnownKeys:
+class NotStored(ValueError):
+    """``user_options`` that must not be stored (a value over the bound); ``str()`` says why."""
+
+
+def profile_values(profile_list: Any) -> Any:
+    """KubeSpawner's ``profile_list`` as a list (a dict's values in the order of its keys; a list or
+    a callable as it is), as KubeSpawner reads it (its ``_sorted_dict_values``)."""
+    if isinstance(profile_list, dict):
+        return [profile_list[key] for key in sorted(profile_list.keys())]
+    return profile_list
+
+
+def known(spawner: Spawner) -> KnownKeys:
     """The ``user_options`` keys a spawn may carry."""
     declared = list(spawner.extra_user_options)
     if isinstance(spawner.apply_user_options, dict):
         declared += list(spawner.apply_user_options)
-    return known_keys(spawner._sorted_dict_values(spawner.profile_list), declared)
+    return known_keys(profile_values(spawner.profile_list), declared)
 
 
-def storable(spawner: Any, options: dict[str, Any]) -> dict[str, Any]:
+def storable(spawner: Spawner, options: dict[str, Any]) -> dict[str, Any]:
     """What of ``options`` the hub may store for this server (called as it is stored; see
     :mod:`gpuspawner.hub.hubhooks`). The other keys are named in one log line. Raises
-    :class:`~gpuspawner.hub.hubhooks.NotStored` when a kept key's value is over the bound
+    :class:`NotStored` when a kept key's value is over the bound
     (``useroptions.MAX_VALUE_CHARS``): then nothing of ``options`` is stored."""
     kept, dropped = split(spawner, options, stored_record_is_ours=False)
     if dropped:
-        spawner.log.warning("%s: user_options keys dropped, not stored: %s", spawner._log_name, describe_keys(dropped))
+        spawner.log.warning("%s: user_options keys dropped, not stored: %s", spawner.log_name, describe_keys(dropped))
     too_long = _too_long(kept)
     if too_long:
-        spawner.log.warning("%s: user_options not stored: the value of %s is too long", spawner._log_name, describe_keys(too_long))
-        raise hubhooks.NotStored(too_long_message(too_long))
+        spawner.log.warning("%s: user_options not stored: the value of %s is too long", spawner.log_name, describe_keys(too_long))
+        raise NotStored(too_long_message(too_long))
     return kept
 
 
-def validated(spawner: Any, options: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+def validated(spawner: Spawner, options: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``options`` as ``spawner.user_options`` may hold them, whoever sets them (the hub serves
     them in its REST API while the spawner lives): known keys only, and no value over the
     bound (left out; returned second, and the start refuses); the other values are checked at
@@ -52,14 +66,15 @@ def validated(spawner: Any, options: dict[str, Any]) -> tuple[dict[str, Any], tu
     return {k: v for k, v in kept.items() if k not in too_long}, too_long
 
 
-def split(spawner: Any, options: dict[str, Any], stored_record_is_ours: bool = True) -> tuple[dict[str, Any], list[str]]:
+def split(spawner: Spawner, options: dict[str, Any], stored_record_is_ours: bool = True) -> tuple[dict[str, Any], list[str]]:
     """Split ``options`` into known keys and the rest; the ``gpuspawner`` record is kept only
     when this spawner wrote it: it is the running server's record, or (for the hub's copy)
     the one in the database row, which only this spawner stores (see :func:`storable`)."""
     kept, dropped = split_known(options, known(spawner))
     if RECORD_KEY in dropped:
         record = options[RECORD_KEY]
-        ours = getattr(spawner, "choice", None) is not None and record == spawner.record()
+        state = getattr(spawner, "spawn_state", None)  # (none yet while traitlets sets user_options in __init__)
+        ours = state is not None and state.choice is not None and record == spawnview.record(spawner)
         if not ours and stored_record_is_ours and spawner.orm_spawner is not None:
             ours = record == (spawner.orm_spawner.user_options or {}).get(RECORD_KEY)
         if ours:
@@ -74,7 +89,7 @@ def _too_long(kept: dict[str, Any]) -> list[str]:
     return oversized({k: v for k, v in kept.items() if k != RECORD_KEY})
 
 
-def put_back(spawner: Any, before: dict[str, Any] | None, refusal: SpawnRefused) -> None:
+def put_back(spawner: Spawner, before: dict[str, Any] | None, refusal: SpawnRefused) -> None:
     """After a refusal of the options themselves (malformed, not offered), the hub's row and
     the spawner hold what they held before the refused request; a refusal for the state of
     things (quota, capacity, window, the cluster) keeps them, for the next try."""
@@ -82,10 +97,10 @@ def put_back(spawner: Any, before: dict[str, Any] | None, refusal: SpawnRefused)
         return
     spawner.user_options = before
     store(spawner)
-    spawner._options_before = None
+    spawner.options_before = None
 
 
-def store_notice(spawner: Any) -> None:
+def store_notice(spawner: Spawner) -> None:
     """Write the spawner's ``stop_notice`` into the hub's row's saved state, committed at once
     (see :func:`store`): what the home page reads survives a hub that stops before its own save.
     Only the notice: the rest of the state is JupyterHub's to save (a record written here would
@@ -97,7 +112,13 @@ def store_notice(spawner: Any) -> None:
     _commit(row)
 
 
-def store(spawner: Any) -> None:
+def stored_for_start(spawner: Spawner, before: dict[str, Any]) -> None:
+    """JupyterHub stored a start's options over ``before`` (see hubhooks): a start refused
+    for the options themselves puts ``before`` back (:func:`put_back`)."""
+    spawner.options_before = dict(before)
+
+
+def store(spawner: Spawner) -> None:
     """Write the spawner's ``user_options`` to the hub's row (what its REST API serves), committed
     at once. Left uncommitted for JupyterHub's next commit, the row is dirty while other requests
     finish, and JupyterHub's handlers roll back a session they find dirty (``BaseHandler.finish``:

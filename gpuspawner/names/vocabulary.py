@@ -56,6 +56,20 @@ class AdmissionPolicy(StrEnum):
     QUEUE = "queue"  #: wait in line for the next free unit, up to a time limit
 
 
+class StopReason(StrEnum):
+    """Why the culler stops a server (or reclaims its kernels): the ``stop_reason`` of its decision,
+    the ``reason`` of its action record and notice (what the notebook's GPU view and the hub's
+    pages read), and the label of its metrics. A ``StrEnum``: each is its string on the wire."""
+
+    IDLE = "idle"  #: idle past its kind's timeout
+    MAX_AGE = "max_age"  #: running longer than ``max_age``
+    GPU_IDLE_LIMIT = "gpu_idle_limit"  #: GPU telemetry showed its GPU idle that long, whatever the pod claims
+    UNRESPONSIVE = "unresponsive"  #: its pod stalled the cycle after cycle, and its GPU is idle
+    GPU_LEASE = "gpu_lease"  #: it has held its GPU for its kind's GPU lease: the hard maximum nothing vetoes
+    WAITING = "waiting"  #: idle past ``reclaim_for_waiting_after`` while spawns wait, first in line to make room
+    BUDGET = "budget"  #: its user's GPU-hour budget ran out while it ran (warned first)
+
+
 class Refusal(StrEnum):
     """Why a spawn was refused: the ``reason`` of a :class:`~gpuspawner.hub.scheduling.SpawnRefused`,
     the key of its HTTP status (``hub.scheduling.REFUSAL_STATUS``) and the metrics' label."""

@@ -97,7 +97,8 @@ def keep(handler: JupyterHandler, state: State) -> None:
     handler.settings["api_last_activity"] = now
     manager = handler.kernel_manager
     for kernel_id in list(manager.list_kernel_ids()):
-        manager.get_kernel(kernel_id).last_activity = now
+        kernel: Any = manager.get_kernel(kernel_id)  # (a ServerKernelManager, with last_activity; typed as its base)
+        kernel.last_activity = now
     state.board.keep()
 
 

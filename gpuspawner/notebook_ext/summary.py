@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from gpuspawner.names.vocabulary import StopReason
 from gpuspawner.notebook_ext.view import CullerView, Reclaimed
 
 GIB = 2**30
@@ -104,7 +105,7 @@ def status_line(
 
 
 #: causes whose kernels are shut down busy or not (not "for idleness")
-_NOT_IDLE = {"gpu_lease": "at the end of its GPU lease"}
+_NOT_IDLE: dict[str, str] = {StopReason.GPU_LEASE: "at the end of its GPU lease"}
 
 
 def notices(view: CullerView | None, reclaimed: Iterable[Reclaimed], now: datetime, extend_url: str = "") -> list[dict[str, Any]]:
@@ -117,7 +118,7 @@ def notices(view: CullerView | None, reclaimed: Iterable[Reclaimed], now: dateti
         what = f"your {idle}kernels will be shut down" if view.action == "kernels" else "this server will be stopped"
         when = f" in {duration((view.act_at - now).total_seconds())}" if view.act_at and view.act_at > now else " soon"
         why = f": {view.reason}" if view.reason else ""
-        extend = view.cause == "gpu_lease" and bool(view.lease and view.lease.get("can_extend")) and bool(extend_url)
+        extend = view.cause == StopReason.GPU_LEASE and bool(view.lease and view.lease.get("can_extend")) and bool(extend_url)
         # Keep (activity) cannot prevent a stop that only GPU use, or nothing, prevents
         if view.keepable:
             keep = "Click Keep or run a cell to keep them."

@@ -118,8 +118,11 @@ class NvmlReader:
 
     def __init__(self, nvml: ModuleType | None = None, clock: Callable[[], float] = time.time, window_s: float = DEFAULT_WINDOW_S) -> None:
         if nvml is None:
-            import pynvml as nvml
-        self.nvml = nvml
+            import pynvml
+
+            nvml = pynvml
+        #: NVML's module: pynvml (untyped) or the tests' stand-in
+        self.nvml: Any = nvml
         self.clock = clock
         self.window_s = window_s
         self.initialised = False

@@ -116,11 +116,11 @@ class ApiPods:
         from kubernetes_asyncio import client, config
 
         try:
-            config.load_incluster_config()
+            config.load_incluster_config()  # type: ignore[no-untyped-call]  # (kubernetes_asyncio leaves it unannotated)
         except config.ConfigException:
             await config.load_kube_config(config_file=self.kubeconfig)
         async with client.ApiClient() as api_client:
-            api = client.CoreV1Api(api_client)
+            api: Any = client.CoreV1Api(api_client)  # (with _preload_content=False it answers the raw response)
             items: list[dict[str, Any]] = []
             for ns in self.namespaces:
                 resp = await api.list_namespaced_pod(ns, field_selector=f"spec.nodeName={self.node}", _preload_content=False)

@@ -24,7 +24,7 @@ from kubernetes_asyncio.client import V1Container, V1ObjectMeta, V1Pod, V1PodSpe
 from traitlets.config import Config
 
 from gpuspawner.capacity.admission import QuotaLedger
-from gpuspawner.hub import admitting, hubid
+from gpuspawner.hub import admitting, hubid, orphans
 from gpuspawner.hub.orphans import OrphanReconciler, hub_servers_from_db
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.spawner import GPUSpawner
@@ -171,8 +171,8 @@ def where_(ref: Any) -> str:
 
 async def test_without_an_identity_the_reconciler_does_not_run_where_pods_may_be_anyones(devcluster, namespace, caplog):
     hub = Hub(devcluster, namespace, "", user_namespaces=True)
-    saved = GPUSpawner._orphans, GPUSpawner._orphans_refused
-    GPUSpawner._orphans, GPUSpawner._orphans_refused = None, False
+    saved = orphans.running, orphans.said_why_not
+    orphans.running, orphans.said_why_not = None, False
     try:
         logger = logging.getLogger("traitlets")  # the spawner's log outside a hub (it does not propagate)
         logger.addHandler(caplog.handler)
@@ -180,15 +180,15 @@ async def test_without_an_identity_the_reconciler_does_not_run_where_pods_may_be
             hub.spawner(HubUser(hub.user("ann"), db=hub.db))
         finally:
             logger.removeHandler(caplog.handler)
-        assert GPUSpawner._orphans is None
+        assert orphans.running is None
         assert "the orphan reconciler does not run" in caplog.text and "c.GPUSpawner.hub_id" in caplog.text
         with_id = Hub(devcluster, namespace, "prod.jhub", user_namespaces=True)
         with_id.spawner(HubUser(with_id.user("ann"), db=with_id.db))
-        assert GPUSpawner._orphans is not None
+        assert orphans.running is not None
     finally:
-        if GPUSpawner._orphans is not None:
-            await GPUSpawner._orphans.stop()
-        GPUSpawner._orphans, GPUSpawner._orphans_refused = saved
+        if orphans.running is not None:
+            await orphans.running.stop()
+        orphans.running, orphans.said_why_not = saved
 
 
 async def test_another_hubs_pod_of_a_user_of_the_same_name_is_not_on_this_hubs_quota(devcluster, kube, namespace, other_namespace):

@@ -29,7 +29,6 @@ from gpuspawner.hub import kueue as hubkueue
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.kueuewaiting import KueueWaiting
 from gpuspawner.hub.scheduling import SpawnRefused
-from gpuspawner.hub.spawnform import render_gpu_form
 from gpuspawner.names.kueuenames import QUEUE_LABEL
 from gpuspawner.names.vocabulary import KUEUE_WORKLOADS_WAITING
 from tests.conftest import fresh_namespace, wait_for
@@ -92,7 +91,7 @@ async def test_a_borrowing_cohort_admits_and_the_page_agrees(cluster, kube, ns):
     await asyncio.to_thread(wait_for, lambda: active(kube, f"mine-{ns}") and active(kube, f"lender-{ns}"), "both ClusterQueues Active", 60)
 
     async def page_says(text: str):
-        page = html.unescape(await render_gpu_form(spawner_in(cluster, ns, admission="block")))
+        page = html.unescape(await spawner_in(cluster, ns, admission="block")._render_gpu_form())
         return page if text in page else None
 
     started = []
@@ -223,7 +222,8 @@ async def test_a_batch_job_held_for_the_flavor_counts_as_waiting_for_the_offerin
             return [o["name"] for i in items for o in i["metadata"].get("ownerReferences") or []]
 
         await asyncio.to_thread(wait_for, lambda: "train" in listed(), "the H100 Job pending in the ClusterQueue", 60)
-        waiting = KueueWaiting.shared(running, await running.catalog())
+        namespace = None if running.enable_user_namespaces else running.namespace
+        waiting = KueueWaiting.shared(running.api, running.inventory, namespace, running.kueue_routing, await running.catalog())
 
         async def counted():
             counts = await waiting.read_once()

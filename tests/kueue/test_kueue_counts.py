@@ -27,7 +27,6 @@ from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.nodes import standard_nodes
 from gpuspawner.hub.inventory import KUEUE_NOT_SERVED, Inventory
 from gpuspawner.hub.scheduling import SpawnRefused
-from gpuspawner.hub.spawnform import render_gpu_form
 from gpuspawner.page.cards import availability_text
 from tests.conftest import fresh_namespace, wait_for
 from tests.integration.test_spawner import make_spawner
@@ -80,7 +79,7 @@ def test_the_page_says_the_queue_limits_its_count_drops_and_a_block_spawn_is_ref
 
     async def badge() -> str:
         """The spawn page as the user sees it (unescaped), from what the hub's watches hold."""
-        return html.unescape(await render_gpu_form(await spawner()))
+        return html.unescape(await (await spawner())._render_gpu_form())
 
     def page_says(text: str) -> str | None:
         page = run(badge())

@@ -16,7 +16,7 @@ from gpuspawner.hub.spawnstate import SpawnState
 
 
 def spawner(**kw):
-    base = dict(offerings=[], discover_offerings=True, choice=None, spawn_state=SimpleNamespace(saved_record=None), stop_notice=None)
+    base = dict(offerings=[], discover_offerings=True, spawn_state=SimpleNamespace(saved_record=None, choice=None), stop_notice=None)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -26,8 +26,8 @@ def test_a_server_the_hub_finds_without_a_record_of_its_start_was_interrupted():
 
 
 def test_a_finished_start_a_start_of_this_hub_a_kept_reason_or_plain_kubespawner_are_not():
-    assert not start_was_interrupted(spawner(spawn_state=SimpleNamespace(saved_record={"offering": "cpu"})))
-    assert not start_was_interrupted(spawner(choice=object()))
+    assert not start_was_interrupted(spawner(spawn_state=SimpleNamespace(saved_record={"offering": "cpu"}, choice=None)))
+    assert not start_was_interrupted(spawner(spawn_state=SimpleNamespace(saved_record=None, choice=object())))
     assert not start_was_interrupted(spawner(stop_notice={"time": "x", "text": "stopped by Kueue"}))
     assert not start_was_interrupted(spawner(discover_offerings=False))  # KubeSpawner's own form: no record ever
 

@@ -128,7 +128,7 @@ async def test_a_pod_kueue_stops_while_the_server_starts_ends_the_spawn_with_why
         pod_reflector=reflector,
         api=SimpleNamespace(api_client=None),
         log=logging.getLogger("t"),
-        _log_name="a",
+        log_name="a",
     )
     watching = asyncio.ensure_future(hubkueue.held(spawner))
     await asyncio.sleep(0.1)

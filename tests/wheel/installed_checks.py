@@ -78,8 +78,9 @@ def spawn_page() -> None:
 
 def memory_guard_hook() -> None:
     from gpuspawner import spawner
+    from gpuspawner.hub.choosing import hook_source
 
-    source = spawner._hook_source()  # what a guarded pod's annotation carries (braces doubled for KubeSpawner)
+    source = hook_source()  # what a guarded pod's annotation carries (braces doubled for KubeSpawner)
     assert "class AfterImport" in source and source.replace("{{", "{").replace("}}", "}") == (
         Path(spawner.__file__).with_name("pod").joinpath("memguard_hook.py").read_text()
     ), source[:200]
