@@ -61,7 +61,7 @@ def test_a_stop_after_an_answer_a_start_or_a_refusal_of_this_hub_or_with_a_kept_
     decided.set()
     assert not stopped_by_the_restart_check(found(decided=decided))  # refused or admitted by this hub
     assert not stopped_by_the_restart_check(spawner(spawn_state=SpawnState(saved_record={"offering": "cpu"}), stop_notice={"text": "x"}))
-    assert not stopped_by_the_restart_check(spawner(spawn_state=SpawnState(), choice=object()))
+    assert not stopped_by_the_restart_check(spawner(spawn_state=SpawnState(choice=object())))
     assert not stopped_by_the_restart_check(spawner(spawn_state=SpawnState(), discover_offerings=False))
 
 
