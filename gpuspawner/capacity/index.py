@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.capacity.counts import NO_NOTEBOOK, Row, Tally
+from gpuspawner.capacity.draplaced import DraRooms
 from gpuspawner.capacity.kueuequota import KueueState
 from gpuspawner.capacity.mapped import mapped_rows, with_mapped
 from gpuspawner.core.fit import NodeFacts, holds_resources, pod_requests
@@ -159,6 +160,7 @@ class ClusterIndex:
         self._discovered: list[Offering] | None = []
         #: Devices of Dynamic Resource Allocation (ResourceSlices, DeviceClasses, ResourceClaims).
         self.dra = DraState()
+        self._dra_rooms = DraRooms()
         #: Kueue's queues, where the hub watches them (``kueue_queues``; capacity.kueuequota).
         self.kueue = KueueState()
 
@@ -172,8 +174,8 @@ class ClusterIndex:
 
     def availability(self, offering: Offering) -> Availability:
         """Capacity and free units of ``offering`` now (reservations count as taken)."""
-        if offering.claim is not None:
-            return self.dra.availability(offering)
+        if offering.claim is not None:  # its devices, on the nodes its pod may land on (capacity.draplaced)
+            return self.dra.availability(offering, self.dra_room(offering))
         if not offering.resources:
             return UNCOUNTED
         rows = self.tracked.get(_track_key(offering))
@@ -363,7 +365,12 @@ class ClusterIndex:
         """
         self.release(key)
         if offering.claim is not None:
-            return self.dra.reserve(key, offering, count)
+            node = self.dra.reserve(key, offering, count, self.dra_room(offering))
+            if node:  # the notebook's cpu, memory and pod slot there too, until the pod is bound
+                self.reservations[key] = (node, dict(self.notebook.requests))
+                self._add_use(node, self.notebook.requests, +1)
+                self._refresh_node(node)
+            return node
         self.availability(offering)
         rows = self.tracked[_track_key(offering)].rows
         fits = [(largest, free, node) for node, (_cap, _alloc, free, largest) in rows.items() if largest >= count]
@@ -401,6 +408,11 @@ class ClusterIndex:
             self._refresh_node(reserved[0])
 
     # ------------------------------------------------------------------ internals
+
+    def dra_room(self, offering: Offering) -> dict[str, int]:
+        """How many more of a DRA ``offering``'s pods each node with devices takes (:mod:`gpuspawner.capacity.draplaced`)."""
+        stamp = (self._mapped_generation, self.notebook, self.dra.generation)
+        return self._dra_rooms.get(Tally(offering, self.notebook), self.nodes, self.used, self.dra.device_nodes(), stamp)
 
     def _plugin_nodes_changed(self) -> None:
         """Nodes whose allocatable advertises NVIDIA extended resources are the device plugin's (never DRA-counted)."""

@@ -216,6 +216,26 @@ def _units(
     return fits(device.capacity, used.get(device.key, {}), claim.capacity), total
 
 
+def capacity_free(
+    claim: DeviceClaim, devices: Iterable[Device], taken: Counter[DeviceKey], used: Mapping[DeviceKey, Consumed]
+) -> tuple[int, Counter[str | None]] | None:
+    """(capacity, free claims per node) of ``claim`` among ``devices`` as the allocator allocates
+    them: a device allowing multiple allocations takes as many as its capacity left holds
+    (:func:`fits`), any other one claim if nothing holds it; a tainted device none unless the
+    claim tolerates the taint (:func:`blocked`). None (no count) where a request consumes nothing
+    of a shared device (there is no end to it), or where the scheduler may give the claim a device
+    whose NoExecute taint then evicts it (:func:`trap`: how many would stay is the scheduler's luck)."""
+    free_by_node: Counter[str | None] = Counter()
+    capacity = 0
+    for device in devices:
+        free, whole = _units(claim, device, taken, used)
+        if free is None or whole is None:
+            return None
+        free_by_node[device.node] += free
+        capacity += whole
+    return capacity, free_by_node
+
+
 def capacity_availability(
     claim: DeviceClaim,
     counts: tuple[int, ...],
@@ -223,25 +243,38 @@ def capacity_availability(
     taken: Counter[DeviceKey],
     used: Mapping[DeviceKey, Consumed],
 ) -> Availability:
-    """Free claims of ``claim`` among ``devices`` as the allocator allocates them: a device
-    allowing multiple allocations takes as many as its capacity left holds (:func:`fits`), any
-    other one claim if nothing holds it; a tainted device none unless the claim tolerates the
-    taint (:func:`blocked`). Unknown (no count) where a request consumes nothing of a shared
-    device (there is no end to it), or where the scheduler may give the claim a device whose
-    NoExecute taint then evicts it (:func:`trap`: how many would stay is the scheduler's luck)."""
-    free_by_node: Counter[str | None] = Counter()
-    capacity = 0
-    nodes = set()
-    for device in devices:
-        free, whole = _units(claim, device, taken, used)
-        if free is None or whole is None:
-            return UNCOUNTED
-        free_by_node[device.node] += free
-        capacity += whole
-        nodes.add(device.node or "")
+    """:func:`capacity_free` summed up (no node limits)."""
+    devices = tuple(devices)
+    found = capacity_free(claim, devices, taken, used)
+    if found is None:
+        return UNCOUNTED
+    capacity, free_by_node = found
     free = sum(free_by_node.values())
     largest = min(max(free_by_node.values(), default=0), max(counts))
-    return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=largest, nodes=tuple(sorted(nodes)))
+    nodes = tuple(sorted({d.node or "" for d in devices}))
+    return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=largest, nodes=nodes)
+
+
+def placed(
+    capacity: int, free_by_node: Mapping[str | None, int], devices: Iterable[Device], most: int, room: Mapping[str, int] | None
+) -> Availability:
+    """An offering's availability from its devices' free units per node, each node's within its
+    ``room`` (how many more of the offering's pods it takes; None: no limit). ``largest_free``: the
+    most devices one pod (of at most ``most``) gets on one node where the notebook fits at all."""
+
+    def limit(node: str | None) -> int | None:
+        return None if room is None or node is None else room.get(node, 0)
+
+    free = largest = device_free = 0
+    for node, units in free_by_node.items():
+        units = max(units, 0)
+        device_free += units
+        cap = limit(node)
+        free += units if cap is None else min(units, cap)
+        if cap is None or cap >= 1:
+            largest = max(largest, min(units, most))
+    nodes = tuple(sorted({d.node or "" for d in devices}))
+    return Availability(capacity=capacity, allocated=max(capacity - device_free, 0), free=free, largest_free=largest, nodes=nodes)
 
 
 def share_pick(

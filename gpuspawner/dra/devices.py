@@ -43,10 +43,11 @@ from gpuspawner.core.cel import Selector, SelectorError, compile_selector
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra import counters
 from gpuspawner.dra.capacity import add as add_consumed
-from gpuspawner.dra.capacity import capacity_availability, share_pick
+from gpuspawner.dra.capacity import blocked as device_blocked
+from gpuspawner.dra.capacity import capacity_free, placed, share_pick, trap
 from gpuspawner.dra.discover import discover
 from gpuspawner.dra.extres import class_resource
-from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey, Pool, build_pools
+from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey, Pool, TaintRule, build_pools
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -64,6 +65,8 @@ class DraState:
         #: DeviceClass name -> (the extended resource its devices serve, creation time): see :mod:`gpuspawner.dra.extres`.
         self.class_resources: dict[str, tuple[str, str]] = {}
         self.claims: dict[str, ClaimFacts] = {}
+        #: DeviceTaintRules by name (their taints join the matching devices' own: :class:`~gpuspawner.dra.slices.TaintRule`).
+        self.rules: dict[str, TaintRule | None] = {}
         #: Nodes whose GPUs the device plugin serves (their DRA devices are not counted).
         self.plugin_nodes: frozenset[str] = frozenset()
         #: Reservations: pod key -> (devices held, shared units held per offering slug).
@@ -79,7 +82,7 @@ class DraState:
         self._discovered: list[Offering] | None = None
         self._counters: dict[tuple[str, str], counters.PoolCounters] | None = None
         self._device_nodes: frozenset[str] | None = None
-        self._availability: tuple[tuple[int, bool], dict[tuple[str, str, tuple[int, ...]], Availability]] = ((-1, False), {})
+        self._availability: tuple[tuple[int, bool], dict[tuple[Any, ...], Availability]] = ((-1, False), {})
         #: Bumped on every write (slices, classes, claims, plugin nodes, reservations): what reads
         #: the state through a cache of its own (the index's extended-resource rows) compares it.
         self.generation = 0
@@ -91,9 +94,13 @@ class DraState:
         slices: Iterable[Mapping[str, Any]] | None = None,
         classes: Iterable[Mapping[str, Any]] | None = None,
         claims: Iterable[Mapping[str, Any]] | None = None,
+        rules: Iterable[Mapping[str, Any]] | None = None,
     ) -> None:
-        """A (re)list of any of the three kinds."""
+        """A (re)list of any of the four kinds."""
         self.generation += 1
+        if rules is not None:
+            self.rules = {_key(r): TaintRule.from_rule(r) for r in rules}
+            self._changed_devices()
         if slices is not None:
             self.slices = {_key(s): s for s in slices}
             self._changed_devices()
@@ -113,6 +120,15 @@ class DraState:
             self.slices.pop(_key(raw), None)
         else:
             self.slices[_key(raw)] = raw
+        self._changed_devices()
+
+    def rule_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        """A DeviceTaintRule added, changed or deleted: the taints of the devices it selects change."""
+        self.generation += 1
+        if kind == "DELETED":
+            self.rules.pop(_key(raw), None)
+        else:
+            self.rules[_key(raw)] = TaintRule.from_rule(raw)
         self._changed_devices()
 
     def class_event(self, kind: str, raw: Mapping[str, Any]) -> None:
@@ -149,14 +165,15 @@ class DraState:
             self._matches = {}
             self._discovered = None
 
-    def reserve(self, key: str, offering: Offering, count: int) -> str | None:
+    def reserve(self, key: str, offering: Offering, count: int, room: Mapping[str, int] | None = None) -> str | None:
         """Hold ``count`` free devices of ``offering`` on one node for the pod ``key`` until its claim is allocated.
 
         A shared offering holds one unit of its share instead of devices. Returns the node
         (``""`` for a share or devices that belong to no node), or None if nothing fits.
+        ``room``: as for :meth:`availability`; only a node with room for the pod is picked.
         """
         self.release(key)
-        avail = self.availability(offering)
+        avail = self.availability(offering, room)
         if not avail.free or (avail.largest_free or 0) < count:
             return None
         claim = offering.claim
@@ -165,7 +182,7 @@ class DraState:
             self.reservations[key] = ((), offering.slug)
             self.generation += 1
             return ""
-        matched = self.matching(offering)
+        matched = tuple(d for d in self.matching(offering) if room is None or d.node is None or room.get(d.node, 0) >= 1)
         if claim.capacity or any(d.multiple or d.taints for d in matched):
             picked = share_pick(claim, matched, self.taken(), self.consumed(), count)
             if picked is None:
@@ -179,8 +196,10 @@ class DraState:
             self.generation += 1
             return chosen[0].node or ""
         by_node: dict[str | None, list[Device]] = {}
-        for device in self._free_devices(offering):
+        for device in self._free_devices(matched):
             by_node.setdefault(device.node, []).append(device)
+        if not by_node:
+            return None
         node, devices = max(by_node.items(), key=lambda item: (len(item[1]), item[0] or ""))
         self.reservations[key] = (tuple(d.key for d in devices[:count]), None)
         self._taken = self._consumed = None
@@ -209,7 +228,7 @@ class DraState:
 
     def pools(self) -> dict[tuple[str, str], Pool]:
         if self._pools is None:
-            self._pools = build_pools(self.slices.values())
+            self._pools = build_pools(self.slices.values(), (r for r in self.rules.values() if r is not None))
         return self._pools
 
     def devices(self, complete_only: bool = True) -> list[Device]:
@@ -247,21 +266,27 @@ class DraState:
             self._matches[cache_key] = found
         return found
 
-    def availability(self, offering: Offering) -> Availability:
+    def availability(self, offering: Offering, room: Mapping[str, int] | None = None) -> Availability:
         """Capacity and free units of a DRA offering now (reservations count as taken); kept until
-        the next write (a page view reads it for each DRA offering, each device would be read again)."""
+        the next write (a page view reads it for each DRA offering, each device would be read again).
+
+        ``room``: node -> how many more of the offering's pods the node takes beside what runs
+        there (:mod:`gpuspawner.capacity.draplaced`: cordon, taints, affinity, cpu, memory, pod
+        slots); devices of a node not in it are out of the pod's reach. None: every node, no limit.
+        """
         stamp = (self.generation, self.synced)
         if self._availability[0] != stamp:
             self._availability = (stamp, {})
         kept = self._availability[1]
         # All of the offering it reads (a claim holds dicts: its repr, which names every field, is its key).
-        key = (offering.slug, repr(offering.claim), tuple(offering.counts))
+        rooms = None if room is None else tuple(sorted(room.items()))
+        key = (offering.slug, repr(offering.claim), tuple(offering.counts), rooms)
         found = kept.get(key)
         if found is None:
-            found = kept[key] = self._count(offering)
+            found = kept[key] = self._count(offering, room)
         return found
 
-    def _count(self, offering: Offering) -> Availability:
+    def _count(self, offering: Offering, room: Mapping[str, int] | None) -> Availability:
         claim = offering.claim
         if claim is None or not self.synced:
             return UNCOUNTED
@@ -269,23 +294,36 @@ class DraState:
         if any(d.key not in complete for d in self.matching(offering, complete_only=False)):
             return UNCOUNTED  # a pool of its devices is incomplete: unknown, never zero or full
         devices = self.matching(offering)
-        if claim.replicas == 1 and counters.partitionable(devices, self.pool_counters()):
-            return counters.availability(devices, self.pool_counters(), self.taken(), max(offering.counts))
-        if any(d.shared_counters for d in devices):
-            return UNCOUNTED  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
+        if room is not None:  # the pod cannot land on the other nodes (devices of no node: any node)
+            devices = tuple(d for d in devices if d.node is None or d.node in room)
+        found = self._free_by_node(offering, devices)
+        if found is None:
+            return UNCOUNTED
+        capacity, free_by_node = found
+        return placed(capacity, free_by_node, devices, max(offering.counts), room)
+
+    def _free_by_node(self, offering: Offering, devices: tuple[Device, ...]) -> tuple[int, Counter[str | None]] | None:
+        """(capacity, free units per node) of ``offering`` among ``devices``, by the devices alone; None: unknown."""
+        claim = offering.claim
+        assert claim is not None
         taken = self.taken()
+        if claim.replicas == 1 and counters.partitionable(devices, self.pool_counters()):
+            if any(trap(d.taints, claim.tolerations) for d in devices):
+                return None  # the allocator may give it a device whose eviction then takes it back
+            usable = [d for d in devices if not device_blocked(d.taints, claim.tolerations)]
+            free = counters.placeable(usable, self.pool_counters(), taken)
+            return len(counters.placeable(devices, self.pool_counters(), Counter())), Counter(d.node for d in free)
+        if any(d.shared_counters for d in devices):
+            return None  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
         if claim.capacity or any(d.multiple or d.taints for d in devices):
-            return capacity_availability(claim, offering.counts, devices, taken, self.consumed())
+            return capacity_free(claim, devices, taken, self.consumed())
         if claim.replicas > 1:
-            return self._shared_availability(offering, devices, taken)
+            return self._shared_free(offering, devices, taken)
         free_by_node: Counter[str | None] = Counter()
         for d in devices:
             if not taken[d.key]:
                 free_by_node[d.node] += 1
-        free = sum(free_by_node.values())
-        largest = min(max(free_by_node.values(), default=0), max(offering.counts))
-        nodes = tuple(sorted({d.node or "" for d in devices}))
-        return Availability(capacity=len(devices), allocated=len(devices) - free, free=free, largest_free=largest, nodes=nodes)
+        return len(devices), free_by_node
 
     def pool_counters(self) -> dict[tuple[str, str], counters.PoolCounters]:
         """The counter sets of partitionable devices (dynamic MIG), per pool (:mod:`gpuspawner.dra.counters`)."""
@@ -318,31 +356,37 @@ class DraState:
 
     # ------------------------------------------------------------------ internals
 
-    def _free_devices(self, offering: Offering) -> list[Device]:
+    def _free_devices(self, devices: tuple[Device, ...]) -> list[Device]:
         taken = self.taken()
-        devices = self.matching(offering)
         if counters.partitionable(devices, self.pool_counters()):
             return counters.placeable(devices, self.pool_counters(), taken)
         return [d for d in devices if not taken[d.key]]
 
-    def _shared_availability(self, offering: Offering, devices: tuple[Device, ...], taken: Counter[DeviceKey]) -> Availability:
+    def _shared_free(self, offering: Offering, devices: tuple[Device, ...], taken: Counter[DeviceKey]) -> tuple[int, Counter[str | None]]:
+        """A shared offering's consumers: ``replicas`` per device, less the claims of its config that
+        use it (each with its consumers), a device some other claim holds, and its reservations."""
         claim = offering.claim
         assert claim is not None
-        keys = {d.key for d in devices}
+        node_of = {d.key: d.node for d in devices}
         config = tuple(claim.config)
-        used = 0
+        free_by_node: Counter[str | None] = Counter()
+        for d in devices:
+            free_by_node[d.node] += claim.replicas
         shared_devices: set[DeviceKey] = set()
         for facts in self.claims.values():
-            mine = [k for k in facts.devices if k in keys]
+            mine = [k for k in facts.devices if k in node_of]
             if mine and facts.config == config:
                 shared_devices.update(mine)
-                used += min(max(len(facts.consumers), 1), claim.replicas)
-        exclusive = sum(1 for k in keys if taken[k] and k not in shared_devices)
-        used += exclusive * claim.replicas + sum(1 for _, slug in self.reservations.values() if slug == offering.slug)
-        capacity = len(keys) * claim.replicas
-        free = max(capacity - used, 0)
-        nodes = tuple(sorted({d.node or "" for d in devices}))
-        return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=min(free, 1), nodes=nodes)
+                free_by_node[node_of[mine[0]]] -= min(max(len(facts.consumers), 1), claim.replicas)
+        for k, node in node_of.items():
+            if taken[k] and k not in shared_devices:
+                free_by_node[node] -= claim.replicas
+        reserved = sum(1 for _, slug in self.reservations.values() if slug == offering.slug)
+        for node in sorted(free_by_node, key=lambda n: -free_by_node[n]):  # a reservation's node is not known: the largest
+            held = min(max(free_by_node[node], 0), reserved)
+            free_by_node[node] = max(free_by_node[node] - held, 0)
+            reserved -= held
+        return len(devices) * claim.replicas, free_by_node
 
     def _changed_devices(self) -> None:
         self._device_nodes = None
