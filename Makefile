@@ -161,6 +161,7 @@ dra-truth: install devcluster-build
 	$(PY) -m gpuspawner.devcluster.dratruth --kind extres --states $(or $(DRA_STATES),100) --quiet
 	$(PY) -m gpuspawner.devcluster.dratruth --kind capacity --states $(or $(DRA_STATES),100) --quiet
 	$(PY) -m gpuspawner.devcluster.dratruth --kind taints --states $(or $(DRA_STATES),100) --quiet
+	$(PY) -m gpuspawner.devcluster.dratruth --kind mixed --states $(or $(DRA_STATES),200) --quiet
 
 # GPUSPAWNER_K8S_VERSION=oldest: the devcluster builds and runs the last release of
 # gpuspawner/devcluster/build.py's RELEASES, cached apart from the default one.
