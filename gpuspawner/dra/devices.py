@@ -42,6 +42,7 @@ from typing import Any
 from gpuspawner.core.cel import Selector, SelectorError, compile_selector
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra import counters
+from gpuspawner.dra.alternatives import choices
 from gpuspawner.dra.capacity import add as add_consumed
 from gpuspawner.dra.capacity import blocked as device_blocked
 from gpuspawner.dra.capacity import capacity_free, placed, share_pick, trap
@@ -311,8 +312,8 @@ class DraState:
             if any(trap(d.taints, claim.tolerations) for d in devices):
                 return None  # the allocator may give it a device whose eviction then takes it back
             usable = [d for d in devices if not device_blocked(d.taints, claim.tolerations)]
-            free = counters.placeable(usable, self.pool_counters(), taken)
-            return len(counters.placeable(devices, self.pool_counters(), Counter())), Counter(d.node for d in free)
+            free = self._in_order(offering, usable, taken)
+            return len(self._in_order(offering, devices, Counter())), Counter(d.node for d in free)
         if any(d.shared_counters for d in devices):
             return None  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
         if claim.capacity or any(d.multiple or d.taints for d in devices):
@@ -324,6 +325,23 @@ class DraState:
             if not taken[d.key]:
                 free_by_node[d.node] += 1
         return len(devices), free_by_node
+
+    def _in_order(self, offering: Offering, devices: Iterable[Device], taken: Counter[DeviceKey]) -> list[Device]:
+        """The devices successive claims of ``offering`` get among ``devices`` (partitionable ones by their
+        counters): for alternatives (``firstAvailable``), as the allocator tries them on a node, every claim
+        takes the first choice that still fits there, so each choice is placed after the ones before it
+        have taken all they can (overlapping placements make this fewer than the choices' union)."""
+        pools = self.pool_counters()
+        if not offering.claim or not offering.claim.alternatives:
+            return counters.placeable(list(devices), pools, taken)
+        allowed = {d.key for d in devices}
+        held = Counter(taken)
+        out: list[Device] = []
+        for choice in choices(offering):
+            got = counters.placeable([d for d in self.matching(choice) if d.key in allowed], pools, held)
+            held.update(d.key for d in got)
+            out += got
+        return out
 
     def pool_counters(self) -> dict[tuple[str, str], counters.PoolCounters]:
         """The counter sets of partitionable devices (dynamic MIG), per pool (:mod:`gpuspawner.dra.counters`)."""

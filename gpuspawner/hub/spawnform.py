@@ -69,7 +69,10 @@ async def render_gpu_form(spawner: Any) -> str:
         return option_views(
             catalog,
             spawner.requester(),
-            lambda offering: availability(fits[offering.slug][0]),
+            # A choice of an offering's alternatives (dra.alternatives.choices) has the offering's slug: its own count.
+            lambda offering: availability(
+                fits[offering.slug][0] if by_slug.get(offering.slug) is offering else spawner.image_fit(offering, image)[0]
+            ),
             now,
             spawner.admission,
             quota_reason,
