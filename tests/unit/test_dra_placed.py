@@ -110,3 +110,21 @@ def test_a_slices_own_device_taint_keeps_the_mapped_count_off_that_device():
     assert (avail.capacity, avail.free) == (2, 1)
     index.dra.claim_event("ADDED", claim("x-extended-resources-1", (MAPPED.name, "gpu-0"), consumers=("x",)))
     assert index.availability(PLAIN).free == 0
+
+
+def test_two_cards_never_carry_one_name():
+    """Issue 41: the device plugin's and DRA's A100 MIG 1g.5gb, and T4 shares of two node classes."""
+    from gpuspawner.devcluster.nodes import standard_nodes
+    from gpuspawner.dra.devices import DraState
+    from gpuspawner.offerings.catalog import CatalogConfig, build_catalog
+    from gpuspawner.offerings.discovery import discover
+
+    nodes = standard_nodes()
+    dra = DraState()
+    dra.replace(slices=slices_of(*d.DRA_NODES), classes=d.device_classes(), claims=[])
+    catalog = build_catalog(CatalogConfig.from_settings({}), nodes, discover(nodes) + dra.discovered())
+    names = [o.display_name for o in catalog]
+    assert len(names) == len(set(names))
+    assert "A100 40GB · MIG 1g.5gb (DRA)" in names and "A100 40GB · MIG 1g.5gb (device plugin)" in names
+    t4 = sorted(n for n in names if n.startswith("Tesla T4 · 1/4 time-sliced"))
+    assert t4 == ["Tesla T4 · 1/4 time-sliced (nvidia.com/gpu)", "Tesla T4 · 1/4 time-sliced (nvidia.com/gpu.shared)"]
