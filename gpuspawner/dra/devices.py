@@ -45,7 +45,7 @@ from gpuspawner.dra import counters
 from gpuspawner.dra.alternatives import choices
 from gpuspawner.dra.capacity import add as add_consumed
 from gpuspawner.dra.capacity import blocked as device_blocked
-from gpuspawner.dra.capacity import capacity_free, placed, share_pick, trap
+from gpuspawner.dra.capacity import capacity_free, placed, share_pick, shared_free, trap
 from gpuspawner.dra.discover import discover
 from gpuspawner.dra.extres import class_resource
 from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey, Pool, TaintRule, build_pools
@@ -300,11 +300,15 @@ class DraState:
         found = self._free_by_node(offering, devices)
         if found is None:
             return UNCOUNTED
-        capacity, free_by_node = found
-        return placed(capacity, free_by_node, devices, max(offering.counts), room)
+        capacity, free_by_node, together = found
+        return placed(capacity, free_by_node, devices, max(offering.counts), room, together)
 
-    def _free_by_node(self, offering: Offering, devices: tuple[Device, ...]) -> tuple[int, Counter[str | None]] | None:
-        """(capacity, free units per node) of ``offering`` among ``devices``, by the devices alone; None: unknown."""
+    def _free_by_node(
+        self, offering: Offering, devices: tuple[Device, ...]
+    ) -> tuple[int, Counter[str | None], Counter[tuple[str | None, tuple[Any, ...]]] | None] | None:
+        """(capacity, free units per node, and where the claim's devices must share attributes
+        (``matchAttribute``, e.g. one GPU's ``parentUUID``) free units per node and those values) of
+        ``offering`` among ``devices``, by the devices alone; None: unknown."""
         claim = offering.claim
         assert claim is not None
         taken = self.taken()
@@ -313,18 +317,25 @@ class DraState:
                 return None  # the allocator may give it a device whose eviction then takes it back
             usable = [d for d in devices if not device_blocked(d.taints, claim.tolerations)]
             free = self._in_order(offering, usable, taken)
-            return len(self._in_order(offering, devices, Counter())), Counter(d.node for d in free)
+            # Successive placements fit together, so those sharing the claim's matched attributes are what one claim can get.
+            together = (
+                Counter((d.node, tuple(d.qualified_attribute(a) for a in claim.match_attributes)) for d in free)
+                if claim.match_attributes
+                else None
+            )
+            return len(self._in_order(offering, devices, Counter())), Counter(d.node for d in free), together
         if any(d.shared_counters for d in devices):
             return None  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
         if claim.capacity or any(d.multiple or d.taints for d in devices):
-            return capacity_free(claim, devices, taken, self.consumed())
+            found = capacity_free(claim, devices, taken, self.consumed())
+            return None if found is None else (*found, None)
         if claim.replicas > 1:
-            return self._shared_free(offering, devices, taken)
+            return (*shared_free(offering, devices, taken, self.claims.values(), self.reservations.values()), None)
         free_by_node: Counter[str | None] = Counter()
         for d in devices:
             if not taken[d.key]:
                 free_by_node[d.node] += 1
-        return len(devices), free_by_node
+        return len(devices), free_by_node, None
 
     def _in_order(self, offering: Offering, devices: Iterable[Device], taken: Counter[DeviceKey]) -> list[Device]:
         """The devices successive claims of ``offering`` get among ``devices`` (partitionable ones by their
@@ -379,32 +390,6 @@ class DraState:
         if counters.partitionable(devices, self.pool_counters()):
             return counters.placeable(devices, self.pool_counters(), taken)
         return [d for d in devices if not taken[d.key]]
-
-    def _shared_free(self, offering: Offering, devices: tuple[Device, ...], taken: Counter[DeviceKey]) -> tuple[int, Counter[str | None]]:
-        """A shared offering's consumers: ``replicas`` per device, less the claims of its config that
-        use it (each with its consumers), a device some other claim holds, and its reservations."""
-        claim = offering.claim
-        assert claim is not None
-        node_of = {d.key: d.node for d in devices}
-        config = tuple(claim.config)
-        free_by_node: Counter[str | None] = Counter()
-        for d in devices:
-            free_by_node[d.node] += claim.replicas
-        shared_devices: set[DeviceKey] = set()
-        for facts in self.claims.values():
-            mine = [k for k in facts.devices if k in node_of]
-            if mine and facts.config == config:
-                shared_devices.update(mine)
-                free_by_node[node_of[mine[0]]] -= min(max(len(facts.consumers), 1), claim.replicas)
-        for k, node in node_of.items():
-            if taken[k] and k not in shared_devices:
-                free_by_node[node] -= claim.replicas
-        reserved = sum(1 for _, slug in self.reservations.values() if slug == offering.slug)
-        for node in sorted(free_by_node, key=lambda n: -free_by_node[n]):  # a reservation's node is not known: the largest
-            held = min(max(free_by_node[node], 0), reserved)
-            free_by_node[node] = max(free_by_node[node] - held, 0)
-            reserved -= held
-        return len(devices) * claim.replicas, free_by_node
 
     def _changed_devices(self) -> None:
         self._device_nodes = None

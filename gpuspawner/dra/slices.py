@@ -58,6 +58,11 @@ class Device:
                 return raw[kind]
         return None
 
+    def qualified_attribute(self, name: str) -> Any:
+        """An attribute by a claim's fully qualified name (``gpu.nvidia.com/parentUUID``: the driver's own domain is implied)."""
+        domain, _, short = name.partition("/")
+        return self.attribute(short if short and domain == self.driver else name)
+
     def quantity(self, name: str) -> str | None:
         raw = self.capacity.get(name) or self.capacity.get(dn.qualified(name)) or {}
         value = raw.get("value")
