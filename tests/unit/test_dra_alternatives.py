@@ -143,3 +143,16 @@ def test_an_alternative_that_picks_a_product_by_selector_must_name_it_or_the_ent
     entry["dra"]["alternatives"][0]["product"] = "NVIDIA H100 80GB HBM3"
     entry["dra"]["alternatives"][0]["selector"] = "device.attributes['gpu.nvidia.com'].type == 'gpu'"
     assert len(offering_from_config(entry, 0).claim.alternatives) == 2
+
+
+def test_check_config_refuses_the_contradicting_alternative_at_start_up():
+    from traitlets.config import Config
+
+    from gpuspawner import check_config
+
+    config = Config()
+    selector = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"
+    config.GPUSpawner.offerings = [{**ENTRY, "dra": {"alternatives": [{"selector": selector, "label": "H100"}]}}]
+    with pytest.raises(Exception) as refused:
+        check_config(config)
+    assert "c.GPUSpawner.offerings[0]" in str(refused.value) and "['alternatives'][0]['product']" in str(refused.value)
