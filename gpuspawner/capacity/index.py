@@ -8,9 +8,8 @@ the scheduler's (:mod:`gpuspawner.capacity.counts`; a DRA offering's on the node
 on, :mod:`gpuspawner.capacity.draplaced`), for the pod the hub makes:
 :meth:`ClusterIndex.set_notebook` gives the notebook's own cpu and memory guarantees, selector and tolerations.
 
-It does no I/O: :class:`gpuspawner.hub.inventory.Inventory` feeds it from the API server's
-list and watch, and tests and benchmarks feed it node and pod dicts directly.
-:class:`Health` says how far its counts can be trusted.
+It does no I/O: :class:`gpuspawner.hub.inventory.Inventory` feeds it from the API server's list and
+watch, tests and benchmarks feed it dicts directly. :class:`Health` says how far its counts can be trusted.
 """
 
 from __future__ import annotations
