@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuspawner.capacity.counts import offering_pod
+from gpuspawner.capacity.snapshot import snapshot_index
 from gpuspawner.core.model import DeviceClaim, Offering
 from gpuspawner.devcluster import dratruth, dratruth_counters
 from gpuspawner.devcluster.dradriver import A100_40GB, H100_80GB, L4, L40S, DraNode, node_devices, resource_slices
@@ -44,6 +45,8 @@ from gpuspawner.offerings.config import offering_from_config
 from gpuspawner.pod.notebook import Notebook
 
 RULES = "/apis/resource.k8s.io/v1/devicetaintrules"
+#: The DRA objects the CLI lists, by the name the index gives them.
+DRA_LISTS = {"slices": "resourceslices", "classes": "deviceclasses", "claims": "resourceclaims", "rules": "devicetaintrules"}
 #: The notebook beside the GPU: 1.5 cpu and 1 GiB (a node with 32 cpu, 31 of them requested, takes none).
 NOTEBOOK = Notebook.from_settings({"cpu_guarantee": 1.5, "mem_guarantee": "1G"})
 NODE_TAINT = {"key": "example.com/reserved", "value": "batch", "effect": "NoSchedule"}
@@ -225,6 +228,13 @@ class MixedHarness(Harness):
         }
         return super()._inventory_sees() and {k.split("/", 1)[1] for k in index.dra.rules} == rules and bound == set(index.pods)
 
+    def _snapshot(self) -> Any:
+        """The counts ``gpuspawner offerings`` gives now: the hub's index fed one list of every object."""
+        base = "/apis/resource.k8s.io/v1"
+        lists = {kind: self.kube.request("GET", f"{base}/{path}")["items"] for kind, path in DRA_LISTS.items()}
+        nodes = self.kube.request("GET", "/api/v1/nodes")["items"]
+        return snapshot_index(nodes, self.kube.request("GET", "/api/v1/pods")["items"], lists, NOTEBOOK)
+
     def offerings(self, state: Any) -> list[Offering]:
         found = list(self.inventory.index.dra.discovered())
         rng = random.Random(state.picks)
@@ -252,9 +262,11 @@ class MixedHarness(Harness):
 
     async def check(self, state: MixedState) -> list[Result]:  # type: ignore[override]
         await self._until(self._inventory_sees, "the inventory to see the state")
+        cli = self._snapshot()  # what `gpuspawner offerings` counts from one list of the cluster
         results = []
         for offering in self.offerings(state):
             predicted = self.inventory.index.availability(offering).free or 0
+            from_cli = cli.availability(offering).free or 0
             if offering.claim is not None:
                 template = claim_template(offering.claim, 1, offering.slug, {}, {})
                 self.kube.request("POST", "/apis/resource.k8s.io/v1/namespaces/probe/resourceclaimtemplates", template)
@@ -263,7 +275,9 @@ class MixedHarness(Harness):
                 for i in batch:
                     self.kube.request("POST", "/api/v1/namespaces/probe/pods", probe_pod(offering, f"{offering.slug[:40]}-{i}"))
                 await self._until(self._probes_settled, "every probe pod bound or refused", 180)
-            results.append(Result(state.seed, offering.slug, predicted, await self.placed()))
+            placed = await self.placed()
+            results.append(Result(state.seed, offering.slug, predicted, placed))
+            results.append(Result(state.seed, f"cli:{offering.slug}"[:63], from_cli, placed))
             await self._clear("probe")
             if offering.claim is not None:
                 self.kube.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/probe/resourceclaimtemplates/{offering.slug}")

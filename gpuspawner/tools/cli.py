@@ -215,21 +215,6 @@ def _dra_files(args: argparse.Namespace) -> dict[str, list[dict]] | None:
     }
 
 
-def _index(nodes: list[dict], pods: list[dict], dra: dict[str, list[dict]] | None, notebook):
-    """The hub's own cluster index over the snapshot: every offering is counted as the spawn page and
-    admission count it (the extended-resource mapping's DRA nodes and DRA offerings' node filters
-    included); DRA offerings uncounted when there is nothing to read."""
-    from gpuspawner.capacity.index import ClusterIndex
-
-    index = ClusterIndex()
-    index.set_notebook(notebook)
-    index.replace(nodes=nodes, pods=pods)  # also marks the device plugin's nodes, whose DRA devices are not counted
-    if dra is not None:
-        index.dra.replace(**dra)
-        index.dra.synced = True
-    return index
-
-
 def _snapshot(args: argparse.Namespace):
     """The config (or None), the notebook and where its cpu/memory came from, the nodes, pods,
     DRA state and the hub's catalog, from --nodes files or the live cluster.
@@ -253,7 +238,9 @@ def _snapshot(args: argparse.Namespace):
         except Exception as exc:
             raise RuntimeError(f"could not read the cluster ({type(exc).__name__}: {exc}); give --nodes FILE to work offline") from None
     catalog_config = _catalog_config(config)
-    index = _index(nodes, pods, dra, notebook)
+    from gpuspawner.capacity.snapshot import snapshot_index
+
+    index = snapshot_index(nodes, pods, dra, notebook)  # the hub's own index: the page's and admission's counts
     discovered = discover(nodes, catalog_config.vgpu_class_labels) + index.dra.discovered()
     catalog = build_catalog(catalog_config, nodes, discovered)
     return config, notebook, source, nodes, pods, index, catalog, catalog_config

@@ -144,3 +144,4 @@ def test_dra_and_mapped_counts_apply_the_nodes_filters_and_device_taint_rules_as
     assert {"any-gpu-plain", "example-plain", "example-dra"} <= slugs and any("-or-" in slug for slug in slugs)
     assert any(r["slug"] == "any-gpu-plain" and r["predicted"] > 0 for r in results)
     assert any(r["slug"].startswith("dra-mig-") and r["predicted"] > 0 for r in results)
+    assert len([r for r in results if r["slug"].startswith("cli:")]) * 2 == len(results)  # the CLI's count of each, too
