@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from gpuspawner.core.model import UNCOUNTED, Availability, DeviceClaim, Offering
+from gpuspawner.core.model import Availability, DeviceClaim, Offering
 from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey
 
@@ -234,25 +234,6 @@ def capacity_free(
         free_by_node[device.node] += free
         capacity += whole
     return capacity, free_by_node
-
-
-def capacity_availability(
-    claim: DeviceClaim,
-    counts: tuple[int, ...],
-    devices: Iterable[Device],
-    taken: Counter[DeviceKey],
-    used: Mapping[DeviceKey, Consumed],
-) -> Availability:
-    """:func:`capacity_free` summed up (no node limits)."""
-    devices = tuple(devices)
-    found = capacity_free(claim, devices, taken, used)
-    if found is None:
-        return UNCOUNTED
-    capacity, free_by_node = found
-    free = sum(free_by_node.values())
-    largest = min(max(free_by_node.values(), default=0), max(counts))
-    nodes = tuple(sorted({d.node or "" for d in devices}))
-    return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=largest, nodes=nodes)
 
 
 def placed(
