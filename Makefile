@@ -25,7 +25,9 @@
 #   make dra-truth        DRA free counts against the real scheduler's allocator on 100
 #                         random states of the simulated NVIDIA DRA driver (DRA_STATES=N),
 #                         per kind: whole and static MIG devices, dynamic MIG, the
-#                         extended-resource mapping, GPU-memory shares (capacity), device taints
+#                         extended-resource mapping, GPU-memory shares (capacity), device taints;
+#                         and 200 states that mix them with cordons, node taints, tight cpu and
+#                         DeviceTaintRules (mixed)
 #   make fuzz-clusters    discovery/capacity properties on 30,000 generated clusters
 #   make test-oldest-k8s  the device-plugin and DRA spawn suites on the oldest Kubernetes
 #                         GPUSpawner supports (build.RELEASES' last, 1.34; its own binaries:
@@ -183,6 +185,7 @@ dra-truth: install devcluster-build
 	$(PY) -m gpuspawner.devcluster.dratruth --kind extres --states $(or $(DRA_STATES),100) --quiet
 	$(PY) -m gpuspawner.devcluster.dratruth --kind capacity --states $(or $(DRA_STATES),100) --quiet
 	$(PY) -m gpuspawner.devcluster.dratruth --kind taints --states $(or $(DRA_STATES),100) --quiet
+	$(PY) -m gpuspawner.devcluster.dratruth --kind mixed --states $(or $(DRA_STATES),200) --quiet
 
 # GPUSPAWNER_K8S_VERSION=oldest: the devcluster builds and runs the last release of
 # gpuspawner/devcluster/build.py's RELEASES, cached apart from the default one.

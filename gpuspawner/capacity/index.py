@@ -1,16 +1,15 @@
 """The cluster index: the slim facts of Nodes and Pods that the free counts need, kept per event. Pure.
 
 :class:`ClusterIndex` holds each node's labels, taints, cordon and allocatable (GPUs, cpu,
-memory, pods) and each bound non-terminal pod's requests (GPUs, cpu, memory, and the one
-pod it is) and, per tracked offering, capacity and free units kept up to date *per
-event*: an event touches one node, and only that node's rows are recomputed. A page view
-reads ready numbers. The counts are the scheduler's (:mod:`gpuspawner.capacity.counts`), for the
-pod the hub makes: :meth:`ClusterIndex.set_notebook` gives the notebook's own cpu and
-memory guarantees, selector and tolerations.
+memory, pods), each bound non-terminal pod's requests (:mod:`~gpuspawner.capacity.podfacts`) and,
+per tracked offering, capacity and free units kept up to date *per event*: an event touches one
+node, and only that node's rows are recomputed. A page view reads ready numbers. The counts are
+the scheduler's (:mod:`gpuspawner.capacity.counts`; a DRA offering's on the nodes its pod may land
+on, :mod:`gpuspawner.capacity.draplaced`), for the pod the hub makes:
+:meth:`ClusterIndex.set_notebook` gives the notebook's own cpu and memory guarantees, selector and tolerations.
 
-It does no I/O: :class:`gpuspawner.hub.inventory.Inventory` feeds it from the API server's
-list and watch, and tests and benchmarks feed it node and pod dicts directly.
-:class:`Health` says how far its counts can be trusted.
+It does no I/O: :class:`gpuspawner.hub.inventory.Inventory` feeds it from the API server's list and
+watch, tests and benchmarks feed it dicts directly. :class:`Health` says how far its counts can be trusted.
 """
 
 from __future__ import annotations
@@ -22,69 +21,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.capacity.counts import NO_NOTEBOOK, Row, Tally
+from gpuspawner.capacity.draplaced import DraRooms
 from gpuspawner.capacity.kueuequota import KueueState
 from gpuspawner.capacity.mapped import mapped_rows, with_mapped
-from gpuspawner.core.fit import NodeFacts, holds_resources, pod_requests
+from gpuspawner.capacity.podfacts import PodFacts, pod_key
+from gpuspawner.core.fit import NodeFacts
 from gpuspawner.core.imagefit import NEEDS, ImageNeeds, fitted, misfit, node_has
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra.devices import DraState
 from gpuspawner.names.nvidia import PLUGIN_PREFIX
-from gpuspawner.names.vocabulary import ANNOTATION_HUB_USER, KUBESPAWNER_USER_LABEL, LABEL_HUB, LABEL_OFFERING, Kind
+from gpuspawner.names.vocabulary import Kind
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS, aggregate, node_offerings
 from gpuspawner.pod.notebook import Notebook
 
 #: One serial for every index of the process: :attr:`ClusterIndex.changes` never takes a value twice,
 #: so (changes) alone tells two states of one index, or of two indexes, apart.
 _CHANGES = itertools.count(1)
-
-#: Pods of a cluster ask for few distinct request sets: each is kept once.
-_INTERNED: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
-_INTERN_LIMIT = 50_000
-
-
-def _interned(requests: dict[str, int]) -> Mapping[str, int]:
-    key = tuple(sorted(requests.items()))
-    found = _INTERNED.get(key)
-    if found is None:
-        if len(_INTERNED) >= _INTERN_LIMIT:
-            return requests
-        found = _INTERNED[key] = requests
-    return found
-
-
-@dataclass(frozen=True, slots=True)
-class PodFacts:
-    """What the counts need of one pod (never the whole object)."""
-
-    node: str
-    requests: Mapping[str, int]
-    user: str | None = None
-    offering: str | None = None
-    hub: str | None = None  #: the hub that made it (``vocabulary.LABEL_HUB``), None if unlabelled
-    #: Of an unlabelled pod only: its user key (``vocabulary.ANNOTATION_HUB_USER``), which tells a
-    #: pod made before its hub had an identity (the hub's database has the key) from anyone's.
-    hub_user: str | None = None
-
-    @classmethod
-    def from_pod(cls, pod: Mapping[str, Any]) -> PodFacts | None:
-        if not holds_resources(pod):
-            return None
-        meta = pod.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        hub = labels.get(LABEL_HUB)
-        return cls(
-            node=pod["spec"]["nodeName"],
-            requests=_interned(pod_requests(pod)),
-            user=labels.get(KUBESPAWNER_USER_LABEL),
-            offering=labels.get(LABEL_OFFERING),
-            hub=hub,
-            hub_user=None if hub else (meta.get("annotations") or {}).get(ANNOTATION_HUB_USER),
-        )
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 class _OfferingRows:
@@ -174,6 +126,7 @@ class ClusterIndex:
         self._discovered: list[Offering] | None = []
         #: Devices of Dynamic Resource Allocation (ResourceSlices, DeviceClasses, ResourceClaims).
         self.dra = DraState()
+        self._dra_rooms = DraRooms()
         #: Kueue's queues, where the hub watches them (``kueue_queues``; capacity.kueuequota).
         self.kueue = KueueState()
 
@@ -187,8 +140,8 @@ class ClusterIndex:
 
     def availability(self, offering: Offering) -> Availability:
         """Capacity and free units of ``offering`` now (reservations count as taken)."""
-        if offering.claim is not None:
-            return self.dra.availability(offering)
+        if offering.claim is not None:  # its devices, on the nodes its pod may land on (capacity.draplaced)
+            return self.dra.availability(offering, self.dra_room(offering))
         if not offering.resources:
             return UNCOUNTED
         rows = self.tracked.get(_track_key(offering))
@@ -391,7 +344,12 @@ class ClusterIndex:
         self.release(key)
         self.changed()
         if offering.claim is not None:
-            return self.dra.reserve(key, offering, count)
+            node = self.dra.reserve(key, offering, count, self.dra_room(offering))
+            if node:  # the notebook's cpu, memory and pod slot there too, until the pod is bound
+                self.reservations[key] = (node, dict(self.notebook.requests))
+                self._add_use(node, self.notebook.requests, +1)
+                self._refresh_node(node)
+            return node
         self.availability(offering)
         rows = self.tracked[_track_key(offering)].rows
         fits = [(largest, free, node) for node, (_cap, _alloc, free, largest) in rows.items() if largest >= count]
@@ -407,8 +365,7 @@ class ClusterIndex:
         return node
 
     def _reserve_mapped(self, key: str, offering: Offering, count: int) -> str | None:
-        """Hold ``count`` units of an extended-resource offering as free DRA devices of a node the
-        mapping serves it on (their claim is the scheduler's to make), and the notebook's room there."""
+        """Hold ``count`` units of an extended-resource offering as free DRA devices of a node the mapping serves it on."""
         mapped = self._mapped(self.tracked[_track_key(offering)]) or []
         fits = [(row[3], row[2], node, devices) for node, row, devices in mapped if row[3] >= count]
         if not fits:
@@ -430,6 +387,11 @@ class ClusterIndex:
             self._refresh_node(reserved[0])
 
     # ------------------------------------------------------------------ internals
+
+    def dra_room(self, offering: Offering) -> dict[str, int]:
+        """How many more of a DRA ``offering``'s pods each node with devices takes (:mod:`gpuspawner.capacity.draplaced`)."""
+        stamp = (self._mapped_generation, self.notebook, self.dra.generation)
+        return self._dra_rooms.get(Tally(offering, self.notebook), self.nodes, self.used, self.dra.device_nodes(), stamp)
 
     def _plugin_nodes_changed(self) -> None:
         """Nodes whose allocatable advertises NVIDIA extended resources are the device plugin's (never DRA-counted)."""
@@ -496,8 +458,7 @@ class ClusterIndex:
 
 
 def _track_key(offering: Offering) -> tuple[str, Any]:
-    """An offering's rows are kept per slug and placement: the same offering for an image that needs
-    a newer driver (:meth:`ClusterIndex.fit`) lands on fewer nodes, and both are counted side by side."""
+    """Rows per slug and placement: an offering fitted to an image (:meth:`ClusterIndex.fit`) is counted beside it."""
     return offering.slug, offering.placement_terms
 
 

@@ -16,6 +16,7 @@ real scheduler decides: the offering agrees when the pods it binds equal the fre
     python -m gpuspawner.devcluster.dratruth --kind extres          # plain nvidia.com/gpu on DRA nodes (dratruth_extres)
     python -m gpuspawner.devcluster.dratruth --kind capacity       # GPU-memory shares (dratruth_shares)
     python -m gpuspawner.devcluster.dratruth --kind taints         # device taints and tolerations
+    python -m gpuspawner.devcluster.dratruth --kind mixed          # the node's filters too (dratruth_mixed)
 
 prints ``K of M offerings agree over N states`` and exits 1 if any disagrees.
 """
@@ -247,6 +248,7 @@ KINDS = {
     "extres": "gpuspawner.devcluster.dratruth_extres",
     "capacity": "gpuspawner.devcluster.dratruth_shares",
     "taints": "gpuspawner.devcluster.dratruth_shares",
+    "mixed": "gpuspawner.devcluster.dratruth_mixed",
 }
 
 
@@ -296,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         default="devices",
         help="devices: whole GPUs and static MIG (default); dynamic-mig: partitionable GPUs (counter sets); "
         "extres: plain nvidia.com/gpu served by DRA nodes; capacity: GPU-memory shares of devices that allow "
-        "multiple allocations; taints: tainted devices and claims that tolerate them",
+        "multiple allocations; taints: tainted devices and claims that tolerate them; mixed: cordoned and tainted "
+        "nodes, little cpu for the notebook, device taints and DeviceTaintRules, and the mapping, in one state",
     )
     args = parser.parse_args(argv)
     seeds = _seeds(args.seeds) if args.seeds else list(range(args.states))

@@ -30,9 +30,9 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from gpuspawner.core.model import UNCOUNTED, Availability, DeviceClaim
+from gpuspawner.core.model import Availability, DeviceClaim, Offering
 from gpuspawner.core.quantity import QuantityError, parse_quantity
-from gpuspawner.dra.slices import Device, DeviceKey
+from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey
 
 #: The taint effects that keep a claim off a device (``None`` and unknown effects do not).
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -216,32 +216,88 @@ def _units(
     return fits(device.capacity, used.get(device.key, {}), claim.capacity), total
 
 
-def capacity_availability(
-    claim: DeviceClaim,
-    counts: tuple[int, ...],
-    devices: Iterable[Device],
-    taken: Counter[DeviceKey],
-    used: Mapping[DeviceKey, Consumed],
-) -> Availability:
-    """Free claims of ``claim`` among ``devices`` as the allocator allocates them: a device
-    allowing multiple allocations takes as many as its capacity left holds (:func:`fits`), any
-    other one claim if nothing holds it; a tainted device none unless the claim tolerates the
-    taint (:func:`blocked`). Unknown (no count) where a request consumes nothing of a shared
-    device (there is no end to it), or where the scheduler may give the claim a device whose
-    NoExecute taint then evicts it (:func:`trap`: how many would stay is the scheduler's luck)."""
+def capacity_free(
+    claim: DeviceClaim, devices: Iterable[Device], taken: Counter[DeviceKey], used: Mapping[DeviceKey, Consumed]
+) -> tuple[int, Counter[str | None]] | None:
+    """(capacity, free claims per node) of ``claim`` among ``devices`` as the allocator allocates
+    them: a device allowing multiple allocations takes as many as its capacity left holds
+    (:func:`fits`), any other one claim if nothing holds it; a tainted device none unless the
+    claim tolerates the taint (:func:`blocked`). None (no count) where a request consumes nothing
+    of a shared device (there is no end to it), or where the scheduler may give the claim a device
+    whose NoExecute taint then evicts it (:func:`trap`: how many would stay is the scheduler's luck)."""
     free_by_node: Counter[str | None] = Counter()
     capacity = 0
-    nodes = set()
     for device in devices:
         free, whole = _units(claim, device, taken, used)
         if free is None or whole is None:
-            return UNCOUNTED
+            return None
         free_by_node[device.node] += free
         capacity += whole
-        nodes.add(device.node or "")
-    free = sum(free_by_node.values())
-    largest = min(max(free_by_node.values(), default=0), max(counts))
-    return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=largest, nodes=tuple(sorted(nodes)))
+    return capacity, free_by_node
+
+
+def placed(
+    capacity: int,
+    free_by_node: Mapping[str | None, int],
+    devices: Iterable[Device],
+    most: int,
+    room: Mapping[str, int] | None,
+    together: Mapping[tuple[str | None, tuple[Any, ...]], int] | None = None,
+) -> Availability:
+    """An offering's availability from its devices' free units per node, each node's within its
+    ``room`` (how many more of the offering's pods it takes; None: no limit). ``largest_free``: the
+    most devices one pod (of at most ``most``) gets on one node where the notebook fits at all; with
+    ``together`` (free units by node and the values of the claim's ``matchAttribute``s), on one
+    node among devices that share those values (a GPU, where several MIG devices must share one)."""
+
+    def limit(node: str | None) -> int | None:
+        return None if room is None or node is None else room.get(node, 0)
+
+    free = largest = device_free = 0
+    for node, units in free_by_node.items():
+        units = max(units, 0)
+        device_free += units
+        cap = limit(node)
+        free += units if cap is None else min(units, cap)
+        if cap is None or cap >= 1:
+            largest = max(largest, min(units, most))
+    if together is not None:
+        largest = max((min(n, most) for (node, _), n in together.items() if limit(node) is None or (limit(node) or 0) >= 1), default=0)
+    nodes = tuple(sorted({d.node or "" for d in devices}))
+    return Availability(capacity=capacity, allocated=max(capacity - device_free, 0), free=free, largest_free=largest, nodes=nodes)
+
+
+def shared_free(
+    offering: Offering,
+    devices: tuple[Device, ...],
+    taken: Counter[DeviceKey],
+    claims: Iterable[ClaimFacts],
+    reservations: Iterable[tuple[tuple[DeviceKey, ...], str | None]],
+) -> tuple[int, Counter[str | None]]:
+    """A shared offering's consumers: ``replicas`` per device, less the claims of its config that
+    use it (each with its consumers), a device some other claim holds, and its reservations."""
+    claim = offering.claim
+    assert claim is not None
+    node_of = {d.key: d.node for d in devices}
+    config = tuple(claim.config)
+    free_by_node: Counter[str | None] = Counter()
+    for d in devices:
+        free_by_node[d.node] += claim.replicas
+    shared_devices: set[DeviceKey] = set()
+    for facts in claims:
+        mine = [k for k in facts.devices if k in node_of]
+        if mine and facts.config == config:
+            shared_devices.update(mine)
+            free_by_node[node_of[mine[0]]] -= min(max(len(facts.consumers), 1), claim.replicas)
+    for k, node in node_of.items():
+        if taken[k] and k not in shared_devices:
+            free_by_node[node] -= claim.replicas
+    reserved = sum(1 for _, slug in reservations if slug == offering.slug)
+    for node in sorted(free_by_node, key=lambda n: -free_by_node[n]):  # a reservation's node is not known: the largest
+        held = min(max(free_by_node[node], 0), reserved)
+        free_by_node[node] = max(free_by_node[node] - held, 0)
+        reserved -= held
+    return len(devices) * claim.replicas, free_by_node
 
 
 def share_pick(

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from gpuspawner.core.model import Availability
 from gpuspawner.core.quantity import QuantityError, parse_quantity
 from gpuspawner.dra.slices import Device, DeviceKey
 
@@ -173,16 +172,3 @@ def placeable(devices: Sequence[Device], pools: Mapping[tuple[str, str], PoolCou
             _spend(counters, take)
             out.append(device)
     return out
-
-
-def availability(
-    devices: Sequence[Device], pools: Mapping[tuple[str, str], PoolCounters], taken: Counter[DeviceKey], most: int
-) -> Availability:
-    """Capacity (what fits on empty GPUs) and free units (what fits now) of an offering of partitionable devices;
-    ``most`` is its largest count (one claim's devices come from one node)."""
-    free = placeable(devices, pools, taken)
-    capacity = len(placeable(devices, pools, Counter()))
-    per_node = Counter(d.node for d in free)
-    nodes = tuple(sorted({d.node or "" for d in devices}))
-    largest = min(max(per_node.values(), default=0), most)
-    return Availability(capacity=capacity, allocated=max(capacity - len(free), 0), free=len(free), largest_free=largest, nodes=nodes)

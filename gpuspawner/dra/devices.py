@@ -42,11 +42,13 @@ from typing import Any
 from gpuspawner.core.cel import Selector, SelectorError, compile_selector
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering
 from gpuspawner.dra import counters
+from gpuspawner.dra.alternatives import choices
 from gpuspawner.dra.capacity import add as add_consumed
-from gpuspawner.dra.capacity import capacity_availability, share_pick
+from gpuspawner.dra.capacity import blocked as device_blocked
+from gpuspawner.dra.capacity import capacity_free, placed, share_pick, shared_free, trap
 from gpuspawner.dra.discover import discover
 from gpuspawner.dra.extres import class_resource
-from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey, Pool, build_pools
+from gpuspawner.dra.slices import ClaimFacts, Device, DeviceKey, Pool, TaintRule, build_pools
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -64,6 +66,8 @@ class DraState:
         #: DeviceClass name -> (the extended resource its devices serve, creation time): see :mod:`gpuspawner.dra.extres`.
         self.class_resources: dict[str, tuple[str, str]] = {}
         self.claims: dict[str, ClaimFacts] = {}
+        #: DeviceTaintRules by name (their taints join the matching devices' own: :class:`~gpuspawner.dra.slices.TaintRule`).
+        self.rules: dict[str, TaintRule | None] = {}
         #: Nodes whose GPUs the device plugin serves (their DRA devices are not counted).
         self.plugin_nodes: frozenset[str] = frozenset()
         #: Reservations: pod key -> (devices held, shared units held per offering slug).
@@ -79,7 +83,7 @@ class DraState:
         self._discovered: list[Offering] | None = None
         self._counters: dict[tuple[str, str], counters.PoolCounters] | None = None
         self._device_nodes: frozenset[str] | None = None
-        self._availability: tuple[tuple[int, bool], dict[tuple[str, str, tuple[int, ...]], Availability]] = ((-1, False), {})
+        self._availability: tuple[tuple[int, bool], dict[tuple[Any, ...], Availability]] = ((-1, False), {})
         #: Bumped on every write (slices, classes, claims, plugin nodes, reservations): what reads
         #: the state through a cache of its own (the index's extended-resource rows) compares it.
         self.generation = 0
@@ -91,9 +95,13 @@ class DraState:
         slices: Iterable[Mapping[str, Any]] | None = None,
         classes: Iterable[Mapping[str, Any]] | None = None,
         claims: Iterable[Mapping[str, Any]] | None = None,
+        rules: Iterable[Mapping[str, Any]] | None = None,
     ) -> None:
-        """A (re)list of any of the three kinds."""
+        """A (re)list of any of the four kinds."""
         self.generation += 1
+        if rules is not None:
+            self.rules = {_key(r): TaintRule.from_rule(r) for r in rules}
+            self._changed_devices()
         if slices is not None:
             self.slices = {_key(s): s for s in slices}
             self._changed_devices()
@@ -113,6 +121,15 @@ class DraState:
             self.slices.pop(_key(raw), None)
         else:
             self.slices[_key(raw)] = raw
+        self._changed_devices()
+
+    def rule_event(self, kind: str, raw: Mapping[str, Any]) -> None:
+        """A DeviceTaintRule added, changed or deleted: the taints of the devices it selects change."""
+        self.generation += 1
+        if kind == "DELETED":
+            self.rules.pop(_key(raw), None)
+        else:
+            self.rules[_key(raw)] = TaintRule.from_rule(raw)
         self._changed_devices()
 
     def class_event(self, kind: str, raw: Mapping[str, Any]) -> None:
@@ -149,14 +166,15 @@ class DraState:
             self._matches = {}
             self._discovered = None
 
-    def reserve(self, key: str, offering: Offering, count: int) -> str | None:
+    def reserve(self, key: str, offering: Offering, count: int, room: Mapping[str, int] | None = None) -> str | None:
         """Hold ``count`` free devices of ``offering`` on one node for the pod ``key`` until its claim is allocated.
 
         A shared offering holds one unit of its share instead of devices. Returns the node
         (``""`` for a share or devices that belong to no node), or None if nothing fits.
+        ``room``: as for :meth:`availability`; only a node with room for the pod is picked.
         """
         self.release(key)
-        avail = self.availability(offering)
+        avail = self.availability(offering, room)
         if not avail.free or (avail.largest_free or 0) < count:
             return None
         claim = offering.claim
@@ -165,7 +183,7 @@ class DraState:
             self.reservations[key] = ((), offering.slug)
             self.generation += 1
             return ""
-        matched = self.matching(offering)
+        matched = tuple(d for d in self.matching(offering) if room is None or d.node is None or room.get(d.node, 0) >= 1)
         if claim.capacity or any(d.multiple or d.taints for d in matched):
             picked = share_pick(claim, matched, self.taken(), self.consumed(), count)
             if picked is None:
@@ -179,8 +197,10 @@ class DraState:
             self.generation += 1
             return chosen[0].node or ""
         by_node: dict[str | None, list[Device]] = {}
-        for device in self._free_devices(offering):
+        for device in self._free_devices(matched):
             by_node.setdefault(device.node, []).append(device)
+        if not by_node:
+            return None
         node, devices = max(by_node.items(), key=lambda item: (len(item[1]), item[0] or ""))
         self.reservations[key] = (tuple(d.key for d in devices[:count]), None)
         self._taken = self._consumed = None
@@ -209,7 +229,7 @@ class DraState:
 
     def pools(self) -> dict[tuple[str, str], Pool]:
         if self._pools is None:
-            self._pools = build_pools(self.slices.values())
+            self._pools = build_pools(self.slices.values(), (r for r in self.rules.values() if r is not None))
         return self._pools
 
     def devices(self, complete_only: bool = True) -> list[Device]:
@@ -247,21 +267,27 @@ class DraState:
             self._matches[cache_key] = found
         return found
 
-    def availability(self, offering: Offering) -> Availability:
+    def availability(self, offering: Offering, room: Mapping[str, int] | None = None) -> Availability:
         """Capacity and free units of a DRA offering now (reservations count as taken); kept until
-        the next write (a page view reads it for each DRA offering, each device would be read again)."""
+        the next write (a page view reads it for each DRA offering, each device would be read again).
+
+        ``room``: node -> how many more of the offering's pods the node takes beside what runs
+        there (:mod:`gpuspawner.capacity.draplaced`: cordon, taints, affinity, cpu, memory, pod
+        slots); devices of a node not in it are out of the pod's reach. None: every node, no limit.
+        """
         stamp = (self.generation, self.synced)
         if self._availability[0] != stamp:
             self._availability = (stamp, {})
         kept = self._availability[1]
         # All of the offering it reads (a claim holds dicts: its repr, which names every field, is its key).
-        key = (offering.slug, repr(offering.claim), tuple(offering.counts))
+        rooms = None if room is None else tuple(sorted(room.items()))
+        key = (offering.slug, repr(offering.claim), tuple(offering.counts), rooms)
         found = kept.get(key)
         if found is None:
-            found = kept[key] = self._count(offering)
+            found = kept[key] = self._count(offering, room)
         return found
 
-    def _count(self, offering: Offering) -> Availability:
+    def _count(self, offering: Offering, room: Mapping[str, int] | None) -> Availability:
         claim = offering.claim
         if claim is None or not self.synced:
             return UNCOUNTED
@@ -269,23 +295,64 @@ class DraState:
         if any(d.key not in complete for d in self.matching(offering, complete_only=False)):
             return UNCOUNTED  # a pool of its devices is incomplete: unknown, never zero or full
         devices = self.matching(offering)
-        if claim.replicas == 1 and counters.partitionable(devices, self.pool_counters()):
-            return counters.availability(devices, self.pool_counters(), self.taken(), max(offering.counts))
-        if any(d.shared_counters for d in devices):
-            return UNCOUNTED  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
+        if room is not None:  # the pod cannot land on the other nodes (devices of no node: any node)
+            devices = tuple(d for d in devices if d.node is None or d.node in room)
+        found = self._free_by_node(offering, devices)
+        if found is None:
+            return UNCOUNTED
+        capacity, free_by_node, together = found
+        return placed(capacity, free_by_node, devices, max(offering.counts), room, together)
+
+    def _free_by_node(
+        self, offering: Offering, devices: tuple[Device, ...]
+    ) -> tuple[int, Counter[str | None], Counter[tuple[str | None, tuple[Any, ...]]] | None] | None:
+        """(capacity, free units per node, and where the claim's devices must share attributes
+        (``matchAttribute``, e.g. one GPU's ``parentUUID``) free units per node and those values) of
+        ``offering`` among ``devices``, by the devices alone; None: unknown."""
+        claim = offering.claim
+        assert claim is not None
         taken = self.taken()
+        if claim.replicas == 1 and counters.partitionable(devices, self.pool_counters()):
+            if any(trap(d.taints, claim.tolerations) for d in devices):
+                return None  # the allocator may give it a device whose eviction then takes it back
+            usable = [d for d in devices if not device_blocked(d.taints, claim.tolerations)]
+            free = self._in_order(offering, usable, taken)
+            # Successive placements fit together, so those sharing the claim's matched attributes are what one claim can get.
+            together = (
+                Counter((d.node, tuple(d.qualified_attribute(a) for a in claim.match_attributes)) for d in free)
+                if claim.match_attributes
+                else None
+            )
+            return len(self._in_order(offering, devices, Counter())), Counter(d.node for d in free), together
+        if any(d.shared_counters for d in devices):
+            return None  # partitionable devices overlap (dynamic MIG): counting them one by one would be wrong
         if claim.capacity or any(d.multiple or d.taints for d in devices):
-            return capacity_availability(claim, offering.counts, devices, taken, self.consumed())
+            found = capacity_free(claim, devices, taken, self.consumed())
+            return None if found is None else (*found, None)
         if claim.replicas > 1:
-            return self._shared_availability(offering, devices, taken)
+            return (*shared_free(offering, devices, taken, self.claims.values(), self.reservations.values()), None)
         free_by_node: Counter[str | None] = Counter()
         for d in devices:
             if not taken[d.key]:
                 free_by_node[d.node] += 1
-        free = sum(free_by_node.values())
-        largest = min(max(free_by_node.values(), default=0), max(offering.counts))
-        nodes = tuple(sorted({d.node or "" for d in devices}))
-        return Availability(capacity=len(devices), allocated=len(devices) - free, free=free, largest_free=largest, nodes=nodes)
+        return len(devices), free_by_node, None
+
+    def _in_order(self, offering: Offering, devices: Iterable[Device], taken: Counter[DeviceKey]) -> list[Device]:
+        """The devices successive claims of ``offering`` get among ``devices`` (partitionable ones by their
+        counters): for alternatives (``firstAvailable``), as the allocator tries them on a node, every claim
+        takes the first choice that still fits there, so each choice is placed after the ones before it
+        have taken all they can (overlapping placements make this fewer than the choices' union)."""
+        pools = self.pool_counters()
+        if not offering.claim or not offering.claim.alternatives:
+            return counters.placeable(list(devices), pools, taken)
+        allowed = {d.key for d in devices}
+        held = Counter(taken)
+        out: list[Device] = []
+        for choice in choices(offering):
+            got = counters.placeable([d for d in self.matching(choice) if d.key in allowed], pools, held)
+            held.update(d.key for d in got)
+            out += got
+        return out
 
     def pool_counters(self) -> dict[tuple[str, str], counters.PoolCounters]:
         """The counter sets of partitionable devices (dynamic MIG), per pool (:mod:`gpuspawner.dra.counters`)."""
@@ -318,31 +385,11 @@ class DraState:
 
     # ------------------------------------------------------------------ internals
 
-    def _free_devices(self, offering: Offering) -> list[Device]:
+    def _free_devices(self, devices: tuple[Device, ...]) -> list[Device]:
         taken = self.taken()
-        devices = self.matching(offering)
         if counters.partitionable(devices, self.pool_counters()):
             return counters.placeable(devices, self.pool_counters(), taken)
         return [d for d in devices if not taken[d.key]]
-
-    def _shared_availability(self, offering: Offering, devices: tuple[Device, ...], taken: Counter[DeviceKey]) -> Availability:
-        claim = offering.claim
-        assert claim is not None
-        keys = {d.key for d in devices}
-        config = tuple(claim.config)
-        used = 0
-        shared_devices: set[DeviceKey] = set()
-        for facts in self.claims.values():
-            mine = [k for k in facts.devices if k in keys]
-            if mine and facts.config == config:
-                shared_devices.update(mine)
-                used += min(max(len(facts.consumers), 1), claim.replicas)
-        exclusive = sum(1 for k in keys if taken[k] and k not in shared_devices)
-        used += exclusive * claim.replicas + sum(1 for _, slug in self.reservations.values() if slug == offering.slug)
-        capacity = len(keys) * claim.replicas
-        free = max(capacity - used, 0)
-        nodes = tuple(sorted({d.node or "" for d in devices}))
-        return Availability(capacity=capacity, allocated=capacity - free, free=free, largest_free=min(free, 1), nodes=nodes)
 
     def _changed_devices(self) -> None:
         self._device_nodes = None

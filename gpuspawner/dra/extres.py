@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from gpuspawner.core.model import DeviceClaim, Offering
+from gpuspawner.dra.capacity import blocked
 from gpuspawner.dra.slices import Device, DeviceKey
 from gpuspawner.names.vocabulary import Kind
 
@@ -107,9 +108,11 @@ def mapped_devices(state: DraState, resource: str) -> dict[str, list[Device]] | 
 
 
 def free_mapped(state: DraState, devices: list[Device]) -> list[Device]:
-    """Those of ``devices`` no claim (nor a spawn's reservation) holds."""
+    """Those of ``devices`` no claim (nor a spawn's reservation) holds and no taint keeps off: the
+    scheduler's claim has no tolerations, so a NoSchedule or NoExecute taint (the slice's own or a
+    DeviceTaintRule's) rules the device out."""
     taken = state.taken()
-    return [d for d in devices if not taken[d.key]]
+    return [d for d in devices if not taken[d.key] and not blocked(d.taints, ())]
 
 
 def extended_claim_name(pod: Mapping[str, Any]) -> str | None:

@@ -4,6 +4,13 @@ A driver publishes each pool (NVIDIA's: one per node, named after it) as
 ``resourceSliceCount`` slices of one ``generation``. Only the highest generation of a pool
 counts (older slices are being replaced); a pool with fewer slices of that generation than
 its ``resourceSliceCount`` is *incomplete* (:attr:`Pool.complete`).
+
+An admin's ``DeviceTaintRule`` (``resource.k8s.io/v1`` from Kubernetes 1.37, feature
+``DRADeviceTaintRules`` GA and on) adds its one taint to every device its selector matches,
+"as if the taint was specified directly in the ResourceSlice": the scheduler's slice tracker
+(``k8s.io/dynamic-resource-allocation`` ``resourceslice/tracker``, ``applyPatches``) appends it
+to the device's taints where the selector's ``driver``, ``pool`` and ``device`` (each optional)
+all match; a rule without ``deviceSelector`` matches nothing (:class:`TaintRule`).
 """
 
 from __future__ import annotations
@@ -51,10 +58,41 @@ class Device:
                 return raw[kind]
         return None
 
+    def qualified_attribute(self, name: str) -> Any:
+        """An attribute by a claim's fully qualified name (``gpu.nvidia.com/parentUUID``: the driver's own domain is implied)."""
+        domain, _, short = name.partition("/")
+        return self.attribute(short if short and domain == self.driver else name)
+
     def quantity(self, name: str) -> str | None:
         raw = self.capacity.get(name) or self.capacity.get(dn.qualified(name)) or {}
         value = raw.get("value")
         return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class TaintRule:
+    """What the counts need of one DeviceTaintRule: its selector (None: any) and its one taint."""
+
+    driver: str | None
+    pool: str | None
+    device: str | None
+    taint: Mapping[str, Any] = field(compare=False)
+
+    @classmethod
+    def from_rule(cls, raw: Mapping[str, Any]) -> TaintRule | None:
+        """None for a rule that matches no device (no ``deviceSelector``)."""
+        spec = raw.get("spec") or {}
+        selector = spec.get("deviceSelector")
+        if selector is None:
+            return None
+        return cls(selector.get("driver"), selector.get("pool"), selector.get("device"), dict(spec.get("taint") or {}))
+
+    def matches(self, driver: str, pool: str, device: str) -> bool:
+        return (
+            (self.driver is None or self.driver == driver)
+            and (self.pool is None or self.pool == pool)
+            and (self.device is None or self.device == device)
+        )
 
 
 @dataclass(frozen=True)
@@ -105,8 +143,9 @@ def _opaque(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return {"driver": opaque.get("driver", ""), "parameters": opaque.get("parameters") or {}}
 
 
-def slice_devices(raw: Mapping[str, Any]) -> tuple[Device, ...]:
-    """The devices of one ResourceSlice (``resource.k8s.io/v1``: devices are flat)."""
+def slice_devices(raw: Mapping[str, Any], rules: Iterable[TaintRule] = ()) -> tuple[Device, ...]:
+    """The devices of one ResourceSlice (``resource.k8s.io/v1``: devices are flat), each with the
+    taints of the DeviceTaintRules ``rules`` that match it after its own."""
     spec = raw.get("spec") or {}
     driver = spec.get("driver", "")
     pool = (spec.get("pool") or {}).get("name", "")
@@ -117,14 +156,16 @@ def slice_devices(raw: Mapping[str, Any]) -> tuple[Device, ...]:
         capacity = dev.get("capacity") or {}
         partitioned = bool(dev.get("consumesCounters"))
         activation = device_activation(driver, attributes, capacity)
-        taints = tuple(dict(t) for t in dev.get("taints") or [])
+        name = dev.get("name", "")
+        taints = tuple(dict(t) for t in dev.get("taints") or []) + tuple(dict(r.taint) for r in rules if r.matches(driver, pool, name))
         multiple = bool(dev.get("allowMultipleAllocations"))
-        out.append(Device(driver, pool, dev.get("name", ""), node, attributes, capacity, activation, partitioned, multiple, taints))
+        out.append(Device(driver, pool, name, node, attributes, capacity, activation, partitioned, multiple, taints))
     return tuple(out)
 
 
-def build_pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Pool]:
-    """Group slices into pools, keeping only each pool's highest generation."""
+def build_pools(slices: Iterable[Mapping[str, Any]], rules: Iterable[TaintRule] = ()) -> dict[tuple[str, str], Pool]:
+    """Group slices into pools, keeping only each pool's highest generation (its devices tainted by ``rules`` too)."""
+    rules = tuple(rules)
     best: dict[tuple[str, str], tuple[int, int, list[Mapping[str, Any]]]] = {}
     for raw in slices:
         spec = raw.get("spec") or {}
@@ -139,6 +180,6 @@ def build_pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Po
             found[2].append(raw)
             best[key] = (generation, max(found[1], count), found[2])
     return {
-        key: Pool(key[0], key[1], gen, count, len(raws), tuple(d for raw in raws for d in slice_devices(raw)))
+        key: Pool(key[0], key[1], gen, count, len(raws), tuple(d for raw in raws for d in slice_devices(raw, rules)))
         for key, (gen, count, raws) in best.items()
     }

@@ -75,13 +75,17 @@ _STREAM_WHAT = {
     "slices": "resourceslices",
     "classes": "deviceclasses",
     "claims": "resourceclaims in all namespaces",
+    "rules": "devicetaintrules",
     LOCAL_QUEUES: f"{LOCAL_QUEUES}.{GROUP}",
     CLUSTER_QUEUES: f"{CLUSTER_QUEUES}.{GROUP}",
     RESOURCE_FLAVORS: f"{RESOURCE_FLAVORS}.{GROUP}",
     COHORTS: f"{COHORTS}.{GROUP}",
 }
 #: The Dynamic Resource Allocation streams (optional: see the module's docstring).
-DRA_STREAMS = ("slices", "classes", "claims")
+DRA_STREAMS = ("slices", "classes", "claims", "rules")
+#: DeviceTaintRules (resource.k8s.io/v1 from Kubernetes 1.37): a cluster that does not serve them (404) or a
+#: hub that may not read them (403) has none as far as the counts go; the other DRA streams count as before.
+TAINT_RULES_PATH = "/apis/resource.k8s.io/v1/devicetaintrules"
 NEEDED_DRA_PERMISSIONS = "list/watch resourceslices, deviceclasses and resourceclaims (resource.k8s.io/v1, cluster-wide)"
 NEEDED_KUEUE_PERMISSIONS = f"list/watch {LOCAL_QUEUES}, {CLUSTER_QUEUES}, {RESOURCE_FLAVORS} and {COHORTS} ({GROUP}/{VERSION})"
 #: Why a queue's limit is unknown where Kueue's API is not served (404) or may not be read (403).
@@ -107,6 +111,39 @@ def _resource_api(api: Any) -> Any:
     from kubernetes_asyncio.client import ResourceV1Api
 
     return ResourceV1Api(client)
+
+
+def _taint_rules_lister(dra_api: Any) -> Any:
+    """A list/watch method for ``resource.k8s.io/v1`` DeviceTaintRules, in the generated methods' shape
+    (kubernetes_asyncio's ResourceV1Api predates them); None for a stand-in that has neither."""
+    own = getattr(dra_api, "list_device_taint_rule", None)
+    client = getattr(dra_api, "api_client", None)
+    if own is not None or client is None:
+        return own
+    names = {
+        "limit": "limit",
+        "_continue": "continue",
+        "watch": "watch",
+        "resource_version": "resourceVersion",
+        "allow_watch_bookmarks": "allowWatchBookmarks",
+        "timeout_seconds": "timeoutSeconds",
+    }
+
+    async def list_device_taint_rule(**kwargs: Any) -> Any:
+        query = [(wire, kwargs[name]) for name, wire in names.items() if kwargs.get(name) is not None]
+        return await client.call_api(
+            TAINT_RULES_PATH,
+            "GET",
+            {},
+            query,
+            {"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            response_types_map={},
+            _preload_content=False,
+            _request_timeout=kwargs.get("_request_timeout"),
+        )
+
+    return list_device_taint_rule
 
 
 class Refused(Exception):
@@ -171,6 +208,7 @@ class Inventory:
         self.dra_api = dra_api if dra_api is not None else _resource_api(api)
         self._dra_synced = dict.fromkeys(DRA_STREAMS, False)
         self._dra_unavailable = ""
+        self._rules_said = False
         self.index = ClusterIndex(vgpu_class_labels)
         self.page_size = page_size
         self.forbidden_retry = forbidden_retry
@@ -295,6 +333,11 @@ class Inventory:
                     "classes": self.dra_api.list_device_class,
                     "claims": self.dra_api.list_resource_claim_for_all_namespaces,
                 }
+                rules = _taint_rules_lister(self.dra_api)
+                if rules is not None:
+                    methods["rules"] = rules
+                else:
+                    self._set_synced("rules", True)  # a stand-in without them: no rules
                 self._tasks += [asyncio.ensure_future(self._run(kind, method, {})) for kind, method in methods.items()]
             self._tasks.append(asyncio.ensure_future(self._heartbeats()))
 
@@ -458,6 +501,23 @@ class Inventory:
                     refused.what,
                 )
 
+    def _rules_refused(self, refused: Refused) -> None:
+        """DeviceTaintRules not served (before 1.37, or DRADeviceTaintRules off) or not readable: the counts
+        go on without them (a device an admin's rule taints then looks free; the scheduler still refuses)."""
+        if not self._rules_said:
+            self._rules_said = True
+            if refused.status == 404:
+                log.info("inventory: the API server does not serve %s; device taints are read from ResourceSlices only", TAINT_RULES_PATH)
+            else:
+                log.warning(
+                    "GPUSpawner cannot read DeviceTaintRules (the API server answered %d to %s): devices an admin's rule "
+                    "taints are counted free. Grant list/watch on devicetaintrules (resource.k8s.io/v1, the gpuspawner chart's ClusterRole).",
+                    refused.status,
+                    refused.what,
+                )
+        self.index.dra.replace(rules=[])
+        self._set_synced("rules", True)
+
     def _kueue_refused(self, kind: str, refused: Refused) -> None:
         """Kueue not served (404) or not readable (403): each queue's limit is unknown; the rest is
         untouched. Said once in the log until that stream may be read again."""
@@ -491,7 +551,7 @@ class Inventory:
         apply = (
             self.index.kueue.event(kind)
             if kind in KUEUE_STREAMS
-            else {"slices": dra.slice_event, "classes": dra.class_event, "claims": dra.claim_event}[kind]
+            else {"slices": dra.slice_event, "classes": dra.class_event, "claims": dra.claim_event, "rules": dra.rule_event}[kind]
         )
         changed = self.index.changed
 
@@ -535,6 +595,11 @@ class Inventory:
                 # is starting (its APIs and authorizer not all ready yet): asked again as after a failure,
                 # not after forbidden_retry, so its counts do not stay unknown a minute after an outage.
                 refusal_wait = min(backoff, self.forbidden_retry) if kind in listed_before else self.forbidden_retry
+                if kind == "rules" and isinstance(exc, Refused) and exc.status in (403, 404):
+                    self._rules_refused(exc)
+                    await asyncio.sleep(refusal_wait)
+                    backoff = min(backoff * 2, 10.0)
+                    continue
                 if kind in DRA_STREAMS and isinstance(exc, Refused) and exc.status in (403, 404):
                     self._dra_refused(kind, exc)
                     await asyncio.sleep(refusal_wait)

@@ -99,7 +99,10 @@ async def _render_gpu_form(spawner: Spawner, profile_list: Callable[[], Awaitabl
         return option_views(
             catalog,
             spawnview.requester(spawner),
-            lambda offering: availability(fits[offering.slug][0]),
+            # A choice of an offering's alternatives (dra.alternatives.choices) has the offering's slug: its own count.
+            lambda offering: availability(
+                fits[offering.slug][0] if by_slug.get(offering.slug) is offering else catalogs.image_fit(spawner, offering, image)[0]
+            ),
             now,
             spawner.admission,
             quota_reason,

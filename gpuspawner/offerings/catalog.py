@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -97,7 +97,7 @@ def build_catalog(
         if discovered is None and nodes is not None:
             discovered = discover(nodes, config.vgpu_class_labels)
         offerings = merge(offerings, discovered or [])
-    offerings = apply_overrides(offerings, config.overrides)
+    offerings = distinct_names(apply_overrides(offerings, config.overrides))
     if config.include_cpu and not any(o.kind is Kind.CPU for o in offerings):
         offerings = [CPU_OFFERING, *offerings]
     if not offerings:
@@ -106,3 +106,41 @@ def build_catalog(
             "Set c.GPUSpawner.offerings or c.GPUSpawner.include_cpu_offering = True."
         )
     return offerings
+
+
+def distinct_names(offerings: list[Offering]) -> list[Offering]:
+    """Offerings whose cards would carry the same name, each told apart in brackets: "(DRA)" beside
+    "(device plugin)" (an A100's MIG 1g.5gb both ways), and among several of one way what differs:
+    the resource (``nvidia.com/gpu.shared`` beside ``-SHARED`` product nodes' ``nvidia.com/gpu``), the
+    node selector, the device class or driver; the slug where nothing else does."""
+    groups: dict[str, list[Offering]] = {}
+    for offering in offerings:
+        groups.setdefault(offering.display_name, []).append(offering)
+    renamed: dict[int, Offering] = {}
+    for name, group in groups.items():
+        if len(group) < 2:
+            continue
+        both_ways = len({o.claim is None for o in group}) > 1
+        for offering in group:
+            alike = [o for o in group if (o.claim is None) == (offering.claim is None)]
+            words = ["DRA" if offering.claim is not None else "device plugin"] if both_ways else []
+            if len(alike) > 1:
+                words.append(_difference(offering, alike))
+            renamed[id(offering)] = replace(offering, display_name=f"{name} ({', '.join(words)})")
+    return [renamed.get(id(o), o) for o in offerings]
+
+
+def _difference(offering: Offering, alike: list[Offering]) -> str:
+    """What tells ``offering`` from the others of ``alike`` (all served the same way), in the fewest words."""
+    others = [o for o in alike if o is not offering]
+
+    def unique(word: Callable[[Offering], str]) -> str:
+        mine = word(offering)
+        return mine if mine and all(word(o) != mine for o in others) else ""
+
+    candidates: list[Callable[[Offering], str]] = [
+        lambda o: ", ".join(sorted(o.resources)),
+        lambda o: ", ".join(f"{k}={v}" for k, v in sorted(o.node_selector.items()) if all(p.node_selector.get(k) != v for p in others)),
+        lambda o: o.claim.device_class if o.claim is not None else "",
+    ]
+    return next((found for word in candidates if (found := unique(word))), offering.slug)

@@ -320,6 +320,13 @@ def _alternatives(
             raise entry.fail("dra", f"{where}['{bad}'] must be a non-empty string, got {item[bad]!r}")
         device_class = str(item.get("device_class") or (dn.CLASS_MIG if "profile" in item else claim.device_class or default_class))
         chosen_product = item.get("product", product)
+        if product and "product" not in item and f".{dn.ATTR_PRODUCT}" in str(item.get("selector", "")):
+            raise entry.fail(
+                "dra",
+                f"{where} picks a product by its own 'selector' but gives no 'product', so it would keep the entry's "
+                f"product {product!r} as well (all of a choice's selectors must hold) and could never match: give the "
+                f"choice's product as {where}['product'] (and drop productName from its selector)",
+            )
         selectors = _selectors(entry, item.get("selector", []), chosen_product, item.get("profile"), where)
         label = item.get("label") or (f"MIG {item['profile']}" if "profile" in item else chosen_product)
         if not label or "{" in label or "}" in label:

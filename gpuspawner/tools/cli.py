@@ -1,7 +1,7 @@
 """The ``gpuspawner`` admin command.
 
 gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
-gpuspawner offerings [--nodes F] [--pods F] [--slices F --device-classes F [--claims F]] [--config F]
+gpuspawner offerings [--nodes F] [--pods F] [--slices F --device-classes F [--claims F] [--taint-rules F]] [--config F]
                      [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
 gpuspawner kueue [--config F] [--nodes F ...] [--cluster-queue NAME] [--namespace NS] [--output F]
                      Kueue's flavors, ClusterQueue and LocalQueues as YAML (docs/kueue.md)
@@ -181,6 +181,18 @@ def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict[
                     print(f"gpuspawner: no DRA offerings: listing {kind} answered {exc.status} {exc.reason}", file=sys.stderr)
                     dra = None
                     break
+            if dra is not None:  # DeviceTaintRules (resource.k8s.io/v1 from 1.37): none where not served or not ours to read
+                answer = await api_client.call_api(
+                    "/apis/resource.k8s.io/v1/devicetaintrules",
+                    "GET",
+                    {},
+                    [],
+                    {"Accept": "application/json"},
+                    auth_settings=["BearerToken"],
+                    response_types_map={},
+                    _preload_content=False,
+                )
+                dra["rules"] = json.loads(await answer.read()).get("items") or [] if answer.status < 400 else []
             return (*items, dra)
 
     return asyncio.run(fetch())
@@ -199,21 +211,8 @@ def _dra_files(args: argparse.Namespace) -> dict[str, list[dict]] | None:
         "slices": _read_items(args.slices, "resourceslices"),
         "classes": _read_items(args.device_classes, "deviceclasses"),
         "claims": _read_items(args.claims, "resourceclaims -A") if args.claims else [],
+        "rules": _read_items(args.taint_rules, "devicetaintrules") if args.taint_rules else [],
     }
-
-
-def _dra_state(nodes: list[dict], dra: dict[str, list[dict]] | None):
-    """The DRA part of the counts (uncounted when there is nothing to read)."""
-    from gpuspawner.capacity.index import ClusterIndex
-    from gpuspawner.dra.devices import DraState
-
-    if dra is None:
-        return DraState()
-    index = ClusterIndex()
-    index.replace(nodes=nodes)  # marks the device plugin's nodes, whose DRA devices are not counted
-    index.dra.replace(**dra)
-    index.dra.synced = True
-    return index.dra
 
 
 def _snapshot(args: argparse.Namespace):
@@ -239,28 +238,30 @@ def _snapshot(args: argparse.Namespace):
         except Exception as exc:
             raise RuntimeError(f"could not read the cluster ({type(exc).__name__}: {exc}); give --nodes FILE to work offline") from None
     catalog_config = _catalog_config(config)
-    dra_state = _dra_state(nodes, dra)
-    discovered = discover(nodes, catalog_config.vgpu_class_labels) + dra_state.discovered()
+    from gpuspawner.capacity.snapshot import snapshot_index
+
+    index = snapshot_index(nodes, pods, dra, notebook)  # the hub's own index: the page's and admission's counts
+    discovered = discover(nodes, catalog_config.vgpu_class_labels) + index.dra.discovered()
     catalog = build_catalog(catalog_config, nodes, discovered)
-    return config, notebook, source, nodes, pods, dra_state, catalog, catalog_config
+    return config, notebook, source, nodes, pods, index, catalog, catalog_config
 
 
 def _offerings(args: argparse.Namespace) -> int:
-    from gpuspawner.capacity.counts import availability, unreached
+    from gpuspawner.capacity.counts import unreached
     from gpuspawner.dra.devices import unmatched
     from gpuspawner.offerings.entry import OfferingConfigError
 
     try:
-        _, notebook, source, nodes, pods, dra_state, catalog, catalog_config = _snapshot(args)
+        _, notebook, source, nodes, pods, index, catalog, catalog_config = _snapshot(args)
     except (ValueError, OfferingConfigError) as exc:
         return _fail(str(exc))
     except RuntimeError as exc:
         return _fail(str(exc), 1)
-    for warning in unmatched(catalog, dra_state):
+    for warning in unmatched(catalog, index.dra):
         print(f"gpuspawner: warning: {warning}", file=sys.stderr)
     rows = []
     for offering in catalog:
-        avail = dra_state.availability(offering) if offering.claim is not None else availability(offering, nodes, pods, notebook)
+        avail = index.availability(offering)  # the spawn page's and admission's own count
         extra = {"dra": f"DRA claim: {offering.claim.device_class}"} if offering.claim is not None else {}
         rows.append(
             {
@@ -305,7 +306,7 @@ def _kueue(args: argparse.Namespace) -> int:
     from gpuspawner.offerings.entry import OfferingConfigError
 
     try:
-        config, notebook, _, nodes, pods, dra_state, catalog, _ = _snapshot(args)
+        config, notebook, _, nodes, pods, _, catalog, _ = _snapshot(args)
         section = gpuspawner_section(config)
         routing = KueueRouting.from_settings(section.get("kueue_queues"), section.get("kueue_priority_classes"))
         namespace = args.namespace or section.get("namespace")
@@ -348,6 +349,9 @@ def _snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slices", metavar="FILE", help="`kubectl get resourceslices -o json` output: DRA devices (with --nodes)")
     parser.add_argument("--device-classes", metavar="FILE", help="`kubectl get deviceclasses -o json` output (with --slices)")
     parser.add_argument("--claims", metavar="FILE", help="`kubectl get resourceclaims -A -o json` output, for DRA free counts")
+    parser.add_argument(
+        "--taint-rules", metavar="FILE", help="`kubectl get devicetaintrules -o json` output: admins' device taints (Kubernetes 1.37+)"
+    )
     parser.add_argument("--config", metavar="FILE", help="a jupyterhub_config.py to read c.GPUSpawner from")
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for live mode (default: $KUBECONFIG)")
     parser.add_argument(

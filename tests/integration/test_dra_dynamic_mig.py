@@ -110,15 +110,16 @@ async def test_dynamic_mig_spawns_take_placements_the_counts_follow_and_the_rest
             await one_more.start()
         assert refused.value.status_code == 409 and "Free now: A100 · MIG 3g.20gb (2)" in str(refused.value), str(refused.value)
         await one_more.stop(now=True)
-        # Two 3g.20gb fit the node, one on each GPU, but not on one GPU: the scheduler refuses, in its words.
+        # Two 3g.20gb fit the node, one on each GPU, but not on one GPU: the counts know GPUs (issue 41), so the
+        # spawn is refused at once, before a pod is made (it used to be admitted and refused by the scheduler).
         pair = spawner_for(devcluster, namespace, "mig-3g-pair")
         pair.user_options = {"offering": "mig-3g-pair", "count": 2}
+        assert first.availability(next(o for o in await first.catalog() if o.slug == "mig-3g-pair")).largest_free == 1
         with pytest.raises(SpawnRefused) as refused:
             await pair.start()
         message = str(refused.value)
         assert refused.value.status_code == 409
-        assert "A100 · 2 x MIG 3g.20gb of one GPU cannot run now." in message
-        assert "The scheduler says: 0/" in message and message.endswith("cannot allocate all claims."), message
+        assert message.startswith("No 2 x A100 · 2 x MIG 3g.20gb of one GPU") and "(2 of 4 free)" in message, message
         await pair.stop(now=True)
     finally:
         for spawner in started:

@@ -174,6 +174,8 @@ async def test_a_device_with_binding_conditions_shows_as_a_progress_step_until_t
 async def test_this_or_else_that_gets_the_second_choice_once_the_first_is_taken_and_says_so(devcluster, kube, mapped_driver, namespace):
     first, second = make_spawner(devcluster, namespace), make_spawner(devcluster, namespace)
     assert await free_of(first, "mig-3g-or-2g", 2) == 2
+    # The spawn page names each choice with its own count, not the whole offering's (issue 41: it looked them up by slug).
+    assert "MIG 3g.20gb (1 free), or MIG 2g.10gb if none is free (1 free)" in await first.get_options_form()
     first.user_options = second.user_options = {"offering": "mig-3g-or-2g"}
     await first.start()
     try:

@@ -117,7 +117,7 @@ async def test_a_noexecute_device_taint_stops_the_server_and_the_home_page_says_
         assert "its GPU was taken out of service" in notice and "NoExecute taint" in notice
         assert await free_of(spawner, "l40s-8g", 5) == 5  # the other GPU's five
         # An admin's DeviceTaintRule (resource.k8s.io/v1, Kubernetes 1.37) on the other GPU: the counts
-        # read the slices' taints only, so it still looks free; the scheduler refuses, in its words.
+        # read it as the scheduler does (issue 41), so nothing is free and the spawn is refused before a pod is made.
         other = next(d["name"] for d in node_devices(spec) if d["name"] != device)
         rule = {
             "apiVersion": "resource.k8s.io/v1",
@@ -131,13 +131,14 @@ async def test_a_noexecute_device_taint_stops_the_server_and_the_home_page_says_
         kube.request("POST", "/apis/resource.k8s.io/v1/devicetaintrules", rule)
         again = spawner_of("l40s-8g")
         try:
+            assert await free_of(again, "l40s-8g", 0) == 0
             with pytest.raises(SpawnRefused) as refused:
                 await again.start()
         finally:
             kube.request("DELETE", f"/apis/resource.k8s.io/v1/devicetaintrules/drain-{namespace}")
         message = str(refused.value)
-        assert refused.value.status_code == 409 and "8 GB of an L40S cannot run now." in message
-        assert "The scheduler says: 0/" in message and message.endswith("cannot allocate all claims.")
+        assert refused.value.status_code == 409 and "8 GB of an L40S" in message and "free" in message
+        assert await free_of(again, "l40s-8g", 5) == 5  # the rule gone: its GPU's five again
         await again.stop(now=True)
     finally:
         await spawner.stop(now=True)

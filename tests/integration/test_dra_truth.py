@@ -115,3 +115,33 @@ def test_share_and_taint_free_counts_equal_what_the_real_scheduler_allocates(tmp
     (the device taint eviction included); ``make dra-truth`` checks 100 states of each."""
     results = run_dratruth(tmp_path, SHARES_SEEDS, "--kind", kind)
     assert len(results) >= 8 and sum(r["predicted"] for r in results) > 0
+
+
+MIXED_SEEDS = os.environ.get("GPUSPAWNER_DRA_TRUTH_MIXED_SEEDS", "3,15,28,35")
+
+
+def test_the_mixed_ci_states_cover_cordons_node_taints_tight_cpu_device_taints_and_rules():
+    """Issue 41's cases, each in at least one CI state: a cordoned node, a node taint the pods do not
+    tolerate, a node with cpu for one or two notebooks only, device taints in slices, DeviceTaintRules."""
+    from gpuspawner.devcluster.dratruth_mixed import draw_state as draw_mixed
+
+    states = [draw_mixed(s) for s in _seeds(MIXED_SEEDS)]
+    assert any(s.cordoned for s in states) and any(s.node_tainted for s in states)
+    assert any(29.0 <= cores < 31.0 for s in states for cores in s.cpu_hog.values())
+    assert any(n.taints for s in states for n in s.nodes) and any(s.rules for s in states)
+    assert any(n.labels for s in states for n in s.nodes)  # H100s labelled as GFD labels them: the mapping serves them
+    assert any(s.alternatives for s in states) and any(n.shares for s in states for n in s.nodes)  # dynamic MIG, memory shares
+    assert any(s.other_driver for s in states) and any("driver" not in sel for s in states for _, sel, _ in s.rules)
+
+
+@pytest.mark.k8s("1.37", "DeviceTaintRule in resource.k8s.io/v1 (DRADeviceTaintRules) and the mapping (DRAExtendedResource)")
+def test_dra_and_mapped_counts_apply_the_nodes_filters_and_device_taint_rules_as_the_real_scheduler_does(tmp_path):
+    """``--kind mixed``: the discovered DRA offerings (some also tolerating the node taint), dynamic MIG
+    alternatives, memory shares, a second driver's class and both mapped resources' plain offerings;
+    ``make dra-truth`` checks 200 states."""
+    results = run_dratruth(tmp_path, MIXED_SEEDS, "--kind", "mixed")
+    slugs = {r["slug"] for r in results}
+    assert {"any-gpu-plain", "example-plain", "example-dra"} <= slugs and any("-or-" in slug for slug in slugs)
+    assert any(r["slug"] == "any-gpu-plain" and r["predicted"] > 0 for r in results)
+    assert any(r["slug"].startswith("dra-mig-") and r["predicted"] > 0 for r in results)
+    assert len([r for r in results if r["slug"].startswith("cli:")]) * 2 == len(results)  # the CLI's count of each, too

@@ -83,3 +83,31 @@ def test_an_admin_selector_that_matches_nothing_is_a_warning_and_a_broken_one_an
     done = run("offerings", *args(files), "--config", str(config))
     assert done.returncode == 2
     assert "c.GPUSpawner.offerings[0] (slug 'bad'): field 'dra' ['selector'][0] CEL expression does not compile" in done.stderr
+
+
+def test_mapped_offerings_and_dra_node_filters_read_the_pages_count(tmp_path):
+    """Issue 41: the CLI counts with the hub's own index: a plain nvidia.com/gpu offering counts the
+    GPUs of DRA nodes the mapping serves it on, devices an admin's DeviceTaintRule taints are not
+    free, and a cordoned DRA node offers nothing."""
+    mapped = d.dra_node_manifest(d.EXTRES_NODE, 0)
+    l4 = d.dra_node_manifest(d.DraNode("dra-l4", d.L4, 4), 1)
+    l4["spec"]["unschedulable"] = True
+    slices = [s for spec in (d.EXTRES_NODE, d.DRA_NODES[1]) for s in d.resource_slices(spec.name, d.node_devices(spec))]
+    rule = {"metadata": {"name": "drain"}, "spec": {"deviceSelector": {"device": "gpu-1"}, "taint": {"key": "k", "effect": "NoSchedule"}}}
+    config = tmp_path / "config.py"
+    config.write_text(
+        "c.GPUSpawner.offerings = [{'slug': 'plain-h100', 'kind': 'full', 'display_name': 'H100', "
+        "'resources': {'nvidia.com/gpu': 1}, 'node_selector': {'nvidia.com/gpu.product': 'NVIDIA-H100-80GB-HBM3'}}]\n"
+    )
+    common = [
+        "--nodes", write(tmp_path / "nodes.json", [mapped, l4]),
+        "--slices", write(tmp_path / "slices.json", slices),
+        "--device-classes", write(tmp_path / "classes.json", d.device_classes()),
+        "--config", str(config), "--json",
+    ]  # fmt: skip
+    rows = {r["slug"]: r for r in json.loads(run("offerings", *common).stdout)}
+    assert (rows["plain-h100"]["capacity"], rows["plain-h100"]["free"]) == (2, 2)
+    assert rows["dra-gpu-l4"]["free"] == 0  # its node is cordoned
+    done = run("offerings", *common, "--taint-rules", write(tmp_path / "rules.json", [rule]))
+    rows = {r["slug"]: r for r in json.loads(done.stdout)}
+    assert rows["plain-h100"]["free"] == 1 and rows["dra-gpu-h100-80gb"]["free"] == 1

@@ -131,6 +131,7 @@ def test_device_plugin_nodes_are_never_counted_twice():
 
 def test_reservations_hold_devices_until_the_claim_is_allocated_for_the_pod():
     index = ClusterIndex()
+    index.replace(nodes=[d.dra_node_manifest(H100, 0)])  # the scheduler places pods on Nodes only
     index.dra.replace(slices=slices_of(H100), classes=d.device_classes(), claims=[])
     index.dra.synced = True
     h100 = {o.slug: o for o in index.discovered()}["dra-gpu-h100-80gb"]

@@ -110,3 +110,49 @@ def test_the_documented_example_is_valid_and_counts_both_choices():
     exec(code, {"c": c})
     (documented,) = offerings_from_config(c.GPUSpawner.offerings)
     assert state(slices=slices_of(A100)).availability(documented).capacity == 2
+
+
+def test_alternatives_over_partitionable_gpus_are_counted_in_the_allocators_order():
+    """Issue 41: on an empty dynamic-MIG A100 every claim gets a 3g.20gb while one fits (two), after
+    which no 1g.5gb fits either (the 3g.20gbs hold all eight memory slices): 2, not the union's count;
+    each choice alone has its own count (2 and 7), which the page shows beside it."""
+    from tests.unit.test_dra_counters import dynamic_slices
+    from tests.unit.test_dra_counters import state as counters_state
+
+    one = d.DraNode("one", d.A100_40GB, 1, dynamic_mig=True)
+    entry = {**ENTRY, "slug": "3g-or-1g", "dra": {"alternatives": [{"profile": "1g.5gb"}]}}
+    mine = offering_from_config(entry, 0)
+    dra = counters_state(dynamic_slices(one), pool="one")
+    assert dra.availability(mine).free == 2 and dra.availability(mine).capacity == 2
+    assert [dra.availability(o).free for o in choices(mine)] == [2, 7]
+    # One 1g.5gb taken by someone at slice 0: a 3g.20gb at 4-7, then 1g.5gbs at 1, 2 and 3.
+    dra = counters_state(dynamic_slices(one), "gpu-0-mig-1g5gb-19-0", pool="one")
+    assert dra.availability(mine).free == 4
+
+
+def test_an_alternative_that_picks_a_product_by_selector_must_name_it_or_the_entrys_product_would_stay():
+    entry = {
+        **ENTRY,
+        "dra": {
+            "alternatives": [{"selector": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'", "label": "H100"}]
+        },
+    }
+    with pytest.raises(OfferingConfigError) as failed:
+        offering_from_config(entry, 0)
+    assert "['alternatives'][0]['product']" in str(failed.value) and "NVIDIA A100-SXM4-40GB" in str(failed.value)
+    entry["dra"]["alternatives"][0]["product"] = "NVIDIA H100 80GB HBM3"
+    entry["dra"]["alternatives"][0]["selector"] = "device.attributes['gpu.nvidia.com'].type == 'gpu'"
+    assert len(offering_from_config(entry, 0).claim.alternatives) == 2
+
+
+def test_check_config_refuses_the_contradicting_alternative_at_start_up():
+    from traitlets.config import Config
+
+    from gpuspawner import check_config
+
+    config = Config()
+    selector = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"
+    config.GPUSpawner.offerings = [{**ENTRY, "dra": {"alternatives": [{"selector": selector, "label": "H100"}]}}]
+    with pytest.raises(Exception) as refused:
+        check_config(config)
+    assert "c.GPUSpawner.offerings[0]" in str(refused.value) and "['alternatives'][0]['product']" in str(refused.value)

@@ -137,3 +137,18 @@ def test_counter_sets_beside_the_devices_in_one_slice_count_the_same():
     taken = ("gpu-0-mig-2g10gb-14-2", "gpu-0-mig-1g5gb-19-6")
     assert free(state([combined], *taken, pool="one")) == free(state(split, *taken, pool="one"))
     assert free(state(split, *taken, pool="one"))["3g.20gb"] == 0
+
+
+def test_several_mig_devices_that_must_share_a_gpu_are_counted_per_gpu_not_per_node():
+    """Issue 41: one claim of two 3g.20gbs with ``matchAttribute: parentUUID`` needs both on one GPU;
+    with a 3g.20gb taken on each of the node's two GPUs, two are free but no claim of two fits."""
+    from dataclasses import replace
+
+    dra = state(dynamic_slices(), "gpu-0-mig-3g20gb-9-0")
+    base = next(o for o in dra.discovered() if o.display_name.endswith("MIG 3g.20gb"))
+    pair = replace(base, slug="two-3g", counts=(1, 2), claim=replace(base.claim, match_attributes=(f"{dn.DRIVER}/{dn.ATTR_PARENT_UUID}",)))
+    avail = dra.availability(pair)
+    assert (avail.free, avail.largest_free) == (3, 2)
+    dra = state(dynamic_slices(), "gpu-0-mig-3g20gb-9-0", "gpu-1-mig-3g20gb-9-0")
+    avail = dra.availability(pair)
+    assert (avail.free, avail.largest_free) == (2, 1)

@@ -241,6 +241,7 @@ def test_device_selectors_on_the_drivers_version_attributes(needs, driver, cuda,
 
 def test_a_dra_offering_for_an_image_selects_only_fitting_devices_and_says_what_they_have():
     index = ClusterIndex()
+    index.replace(nodes=[d.dra_node_manifest(n, i) for i, n in enumerate(d.DRA_NODES)])
     index.dra.replace(
         slices=[s for n in d.DRA_NODES for s in d.resource_slices(n.name, d.node_devices(n))], classes=d.device_classes(), claims=[]
     )

@@ -366,3 +366,32 @@ def test_an_inventory_started_in_another_event_loop_is_not_this_loops(monkeypatc
         second_loop.run_until_complete(second.stop())
         first_loop.close()
         second_loop.close()
+
+
+class NeverServed:
+    """An API that is not served at all (DeviceTaintRules before Kubernetes 1.37): every list answers 404."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, **kwargs):
+        self.calls += 1
+        return NotServed()
+
+
+async def test_device_taint_rules_not_served_leave_the_dra_counts_live_without_rules():
+    """Issue 41: the fifth DRA stream is optional: a 404 (before 1.37) or 403 counts as no rules, once said."""
+    dra = DraApi()
+    dra.list_device_taint_rule = NeverServed()  # type: ignore[attr-defined]
+    inventory = Inventory(Api(), dra_api=dra, forbidden_retry=3600, heartbeat=3600)
+    inventory.start()
+    try:
+        assert await inventory.wait_ready(5)
+        for _ in range(1000):
+            if inventory.index.dra.synced:
+                break
+            await asyncio.sleep(0.01)
+        assert inventory.index.dra.synced and inventory.index.dra.rules == {}
+        assert dra.list_device_taint_rule.calls == 1  # type: ignore[attr-defined]  # asked again only after forbidden_retry
+    finally:
+        await inventory.stop()
