@@ -689,8 +689,7 @@ class GPUSpawner(KubeSpawner):
         self.stop_notice = state.get(STOP_NOTICE_KEY) or None
 
     def start_polling(self) -> None:
-        """JupyterHub's polling, begun once the server answers (after its start, or when a
-        restarted hub finds it running): a later stop is not of a start the restart cut."""
+        """JupyterHub's polling, once the server answers: a later stop is not the restart check's."""
         self.spawn_state.answered = True
         super().start_polling()
 
