@@ -506,6 +506,8 @@ def test_chart_grants_the_hub_exactly_node_and_pod_reads(kube, namespace, tmp_pa
         ("resource.k8s.io", "resourceslices"): ["list", "watch"],
         ("resource.k8s.io", "deviceclasses"): ["list", "watch"],
         ("resource.k8s.io", "resourceclaims"): ["list", "watch"],
+        # ... and the admins' DeviceTaintRules, which taint devices for those counts (docs/dra.md)
+        ("resource.k8s.io", "devicetaintrules"): ["list", "watch"],
     }
     assert not any(set(rule) - {"apiGroups", "resources", "verbs"} for rule in role["rules"])
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": namespace}]
