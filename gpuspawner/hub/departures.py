@@ -82,8 +82,14 @@ def home_notice(gone: Mapping[str, str] | None, node_gone: bool, server_name: st
     "Your server 'train' was stopped at Nov 28 14:02 UTC because its pod was evicted through the
     Kubernetes eviction API (a node drain, or an administrator). Please start it again." """
     when = (gone or {}).get("time") or now.astimezone(UTC).isoformat()
+    return server_notice(server_name, when, f"was stopped at {when_words(when)} {why(gone, node_gone)}. Please start it again.")
+
+
+def server_notice(server_name: str, at: str, says: str) -> dict[str, str]:
+    """A home-page notice of one server, dated ``at`` (ISO 8601): {"time", "text"}, the text
+    "Your server 'train' <says>" ("Your server <says>" for the default server)."""
     server = f"Your server '{server_name}'" if server_name else "Your server"
-    return {"time": when, "text": f"{server} was stopped at {when_words(when)} {why(gone, node_gone)}. Please start it again."}
+    return {"time": at, "text": f"{server} {says}"}
 
 
 def gone_at(gone: Mapping[str, str] | None) -> datetime | None:

@@ -26,6 +26,7 @@ from kubernetes_asyncio.client import ApiException, CustomObjectsApi
 from gpuspawner.capacity.kueuequota import condition
 from gpuspawner.hub import spawnview
 from gpuspawner.hub.culleractions import when_words
+from gpuspawner.hub.departures import server_notice
 from gpuspawner.hub.scheduling import brief
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.dranames import DEVICE_TAINT_EVICTION, DISRUPTION_TARGET
@@ -409,8 +410,7 @@ def home_notice(ended: tuple[Mapping[str, Any], str], server_name: str) -> dict[
     saved state: "Your server 'train' was stopped at Nov 27 14:02 UTC to make room for a
     higher-priority job in queue research." """
     notice = stop_notice(*ended)
-    server = f"Your server '{server_name}'" if server_name else "Your server"
-    return {"time": notice["time"], "text": f"{server} was stopped at {when_words(notice['time'])} {notice['why']}."}
+    return server_notice(server_name, notice["time"], f"was stopped at {when_words(notice['time'])} {notice['why']}.")
 
 
 def ended_by_kueue(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -373,34 +373,29 @@ def interrupted_start_notice(server_name: str, now: datetime) -> dict[str, str]:
     """The home page's notice of a server whose start the hub never finished: the hub restarted
     (or was stopped) while the server was starting, and JupyterHub does not resume a start; so
     the server is not running, and nobody else tells the user why."""
-    server = f"Your server '{server_name}'" if server_name else "Your server"
     at = now.astimezone(UTC).isoformat()
-    return {
-        "time": at,
-        "text": f"{server} was starting when the hub restarted (at {when_words(at)}), so it did not start. Please start it again.",
-    }
+    return departures.server_notice(
+        server_name, at, f"was starting when the hub restarted (at {when_words(at)}), so it did not start. Please start it again."
+    )
 
 
 def refused_start_notice(server_name: str, now: datetime, words: str) -> dict[str, str]:
     """The home page's notice of a start refused on its way (the scheduler's or Kueue's
     verdict, the start's own deadline, the cluster unreachable): the refusal's words, dated."""
-    server = f"Your server '{server_name}'" if server_name else "Your server"
     at = now.astimezone(UTC).isoformat()
-    return {"time": at, "text": f"{server} did not start (at {when_words(at)}): {words}"}
+    return departures.server_notice(server_name, at, f"did not start (at {when_words(at)}): {words}")
 
 
 def unanswered_after_restart_notice(server_name: str, now: datetime, http_timeout: float) -> dict[str, str]:
     """The home page's notice of a server the restarted hub found but that did not answer it
     (see :func:`stopped_by_the_restart_check`): the hub stopped it, and nobody else says why."""
-    server = f"Your server '{server_name}'" if server_name else "Your server"
     at = now.astimezone(UTC).isoformat()
-    return {
-        "time": at,
-        "text": (
-            f"{server} did not answer the hub when the hub restarted (at {when_words(at)}; it was probably still starting), "
-            f"so the hub stopped it after waiting {http_timeout:g} s. Please start it again."
-        ),
-    }
+    return departures.server_notice(
+        server_name,
+        at,
+        f"did not answer the hub when the hub restarted (at {when_words(at)}; it was probably still starting), "
+        f"so the hub stopped it after waiting {http_timeout:g} s. Please start it again.",
+    )
 
 
 def start_was_interrupted(spawner: Spawner) -> bool:
