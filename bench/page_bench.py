@@ -42,6 +42,7 @@ import sys
 import time
 
 from bench.devcluster import running_devcluster
+from bench.scale.hubs import site_offerings, site_profiles
 
 
 async def run(n_nodes: int, n_offerings: int, renders: int, repeats: int) -> None:
@@ -81,11 +82,11 @@ async def run(n_nodes: int, n_offerings: int, renders: int, repeats: int) -> Non
         probe = make(GPUSpawner, user(0))
         await probe.inventory.wait_ready(300)
         discovered = len(await probe.catalog())
-        extra = _site_offerings(n_offerings - discovered)
+        extra = site_offerings(n_offerings - discovered)
         gpu = make(GPUSpawner, user(1), offerings=extra)
         others = [make(GPUSpawner, user(i), offerings=extra) for i in range(2, 2 + renders + 1)]
         offerings = len(await gpu.catalog())
-        profiles = _profiles(offerings)
+        profiles = site_profiles(offerings)
         plain = make(KubeSpawner, user(1), profile_list=profiles)
         mover = _Mover(cluster, gpu)
 
@@ -144,8 +145,8 @@ async def run_http(n_nodes: int, n_offerings: int, loads: int, repeats: int, n_u
     index = ClusterIndex()
     index.replace(nodes=nodes, pods=[])
     discovered = len(build_catalog(CatalogConfig(), discovered=index.discovered()))
-    extra = _site_offerings(n_offerings - discovered)
-    profiles = _profiles(n_offerings)
+    extra = site_offerings(n_offerings - discovered)
+    profiles = site_profiles(n_offerings)
     started = time.perf_counter()
     async with running_devcluster(nodes):
         print(f"devcluster with {n_nodes} extra GPU nodes up in {time.perf_counter() - started:.0f}s")
@@ -225,38 +226,6 @@ def _spy(py_spy: str, proc, repeat: int):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-
-
-def _site_offerings(n: int) -> list[dict]:
-    """``n`` configured offerings beside the discovered ones; every tenth for one group only."""
-    return [
-        {
-            "slug": f"site-{i}",
-            "kind": "custom",
-            "display_name": f"Site accelerator {i}",
-            "resources": {"nvidia.com/gpu": 1},
-            "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-            **({"groups": [f"group{i % 10}"]} if i % 10 == 0 else {}),
-        }
-        for i in range(max(0, n))
-    ]
-
-
-def _profiles(n: int) -> list[dict]:
-    """KubeSpawner's ``n`` profiles of the same kind of GPU limits, node selector and toleration."""
-    return [
-        {
-            "display_name": f"Profile {i}",
-            "slug": f"p{i}",
-            "description": "One whole GPU of a kind",
-            "kubespawner_override": {
-                "extra_resource_limits": {"nvidia.com/gpu": "1"},
-                "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            },
-        }
-        for i in range(n)
-    ]
 
 
 def _table(results: dict[str, list[tuple[float, float]]], sizes: dict[str, int], kube: str) -> None:

@@ -244,7 +244,8 @@ async def run_one(
     proc_hub = HubProcess(tmp / tag)
     token = secrets.token_hex(16)
     db_url = args.postgres.database(tag.replace("-", "_")) if args.postgres is not None else ""
-    config = hub_config(proc_hub.base_config(), kind, namespace, standin_port, token, profiles, args.start_timeout, db_url)
+    padding = max(0, args.offerings - len(profiles))  # (both pages as long: KubeSpawner's profiles, GPUSpawner's offerings beside "No GPU")
+    config = hub_config(proc_hub.base_config(), kind, namespace, standin_port, token, profiles, args.start_timeout, db_url, padding)
     env = {**os.environ, "KUBECONFIG": str(cluster.client_kubeconfig(HUB_CLIENT))}
     audit = Audit(cluster.audit_log)
     started = time.monotonic()
@@ -762,6 +763,12 @@ def main(argv=None) -> int:
     parser.add_argument("--window", type=float, default=60.0, help="seconds over which the spawns are sent")
     parser.add_argument("--page-users", type=int, default=100)
     parser.add_argument("--page-interval", type=float, default=5.0, help="seconds between one page user's loads")
+    parser.add_argument(
+        "--offerings",
+        type=int,
+        default=0,
+        help="make each side's page this many choices long with a site's own whole-GPU offerings (KubeSpawner: profiles) nobody spawns",
+    )
     parser.add_argument(
         "--page-window",
         type=float,

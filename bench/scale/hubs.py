@@ -85,10 +85,20 @@ def choices(nodes: list[dict]) -> tuple[list[Choice], list[dict]]:
 
 
 def hub_config(
-    base: str, spawner: str, namespace: str, port: int, token: str, profiles: list[dict], start_timeout: int, db_url: str = ""
+    base: str,
+    spawner: str,
+    namespace: str,
+    port: int,
+    token: str,
+    profiles: list[dict],
+    start_timeout: int,
+    db_url: str = "",
+    padding: int = 0,
 ) -> str:
     """``base`` (:meth:`HubProcess.base_config`) plus the run's settings; ``spawner``: gpu | kube;
-    ``db_url``: the hub's database where not its own sqlite file (PostgreSQL: bench.scale.postgres)."""
+    ``db_url``: the hub's database where not its own sqlite file (PostgreSQL: bench.scale.postgres);
+    ``padding``: that many more choices on each side's page, nobody's spawn (:func:`site_offerings`
+    for GPUSpawner, :func:`site_profiles` for KubeSpawner)."""
     common = (
         (f"c.JupyterHub.db_url = {db_url!r}\n" if db_url else "")
         + f"""
@@ -110,13 +120,47 @@ c.KubeSpawner.http_timeout = 30
 c.JupyterHub.spawner_class = "gpu"
 c.GPUSpawner.discover_offerings = True
 c.GPUSpawner.default_offering = "cpu"
-c.GPUSpawner.offerings = [{{"slug": "fpga", "kind": "custom", "display_name": "FPGA", "command_prefix": ["fpga-run"], "node_selector": {NOWHERE!r}}}]
+c.GPUSpawner.offerings = [{{"slug": "fpga", "kind": "custom", "display_name": "FPGA", "command_prefix": ["fpga-run"], "node_selector": {NOWHERE!r}}}] + {site_offerings(padding)!r}
 c.GPUSpawner.orphan_pod_grace_seconds = {ORPHAN_GRACE}  # (300 by default: the benchmark waits this out before it looks)
 c.GPUSpawner.orphan_pod_check_seconds = {ORPHAN_CHECK}
 """
     else:
         extra = f"""
 c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
-c.KubeSpawner.profile_list = {profiles!r}
+c.KubeSpawner.profile_list = {profiles + site_profiles(padding)!r}
 """
     return base + common + extra
+
+
+def site_offerings(n: int) -> list[dict]:
+    """``n`` configured offerings beside the discovered ones (whole H100s, each its own card); every tenth for
+    one group only: a site's page of many offerings (bench.page_bench, ``bench.scale --offerings``)."""
+    return [
+        {
+            "slug": f"site-{i}",
+            "kind": "custom",
+            "display_name": f"Site accelerator {i}",
+            "resources": {"nvidia.com/gpu": 1},
+            "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            **({"groups": [f"group{i % 10}"]} if i % 10 == 0 else {}),
+        }
+        for i in range(max(0, n))
+    ]
+
+
+def site_profiles(n: int) -> list[dict]:
+    """KubeSpawner's ``n`` profiles of the same kind of GPU limits, node selector and toleration (beside
+    :func:`site_offerings`)."""
+    return [
+        {
+            "display_name": f"Profile {i}",
+            "slug": f"p{i}",
+            "description": "One whole GPU of a kind",
+            "kubespawner_override": {
+                "extra_resource_limits": {"nvidia.com/gpu": "1"},
+                "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        }
+        for i in range(n)
+    ]
