@@ -13,8 +13,8 @@ import functools
 import time
 from datetime import datetime
 
+from gpuspawner.capacity.access import allowed, named
 from gpuspawner.capacity.admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaRequest, Quotas, in_order, units_held
-from gpuspawner.capacity.policy import allowed, named
 from gpuspawner.core.imagefit import image_refusal
 from gpuspawner.core.model import Offering
 from gpuspawner.core.windows import window_state

@@ -2,7 +2,7 @@
 ledger when Prometheus is not set or does not answer in time), a spawn the budget does not
 cover refused with 429, the ledger kept in each server's saved state, and the figures
 exported for the culler (``gpuspawner_budget_*``). The counting is
-:mod:`gpuspawner.capacity.budgets`'.
+:mod:`gpuspawner.capacity.budgetmath`'.
 
 The ledger: each GPU server's saved state (the hub's database, beside its record) keeps
 ``gpu_usage``, rows of ``{"start", "end", "cost"}``: opened when a server with a GPU has
@@ -24,7 +24,7 @@ import aiohttp
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 
-from gpuspawner.capacity.budgets import (
+from gpuspawner.capacity.budgetmath import (
     HUB_RECORD,
     PROMETHEUS,
     Standing,

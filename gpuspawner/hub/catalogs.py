@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gpuspawner.capacity.access import allowed
 from gpuspawner.capacity.index import ClusterIndex, Health
-from gpuspawner.capacity.policy import allowed
 from gpuspawner.core.imagefit import fitted, needs_for
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering, QueueRoom
 from gpuspawner.dra.devices import unmatched
 from gpuspawner.dra.shares import sized
 from gpuspawner.hub import metrics
-from gpuspawner.hub.kueuewaiting import KueueWaiting
+from gpuspawner.hub.kueuevisibility import KueueWaiting
 from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.hub.spawnview import catalog_config, config_problems, image_rules, inventory, kueue_routing, requester, user_groups

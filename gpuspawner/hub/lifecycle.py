@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuspawner.capacity.access import allowed
 from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
-from gpuspawner.capacity.policy import allowed
 from gpuspawner.core.windows import window_state
 from gpuspawner.hub import admitting, budgets, catalogs, claimlife, departures, kueue, metrics, spawnview, storedoptions
 from gpuspawner.hub.culleractions import when_words

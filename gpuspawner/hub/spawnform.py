@@ -17,7 +17,7 @@ from kubespawner import KubeSpawner
 from markupsafe import Markup
 
 from gpuspawner.capacity.admission import REFUSE
-from gpuspawner.capacity.budgets import cost_text, standing_text
+from gpuspawner.capacity.budgetmath import cost_text, standing_text
 from gpuspawner.core.model import Offering
 from gpuspawner.hub import budgets, catalogs, spawnview
 from gpuspawner.hub.admitting import bound_holdings, check_quota, fit_image, group_members, obstacle_now

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from gpuspawner.capacity.access import Requester, may_use
 from gpuspawner.capacity.index import Health
-from gpuspawner.capacity.policy import Requester, may_use
 from gpuspawner.core.model import Availability, Offering
 from gpuspawner.core.products import product_name
 from gpuspawner.core.windows import window_state
