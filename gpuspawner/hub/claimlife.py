@@ -18,13 +18,14 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpuspawner.capacity.allocation import pod_claim_name
 from gpuspawner.core.model import Offering
+from gpuspawner.core.wording import MISCONFIGURED_MESSAGE
 from gpuspawner.dra import binding
 from gpuspawner.dra.alternatives import chosen_label
 from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.dra.extres import extended_claim_name
 from gpuspawner.dra.gates import dropped, needs
 from gpuspawner.hub.claims import ClaimTemplates
-from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, brief
+from gpuspawner.hub.scheduling import SpawnRefused, brief
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.vocabulary import (
     CLAIM_NAME,

@@ -19,16 +19,16 @@ from typing import Any
 from gpuspawner.capacity.access import allowed
 from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
+from gpuspawner.core import noticewords as nw
 from gpuspawner.core.windows import window_state
+from gpuspawner.core.wording import slow_cluster_message, start_timeout_message, unreachable_message
 from gpuspawner.hub import admitting, budgets, catalogs, claimlife, departures, kueue, metrics, spawnview, storedoptions
-from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.reflector import VerdictPodReflector, scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, chain, unreachable_cause
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.hub.spawnstate import SpawnState
 from gpuspawner.names.vocabulary import RECORD_KEY, RECORD_OFFERING, AdmissionPolicy, Refusal
-from gpuspawner.page.cards import slow_cluster_message, start_timeout_message, unreachable_message
 from gpuspawner.page.useroptions import too_long_message
 
 
@@ -374,28 +374,21 @@ def interrupted_start_notice(server_name: str, now: datetime) -> dict[str, str]:
     (or was stopped) while the server was starting, and JupyterHub does not resume a start; so
     the server is not running, and nobody else tells the user why."""
     at = now.astimezone(UTC).isoformat()
-    return departures.server_notice(
-        server_name, at, f"was starting when the hub restarted (at {when_words(at)}), so it did not start. Please start it again."
-    )
+    return nw.server_notice(server_name, at, nw.interrupted_start_says(at))
 
 
 def refused_start_notice(server_name: str, now: datetime, words: str) -> dict[str, str]:
     """The home page's notice of a start refused on its way (the scheduler's or Kueue's
     verdict, the start's own deadline, the cluster unreachable): the refusal's words, dated."""
     at = now.astimezone(UTC).isoformat()
-    return departures.server_notice(server_name, at, f"did not start (at {when_words(at)}): {words}")
+    return nw.server_notice(server_name, at, nw.refused_start_says(at, words))
 
 
 def unanswered_after_restart_notice(server_name: str, now: datetime, http_timeout: float) -> dict[str, str]:
     """The home page's notice of a server the restarted hub found but that did not answer it
     (see :func:`stopped_by_the_restart_check`): the hub stopped it, and nobody else says why."""
     at = now.astimezone(UTC).isoformat()
-    return departures.server_notice(
-        server_name,
-        at,
-        f"did not answer the hub when the hub restarted (at {when_words(at)}; it was probably still starting), "
-        f"so the hub stopped it after waiting {http_timeout:g} s. Please start it again.",
-    )
+    return nw.server_notice(server_name, at, nw.unanswered_after_restart_says(at, http_timeout))
 
 
 def start_was_interrupted(spawner: Spawner) -> bool:
