@@ -1,7 +1,13 @@
 """What the user is told about an offering: the spawn page's words. Pure.
 
 Kept apart from the model so that rewording the page touches one file, and so that
-the words of docs/config.md and the page stay side by side.
+the words of docs/config.md and the page stay side by side: an offering's heading, memory,
+isolation and share; its badge and why it cannot be chosen; the notice above the choices while
+the free counts are not live; and the refusals a spawn gets (admission, quotas, time windows,
+the queue, the cluster unreachable or slow, a pod name taken, an image the nodes cannot run, a
+choice not understood). The modules that decide call these with plain values, so this module
+imports nothing of gpuspawner but ``names``. A server's own story (a start's progress, Kueue's
+holds and stops, the home page's notices) is :mod:`gpuspawner.core.noticewords`'.
 """
 
 from __future__ import annotations
@@ -357,3 +363,52 @@ def pod_name_taken(where: str, holder: str, hub_id: str) -> str:
 def image_refusal(display_name: str, image: str, reason: str) -> str:
     """A spawn's refusal: "H100 cannot run quay.io/...: it needs driver >= 570; these nodes have 550.54.15. ..." """
     return f"{display_name} cannot run the image {image}: it {reason}. Choose another GPU or another image, or ask your hub admin."
+
+
+# -- A choice the hub cannot take (offerings.choice, page.useroptions: 400s) -------------------
+# (``shown``: what the user sent, as offerings.choice.shown cuts it for the page)
+
+#: The options of a spawn were not a mapping, or had no count that is a whole number.
+OPTIONS_NOT_UNDERSTOOD = "The server options were not understood. Pick one of the options on the spawn page."
+COUNT_NOT_WHOLE = "The number of GPUs must be a whole number such as 1 or 2."
+NO_CHOICE_NO_DEFAULT = "No GPU option was chosen and this hub has no default. Pick one on the spawn page."
+
+
+def not_one(name: str, got: int) -> str:
+    return f"Please choose exactly one {name} (got {got})."
+
+
+def count_not_whole(shown: str) -> str:
+    return f"The number of GPUs must be a whole number such as 1 or 2, not '{shown}'."
+
+
+def not_a_choice(shown: str) -> str:
+    return f"'{shown}' is not a valid GPU option. Pick one of the options on the spawn page."
+
+
+def not_offered(shown: str, names: str) -> str:
+    """An unknown offering and a forbidden one get these same words (neither is revealed)."""
+    return (
+        f"The GPU option '{shown}' is not offered to you on this hub (it may have been removed or "
+        f"renamed since you last used it). Available: {names or 'none'}."
+    )
+
+
+def count_not_offered(display_name: str, allowed: str, count: int) -> str:
+    return f"{display_name} can be taken {allowed} at a time, not {count}."
+
+
+def profile_not_a_name(slugs: str) -> str:
+    return f"The profile must be the name of one profile: {slugs}."
+
+
+def profile_unknown(shown: str, slugs: str) -> str:
+    return f"The profile '{shown}' does not exist on this hub. Profiles: {slugs}."
+
+
+def unlisted_not_text(title: str, shown: str) -> str:
+    return f"The value for {title} must be a short text, not '{shown}'."
+
+
+def not_a_profile_choice(shown: str, title: str, profile: str, choices: str) -> str:
+    return f"'{shown}' is not a choice for {title} in the profile {profile}. Choices: {choices or 'none'}."
