@@ -113,6 +113,55 @@ def reserved_words(count: int, display_name: str) -> str:
     return f"Reserved {count} x {display_name}."
 
 
+def starting_uncounted(count: int, display_name: str) -> str:
+    """The progress line of a start the hub cannot count for (it may not read the cluster)."""
+    return f"Starting {count} x {display_name} (free count unavailable)."
+
+
+def budget_progress(used: float, hours: float, hourly_cost: float) -> str:
+    """The progress line of a start under a GPU-hour budget."""
+    return f"GPU budget: {used:.2f} of {hours:g} GPU-hours used; this server costs {hourly_cost:g} per hour."
+
+
+def preparing_words(conditions: list[str]) -> str:
+    """The progress step while the scheduler waits for a DRA device's binding conditions."""
+    return f"Preparing the device ({', '.join(conditions)})…"
+
+
+#: The progress step once the device is ready.
+READY_WORDS = "The device is ready; the pod is being placed on its node."
+
+
+# -- What a start that ran out of time was still waiting for (after "did not start ...: ") ------
+
+
+def queue_place_waiting(position: int) -> str:
+    return f"it was still number {position} in the queue for a free GPU"
+
+
+def batch_queue_waiting(queue: str) -> str:
+    return f"it was still waiting in the batch queue {queue} for the quota to admit it"
+
+
+def pod_waiting_words(pod: Mapping[str, Any] | None) -> str:
+    """What a pod (as KubeSpawner's reflector keeps it) still waits for, in the user's words."""
+    if pod is None:
+        return "the cluster had not confirmed its pod yet (the API server answers slowly)"
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if not spec.get("nodeName"):
+        scheduled: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        said = f": {scheduled['message']}" if scheduled.get("message") else ""
+        return f"its pod was still waiting for a node{said}"
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting:
+            said = f" ({waiting['message'][:200]})" if waiting.get("message") else ""
+            return f"its container was still {waiting.get('reason') or 'waiting'}{said}"
+    if status.get("phase") == "Running":
+        return "its pod was running, but the notebook server in it had not started"
+    return f"its pod was still {status.get('phase') or 'Pending'} on node {spec['nodeName']}"
+
+
 # -- Kueue: a server it holds, refuses or stops (hub.kueue, docs/kueue.md) ------------------------
 
 

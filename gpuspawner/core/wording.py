@@ -374,6 +374,11 @@ COUNT_NOT_WHOLE = "The number of GPUs must be a whole number such as 1 or 2."
 NO_CHOICE_NO_DEFAULT = "No GPU option was chosen and this hub has no default. Pick one on the spawn page."
 
 
+def too_long(keys: str, max_chars: int) -> str:
+    """The 400's words for options whose values under ``keys`` (as page.useroptions names them) are over the bound."""
+    return f"The value of {keys} is too long (at most {max_chars} characters as JSON). Pick one of the options on the spawn page."
+
+
 def not_one(name: str, got: int) -> str:
     return f"Please choose exactly one {name} (got {got})."
 

@@ -17,7 +17,7 @@ from gpuspawner.capacity.access import allowed, named
 from gpuspawner.capacity.admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaRequest, Quotas, in_order, units_held
 from gpuspawner.core import wording
 from gpuspawner.core.model import Offering
-from gpuspawner.core.noticewords import reserved_words
+from gpuspawner.core.noticewords import reserved_words, starting_uncounted
 from gpuspawner.core.windows import window_state
 from gpuspawner.core.wording import image_refusal, turn_words
 from gpuspawner.hub import budgets, catalogs, culleractions, hubhooks, hubid, metrics, spawnview
@@ -153,7 +153,7 @@ async def _take(spawner: Spawner, offering: Offering, count: int, decision: Deci
     index = catalogs.counts(spawner)
     if index is None:  # the hub may not read the cluster: the scheduler decides alone
         metrics.admitted(offering, decision.action)
-        state.messages.append(f"Starting {count} x {offering.display_name} (free count unavailable).")
+        state.messages.append(starting_uncounted(count, offering.display_name))
         return
     if decision.action == QUEUE:
         await _wait_in_queue(spawner, offering, count, decision.message)

@@ -42,6 +42,7 @@ from gpuspawner.capacity.budgetmath import (
     window_start,
 )
 from gpuspawner.core.model import Offering
+from gpuspawner.core.noticewords import budget_progress
 from gpuspawner.hub import catalogs, metrics, spawnview
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.hub.seam import Spawner
@@ -168,9 +169,7 @@ async def check(spawner: Spawner, offering: Offering, count: int, catalog: list[
         if state.pod_changes is not None:  # the user's GPU view reads the figures (no credential goes in)
             extra = env(found, offering, count, spawner.now())
             state.pod_changes = dataclasses.replace(state.pod_changes, env={**state.pod_changes.env, **extra})
-        state.messages.append(
-            f"GPU budget: {found.used:.2f} of {found.budget.hours:g} GPU-hours used; this server costs {offering.hourly_cost(count):g} per hour."
-        )
+        state.messages.append(budget_progress(found.used, found.budget.hours, offering.hourly_cost(count)))
 
 
 def check_now(spawner: Spawner, offering: Offering, count: int) -> None:

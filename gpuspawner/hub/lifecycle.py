@@ -121,31 +121,12 @@ def waiting_for(spawner: Spawner) -> str:
     the hub's queue, its pod never confirmed, a node, its container, or the notebook's answer."""
     state = spawner.spawn_state
     if state.queue_position is not None:
-        return f"it was still number {state.queue_position} in the queue for a free GPU"
+        return nw.queue_place_waiting(state.queue_position)
     if state.held_in:
-        return f"it was still waiting in the batch queue {state.held_in} for the quota to admit it"
+        return nw.batch_queue_waiting(state.held_in)
     reflector = spawner.pod_reflector
     pod = reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector is not None else None
-    return pod_waiting_words(pod)
-
-
-def pod_waiting_words(pod: dict[str, Any] | None) -> str:
-    """What a pod (as KubeSpawner's reflector keeps it) still waits for, in the user's words."""
-    if pod is None:
-        return "the cluster had not confirmed its pod yet (the API server answers slowly)"
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    if not spec.get("nodeName"):
-        scheduled: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
-        said = f": {scheduled['message']}" if scheduled.get("message") else ""
-        return f"its pod was still waiting for a node{said}"
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting")
-        if waiting:
-            said = f" ({waiting['message'][:200]})" if waiting.get("message") else ""
-            return f"its container was still {waiting.get('reason') or 'waiting'}{said}"
-    if status.get("phase") == "Running":
-        return "its pod was running, but the notebook server in it had not started"
-    return f"its pod was still {status.get('phase') or 'Pending'} on node {spec['nodeName']}"
+    return nw.pod_waiting_words(pod)
 
 
 async def first_verdict(*watches: Awaitable[str]) -> str:

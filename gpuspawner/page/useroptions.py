@@ -95,10 +95,7 @@ def oversized(options: Mapping[str, Any]) -> list[str]:
 
 def too_long_message(keys: Iterable[Any]) -> str:
     """The 400's words for options whose values under ``keys`` are over the bound."""
-    return (
-        f"The value of {describe_keys(keys)} is too long (at most {MAX_VALUE_CHARS} characters as JSON). "
-        "Pick one of the options on the spawn page."
-    )
+    return wording.too_long(describe_keys(keys), MAX_VALUE_CHARS)
 
 
 def describe_keys(keys: Iterable[Any], limit: int = 8) -> str:
