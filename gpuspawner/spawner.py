@@ -639,11 +639,11 @@ class GPUSpawner(KubeSpawner):
         """KubeSpawner's pod creation, which never deletes a pod that is not this server's own
         (a spawn whose pod name another hub's pod holds is refused, 409: :mod:`gpuspawner.hub.hubid`);
         a DRA server's claim is made with it (see :func:`gpuspawner.hub.claimlife.create_pod`)."""
-        await hubid.check_pod_name(self, pod.metadata.name)  # before anything named after the pod is made
         create = functools.partial(hubid.create_pod, self, super()._make_create_pod_request)
         offering = claimlife.claimed(self)
         if offering is None:
-            return await create(pod, request_timeout)
+            return await create(pod, request_timeout)  # (a name held by another hub's pod: its 409 is read)
+        await hubid.check_pod_name(self, pod.metadata.name)  # before the claim template named after the pod is made
         return await claimlife.create_pod(self, offering, pod, request_timeout, create)
 
     async def poll(self) -> int | None:

@@ -17,7 +17,8 @@ notebooks answer from one stand-in process (``bench.scale.notebooks``): it is th
 measured.
 
 Printed, for each spawner and as GPUSpawner : KubeSpawner ratios: the spawn page's p50/p99
-during the storm; request -> pod bound p50/p99; request -> ready; request -> refusal p99 (what the
+over the storm's first ``--page-window`` seconds (twice ``--window`` unless set: the same stretch on
+both sides, whichever settles its spawns sooner); request -> pod bound p50/p99; request -> ready; request -> refusal p99 (what the
 user is told: the form's or the API's answer, or the progress stream's failure); spawns per
 second; hub CPU seconds over the storm and its peak memory (VmHWM); Kubernetes API requests per
 spawn, from the API server's own audit log of the hub's identity (every request the hub made
@@ -285,6 +286,11 @@ async def run_one(
         stop_pages, stop_probe = asyncio.Event(), asyncio.Event()
         pages = PageLoads()
         page_task = asyncio.create_task(load_pages(hub, page_users, args.page_interval, stop_pages, pages))
+        # The page is timed over the same stretch on both sides: the storm's first page_window seconds,
+        # whether or not the side's spawns have settled by then (a side whose spawns end sooner must not
+        # add quiet views; one whose spawns run longer must not add more storm).
+        page_window = args.page_window or 2 * args.window
+        page_timer = asyncio.get_running_loop().call_later(page_window, stop_pages.set)
         lags: list[float] = []
         misses: list[str] = []
         probe_node = next(
@@ -334,9 +340,9 @@ async def run_one(
         if spy:
             spy.send_signal(2)  # py-spy writes its flame graph on SIGINT
             spy.wait(60)
-        stop_pages.set()
         stop_probe.set()
-        await page_task
+        await page_task  # (ends page_window s into the storm)
+        page_timer.cancel()
         if probe_task:
             await probe_task
         await asyncio.sleep(2)  # the last binds reach the watch
@@ -756,6 +762,12 @@ def main(argv=None) -> int:
     parser.add_argument("--window", type=float, default=60.0, help="seconds over which the spawns are sent")
     parser.add_argument("--page-users", type=int, default=100)
     parser.add_argument("--page-interval", type=float, default=5.0, help="seconds between one page user's loads")
+    parser.add_argument(
+        "--page-window",
+        type=float,
+        default=0.0,
+        help="seconds from the storm's start over which the page is loaded and timed, the same on both sides (default: twice --window)",
+    )
     parser.add_argument("--start-timeout", type=int, default=60, help="KubeSpawner.start_timeout of both hubs")
     parser.add_argument("--spawners", nargs="+", default=["kube", "gpu"], choices=["kube", "gpu"])
     parser.add_argument("--faults", action="store_true", help="GPUSpawner only, with the hub and the API server restarted in the storm")

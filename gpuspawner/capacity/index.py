@@ -124,6 +124,7 @@ class ClusterIndex:
         self.tracked: dict[tuple[str, Any], _OfferingRows] = {}
         self._node_offers: dict[str, list[tuple[Offering, int]]] = {}
         self._discovered: list[Offering] | None = []
+        self._discovery = next(_CHANGES)
         #: Devices of Dynamic Resource Allocation (ResourceSlices, DeviceClasses, ResourceClaims).
         self.dra = DraState()
         self._dra_rooms = DraRooms()
@@ -136,7 +137,15 @@ class ClusterIndex:
         """Discovered offerings of the current nodes (recomputed only after a change in them)."""
         if self._discovered is None:
             self._discovered = aggregate(self._node_offers.values())
+            self._discovery = next(_CHANGES)
         return self._discovered + self.dra.discovered()
+
+    def discovery(self) -> tuple[int, int]:
+        """A value that moves whenever :meth:`discovered` may answer otherwise, or what DRA's devices
+        make of an offering may differ (their sizes, their matches): a catalog built from them is kept
+        until it moves (:func:`gpuspawner.hub.catalogs.catalog_now`). A pod event never moves it."""
+        self.discovered()  # (made now where a node's change dropped it)
+        return self._discovery, self.dra.generation
 
     def availability(self, offering: Offering) -> Availability:
         """Capacity and free units of ``offering`` now (reservations count as taken)."""

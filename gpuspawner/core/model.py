@@ -16,6 +16,7 @@ conventions").
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -196,9 +197,10 @@ class Offering(PodFields):
         offering takes none)."""
         return bool(self.resources) or self.claim is not None
 
-    @property
+    @functools.cached_property
     def placement_terms(self) -> Terms:
-        """The required node-affinity terms of this offering's pod (``node_affinity`` and ``absent_labels``)."""
+        """The required node-affinity terms of this offering's pod (``node_affinity`` and ``absent_labels``);
+        made once per offering (the counts look its rows up by them on every page view)."""
         return and_terms(self.node_affinity, all_of(*(absent(k) for k in self.absent_labels)))
 
     def limits_for(self, count: int) -> dict[str, int]:

@@ -10,6 +10,7 @@ the seam (:class:`gpuspawner.hub.seam.Spawner`) for its traits and the user.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from gpuspawner.capacity.access import allowed
 from gpuspawner.capacity.index import ClusterIndex, Health
 from gpuspawner.core.imagefit import fitted, needs_for
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering, QueueRoom
+from gpuspawner.core.settingskey import SettingsKey
 from gpuspawner.core.wording import MISCONFIGURED_MESSAGE, unreachable_message
 from gpuspawner.dra.devices import unmatched
 from gpuspawner.dra.shares import sized
@@ -26,7 +28,7 @@ from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.hub.spawnview import catalog_config, config_problems, image_rules, inventory, kueue_routing, requester, user_groups
 from gpuspawner.names.vocabulary import Refusal
-from gpuspawner.offerings.catalog import build_catalog
+from gpuspawner.offerings.catalog import CatalogConfig, build_catalog
 from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice
 from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.pod.notebook import NOTEBOOK_TRAITS, Notebook
@@ -59,9 +61,7 @@ def catalog_now(spawner: Spawner) -> list[Offering]:
         watch.index.set_notebook(Notebook.from_settings({n: getattr(spawner, n) for n in NOTEBOOK_TRAITS}))
     except ValueError as exc:
         raise OfferingConfigError(str(exc)) from None
-    discovered = watch.index.discovered() if spawner.discover_offerings else None
-    offerings = build_catalog(config, discovered=discovered)
-    offerings = [sized(o, watch.index.dra.matching(o)) for o in offerings]  # an admin's memory share: its GPUs' memory
+    offerings = _built(config, watch.index)
     if not watch.forbidden:
         metrics.observe_catalog(watch.index, offerings, spawner.hub_id, rebuild=lambda: catalog_now(spawner))
         routing = kueue_routing(spawner)
@@ -74,6 +74,37 @@ def catalog_now(spawner: Spawner) -> list[Offering]:
             _unmatched_logged.add(warning)
             spawner.log.warning("GPUSpawner: %s", warning)
     return offerings
+
+
+#: Catalogs built lately, by what they were built from (:func:`_built`).
+_BUILT: OrderedDict[tuple[Any, ...], tuple[tuple[Offering, ...], list[Offering]]] = OrderedDict()
+#: Catalogs kept: one per distinct settings (a hook's per-user traits each make one).
+BUILT_KEPT = 64
+
+
+def _built(config: CatalogConfig, index: ClusterIndex) -> list[Offering]:
+    """The catalog of ``config`` over ``index``'s discovered offerings, the very objects of the last
+    build until the settings or what was discovered change (a pod event changes neither): the
+    counts then find each offering's rows by identity, and a page view or a spawn in a storm
+    builds nothing. Kept by the admin's offerings as parsed (the same objects while the settings
+    are equal), the rest of the settings by value, and the index's :meth:`ClusterIndex.discovery`."""
+    configured = tuple(config.configured())
+    key = (
+        tuple(map(id, configured)),
+        SettingsKey((config.overrides, config.discover, config.include_cpu, tuple(config.vgpu_class_labels))),
+        id(index),
+        index.discovery(),
+    )
+    kept = _BUILT.get(key)
+    if kept is not None and all(a is b for a, b in zip(kept[0], configured, strict=True)):
+        _BUILT.move_to_end(key)
+        return list(kept[1])
+    offerings = build_catalog(config, discovered=index.discovered() if config.discover else None)
+    offerings = [sized(o, index.dra.matching(o)) for o in offerings]  # an admin's memory share: its GPUs' memory
+    _BUILT[key] = (configured, offerings)  # (the parsed offerings kept: their ids are not reused while kept)
+    while len(_BUILT) > BUILT_KEPT:
+        _BUILT.popitem(last=False)
+    return list(offerings)
 
 
 def health(spawner: Spawner) -> Health:

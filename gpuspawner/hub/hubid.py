@@ -10,9 +10,11 @@ KubeSpawner deletes whatever pod already has the name it wants ("Found existing 
 attempting to kill"). Two hubs in one namespace with the same user names would then delete
 each other's running pods. Here a pod of that name is deleted only when it is this very
 server's own (:func:`gpuspawner.pod.podspec.pod_taken_by`); any other refuses the spawn (409,
-:data:`Refusal.POD_NAME_TAKEN`) naming who holds it and what to set. It is checked before
-anything is made (:func:`check_pod_name`) and again when the create answers 409 AlreadyExists
-(:func:`create_pod`: a pod made in between is read, never deleted unread). A stop deletes the
+:data:`Refusal.POD_NAME_TAKEN`) naming who holds it and what to set. It is checked when the
+create answers 409 AlreadyExists (:func:`create_pod`: the pod there is read, never deleted
+unread) and, for a server whose DRA claim template is named after its pod, before that template
+is made (:func:`check_pod_name`). A create is not preceded by a read otherwise: the API server's
+409 says the same, and a read per spawn was the spawn's second request. A stop deletes the
 pod its server names only when that pod carries no other hub's identity (:func:`stop_blocked`,
 asked of the API server at each try of the stop).
 """

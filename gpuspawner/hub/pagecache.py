@@ -97,13 +97,15 @@ class PageCache:
 PAGES = PageCache()
 
 
-def view_key(spawner: Spawner, extra_html: str) -> tuple[Any, ...] | None:
+def view_key(spawner: Spawner, extra_html: str, settings: tuple[bytes | str, ...] | None = None) -> tuple[Any, ...] | None:
     """Everything the spawn page of ``spawner`` reads now (see the module's docstring); None where
     the page is made on each view (a GPU-hour budget, a callable ``profile_list``). ``extra_html``:
-    KubeSpawner's form for this view."""
+    KubeSpawner's form for this view; ``settings``: :func:`settings_now` as this view already wrote
+    them out (the key made again after the page, to see whether anything moved meanwhile: the
+    settings are the key's dearest part, and they are not what moves while a page is made)."""
     if budgets.budget(spawner) is not None or callable(spawner.profile_list):
         return None  # (a callable profile_list may give other profiles, and their images, on each call)
-    settings = settings_now(spawner)
+    settings = settings if settings is not None else settings_now(spawner)
     orm = spawner.orm_spawner
     last = spawner.user_options or (orm.user_options if orm else None)
     inventory = Inventory.running(spawner.api)

@@ -30,9 +30,13 @@ from gpuspawner.names.vocabulary import Kind
 from gpuspawner.offerings.catalog import gpu_offerings_in_play
 from gpuspawner.offerings.choice import ChoiceError
 from gpuspawner.offerings.entry import OfferingConfigError
-from gpuspawner.page.cards import default_choice, option_views
+from gpuspawner.page.cards import RowCache, default_choice, option_views
 from gpuspawner.page.useroptions import check_profile, profile_image, profile_images
 from gpuspawner.page.views import FormView, OptionView, group_options, with_images
+
+#: This process's rows of the page (one hub, one event loop: no lock needed): a view after an
+#: inventory event makes again only the rows whose offering's count or state moved.
+ROWS = RowCache()
 
 
 async def render_gpu_form(spawner: Spawner, profile_list: Callable[[], Awaitable[list[dict[str, Any]]]]) -> str:
@@ -48,16 +52,16 @@ async def render_gpu_form(spawner: Spawner, profile_list: Callable[[], Awaitable
     if page is not None:
         return page
     page = await _render_gpu_form(spawner, profile_list, extra_html)
-    if key is not None and _key(spawner, extra_html) == key:  # (nothing moved while it was made)
+    if key is not None and _key(spawner, extra_html, key[0]) == key:  # (nothing moved while it was made)
         PAGES.put(key, page)
     return page
 
 
-def _key(spawner: Spawner, extra_html: str) -> tuple[Any, ...] | None:
+def _key(spawner: Spawner, extra_html: str, settings: tuple[bytes | str, ...] | None = None) -> tuple[Any, ...] | None:
     """:func:`~gpuspawner.hub.pagecache.view_key`, or None (the page made now, and not kept) where the
     settings are wrong (a time zone that does not exist, say): the page made now says so."""
     try:
-        return view_key(spawner, extra_html)
+        return view_key(spawner, extra_html, settings)
     except Exception:
         return None
 
@@ -111,6 +115,7 @@ async def _render_gpu_form(spawner: Spawner, profile_list: Callable[[], Awaitabl
             spawner.hide_forbidden_offerings,
             hour_cost,
             image_reason=lambda offering: fits[offering.slug][1],
+            kept=ROWS,
         )
 
     rows = rows_for(images[""])

@@ -2,11 +2,13 @@
 
 Turns offerings, their live availability and the policy answers (allowed? within
 its time window? within quota? queued?) into :class:`~gpuspawner.page.views.OptionView`
-rows (:mod:`gpuspawner.page.views`), and picks the default choice.
+rows (:mod:`gpuspawner.page.views`), and picks the default choice. A :class:`RowCache` the
+caller keeps gives back the rows of earlier views that read the same (the hub keeps one).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -78,11 +80,13 @@ def option_views(
     hide_forbidden: bool = False,
     hour_cost: Callable[[Offering], str] = lambda o: "",
     image_reason: Callable[[Offering], str] = lambda o: "",
+    kept: RowCache | None = None,
 ) -> list[OptionView]:
     """One row per offering the page shows (hidden ones never; forbidden ones disabled or hidden).
 
     ``availability`` counts, and ``image_reason`` says why none of an offering's nodes can run
-    the image the form starts with (gpuspawner.core.imagefit; "" where one can)."""
+    the image the form starts with (gpuspawner.core.imagefit; "" where one can). ``kept``: rows
+    of earlier views, one reading as before used again (:class:`RowCache`)."""
     rows = []
     for offering in catalog:
         if offering.hidden:
@@ -101,12 +105,15 @@ def option_views(
         counts = offering.counts
         if offering.kind is Kind.FULL and avail.counted and not offering.scalable_nodes and (avail.free or 0) > 0:
             counts = tuple(c for c in offering.counts if c <= (avail.largest_free or 0)) or offering.counts[:1]
-        rows.append(
-            OptionView(
+        description, cost = _with_choices(offering, availability), hour_cost(offering)
+        key = (id(offering), text, reason, avail.free, avail.capacity, counts, description, cost)
+        row = kept.get(offering, key) if kept is not None else None
+        if row is None:
+            row = OptionView(
                 slug=offering.slug,
                 kind=offering.kind.value,
                 display_name=offering.display_name,
-                description=_with_choices(offering, availability),
+                description=description,
                 memory=memory_truth(
                     offering.kind,
                     offering.memory_mib,
@@ -121,10 +128,36 @@ def option_views(
                 capacity=avail.capacity,
                 disabled_reason=reason,
                 counts=counts,
-                hour_cost=hour_cost(offering),
+                hour_cost=cost,
             )
-        )
+            if kept is not None:
+                kept.put(offering, key, row)
+        rows.append(row)
     return rows
+
+
+class RowCache:
+    """Rows made lately (:func:`option_views`), each by its offering (the very object) and
+    everything else the row reads (the count's words and figures, the reason it cannot be picked,
+    the counts offered, the description, the cost), the least recently shown going first beyond
+    ``size``: a view in which an offering's row reads as before gets the very row of the last
+    view, and so the card rendered for it (gpuspawner.hub.form), without making either again."""
+
+    def __init__(self, size: int = 8192) -> None:
+        self.size = size
+        self.rows: OrderedDict[tuple[Any, ...], tuple[Offering, OptionView]] = OrderedDict()
+
+    def get(self, offering: Offering, key: tuple[Any, ...]) -> OptionView | None:
+        found = self.rows.get(key)
+        if found is None or found[0] is not offering:  # (the offering is kept with its row: its id is not reused meanwhile)
+            return None
+        self.rows.move_to_end(key)
+        return found[1]
+
+    def put(self, offering: Offering, key: tuple[Any, ...], row: OptionView) -> None:
+        self.rows[key] = (offering, row)
+        if len(self.rows) > self.size:
+            self.rows.popitem(last=False)
 
 
 def default_choice(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gpuspawner.core.wording import group_title, isolation_phrase
@@ -46,6 +46,14 @@ class OptionView:
     #: disabled reason, availability tone]}; c.GPUSpawner.image_requirements), for the page's script; ""
     #: when images need nothing.
     by_image: str = ""
+
+    def __hash__(self) -> int:
+        """The fields' hash, worked out once per row (a page view looks each card up by its row)."""
+        kept = self.__dict__.get("_hash")
+        if kept is None:
+            kept = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", kept)  # (not a field: equality and replace() ignore it)
+        return int(kept)
 
     @property
     def disabled(self) -> bool:

@@ -305,3 +305,38 @@ async def test_a_pod_of_the_name_made_after_the_check_is_read_on_the_creates_409
     finally:
         await theirs.stop(now=True)
         await mine.stop(now=True)
+
+
+async def test_a_create_asks_the_api_server_nothing_before_it_and_reads_only_on_its_409(devcluster, kube, namespace):
+    """Issue 39: a spawn's pod is created without a read before it (the API server's 409 says whether
+    the name is held; one request per spawn fewer under a storm); the name another hub's pod holds is
+    read once, on that 409, and the spawn refused."""
+    tag = secrets.token_hex(3)
+    quiet = {"reconcile_orphan_pods": False}
+    a, b = Hub(devcluster, namespace, f"a-{tag}", **quiet), Hub(devcluster, namespace, f"b-{tag}", **quiet)
+    theirs = await b.start(b.user(f"bo-{tag}"))
+    spawner = a.spawner(a.hub_user(a.user(f"bo-{tag}")))
+    reads: list[str] = []
+    read = spawner.api.read_namespaced_pod
+
+    async def counted(name: str, *args: Any, **kwargs: Any) -> Any:
+        reads.append(name)
+        return await read(name, *args, **kwargs)
+
+    spawner.api.read_namespaced_pod = counted
+    try:
+        fresh = V1Pod(
+            metadata=V1ObjectMeta(name=f"fresh-{tag}"), spec=V1PodSpec(containers=[V1Container(name="notebook", image="busybox")])
+        )
+        assert await spawner._make_create_pod_request(fresh, 30) is True
+        assert reads == []
+        held = V1Pod(
+            metadata=V1ObjectMeta(name=theirs.pod_name), spec=V1PodSpec(containers=[V1Container(name="notebook", image="busybox")])
+        )
+        with pytest.raises(SpawnRefused) as refused:
+            await spawner._make_create_pod_request(held, 30)
+        assert refused.value.status_code == 409 and reads == [theirs.pod_name]
+    finally:
+        spawner.api.read_namespaced_pod = read
+        kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/fresh-{tag}")
+        await theirs.stop(now=True)
