@@ -4,7 +4,8 @@
 #                (make lint), run all tests
 #   make lint    the import-linter contracts of pyproject.toml: the layers and the pure
 #                core's "no I/O" (docs/architecture.md); a wrong import is named; and
-#                mypy, strict on all of gpuspawner but devcluster and tools; ruff's lint and format check
+#                mypy, strict on all of gpuspawner (but devcluster/cluster.py, a list that
+#                only shrinks); ruff's lint and format check
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md); KUEUE=1: with the
 #                real Kueue and a batch Job competing for the same GPUs (docs/kueue.md)
 #   make test-fast  the fast tier: the pure-Python tests (tests/unit: no cluster, no hub process,

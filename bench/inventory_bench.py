@@ -37,9 +37,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from gpuspawner.capacity.access import Requester, allowed
 from gpuspawner.capacity.counts import availability
 from gpuspawner.capacity.index import ClusterIndex
-from gpuspawner.capacity.policy import Requester, allowed
 from gpuspawner.devcluster.nodes import many_nodes
 from gpuspawner.offerings.catalog import CatalogConfig, build_catalog
 from gpuspawner.pod.podspec import pod_changes

@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpuspawner.capacity.counts import units
+from gpuspawner.core import wording
 from gpuspawner.core.model import Availability, Offering
-from gpuspawner.core.wording import group_title, queue_words
+from gpuspawner.core.wording import queue_words
 from gpuspawner.names.vocabulary import AdmissionPolicy, Kind, Refusal
 
 #: The decision's action. ``warn`` and ``queue`` are also the names of the admin's
@@ -51,10 +52,6 @@ def units_held(offering: Offering, requests: Mapping[str, int]) -> int:
     return max(units(offering, requests), 1) if offering.takes_units else 0
 
 
-def describe_free(offering: Offering, avail: Availability) -> str:
-    return f"{avail.free} of {avail.capacity}"
-
-
 def alternatives(options: Iterable[tuple[Offering, Availability]], exclude: str, limit: int = 4) -> str:
     """ "MIG 1g.5gb (2), T4 1/4 share (3)": free GPU offerings the user may take instead."""
     free = [f"{o.display_name} ({a.free})" for o, a in options if o.slug != exclude and o.is_gpu and not o.hidden and (a.free or 0) > 0]
@@ -78,21 +75,19 @@ def admit(
     room = avail.queue
     by_queue = room.queue if room is not None and room.known and (room.largest or 0) < count else ""
     if room is not None and by_queue:  # Kueue's quota alone refuses it
-        why = f"No {what} is free now: {queue_words(room.queue, room.largest or 0, avail.node_free or 0, room.borrowed, room.cohort)}."
-    elif offering.scalable_nodes:
-        return Decision(
-            WARN,
-            f"No {what} is free right now; the pool can grow by up to {offering.scalable_nodes} node(s), "
-            f"so your server should start in about {offering.scale_up_minutes} minutes.",
+        why = wording.none_free_queue_words(
+            what, queue_words(room.queue, room.largest or 0, avail.node_free or 0, room.borrowed, room.cohort)
         )
+    elif offering.scalable_nodes:
+        return Decision(WARN, wording.scale_up_warning(what, offering.scalable_nodes, offering.scale_up_minutes))
     else:
-        why = f"No {what} is free ({describe_free(offering, avail)} free)."
-    refusal = why + (f" Free now: {instead}." if instead else "")
+        why = wording.none_free_words(what, avail.free, avail.capacity)
+    refusal = why + wording.free_instead_words(instead)
     policy = offering.admission or default_policy
     if policy == AdmissionPolicy.WARN:
-        return Decision(WARN, f"No {what} is free right now; your server will start when one is. {refusal}", by_queue)
+        return Decision(WARN, wording.wait_warning(what, refusal), by_queue)
     if policy == AdmissionPolicy.QUEUE:
-        return Decision(QUEUE, f"No {what} is free right now: you are in the queue for the next one.", by_queue)
+        return Decision(QUEUE, wording.queued_message(what), by_queue)
     return Decision(REFUSE, refusal, by_queue)
 
 
@@ -115,10 +110,6 @@ def _over(limits: Mapping[str, int], held: Iterable[Held], kind: str, count: int
     return None
 
 
-def _quota_words(key: str) -> str:
-    return "GPUs of any kind" if key == "total" else f"{group_title(key)} units"
-
-
 def check_quota(
     offering: Offering,
     count: int,
@@ -133,21 +124,13 @@ def check_quota(
     over = _over(quotas.user, user_held, kind, count)
     if over:
         key, now, limit = over
-        return Decision(
-            REFUSE,
-            f"Over your quota: you may hold {limit} {_quota_words(key)} at once and already hold {now}. "
-            "Stop one of your other servers first.",
-        )
+        return Decision(REFUSE, wording.over_user_quota(limit, key, now))
     for group, held in group_held.items():
         limits = quotas.groups.get(group) or {}
         over = _over(limits, held, kind, count)
         if over:
             key, now, limit = over
-            return Decision(
-                REFUSE,
-                f"Over the quota of your group '{group}': its members may hold {limit} {_quota_words(key)} "
-                f"together and already hold {now}. Try again later or pick a smaller option.",
-            )
+            return Decision(REFUSE, wording.over_group_quota(group, limit, key, now))
     return Decision(ADMIT)
 
 
@@ -283,7 +266,7 @@ def in_order(
     Returns (the refusal reason for the metrics, the decision); the reason is "" unless refused.
     """
     if closed:
-        return Refusal.WINDOW, Decision(REFUSE, f"{offering.display_name} is {closed}.")
+        return Refusal.WINDOW, Decision(REFUSE, wording.window_closed(offering.display_name, closed))
     if not offering.takes_units:
         return "", Decision(ADMIT)
     decision = quota()

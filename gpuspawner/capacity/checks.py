@@ -17,7 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpuspawner.capacity.admission import validate_quota
-from gpuspawner.capacity.budgets import budget_problems
+from gpuspawner.capacity.budgetmath import budget_problems
 from gpuspawner.capacity.kueuequeues import KueueRouting, mix_problems, routing_problems
 from gpuspawner.core.imagefit import ImageNeedsError, parse_rules
 from gpuspawner.names.vocabulary import AdmissionPolicy

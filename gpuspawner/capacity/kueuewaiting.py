@@ -4,7 +4,7 @@ Fair turns (docs/fair-turns.md: reclaim an idle GPU when someone waits, no lease
 while someone waits) count the spawns that wait for an offering. Where the offering's servers
 go through Kueue (docs/kueue.md), others wait for the same GPUs in Kueue's queues: another
 hub's spawns, batch Jobs, this hub's own spawns Kueue holds. The hub reads them from Kueue's
-visibility API (the pending workloads of a ClusterQueue, :mod:`gpuspawner.hub.kueuewaiting`)
+visibility API (the pending workloads of a ClusterQueue, :mod:`gpuspawner.hub.kueuevisibility`)
 and their Workloads' pod sets; this module says which of them wait for an offering:
 
 * a workload pending in the ClusterQueue behind one of the offering's LocalQueues, or in a

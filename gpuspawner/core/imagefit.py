@@ -267,11 +267,6 @@ def misfit(needs: ImageNeeds, offering: Offering, base: Availability, fit: Avail
     return f"needs {wanted}; {where} {found}"
 
 
-def image_refusal(display_name: str, image: str, reason: str) -> str:
-    """A spawn's refusal: "H100 cannot run quay.io/...: it needs driver >= 570; these nodes have 550.54.15. ..." """
-    return f"{display_name} cannot run the image {image}: it {reason}. Choose another GPU or another image, or ask your hub admin."
-
-
 def _numbers(text: str) -> Version:
     return tuple(int(p) for p in re.findall(r"\d+", text))
 

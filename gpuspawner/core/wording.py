@@ -1,10 +1,19 @@
 """What the user is told about an offering: the spawn page's words. Pure.
 
 Kept apart from the model so that rewording the page touches one file, and so that
-the words of docs/config.md and the page stay side by side.
+the words of docs/config.md and the page stay side by side: an offering's heading, memory,
+isolation and share; its badge and why it cannot be chosen; the notice above the choices while
+the free counts are not live; and the refusals a spawn gets (admission, quotas, time windows,
+the queue, the cluster unreachable or slow, a pod name taken, an image the nodes cannot run, a
+choice not understood). The modules that decide call these with plain values, so this module
+imports nothing of gpuspawner but ``names``. A server's own story (a start's progress, Kueue's
+holds and stops, the home page's notices) is :mod:`gpuspawner.core.noticewords`'.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
 
 from gpuspawner.names.vocabulary import Isolation, Kind
 
@@ -141,3 +150,270 @@ def queue_words(queue: str, allowed: int, node_free: int, borrowed: int = 0, coh
 
 #: What the spawn page adds to the nodes' free count where the queue's quota cannot be read.
 QUEUE_UNKNOWN = "your queue's limit is unknown"
+
+
+# -- An offering's badge and why it cannot be chosen (page.cards) ------------------------------
+
+#: The badge of an offering whose free units cannot be counted (the hub may not read the cluster).
+FREE_COUNT_UNAVAILABLE = "free count unavailable"
+#: The badge of an offering with nothing free, and why it cannot be chosen.
+NONE_FREE = "none free"
+NONE_FREE_NOW = "none free right now"
+#: The badges of an offering with nothing free that the start would wait for (warn, queue).
+NONE_FREE_WAIT = "none free: your server would wait"
+NONE_FREE_FIRST = "none free: you would be first in the queue"
+#: Why an offering the user's groups may not use cannot be chosen.
+NOT_ALLOWED = "not allowed for your groups"
+#: The badge of an offering none of whose nodes can run the form's image.
+NOT_FOR_IMAGE = "not for this image"
+#: Why an offering cannot be chosen: over the user's (or a group's) quota, over the GPU-hour budget.
+OVER_QUOTA = "over your quota"
+OVER_BUDGET = "over your GPU-hour budget"
+
+
+def free_words(free: int, capacity: int | None, queue_unknown: bool = False) -> str:
+    """ "3 of 8 free" (and "3 of 8 free on the nodes; your queue's limit is unknown")."""
+    return f"{free} of {capacity} free" + (f" on the nodes; {QUEUE_UNKNOWN}" if queue_unknown else "")
+
+
+def queue_wait_words(queue_text: str) -> str:
+    """The badge where Kueue would hold the server until its queue's quota allows it."""
+    return f"{queue_text}: your server would wait"
+
+
+def queue_full_words(queue: str) -> str:
+    """Why an offering cannot be chosen while its Kueue queue allows no more."""
+    return f"your queue '{queue}' allows none more right now"
+
+
+def scale_up_words(minutes: int) -> str:
+    """The badge of an offering whose nodes can be added: "free after scale-up, about 5 min"."""
+    return f"free after scale-up, about {minutes} min"
+
+
+def queued_words(waiting: int) -> str:
+    """The badge of an offering with a wait queue: "queue: 2 waiting"."""
+    return f"queue: {waiting} waiting" if waiting else NONE_FREE_FIRST
+
+
+# -- The spawn page's notice above the choices, and the refusals while the cluster is away -----
+
+
+class CountsHealth(Protocol):
+    """What the words read of the free counts' health (capacity.index.Health)."""
+
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def forbidden(self) -> str: ...
+    @property
+    def answered(self) -> bool: ...
+    @property
+    def as_of(self) -> float | None: ...
+
+
+def age_words(seconds: float) -> str:
+    """ "45 s", "12 min", "3 h"."""
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 2 * 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
+
+
+def counts_notice(health: CountsHealth, now: datetime) -> str:
+    """What the spawn page says above the choices when the free counts are not live ("" when they are).
+
+    ``now`` is timezone-aware (the site's zone): the time the counts are from is shown in it,
+    with the zone's abbreviation (``c.GPUSpawner.site_timezone``), so no reader takes it for theirs.
+    """
+    if health.ready or health.forbidden:  # forbidden: each offering says "free count unavailable"
+        return ""
+    if not health.answered:
+        return "Counting free GPUs: the hub is still connecting to the cluster. Reload the page in a moment."
+    if health.as_of is None:
+        return (
+            "The GPU cluster cannot be reached, so the free counts are unknown and no server can start "
+            "right now. Please try again in a few minutes."
+        )
+    as_of = datetime.fromtimestamp(health.as_of, now.tzinfo)
+    return (
+        f"The GPU cluster cannot be reached: the free counts are as of {as_of:%H:%M:%S %Z} "
+        f"({age_words(now.timestamp() - health.as_of)} ago) and may be out of date. No server can start "
+        "until the cluster is back; please try again in a few minutes."
+    )
+
+
+def unreachable_message(health: CountsHealth, now: datetime) -> str:
+    """Why a spawn is refused while the counts are not live (the 503's message)."""
+    if not health.answered:
+        return "The hub is still connecting to the GPU cluster, so no server can start yet. Please try again in a few seconds."
+    since = ""
+    if health.as_of is not None:
+        since = f" (since {datetime.fromtimestamp(health.as_of, now.tzinfo):%H:%M:%S %Z}, {age_words(now.timestamp() - health.as_of)} ago)"
+    return f"The GPU cluster cannot be reached{since}, so no server can start now. Please try again in a few minutes."
+
+
+def slow_cluster_message() -> str:
+    """Why a spawn is refused when the API server answers, but not the hub's request in time (the 503's message)."""
+    return (
+        "The cluster is answering too slowly right now: it did not confirm your server's pod in time, "
+        "so your server was not started. Please try again in a minute."
+    )
+
+
+def start_timeout_message(start_timeout: float, waiting_for: str) -> str:
+    """Why a start ran out of time (``waiting_for``: what it was still waiting for)."""
+    return (
+        f"Your server did not start within the hub's time limit ({start_timeout:.0f} seconds): {waiting_for}. "
+        "Nothing is left running. Please try again; if it happens again, tell the hub's administrators."
+    )
+
+
+#: The message of every refusal for a hub whose GPU settings are wrong (the log says what).
+MISCONFIGURED_MESSAGE = "This hub's GPU options are misconfigured; please tell your administrator."
+
+
+# -- A spawn admitted, queued or refused (capacity.admission, hub.admitting, hub.scheduling) ---
+
+
+def none_free_queue_words(what: str, queue_text: str) -> str:
+    """Where Kueue's quota alone refuses: "No H100 is free now: <queue_words>."."""
+    return f"No {what} is free now: {queue_text}."
+
+
+def none_free_words(what: str, free: int | None, capacity: int | None) -> str:
+    """ "No H100 is free (0 of 8 free)."."""
+    return f"No {what} is free ({free} of {capacity} free)."
+
+
+def free_instead_words(instead: str) -> str:
+    """What the user may take instead, after a refusal: " Free now: MIG 1g.5gb (2)." ("" for none)."""
+    return f" Free now: {instead}." if instead else ""
+
+
+def scale_up_warning(what: str, nodes: int, minutes: int) -> str:
+    """The warning of a spawn that waits for its pool to grow."""
+    return (
+        f"No {what} is free right now; the pool can grow by up to {nodes} node(s), so your server should start in about {minutes} minutes."
+    )
+
+
+def wait_warning(what: str, refusal: str) -> str:
+    """The warning of a spawn that starts when a unit is free (``warn``), with what a refusal would say."""
+    return f"No {what} is free right now; your server will start when one is. {refusal}"
+
+
+def queued_message(what: str) -> str:
+    """The message of a spawn put in the wait queue (``queue``)."""
+    return f"No {what} is free right now: you are in the queue for the next one."
+
+
+def quota_words(key: str) -> str:
+    """What a quota key counts: "GPUs of any kind" (``total``), "MIG slice units"."""
+    return "GPUs of any kind" if key == "total" else f"{group_title(key)} units"
+
+
+def over_user_quota(limit: int, key: str, now: int) -> str:
+    """The refusal of a spawn over the user's own quota."""
+    return f"Over your quota: you may hold {limit} {quota_words(key)} at once and already hold {now}. Stop one of your other servers first."
+
+
+def over_group_quota(group: str, limit: int, key: str, now: int) -> str:
+    """The refusal of a spawn over the quota of one of the user's groups."""
+    return (
+        f"Over the quota of your group '{group}': its members may hold {limit} {quota_words(key)} "
+        f"together and already hold {now}. Try again later or pick a smaller option."
+    )
+
+
+def window_closed(display_name: str, closed: str) -> str:
+    """The refusal of an offering outside its time window (``closed``: core.windows' words)."""
+    return f"{display_name} is {closed}."
+
+
+#: What a refused window or capacity decision adds: what the user can do about it.
+PICK_ANOTHER = " Please pick another option."
+TAKEN_PICK_AGAIN = " Your choice was taken just now; please pick again."
+QUEUE_FULL_ADVICE = " Please pick another option, or try again when a server of your queue has stopped."
+
+
+def just_taken(display_name: str) -> str:
+    """The refusal when the last free unit went to another spawn between count and reservation."""
+    return f"The last {display_name} was just taken by another spawn. Please pick again."
+
+
+def queue_timeout(display_name: str, minutes: int) -> str:
+    """The refusal of a spawn that waited in the queue for its whole time."""
+    return f"No {display_name} became free within {minutes} minute(s). Please try again later."
+
+
+def pod_name_taken(where: str, holder: str, hub_id: str) -> str:
+    """The refusal when another hub's (or anyone's) pod already has this server's pod name."""
+    mine = f"this hub's identity is '{hub_id}'" if hub_id else "this hub has no identity"
+    return (
+        f"The pod name {where} is taken by {holder} ({mine}), so this server cannot start; that pod is "
+        "left alone. Two hubs share this namespace with the same pod names: give each hub its own "
+        "c.GPUSpawner.hub_id and GPUSpawner's default pod_name_template (or its own c.KubeSpawner.pod_name_template "
+        "or namespace). Please tell the hub's admin."
+    )
+
+
+def image_refusal(display_name: str, image: str, reason: str) -> str:
+    """A spawn's refusal: "H100 cannot run quay.io/...: it needs driver >= 570; these nodes have 550.54.15. ..." """
+    return f"{display_name} cannot run the image {image}: it {reason}. Choose another GPU or another image, or ask your hub admin."
+
+
+# -- A choice the hub cannot take (offerings.choice, page.useroptions: 400s) -------------------
+# (``shown``: what the user sent, as offerings.choice.shown cuts it for the page)
+
+#: The options of a spawn were not a mapping, or had no count that is a whole number.
+OPTIONS_NOT_UNDERSTOOD = "The server options were not understood. Pick one of the options on the spawn page."
+COUNT_NOT_WHOLE = "The number of GPUs must be a whole number such as 1 or 2."
+NO_CHOICE_NO_DEFAULT = "No GPU option was chosen and this hub has no default. Pick one on the spawn page."
+
+
+def too_long(keys: str, max_chars: int) -> str:
+    """The 400's words for options whose values under ``keys`` (as page.useroptions names them) are over the bound."""
+    return f"The value of {keys} is too long (at most {max_chars} characters as JSON). Pick one of the options on the spawn page."
+
+
+def not_one(name: str, got: int) -> str:
+    return f"Please choose exactly one {name} (got {got})."
+
+
+def count_not_whole(shown: str) -> str:
+    return f"The number of GPUs must be a whole number such as 1 or 2, not '{shown}'."
+
+
+def not_a_choice(shown: str) -> str:
+    return f"'{shown}' is not a valid GPU option. Pick one of the options on the spawn page."
+
+
+def not_offered(shown: str, names: str) -> str:
+    """An unknown offering and a forbidden one get these same words (neither is revealed)."""
+    return (
+        f"The GPU option '{shown}' is not offered to you on this hub (it may have been removed or "
+        f"renamed since you last used it). Available: {names or 'none'}."
+    )
+
+
+def count_not_offered(display_name: str, allowed: str, count: int) -> str:
+    return f"{display_name} can be taken {allowed} at a time, not {count}."
+
+
+def profile_not_a_name(slugs: str) -> str:
+    return f"The profile must be the name of one profile: {slugs}."
+
+
+def profile_unknown(shown: str, slugs: str) -> str:
+    return f"The profile '{shown}' does not exist on this hub. Profiles: {slugs}."
+
+
+def unlisted_not_text(title: str, shown: str) -> str:
+    return f"The value for {title} must be a short text, not '{shown}'."
+
+
+def not_a_profile_choice(shown: str, title: str, profile: str, choices: str) -> str:
+    return f"'{shown}' is not a choice for {title} in the profile {profile}. Choices: {choices or 'none'}."

@@ -2,8 +2,8 @@
 console script ``gpuspawner-culler``). See docs/culler.md."""
 
 from gpuspawner.culler.app import GpuCuller, main
-from gpuspawner.culler.config import REQUIRED_SCOPES, USER_CULLING_SCOPES
 from gpuspawner.culler.contract import ServerOffering, parse_offering
+from gpuspawner.culler.settings import REQUIRED_SCOPES, USER_CULLING_SCOPES
 
 __all__ = [
     "REQUIRED_SCOPES",

@@ -13,10 +13,10 @@ from jupyterhub_idle_culler import format_td, utcnow
 
 from gpuspawner.culler import notices
 from gpuspawner.culler.actionlog import ActionLog
+from gpuspawner.culler.cullmetrics import CullerMetrics
 from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView
-from gpuspawner.culler.hub import HubClient
+from gpuspawner.culler.hubclient import HubClient
 from gpuspawner.culler.kernels import KernelClient, KernelShutdown
-from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
 from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP, CullDecision, Policy
 from gpuspawner.culler.records import GPU_IDLE_LIMIT, UNRESPONSIVE, ServerRecord

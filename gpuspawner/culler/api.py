@@ -34,8 +34,8 @@ from jupyterhub.services.auth import HubAuth, HubAuthenticated, UserNotAllowed
 from tornado import web
 
 from gpuspawner.culler.actionlog import ActionLog
+from gpuspawner.culler.cullmetrics import CullerMetrics, MetricsHandler
 from gpuspawner.culler.leases import LeaseRefused
-from gpuspawner.culler.metrics import CullerMetrics, MetricsHandler
 
 #: the custom scope that lets its holder read every user's actions
 READ_ALL_SCOPE = "custom:gpu-culler:read-actions"

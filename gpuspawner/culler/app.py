@@ -7,7 +7,7 @@ Every option of jupyterhub-idle-culler 2.0 keeps its name, flag and meaning
 ``--cull-default-servers``, ``--cull-named-servers``, ``--remove-named-servers``,
 ``--ssl-enabled``, ``--internal-certs-location``, ``--config``,
 ``--generate-config``, ``cull_arbiter_hook``); ``c.IdleCuller.*`` config applies too.
-The settings themselves are :mod:`gpuspawner.culler.config`'s; this module wires them
+The settings themselves are :mod:`gpuspawner.culler.settings`'s; this module wires them
 into a :class:`~gpuspawner.culler.cycle.Culler` (hub, kernel and Prometheus clients,
 tokens, metrics) and runs it.
 """
@@ -29,16 +29,16 @@ from tornado.httpserver import HTTPServer
 
 from gpuspawner.culler.actionlog import ActionLog
 from gpuspawner.culler.api import make_service_app
-from gpuspawner.culler.config import DEFAULT_GPU_KIND_TIMEOUTS, USER_CULLING_SCOPES, CullerSettings, scope_problems
 from gpuspawner.culler.connections import help_text
+from gpuspawner.culler.cullmetrics import CullerMetrics
 from gpuspawner.culler.cycle import Culler
 from gpuspawner.culler.gpu_query import GpuQuerySettings
-from gpuspawner.culler.hub import HubClient
+from gpuspawner.culler.hubclient import HubClient
 from gpuspawner.culler.kernels import KernelClient
-from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
 from gpuspawner.culler.policy import DEFAULT_GPU_LEASES, Policy
-from gpuspawner.culler.prometheus import PrometheusClient
+from gpuspawner.culler.promclient import PrometheusClient
+from gpuspawner.culler.settings import DEFAULT_GPU_KIND_TIMEOUTS, USER_CULLING_SCOPES, CullerSettings, scope_problems
 from gpuspawner.culler.tokens import ServerTokens
 from gpuspawner.culler.transport import RequestFailed, RetryPolicy, Transport
 from gpuspawner.names.vocabulary import Kind

@@ -1,7 +1,7 @@
 """How the culler reaches what it reads, as ``c.GpuCuller.<name>`` options: Prometheus and
 the GPU view's query, the hub and the single-user servers (timeouts, retries, concurrency,
 per-server tokens), and its own metrics endpoint. A ``HasTraits`` mix-in of
-:class:`gpuspawner.culler.config.CullerSettings` (whose traits are the rest).
+:class:`gpuspawner.culler.settings.CullerSettings` (whose traits are the rest).
 """
 
 from __future__ import annotations

@@ -24,16 +24,16 @@ from jupyterhub_idle_culler import format_td, utcnow
 
 from gpuspawner.culler.actionlog import ActionLog
 from gpuspawner.culler.actions import Actions
+from gpuspawner.culler.cullmetrics import CullerMetrics
 from gpuspawner.culler.dates import parse_time
 from gpuspawner.culler.gpu_metrics import GpuView, unavailable
-from gpuspawner.culler.hub import HubClient
+from gpuspawner.culler.hubclient import HubClient
 from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.leases import LeaseBook
-from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
 from gpuspawner.culler.observations import GpuIdleStreak, KernelMemo, turns, waiting_ranking
 from gpuspawner.culler.policy import STOP, BudgetRunway, Policy
-from gpuspawner.culler.prometheus import PrometheusClient
+from gpuspawner.culler.promclient import PrometheusClient
 from gpuspawner.culler.serverwork import ServerOutcome, ServerWork
 from gpuspawner.culler.tokens import ServerTokens
 from gpuspawner.culler.transport import RequestFailed

@@ -20,7 +20,7 @@ from gpuspawner.culler import notices
 from gpuspawner.culler.actions import ActionResult
 from gpuspawner.culler.decide import decide, decide_unresponsive, upcoming
 from gpuspawner.culler.gpu_metrics import GpuView, PodGpuView, expect_devices
-from gpuspawner.culler.hub import server_record
+from gpuspawner.culler.hubclient import server_record
 from gpuspawner.culler.leases import lease_reclaimed, lease_status
 from gpuspawner.culler.observations import kernel_memo, last_seen, plan_kernel_view, track_gpu_idle
 from gpuspawner.culler.policy import RECLAIM, STOP, CullDecision
@@ -28,9 +28,9 @@ from gpuspawner.culler.records import BUDGET, GPU_IDLE_LIMIT, GPU_LEASE, WAITING
 
 if TYPE_CHECKING:
     from gpuspawner.culler.actions import Actions
+    from gpuspawner.culler.cullmetrics import CullerMetrics
     from gpuspawner.culler.kernels import KernelClient
     from gpuspawner.culler.leases import LeaseBook
-    from gpuspawner.culler.metrics import CullerMetrics
     from gpuspawner.culler.notify import Notifier
     from gpuspawner.culler.observations import GpuIdleStreak, KernelMemo
     from gpuspawner.culler.policy import Policy

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspawner.culler.hub import HubClient
-from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.cullmetrics import CullerMetrics
+from gpuspawner.culler.hubclient import HubClient
 from gpuspawner.culler.records import ServerRecord
 from gpuspawner.culler.transport import RequestFailed
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 
-from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.cullmetrics import CullerMetrics
 
 #: so that a pod's or the hub's logs say who asked
 USER_AGENT = "gpuspawner-culler"

@@ -128,7 +128,7 @@ def cluster_stages(stages: str) -> str:
             doc["spec"]["selector"].setdefault("matchExpressions", []).append(
                 {"key": f'.metadata.annotations["{KEEP_RUNNING}"]', "operator": "DoesNotExist"}
             )
-    return yaml.safe_dump_all(docs, sort_keys=False)
+    return str(yaml.safe_dump_all(docs, sort_keys=False))
 
 
 def missing_binaries(directory: Path | None = None) -> list[str]:

@@ -7,23 +7,31 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import NameOID
 
 API_SERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
 API_SERVER_IPS = ("127.0.0.1", "10.96.0.1")
 
 
-def _pem_key(key) -> bytes:
+def _pem_key(key: CertificateIssuerPrivateKeyTypes) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
 def _cert(
-    subject: str, key, issuer_name: x509.Name, issuer_key, ca: bool, sans: list | None = None, client: bool = False
+    subject: str,
+    key: CertificateIssuerPrivateKeyTypes,
+    issuer_name: x509.Name,
+    issuer_key: CertificateIssuerPrivateKeyTypes,
+    ca: bool,
+    sans: Sequence[x509.GeneralName] | None = None,
+    client: bool = False,
 ) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (

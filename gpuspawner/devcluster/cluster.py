@@ -35,7 +35,7 @@ from gpuspawner.devcluster.clusterstate import (
     log_tail,
     terminate,
 )
-from gpuspawner.devcluster.kueue import Kueue
+from gpuspawner.devcluster.kueuecontroller import Kueue
 from gpuspawner.devcluster.nodes import standard_nodes
 from gpuspawner.devcluster.ports import free_ports
 

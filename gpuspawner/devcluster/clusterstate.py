@@ -144,7 +144,7 @@ def log_tail(path: Path, lines: int = 3) -> str:
 def http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2.0) as resp:
-            return resp.status == 200
+            return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
 

@@ -94,7 +94,7 @@ def published(spec: DraNode, generation: int) -> list[dict[str, Any]]:
 class Harness:
     """Loads states into one devcluster and checks each DRA offering against the scheduler."""
 
-    def __init__(self, cluster: DevCluster, log):
+    def __init__(self, cluster: DevCluster, log: Callable[[str], object]):
         from kubespawner.clients import load_config, shared_client
 
         from gpuspawner.hub.inventory import Inventory
@@ -120,7 +120,7 @@ class Harness:
         except Exception:  # noqa: BLE001 - not there yet
             return False
 
-    async def _until(self, check, what: str, timeout: float = 120.0) -> None:
+    async def _until(self, check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while not check():
             if time.monotonic() > deadline:
@@ -128,10 +128,12 @@ class Harness:
             await asyncio.sleep(0.05)
 
     def _pods(self, ns: str) -> list[dict[str, Any]]:
-        return self.kube.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+        pods: list[dict[str, Any]] = self.kube.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+        return pods
 
     def _claims(self) -> list[dict[str, Any]]:
-        return self.kube.request("GET", "/apis/resource.k8s.io/v1/resourceclaims")["items"]
+        claims: list[dict[str, Any]] = self.kube.request("GET", "/apis/resource.k8s.io/v1/resourceclaims")["items"]
+        return claims
 
     async def _clear(self, ns: str) -> None:
         self.kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0")
@@ -262,7 +264,7 @@ def kind(name: str) -> tuple[Callable[[int], State], type[Harness]]:
     return module.draw_state, module.Harness
 
 
-async def run_states(cluster: DevCluster, seeds: list[int], log, kind_name: str = "devices") -> list[Result]:
+async def run_states(cluster: DevCluster, seeds: list[int], log: Callable[[str], object], kind_name: str = "devices") -> list[Result]:
     draw, harness_class = kind(kind_name)
     harness = harness_class(cluster, log)
     await harness.setup()

@@ -130,7 +130,9 @@ def draw_taints(seed: int) -> ShareState:
         ({"operator": "Exists"},),
     )
     slugs = ["dra-gpu-h100-80gb", "dra-gpu-l4", "dra-share-l40s-8gb"]
-    variants = [(rng.choice(slugs), None, rng.choice(tolerations)) for _ in range(2)]
+    variants: list[tuple[str, dict[str, str] | None, tuple[dict[str, str], ...] | None]] = [
+        (rng.choice(slugs), None, rng.choice(tolerations)) for _ in range(2)
+    ]
     return ShareState(seed, "taints", nodes, held, variants=variants)
 
 
@@ -193,7 +195,7 @@ class SharesHarness(Harness):
                     out.add((r["driver"], r["pool"], r["device"]))
         return out
 
-    def offerings(self, state: ShareState) -> list[Offering]:  # type: ignore[override]
+    def offerings(self, state: ShareState) -> list[Offering]:
         found = list(self.inventory.index.dra.discovered())
         by_slug = {o.slug: o for o in found}
         for i, (slug, capacity, tolerations) in enumerate(state.variants):

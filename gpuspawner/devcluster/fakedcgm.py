@@ -63,7 +63,7 @@ def dcgm_labels(pod: dict[str, Any], template: dict[str, str], index: int) -> di
         container=spec["containers"][0]["name"],
     )
     limits = (spec["containers"][0].get("resources") or {}).get("limits") or {}
-    profiles = [mig_profile_of(k) for k in limits if k.startswith(MIG_PREFIX)]
+    profiles = [p for k in limits if k.startswith(MIG_PREFIX) and (p := mig_profile_of(k))]
     if meta.get("labels", {}).get(LABEL_KIND) == Kind.MIG:
         labels.update(GPU_I_PROFILE=profiles[0] if profiles else template.get("GPU_I_PROFILE", "1g.10gb"), GPU_I_ID=str(7 + index))
     return labels

@@ -67,7 +67,7 @@ class GeneratedNode:
 
     @property
     def name(self) -> str:
-        return self.manifest["metadata"]["name"]
+        return str(self.manifest["metadata"]["name"])
 
 
 class _Draw:

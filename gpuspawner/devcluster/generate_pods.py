@@ -6,7 +6,9 @@ import random
 from typing import Any
 
 
-def random_pods(rng: random.Random, nodes: list[dict[str, Any]], namespaces=("team-a", "team-b", "kube-system")) -> list[dict[str, Any]]:
+def random_pods(
+    rng: random.Random, nodes: list[dict[str, Any]], namespaces: tuple[str, ...] = ("team-a", "team-b", "kube-system")
+) -> list[dict[str, Any]]:
     """Pods other users already run, bound to nodes (as the scheduler or a DaemonSet would have).
 
     GPU jobs take some of a node's GPU resources, cpu/memory hogs a share of its cpu and
@@ -15,7 +17,7 @@ def random_pods(rng: random.Random, nodes: list[dict[str, Any]], namespaces=("te
     """
     from gpuspawner.core.fit import NodeFacts
 
-    pods = []
+    pods: list[dict[str, Any]] = []
     for raw in nodes:
         facts = NodeFacts.from_node(raw)
         if raw["spec"].get("unschedulable") and rng.random() < 0.5:

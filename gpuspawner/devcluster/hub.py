@@ -135,7 +135,7 @@ class HubProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path or self.tmp / "hub.log"
         self.proxy_pid_file = self.tmp / "proxy.pid"
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def base_config(self) -> str:
         """The settings every test and benchmark hub shares: loopback ports, the repository's
@@ -164,7 +164,7 @@ class HubProcess:
             """
         )
 
-    def launch(self, config: Path | str, env: Mapping[str, str] | None = None, debug: bool = False) -> subprocess.Popen:
+    def launch(self, config: Path | str, env: Mapping[str, str] | None = None, debug: bool = False) -> subprocess.Popen[bytes]:
         """Start ``jupyterhub -f config`` (``config``: a file, or the config's text to write to
         ``tmp/jupyterhub_config.py``) with ``env`` (default: ours); it does not wait for it."""
         if isinstance(config, str):
@@ -329,11 +329,13 @@ class Hub(HubProcess):
         resp = await self.client.fetch(req)
         return json.loads(resp.body) if resp.body else None
 
-    async def user(self, name: str) -> dict:
-        return await self.api("GET", f"/users/{quote(name)}")
+    async def user(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = await self.api("GET", f"/users/{quote(name)}")
+        return found
 
-    async def server(self, user: str, name: str = "") -> dict | None:
-        return (await self.user(user)).get("servers", {}).get(name)
+    async def server(self, user: str, name: str = "") -> dict[str, Any] | None:
+        found: dict[str, Any] | None = (await self.user(user)).get("servers", {}).get(name)
+        return found
 
     async def create_users(self, names: list[str]) -> None:
         for i in range(0, len(names), 500):
@@ -343,7 +345,9 @@ class Hub(HubProcess):
                 if e.code != 409:
                     raise
 
-    async def spawn(self, user: str, options: dict, name: str = "", wait: bool = True, timeout: float = 240) -> dict | None:
+    async def spawn(
+        self, user: str, options: dict[str, Any], name: str = "", wait: bool = True, timeout: float = 240
+    ) -> dict[str, Any] | None:
         path = f"/users/{quote(user)}/servers/{quote(name)}" if name else f"/users/{quote(user)}/server"
         try:
             await self.api("POST", path, options)
@@ -354,7 +358,7 @@ class Hub(HubProcess):
             return None
         return await self.wait_ready(user, name, timeout)
 
-    async def wait_ready(self, user: str, name: str = "", timeout: float = 240) -> dict:
+    async def wait_ready(self, user: str, name: str = "", timeout: float = 240) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             s = await self.server(user, name)

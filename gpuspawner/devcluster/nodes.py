@@ -23,7 +23,8 @@ MAX_NODES = 254 * 256
 def node_classes(path: Path = NODES_FILE) -> list[dict[str, Any]]:
     """The node entries of ``nodes.yaml`` (name, labels, taints, allocatable, class)."""
     data = yaml.safe_load(path.read_text())
-    return data["nodes"]
+    nodes: list[dict[str, Any]] = data["nodes"]
+    return nodes
 
 
 def pod_cidr(index: int) -> str:

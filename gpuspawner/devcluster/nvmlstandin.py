@@ -39,6 +39,17 @@ from typing import Any
 
 import pynvml
 
+#: NVML's return codes and values the stand-in answers with: the binding's own constants, typed
+#: (the binding has no type hints).
+DEVICE_MIG_ENABLE: int = pynvml.NVML_DEVICE_MIG_ENABLE
+ERROR_INSUFFICIENT_SIZE: int = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+ERROR_INVALID_ARGUMENT: int = pynvml.NVML_ERROR_INVALID_ARGUMENT
+ERROR_NOT_FOUND: int = pynvml.NVML_ERROR_NOT_FOUND
+ERROR_NOT_SUPPORTED: int = pynvml.NVML_ERROR_NOT_SUPPORTED
+ERROR_UNINITIALIZED: int = pynvml.NVML_ERROR_UNINITIALIZED
+SUCCESS: int = pynvml.NVML_SUCCESS
+VALUE_NOT_AVAILABLE: int = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+
 GIB = 1 << 30
 #: what the driver keeps on a GPU with no process (context-less reserve), bytes
 RESERVED = 300 << 20
@@ -103,15 +114,15 @@ def _set_handle(ref: Any, value: int) -> None:
 
 
 def _used(value: int | None) -> int:
-    return pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if value is None else value
+    return VALUE_NOT_AVAILABLE if value is None else value
 
 
 def _put_string(buf: Any, size: Any, text: str) -> int:
     data = text.encode()
     if len(data) + 1 > int(getattr(size, "value", size)):
-        return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        return ERROR_INSUFFICIENT_SIZE
     buf.value = data
-    return pynvml.NVML_SUCCESS
+    return SUCCESS
 
 
 class FakeNvmlLib:
@@ -138,12 +149,12 @@ class FakeNvmlLib:
         value = _handle_value(handle)
         gpu_index, slot = (value >> 8) - 1, (value & 0xFF) - 1
         if not 0 <= gpu_index < len(self.gpus):
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            return ERROR_INVALID_ARGUMENT
         gpu = self.gpus[gpu_index]
         if slot < 0:
             return gpu, None
         if gpu.migs is None or slot >= len(gpu.migs):
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            return ERROR_INVALID_ARGUMENT
         return gpu, gpu.migs[slot]
 
     def _on(self, name: str, handle: Any) -> tuple[FakeGpu, FakeMig | None] | int:
@@ -159,25 +170,25 @@ class FakeNvmlLib:
         return self.init_error
 
     def nvmlShutdown(self) -> int:  # noqa: N802
-        return pynvml.NVML_SUCCESS
+        return SUCCESS
 
     def nvmlDeviceGetCount_v2(self, count: Any) -> int:  # noqa: N802
         self.calls += 1
         if self.init_error:
-            return pynvml.NVML_ERROR_UNINITIALIZED
+            return ERROR_UNINITIALIZED
         _set_uint(count, len(self.gpus))
-        return pynvml.NVML_SUCCESS
+        return SUCCESS
 
     def nvmlDeviceGetHandleByIndex_v2(self, index: Any, device: Any) -> int:  # noqa: N802
         self.calls += 1
         i = int(getattr(index, "value", index))
         if not 0 <= i < len(self.gpus):
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            return ERROR_INVALID_ARGUMENT
         code = self.gpus[i].errors.get("nvmlDeviceGetHandleByIndex_v2", 0)
         if code:
             return code
         _set_handle(device, (i + 1) << 8)
-        return pynvml.NVML_SUCCESS
+        return SUCCESS
 
     # -- per device -----------------------------------------------------------
     def nvmlDeviceGetUUID(self, handle: Any, buf: Any, size: Any) -> int:  # noqa: N802
@@ -200,10 +211,10 @@ class FakeNvmlLib:
             return found
         gpu, mig = found
         if gpu.migs is None or mig is not None:
-            return pynvml.NVML_ERROR_NOT_SUPPORTED
-        _set_uint(current, pynvml.NVML_DEVICE_MIG_ENABLE)
-        _set_uint(pending, pynvml.NVML_DEVICE_MIG_ENABLE)
-        return pynvml.NVML_SUCCESS
+            return ERROR_NOT_SUPPORTED
+        _set_uint(current, DEVICE_MIG_ENABLE)
+        _set_uint(pending, DEVICE_MIG_ENABLE)
+        return SUCCESS
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, memory: Any) -> int:  # noqa: N802
         found = self._on("nvmlDeviceGetMemoryInfo", handle)
@@ -217,7 +228,7 @@ class FakeNvmlLib:
         used = min(total, RESERVED + sum(p.used_bytes or 0 for p in procs))
         struct = memory._obj
         struct.total, struct.used, struct.free = total, used, total - used
-        return pynvml.NVML_SUCCESS
+        return SUCCESS
 
     @staticmethod
     def _all_processes(gpu: FakeGpu) -> list[tuple[FakeProcess, FakeMig | None]]:
@@ -232,7 +243,8 @@ class FakeNvmlLib:
             return found
         gpu, mig = found
         if mig is not None and gpu.mig_processes_on_parent_only:
-            return pynvml.NVML_ERROR_NOT_SUPPORTED
+            return ERROR_NOT_SUPPORTED
+        procs: list[tuple[FakeProcess, FakeMig | None]]
         if mps:
             procs = [] if mig is not None else [(p, None) for p in gpu.mps_processes]
         else:
@@ -240,16 +252,16 @@ class FakeNvmlLib:
         room = count._obj.value
         _set_uint(count, len(procs))
         if not procs:
-            return pynvml.NVML_SUCCESS
+            return SUCCESS
         if infos is None or room < len(procs):
-            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            return ERROR_INSUFFICIENT_SIZE
         for i, (p, where) in enumerate(procs):
             infos[i].pid = p.pid
             infos[i].usedGpuMemory = _used(p.used_bytes)
             # on a MIG-enabled GPU the instance IDs; otherwise NVML's "invalid" 0xFFFFFFFF
             infos[i].gpuInstanceId = where.gi if where else 0xFFFFFFFF
             infos[i].computeInstanceId = where.ci if where else 0xFFFFFFFF
-        return pynvml.NVML_SUCCESS
+        return SUCCESS
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count: Any, infos: Any) -> int:  # noqa: N802
         return self._list_processes("nvmlDeviceGetComputeRunningProcesses_v3", handle, count, infos)
@@ -282,19 +294,19 @@ class FakeNvmlLib:
             return found
         gpu, mig = found
         if mig is not None or gpu.migs is not None:
-            return pynvml.NVML_ERROR_NOT_SUPPORTED
+            return ERROR_NOT_SUPPORTED
         self._sample(gpu)
         newer = [s for s in gpu.samples if s[0] > int(since.value)]
         if not newer:
-            return pynvml.NVML_ERROR_NOT_FOUND
+            return ERROR_NOT_FOUND
         room = count._obj.value
         _set_uint(count, len(newer))
         if samples is None or room < len(newer):
-            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            return ERROR_INSUFFICIENT_SIZE
         for i, (stamp, pid, sm) in enumerate(newer):
             samples[i].pid, samples[i].timeStamp, samples[i].smUtil = pid, stamp, sm
             samples[i].memUtil = samples[i].encUtil = samples[i].decUtil = 0
-        return pynvml.NVML_SUCCESS
+        return SUCCESS
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, count: Any) -> int:  # noqa: N802
         found = self._on("nvmlDeviceGetMaxMigDeviceCount", handle)
@@ -302,7 +314,7 @@ class FakeNvmlLib:
             return found
         gpu, _ = found
         _set_uint(count, gpu.max_mig if gpu.migs is not None else 0)
-        return pynvml.NVML_SUCCESS
+        return SUCCESS
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, mig: Any) -> int:  # noqa: N802
         found = self._on("nvmlDeviceGetMigDeviceHandleByIndex", handle)
@@ -311,9 +323,9 @@ class FakeNvmlLib:
         gpu, _ = found
         slot = int(getattr(index, "value", index))
         if gpu.migs is None or slot >= len(gpu.migs):
-            return pynvml.NVML_ERROR_NOT_FOUND
+            return ERROR_NOT_FOUND
         _set_handle(mig, (self.gpus.index(gpu) + 1) << 8 | (slot + 1))
-        return pynvml.NVML_SUCCESS
+        return SUCCESS
 
     def _instance_id(self, name: str, handle: Any, out: Any, attr: str) -> int:
         found = self._on(name, handle)
@@ -321,9 +333,9 @@ class FakeNvmlLib:
             return found
         _, mig = found
         if mig is None:
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            return ERROR_INVALID_ARGUMENT
         _set_uint(out, getattr(mig, attr))
-        return pynvml.NVML_SUCCESS
+        return SUCCESS
 
     def nvmlDeviceGetGpuInstanceId(self, handle: Any, out: Any) -> int:  # noqa: N802
         return self._instance_id("nvmlDeviceGetGpuInstanceId", handle, out, "gi")
@@ -333,8 +345,9 @@ class FakeNvmlLib:
 
 
 @contextmanager
-def installed(lib: FakeNvmlLib, nvml: ModuleType = pynvml) -> Iterator[ModuleType]:
-    """``nvml`` (the ``pynvml`` module) talking to ``lib`` instead of libnvidia-ml.so.1."""
+def installed(lib: FakeNvmlLib, nvml: Any = pynvml) -> Iterator[ModuleType]:
+    """``nvml`` (the ``pynvml`` module, whose private library handle is replaced: Any) talking to ``lib``
+    instead of libnvidia-ml.so.1."""
     saved = nvml.nvmlLib, dict(nvml._nvmlGetFunctionPointer_cache)
     nvml.nvmlLib = lib
     nvml._nvmlGetFunctionPointer_cache.clear()

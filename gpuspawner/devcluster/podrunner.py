@@ -35,7 +35,7 @@ class RunningServer:
     uid: str
     name: str
     ip: str
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     workdir: Path
 
 

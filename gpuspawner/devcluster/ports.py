@@ -10,7 +10,8 @@ def free_port() -> int:
     """A loopback port nothing listens on now (the OS's choice)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def free_ports(names: Iterable[str]) -> dict[str, int]:

@@ -9,6 +9,7 @@ scraping static targets every second, keeping its data in a scratch folder.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import signal
@@ -86,7 +87,7 @@ class Prometheus:
         self.extra_args = list(extra_args)
         self.config_file = self.directory / "prometheus.yml"
         self.log_file = self.directory / "prometheus.log"
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def backfill(self, openmetrics: str) -> None:
@@ -171,7 +172,7 @@ class Prometheus:
     def _ready(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
-                return resp.status == 200
+                return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False
 
@@ -209,19 +210,22 @@ class Prometheus:
         data = self.api("query", params)
         if data["resultType"] == "scalar":
             return [{"metric": {}, "value": data["result"]}]
-        return data["result"]
+        result: list[dict[str, Any]] = data["result"]
+        return result
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        return self.api("query_range", {"query": expr, "start": start, "end": end, "step": step})["result"]
+        result: list[dict[str, Any]] = self.api("query_range", {"query": expr, "start": start, "end": end, "step": step})["result"]
+        return result
 
     def raw_query(self, expr: str) -> dict[str, Any]:
         """Prometheus' whole /api/v1/query JSON answer, errors included (what the culler reads)."""
         url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
         try:
             with urllib.request.urlopen(url, timeout=30) as resp:
-                return json.load(resp)
+                answer: dict[str, Any] = json.load(resp)
         except urllib.error.HTTPError as exc:
-            return json.loads(exc.read() or b"{}")
+            answer = json.loads(exc.read() or b"{}")
+        return answer
 
     def wait_for(self, check: Callable[[], Any], what: str, timeout: float = 90.0, every: float = 0.25) -> Any:
         """Poll ``check()`` until it returns something truthy (and return it). A wait for a
@@ -255,7 +259,7 @@ class Prometheus:
         stand-in reports now is then in Prometheus, and the previous state is superseded."""
         for _ in range(n):
             since = time.time()
-            self.wait_for(lambda since=since: self.scraped_after(job, since), f"a scrape of job {job!r}", timeout)
+            self.wait_for(functools.partial(self.scraped_after, job, since), f"a scrape of job {job!r}", timeout)
 
 
 def _parse_rfc3339(text: str) -> float:

@@ -19,20 +19,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import random
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.generate import random_cluster
 from gpuspawner.devcluster.generate_pods import random_pods
+
+if TYPE_CHECKING:
+    from gpuspawner.capacity.index import ClusterIndex
+    from gpuspawner.spawner import GPUSpawner
 
 T = TypeVar("T")
 NAMESPACES = ("team-a", "team-b", "probe")
@@ -129,13 +134,13 @@ class Harness:
         for name in NAMESPACES:
             await self.api.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         for name in (*NAMESPACES, "kube-system"):  # pods may be made only where the default service account is
-            await self._until(lambda name=name: self._has_service_account(name), f"the service account of {name}")
+            await self._until(functools.partial(self._has_service_account, name), f"the service account of {name}")
 
     async def _has_service_account(self, namespace: str) -> bool:
         accounts = await self.api.list_namespaced_service_account(namespace)
         return any(a.metadata.name == "default" for a in accounts.items)
 
-    async def _until(self, check, what: str, timeout: float = 120.0) -> None:
+    async def _until(self, check: Callable[[], Awaitable[bool]], what: str, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while not await check():
             if time.monotonic() > deadline:
@@ -143,15 +148,14 @@ class Harness:
             await asyncio.sleep(0.05)
 
     async def _pods(self, namespace: str | None = None) -> list[Any]:
-        if namespace:
-            return (await self.api.list_namespaced_pod(namespace)).items
-        return (await self.api.list_pod_for_all_namespaces()).items
+        pods: list[Any] = (await (self.api.list_namespaced_pod(namespace) if namespace else self.api.list_pod_for_all_namespaces())).items
+        return pods
 
-    async def _clear(self, namespaces) -> None:
+    async def _clear(self, namespaces: Iterable[str]) -> None:
         for ns in namespaces:
             await self.api.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         for ns in namespaces:
-            await self._until(lambda ns=ns: self._empty(ns), f"the pods of {ns} gone")
+            await self._until(functools.partial(self._empty, ns), f"the pods of {ns} gone")
 
     async def _empty(self, namespace: str) -> bool:
         return not await self._pods(namespace)
@@ -165,7 +169,7 @@ class Harness:
         await asyncio.gather(*(self.api.create_namespaced_pod(p["metadata"]["namespace"], p) for p in state.pods))
         self.previous_nodes = [n["metadata"]["name"] for n in state.nodes]
 
-    def spawner(self, state: State):
+    def spawner(self, state: State) -> GPUSpawner:
         from jupyterhub.objects import Hub
         from traitlets.config import Config
 
@@ -208,7 +212,7 @@ class Harness:
             await self._until(lambda: self._index_at(index, names, bound), "the inventory to see the probe pods gone")
         return results
 
-    async def _index_at(self, index, names: set[str], pods: int) -> bool:
+    async def _index_at(self, index: ClusterIndex, names: set[str], pods: int) -> bool:
         return set(index.nodes) == names and len(index.pods) == pods and not index.reservations
 
     async def place(self, manifest: dict[str, Any], count: int) -> int:
@@ -266,7 +270,7 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
-def on_devcluster(prefix: str, work: Callable[[DevCluster], Awaitable[T]]) -> T:
+def on_devcluster(prefix: str, work: Callable[[DevCluster], Coroutine[Any, Any, T]]) -> T:
     """Run ``work`` on a fresh devcluster of no nodes, with KubeSpawner's clients pointed at it; then stop it."""
     with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
         cluster = DevCluster(Path(scratch) / "cluster")

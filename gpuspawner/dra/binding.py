@@ -45,11 +45,3 @@ def failed(claim: Mapping[str, Any]) -> list[str]:
     """The binding failure conditions that are ``True`` (the scheduler gives the binding up)."""
     results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or ()
     return [str(n) for r in results for n in r.get("bindingFailureConditions") or () if _device_conditions(claim, r).get(n) == "True"]
-
-
-def preparing_words(conditions: list[str]) -> str:
-    """The spawn's progress step while the scheduler waits for them."""
-    return f"Preparing the device ({', '.join(conditions)})…"
-
-
-READY_WORDS = "The device is ready; the pod is being placed on its node."

@@ -13,12 +13,13 @@ import functools
 import time
 from datetime import datetime
 
+from gpuspawner.capacity.access import allowed, named
 from gpuspawner.capacity.admission import ADMIT, QUEUE, REFUSE, WARN, Decision, Held, QuotaRequest, Quotas, in_order, units_held
-from gpuspawner.capacity.policy import allowed, named
-from gpuspawner.core.imagefit import image_refusal
+from gpuspawner.core import wording
 from gpuspawner.core.model import Offering
+from gpuspawner.core.noticewords import reserved_words, starting_uncounted
 from gpuspawner.core.windows import window_state
-from gpuspawner.core.wording import turn_words
+from gpuspawner.core.wording import image_refusal, turn_words
 from gpuspawner.hub import budgets, catalogs, culleractions, hubhooks, hubid, metrics, spawnview
 from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
 from gpuspawner.hub.seam import Spawner
@@ -152,7 +153,7 @@ async def _take(spawner: Spawner, offering: Offering, count: int, decision: Deci
     index = catalogs.counts(spawner)
     if index is None:  # the hub may not read the cluster: the scheduler decides alone
         metrics.admitted(offering, decision.action)
-        state.messages.append(f"Starting {count} x {offering.display_name} (free count unavailable).")
+        state.messages.append(starting_uncounted(count, offering.display_name))
         return
     if decision.action == QUEUE:
         await _wait_in_queue(spawner, offering, count, decision.message)
@@ -169,9 +170,9 @@ async def _take(spawner: Spawner, offering: Offering, count: int, decision: Deci
     ):
         # Counted free but no single node fits now (a race with another spawn): say so now.
         metrics.refused(offering, Refusal.NO_CAPACITY)
-        raise SpawnRefused(f"The last {offering.display_name} was just taken by another spawn. Please pick again.")
+        raise SpawnRefused(wording.just_taken(offering.display_name))
     metrics.admitted(offering, decision.action)
-    state.messages.append(f"Reserved {count} x {offering.display_name}.")
+    state.messages.append(reserved_words(count, offering.display_name))
 
 
 #: how often a waiting spawn asks the culler when an idle server will make room
@@ -207,7 +208,7 @@ async def _wait_in_queue(spawner: Spawner, offering: Offering, count: int, messa
             if time.monotonic() > deadline:
                 metrics.refused(offering, Refusal.QUEUE_TIMEOUT)
                 raise SpawnRefused(
-                    f"No {offering.display_name} became free within {timeout // 60 or 1} minute(s). Please try again later.",
+                    wording.queue_timeout(offering.display_name, timeout // 60 or 1),
                     Refusal.QUEUE_TIMEOUT,
                 )
             spawner.spawn_state.queue_position = place.position

@@ -2,7 +2,7 @@
 ledger when Prometheus is not set or does not answer in time), a spawn the budget does not
 cover refused with 429, the ledger kept in each server's saved state, and the figures
 exported for the culler (``gpuspawner_budget_*``). The counting is
-:mod:`gpuspawner.capacity.budgets`'.
+:mod:`gpuspawner.capacity.budgetmath`'.
 
 The ledger: each GPU server's saved state (the hub's database, beside its record) keeps
 ``gpu_usage``, rows of ``{"start", "end", "cost"}``: opened when a server with a GPU has
@@ -24,7 +24,7 @@ import aiohttp
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 
-from gpuspawner.capacity.budgets import (
+from gpuspawner.capacity.budgetmath import (
     HUB_RECORD,
     PROMETHEUS,
     Standing,
@@ -42,6 +42,7 @@ from gpuspawner.capacity.budgets import (
     window_start,
 )
 from gpuspawner.core.model import Offering
+from gpuspawner.core.noticewords import budget_progress
 from gpuspawner.hub import catalogs, metrics, spawnview
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.hub.seam import Spawner
@@ -168,9 +169,7 @@ async def check(spawner: Spawner, offering: Offering, count: int, catalog: list[
         if state.pod_changes is not None:  # the user's GPU view reads the figures (no credential goes in)
             extra = env(found, offering, count, spawner.now())
             state.pod_changes = dataclasses.replace(state.pod_changes, env={**state.pod_changes.env, **extra})
-        state.messages.append(
-            f"GPU budget: {found.used:.2f} of {found.budget.hours:g} GPU-hours used; this server costs {offering.hourly_cost(count):g} per hour."
-        )
+        state.messages.append(budget_progress(found.used, found.budget.hours, offering.hourly_cost(count)))
 
 
 def check_now(spawner: Spawner, offering: Offering, count: int) -> None:

@@ -14,23 +14,23 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from gpuspawner.capacity.access import allowed
 from gpuspawner.capacity.index import ClusterIndex, Health
-from gpuspawner.capacity.policy import allowed
 from gpuspawner.core.imagefit import fitted, needs_for
 from gpuspawner.core.model import UNCOUNTED, Availability, Offering, QueueRoom
 from gpuspawner.core.settingskey import SettingsKey
+from gpuspawner.core.wording import MISCONFIGURED_MESSAGE, unreachable_message
 from gpuspawner.dra.devices import unmatched
 from gpuspawner.dra.shares import sized
 from gpuspawner.hub import metrics
-from gpuspawner.hub.kueuewaiting import KueueWaiting
-from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused
+from gpuspawner.hub.kueuevisibility import KueueWaiting
+from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.hub.spawnview import catalog_config, config_problems, image_rules, inventory, kueue_routing, requester, user_groups
 from gpuspawner.names.vocabulary import Refusal
 from gpuspawner.offerings.catalog import CatalogConfig, build_catalog
 from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice
 from gpuspawner.offerings.entry import OfferingConfigError
-from gpuspawner.page.cards import unreachable_message
 from gpuspawner.pod.notebook import NOTEBOOK_TRAITS, Notebook
 
 #: The warnings about the admin's DRA selectors this hub process has logged (each once).

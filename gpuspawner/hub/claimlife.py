@@ -18,13 +18,15 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpuspawner.capacity.allocation import pod_claim_name
 from gpuspawner.core.model import Offering
+from gpuspawner.core.noticewords import READY_WORDS, preparing_words
+from gpuspawner.core.wording import MISCONFIGURED_MESSAGE
 from gpuspawner.dra import binding
 from gpuspawner.dra.alternatives import chosen_label
 from gpuspawner.dra.claimspec import claim_template, container_claim, pod_claim
 from gpuspawner.dra.extres import extended_claim_name
 from gpuspawner.dra.gates import dropped, needs
 from gpuspawner.hub.claims import ClaimTemplates
-from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, brief
+from gpuspawner.hub.scheduling import SpawnRefused, brief
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.vocabulary import (
     CLAIM_NAME,
@@ -197,7 +199,7 @@ async def watch_binding(spawner: Spawner, interval: float = 1.0) -> None:
             continue
         if (pod.get("spec") or {}).get("nodeName"):
             if said:
-                state.messages.append(binding.READY_WORDS)
+                state.messages.append(READY_WORDS)
             return
         name = pod_claim_name(pod) or extended_claim_name(pod)
         if not name:
@@ -208,6 +210,6 @@ async def watch_binding(spawner: Spawner, interval: float = 1.0) -> None:
             spawner.log.debug("%s: could not read claim %s (%s)", spawner.log_name, name, brief(exc))
             continue
         waiting = binding.pending(claim)
-        if waiting and binding.preparing_words(waiting) != said:
-            said = binding.preparing_words(waiting)
+        if waiting and preparing_words(waiting) != said:
+            said = preparing_words(waiting)
             state.messages.append(said)

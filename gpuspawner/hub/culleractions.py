@@ -30,6 +30,8 @@ from urllib.parse import urlencode
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from gpuspawner.core.noticewords import when_words
+
 #: the name templates use
 TEMPLATE_VAR = "gpuspawner_culler_actions"
 #: the name of the user's GPU leases in templates (``api/leases``)
@@ -45,18 +47,6 @@ def hub_templates_dir() -> str:
         if (candidate / "gpuspawner_culler_actions.html").is_file():
             return str(candidate)
     raise FileNotFoundError(f"gpuspawner's hub page templates are missing under {package}: reinstall gpuspawner.")
-
-
-def when_words(iso: str, now: datetime | None = None) -> str:
-    """ "14:02 UTC" today, "Nov 23 14:02 UTC" before (always with the date where there is no ``now``:
-    words kept to be shown later)."""
-    try:
-        when = datetime.fromisoformat(iso).astimezone(UTC)
-    except (TypeError, ValueError):
-        return "an unknown time"
-    if now is not None and when.date() == now.astimezone(UTC).date():
-        return when.strftime("%H:%M UTC")
-    return when.strftime("%b %d %H:%M UTC")
 
 
 def sentence(record: Mapping[str, Any], at: str) -> str:

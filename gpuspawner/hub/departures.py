@@ -22,16 +22,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuspawner.capacity.kueuequota import condition
-from gpuspawner.hub.culleractions import when_words
+from gpuspawner.core.noticewords import pod_gone_says, pod_gone_words, server_notice
 from gpuspawner.names.dranames import DISRUPTION_TARGET
-
-#: ``DisruptionTarget`` reasons (k8s.io/api/core/v1: PodReasonPreemptionByScheduler, ...) and the kubelet's ``Evicted``.
-EVICTION_API = "EvictionByEvictionAPI"
-POD_GC = "DeletionByPodGC"
-TAINT_MANAGER = "DeletionByTaintManager"
-PREEMPTED = "PreemptionByScheduler"
-KUBELET = "TerminationByKubelet"
-KUBELET_EVICTED = "Evicted"
 
 
 def departure(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -52,44 +44,12 @@ def departure(pod: Mapping[str, Any]) -> dict[str, str]:
     return {"reason": reason, "message": message, "node": str((pod.get("spec") or {}).get("nodeName") or ""), "time": str(when)}
 
 
-def _said(message: str) -> str:
-    message = message.strip().rstrip(".")
-    return f" (the cluster says: {message})" if message else ""
-
-
-def why(gone: Mapping[str, str] | None, node_gone: bool = False) -> str:
-    """Why the pod left, in words that follow "Your server was stopped at 14:02 ..."."""
-    gone = gone or {}
-    reason, message, node = gone.get("reason", ""), gone.get("message", ""), gone.get("node", "")
-    its_node = f"its node {node}" if node else "its node"
-    if reason == EVICTION_API:
-        return f"because its pod was evicted through the Kubernetes eviction API (a node drain, or an administrator){_said(message)}"
-    if reason == POD_GC or (not reason and node_gone):
-        return f"because {its_node} is gone from the cluster"
-    if reason == TAINT_MANAGER:
-        return f"because {its_node} was taken out of service (a NoExecute taint: it became unreachable, or an administrator drained it)"
-    if reason == PREEMPTED:
-        return f"to make room for a pod of higher priority (the scheduler preempted it){_said(message)}"
-    if reason in (KUBELET, KUBELET_EVICTED):
-        return f"because {its_node} evicted its pod{_said(message)}"
-    if reason:
-        return f"because the cluster ended its pod ({reason}){_said(message)}"
-    return "because its pod was deleted outside the hub (by an administrator or another program)"
-
-
 def home_notice(gone: Mapping[str, str] | None, node_gone: bool, server_name: str, now: datetime) -> dict[str, str]:
     """The home page's notice of a server whose pod left behind the hub's back ({"time", "text"}):
     "Your server 'train' was stopped at Nov 28 14:02 UTC because its pod was evicted through the
     Kubernetes eviction API (a node drain, or an administrator). Please start it again." """
     when = (gone or {}).get("time") or now.astimezone(UTC).isoformat()
-    return server_notice(server_name, when, f"was stopped at {when_words(when)} {why(gone, node_gone)}. Please start it again.")
-
-
-def server_notice(server_name: str, at: str, says: str) -> dict[str, str]:
-    """A home-page notice of one server, dated ``at`` (ISO 8601): {"time", "text"}, the text
-    "Your server 'train' <says>" ("Your server <says>" for the default server)."""
-    server = f"Your server '{server_name}'" if server_name else "Your server"
-    return {"time": at, "text": f"{server} {says}"}
+    return server_notice(server_name, when, pod_gone_says(when, pod_gone_words(gone, node_gone)))
 
 
 def gone_at(gone: Mapping[str, str] | None) -> datetime | None:

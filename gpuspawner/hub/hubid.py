@@ -32,6 +32,8 @@ from kubernetes_asyncio.client.rest import ApiException
 from sqlalchemy import Column, MetaData, String, Table, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from gpuspawner.core.noticewords import SLOW_POD_CREATION
+from gpuspawner.core.wording import pod_name_taken
 from gpuspawner.hub import metrics
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.hub.seam import Spawner
@@ -101,14 +103,7 @@ def refusal(spawner: Spawner, name: str, holder: str) -> SpawnRefused:
     metrics.refused(choice.offering if choice is not None else None, Refusal.POD_NAME_TAKEN)
     where = f"{spawner.namespace}/{name}"
     spawner.log.warning("%s: pod %s is %s; refusing the spawn and leaving that pod alone", spawner.log_name, where, holder)
-    mine = f"this hub's identity is '{spawner.hub_id}'" if spawner.hub_id else "this hub has no identity"
-    return SpawnRefused(
-        f"The pod name {where} is taken by {holder} ({mine}), so this server cannot start; that pod is "
-        "left alone. Two hubs share this namespace with the same pod names: give each hub its own "
-        "c.GPUSpawner.hub_id and GPUSpawner's default pod_name_template (or its own c.KubeSpawner.pod_name_template "
-        "or namespace). Please tell the hub's admin.",
-        Refusal.POD_NAME_TAKEN,
-    )
+    return SpawnRefused(pod_name_taken(where, holder, spawner.hub_id), Refusal.POD_NAME_TAKEN)
 
 
 async def read_pod(spawner: Spawner, name: str) -> dict[str, Any] | None:
@@ -150,7 +145,7 @@ async def create_pod(spawner: Spawner, kubespawner_create: CreatePod, pod: Any, 
     except TimeoutError:
         state.slow_creations += 1
         if state.slow_creations == 1:
-            state.messages.append("The cluster is answering slowly: still creating your server's pod.")
+            state.messages.append(SLOW_POD_CREATION)
         spawner.log.info("%s: creating pod %s timed out after %ss; trying again", spawner.log_name, name, request_timeout)
         return False  # (KubeSpawner's answer: try again; a pod the lost answer made is found by its stamp)
     except ApiException as exc:

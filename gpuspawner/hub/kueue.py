@@ -24,9 +24,8 @@ from typing import Any
 from kubernetes_asyncio.client import ApiException, CustomObjectsApi
 
 from gpuspawner.capacity.kueuequota import condition
+from gpuspawner.core import noticewords as nw
 from gpuspawner.hub import spawnview
-from gpuspawner.hub.culleractions import when_words
-from gpuspawner.hub.departures import server_notice
 from gpuspawner.hub.scheduling import brief
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.dranames import DEVICE_TAINT_EVICTION, DISRUPTION_TARGET
@@ -41,7 +40,6 @@ from gpuspawner.names.kueuenames import (
     POD_WEBHOOKS,
     QUEUE_LABEL,
     REASON_INADMISSIBLE,
-    STOP_EVICTED,
     TERMINATION_TARGET,
     VERSION,
     VISIBILITY_GROUP,
@@ -80,11 +78,6 @@ def _pod(spawner: Spawner) -> Mapping[str, Any] | None:
     return reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector is not None else None
 
 
-def _sentence(text: str) -> str:
-    text = text.strip()
-    return text if text.endswith(".") else text + "."
-
-
 @dataclass(frozen=True)
 class Place:
     """A held spawn's place among the pending workloads Kueue lists (1-based, and how many wait).
@@ -101,9 +94,7 @@ class Place:
 
     def words(self, queue: str) -> str:
         """ "(position 3 of 3 in ClusterQueue gpus; 2 of 2 in queue ml-course)", or "(position 2 of 2)"."""
-        if self.local is None or self.local == (self.position, self.of):
-            return f"(position {self.position} of {self.of})"
-        return f"(position {self.position} of {self.of} in ClusterQueue {self.cluster_queue}; {self.local[0]} of {self.local[1]} in queue {queue})"
+        return nw.place_words(self.position, self.of, self.cluster_queue, self.local, queue)
 
 
 def held_words(workload: Mapping[str, Any] | None, queue: str, place: Place | None = None) -> tuple[str, str | None]:
@@ -112,15 +103,15 @@ def held_words(workload: Mapping[str, Any] | None, queue: str, place: Place | No
     where = f"in queue {queue}" + (f" {place.words(queue)}" if place else "")
     reserved = condition(workload or {}, COND_QUOTA_RESERVED)
     if workload is None or reserved is None:
-        return f"Waiting for GPU quota {where}.", None
+        return nw.kueue_waiting(where), None
     message = str(reserved.get("message") or "")
     if reserved.get("status") == "True":
-        return f"Kueue has reserved GPU quota {where}.", None
+        return nw.kueue_reserved(where), None
     if reserved.get("reason") == REASON_INADMISSIBLE:
-        return "", f"Kueue cannot admit this server in queue {queue}: {_sentence(message)} Please tell your administrator."
+        return "", nw.kueue_inadmissible(queue, message)
     if _NEVER.search(message) and _WAITING_HELPS not in message:
-        return "", f"Kueue can never admit this server in queue {queue}: {_sentence(message)} Please pick a smaller option."
-    return f"Waiting for GPU quota {where}. Kueue says: {_sentence(message)}" if message else f"Waiting for GPU quota {where}.", None
+        return "", nw.kueue_never(queue, message)
+    return nw.kueue_waiting(where, message), None
 
 
 def _items(summary: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
@@ -260,7 +251,7 @@ async def held(spawner: Spawner) -> str:
         pod = _pod(spawner)
         ended = take_ended(spawner)
         if ended is not None:
-            stopped = f"The server was stopped before it started {stop_notice(*ended)['why']}."
+            stopped = nw.stopped_before_start(stop_notice(*ended)["why"])
             spawner.log.info("%s: stopped by Kueue while starting: %s", spawner.log_name, stopped)
             return stopped
         if pod is not None and not gated(pod):
@@ -293,7 +284,7 @@ def say_admitted(state: Any) -> None:
     """Say once in the spawn's progress that Kueue admitted it, if it said Kueue held it (from
     the watch above, or from the start that finished first)."""
     if state.held_in:
-        state.messages.append(f"Kueue admitted the server in queue {state.held_in}.")
+        state.messages.append(nw.kueue_admitted(state.held_in))
         state.held_in = None
 
 
@@ -311,15 +302,8 @@ def webhook_refusal(exc: BaseException) -> str | None:
     if match is None:
         return None
     if match.group(1) in POD_WEBHOOKS:
-        return (
-            "Kueue, which admits this cluster's servers, is not answering, so no server can start now"
-            f' (the cluster said: failed calling webhook "{match.group(1)}"). Please try again in a few minutes;'
-            " if it lasts, tell your administrator."
-        )
-    return (
-        f'The cluster\'s admission webhook "{match.group(1)}" is not answering, so no server can start now.'
-        " Please try again in a few minutes; if it lasts, tell your administrator."
-    )
+        return nw.kueue_webhook_down(match.group(1))
+    return nw.webhook_down(match.group(1))
 
 
 async def release_finalizer(spawner: Spawner, grace: float | None = None) -> None:
@@ -376,26 +360,8 @@ async def release_finalizer(spawner: Spawner, grace: float | None = None) -> Non
 def stop_notice(stopped: Mapping[str, Any], queue: str) -> dict[str, str]:
     """What the home page says about a server Kueue stopped (its pod's ``TerminationTarget``
     condition): {"time": ISO, "why": words}."""
-    reason, message = str(stopped.get("reason") or ""), str(stopped.get("message") or "")
-    where = f" in queue {queue}" if queue else ""
-    evicted = reason.startswith(STOP_EVICTED)  # "WorkloadEvictedDueTo<the Workload's Evicted reason>"
-    if stopped.get("type") == DISRUPTION_TARGET and reason == DEVICE_TAINT_EVICTION:
-        why = (
-            "because its GPU was taken out of service: the device has a NoExecute taint its claim does not tolerate "
-            "(an administrator's DeviceTaintRule or the GPU's driver), and Kubernetes evicts the pods using it"
-        )
-    elif evicted and "prioritization in the ClusterQueue" in message:
-        why = f"to make room for a higher-priority job{where}"
-    elif evicted and "reclamation within the cohort" in message:
-        why = f"because another queue took back the GPU quota its queue{where} had lent"
-    elif evicted and reason.endswith("PodsReadyTimeout"):
-        why = f"by Kueue{where}: it was not ready within the time Kueue allows (its waitForPodsReady timeout)"
-    elif evicted and "Fair Sharing" in message:
-        why = f"to give other queues their fair share of the GPUs (Kueue's fair sharing){where}"
-    else:
-        why = f"by Kueue{where}: {(message or reason or 'no reason given').strip().rstrip('.')}"
     when = stopped.get("lastTransitionTime") or datetime.now(UTC).isoformat()
-    return {"time": str(when), "why": why}
+    return {"time": str(when), "why": nw.kueue_stop_words(stopped, queue)}
 
 
 def take_ended(spawner: Spawner) -> tuple[Mapping[str, Any], str] | None:
@@ -410,7 +376,7 @@ def home_notice(ended: tuple[Mapping[str, Any], str], server_name: str) -> dict[
     saved state: "Your server 'train' was stopped at Nov 27 14:02 UTC to make room for a
     higher-priority job in queue research." """
     notice = stop_notice(*ended)
-    return server_notice(server_name, notice["time"], f"was stopped at {when_words(notice['time'])} {notice['why']}.")
+    return nw.server_notice(server_name, notice["time"], nw.kueue_stopped_says(notice["time"], notice["why"]))
 
 
 def ended_by_kueue(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:

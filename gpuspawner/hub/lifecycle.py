@@ -16,19 +16,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuspawner.capacity.access import allowed
 from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
-from gpuspawner.capacity.policy import allowed
+from gpuspawner.core import noticewords as nw
 from gpuspawner.core.windows import window_state
+from gpuspawner.core.wording import slow_cluster_message, start_timeout_message, unreachable_message
 from gpuspawner.hub import admitting, budgets, catalogs, claimlife, departures, kueue, metrics, spawnview, storedoptions
-from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.reflector import VerdictPodReflector, scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, chain, unreachable_cause
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.hub.spawnstate import SpawnState
 from gpuspawner.names.vocabulary import RECORD_KEY, RECORD_OFFERING, AdmissionPolicy, Refusal
-from gpuspawner.page.cards import slow_cluster_message, start_timeout_message, unreachable_message
 from gpuspawner.page.useroptions import too_long_message
 
 
@@ -121,31 +121,12 @@ def waiting_for(spawner: Spawner) -> str:
     the hub's queue, its pod never confirmed, a node, its container, or the notebook's answer."""
     state = spawner.spawn_state
     if state.queue_position is not None:
-        return f"it was still number {state.queue_position} in the queue for a free GPU"
+        return nw.queue_place_waiting(state.queue_position)
     if state.held_in:
-        return f"it was still waiting in the batch queue {state.held_in} for the quota to admit it"
+        return nw.batch_queue_waiting(state.held_in)
     reflector = spawner.pod_reflector
     pod = reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector is not None else None
-    return pod_waiting_words(pod)
-
-
-def pod_waiting_words(pod: dict[str, Any] | None) -> str:
-    """What a pod (as KubeSpawner's reflector keeps it) still waits for, in the user's words."""
-    if pod is None:
-        return "the cluster had not confirmed its pod yet (the API server answers slowly)"
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    if not spec.get("nodeName"):
-        scheduled: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
-        said = f": {scheduled['message']}" if scheduled.get("message") else ""
-        return f"its pod was still waiting for a node{said}"
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting")
-        if waiting:
-            said = f" ({waiting['message'][:200]})" if waiting.get("message") else ""
-            return f"its container was still {waiting.get('reason') or 'waiting'}{said}"
-    if status.get("phase") == "Running":
-        return "its pod was running, but the notebook server in it had not started"
-    return f"its pod was still {status.get('phase') or 'Pending'} on node {spec['nodeName']}"
+    return nw.pod_waiting_words(pod)
 
 
 async def first_verdict(*watches: Awaitable[str]) -> str:
@@ -374,28 +355,21 @@ def interrupted_start_notice(server_name: str, now: datetime) -> dict[str, str]:
     (or was stopped) while the server was starting, and JupyterHub does not resume a start; so
     the server is not running, and nobody else tells the user why."""
     at = now.astimezone(UTC).isoformat()
-    return departures.server_notice(
-        server_name, at, f"was starting when the hub restarted (at {when_words(at)}), so it did not start. Please start it again."
-    )
+    return nw.server_notice(server_name, at, nw.interrupted_start_says(at))
 
 
 def refused_start_notice(server_name: str, now: datetime, words: str) -> dict[str, str]:
     """The home page's notice of a start refused on its way (the scheduler's or Kueue's
     verdict, the start's own deadline, the cluster unreachable): the refusal's words, dated."""
     at = now.astimezone(UTC).isoformat()
-    return departures.server_notice(server_name, at, f"did not start (at {when_words(at)}): {words}")
+    return nw.server_notice(server_name, at, nw.refused_start_says(at, words))
 
 
 def unanswered_after_restart_notice(server_name: str, now: datetime, http_timeout: float) -> dict[str, str]:
     """The home page's notice of a server the restarted hub found but that did not answer it
     (see :func:`stopped_by_the_restart_check`): the hub stopped it, and nobody else says why."""
     at = now.astimezone(UTC).isoformat()
-    return departures.server_notice(
-        server_name,
-        at,
-        f"did not answer the hub when the hub restarted (at {when_words(at)}; it was probably still starting), "
-        f"so the hub stopped it after waiting {http_timeout:g} s. Please start it again.",
-    )
+    return nw.server_notice(server_name, at, nw.unanswered_after_restart_says(at, http_timeout))
 
 
 def start_was_interrupted(spawner: Spawner) -> bool:

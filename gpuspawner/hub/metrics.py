@@ -83,7 +83,7 @@ class _CapacityCollector:
             waiting.add_metric([offering.slug, offering.kind.value, offering.display_name], WaitQueue.length(offering.slug))
         yield waiting
         # Kueue's pending workloads that wait for an offering's GPU, per ClusterQueue they wait in
-        # (hub.kueuewaiting): the culler adds them to the above once per ClusterQueue
+        # (hub.kueuevisibility): the culler adds them to the above once per ClusterQueue
         kueue = GaugeMetricFamily(
             KUEUE_WORKLOADS_WAITING,
             "Kueue's pending workloads (any hub's spawns, batch Jobs) waiting for each offering's GPU, by the ClusterQueue they wait in",
@@ -95,7 +95,7 @@ class _CapacityCollector:
 
 
 #: (offering slug, kind, display name, ClusterQueue) -> Kueue's pending workloads waiting for it
-#: (set by gpuspawner.hub.kueuewaiting each round).
+#: (set by gpuspawner.hub.kueuevisibility each round).
 KUEUE_WAITING: dict[tuple[str, str, str, str], int] = {}
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 from tornado.web import HTTPError
 
+from gpuspawner.core import wording
 from gpuspawner.names.vocabulary import Refusal
 
 try:
@@ -147,19 +148,15 @@ class WaitQueue:
             self.waiting.pop(key, None)
 
 
-#: The message of every refusal for a hub whose GPU settings are wrong (the log says what).
-MISCONFIGURED_MESSAGE = "This hub's GPU options are misconfigured; please tell your administrator."
-
-
 def refusal(reason: str, decision: Any) -> SpawnRefused:
     """A refused window, quota or capacity decision (an admission ``Decision``), with what the
     user can do about it."""
     advice: dict[str, str] = {
-        Refusal.WINDOW: " Please pick another option.",
-        Refusal.NO_CAPACITY: " Your choice was taken just now; please pick again.",
+        Refusal.WINDOW: wording.PICK_ANOTHER,
+        Refusal.NO_CAPACITY: wording.TAKEN_PICK_AGAIN,
     }
     if getattr(decision, "queue", ""):  # Kueue's quota refused it, not a race for the last unit
-        advice[Refusal.NO_CAPACITY] = " Please pick another option, or try again when a server of your queue has stopped."
+        advice[Refusal.NO_CAPACITY] = wording.QUEUE_FULL_ADVICE
     return SpawnRefused(decision.message + advice.get(reason, ""), reason)
 
 

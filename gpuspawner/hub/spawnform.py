@@ -17,19 +17,20 @@ from kubespawner import KubeSpawner
 from markupsafe import Markup
 
 from gpuspawner.capacity.admission import REFUSE
-from gpuspawner.capacity.budgets import cost_text, standing_text
+from gpuspawner.capacity.budgetmath import cost_text, standing_text
 from gpuspawner.core.model import Offering
+from gpuspawner.core.wording import MISCONFIGURED_MESSAGE, OVER_BUDGET, OVER_QUOTA, counts_notice
 from gpuspawner.hub import budgets, catalogs, spawnview
 from gpuspawner.hub.admitting import bound_holdings, check_quota, fit_image, group_members, obstacle_now
 from gpuspawner.hub.form import render_form
 from gpuspawner.hub.pagecache import PAGES, view_key
-from gpuspawner.hub.scheduling import MISCONFIGURED_MESSAGE, SpawnRefused, WaitQueue, refusal
+from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.vocabulary import Kind
 from gpuspawner.offerings.catalog import gpu_offerings_in_play
 from gpuspawner.offerings.choice import ChoiceError
 from gpuspawner.offerings.entry import OfferingConfigError
-from gpuspawner.page.cards import RowCache, counts_notice, default_choice, option_views
+from gpuspawner.page.cards import RowCache, default_choice, option_views
 from gpuspawner.page.useroptions import check_profile, profile_image, profile_images
 from gpuspawner.page.views import FormView, OptionView, group_options, with_images
 
@@ -82,9 +83,9 @@ async def _render_gpu_form(spawner: Spawner, profile_list: Callable[[], Awaitabl
 
     def quota_reason(offering: Offering) -> str:
         if quotas and check_quota(spawner, offering, offering.counts[0], bound, members).action == REFUSE:
-            return "over your quota"
+            return OVER_QUOTA
         if standing is not None and not standing.covers(offering.hourly_cost(offering.counts[0])):
-            return "over your GPU-hour budget"
+            return OVER_BUDGET
         return ""
 
     def hour_cost(offering: Offering) -> str:

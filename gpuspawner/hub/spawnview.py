@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from gpuspawner.capacity.access import Requester, named
 from gpuspawner.capacity.checks import config_problems as check_settings
 from gpuspawner.capacity.kueuequeues import KueueRouting
-from gpuspawner.capacity.policy import Requester, named
 from gpuspawner.core.imagefit import ImageNeeds, ImageNeedsError, parse_rules
 from gpuspawner.core.settingskey import SettingsKey
 from gpuspawner.hub import metrics

@@ -104,3 +104,11 @@ def sharing_config(strategy: str, settings: Mapping[str, Any] | None = None, mig
 #: reason DeletionByDeviceTaintManager; the controller is ``device-taint-eviction-controller``).
 DISRUPTION_TARGET = "DisruptionTarget"
 DEVICE_TAINT_EVICTION = "DeletionByDeviceTaintManager"
+#: The other ``DisruptionTarget`` reasons (k8s.io/api/core/v1: PodReasonPreemptionByScheduler, ...)
+#: and the kubelet's own ``Evicted``: why a pod left the cluster (core.noticewords, hub.departures).
+EVICTION_API = "EvictionByEvictionAPI"
+POD_GC = "DeletionByPodGC"
+TAINT_MANAGER = "DeletionByTaintManager"
+PREEMPTED = "PreemptionByScheduler"
+KUBELET = "TerminationByKubelet"
+KUBELET_EVICTED = "Evicted"

@@ -20,7 +20,7 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from gpuspawner.notebook_ext.devices import Devices
+from gpuspawner.notebook_ext.nvmldevices import Devices
 from gpuspawner.notebook_ext.offering import budget_from_env, offering_from_env, with_choice
 from gpuspawner.notebook_ext.plainpage import render_page
 from gpuspawner.notebook_ext.status import leases_url, status_body

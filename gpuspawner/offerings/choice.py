@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuspawner.core import wording
 from gpuspawner.core.model import SLUG_RE, Offering
 from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY, Refusal
 
@@ -59,7 +60,7 @@ def _single(value: Any, name: str) -> Any:
     """Form posts give lists; the REST API gives scalars. Accept one value only."""
     if isinstance(value, (list, tuple)):
         if len(value) != 1:
-            raise ChoiceError(f"Please choose exactly one {name} (got {len(value)}).")
+            raise ChoiceError(wording.not_one(name, len(value)))
         value = value[0]
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
@@ -69,16 +70,16 @@ def _single(value: Any, name: str) -> Any:
 def parse_count(raw: Any) -> int:
     value = _single(raw, "GPU count")
     if isinstance(value, bool):
-        raise ChoiceError("The number of GPUs must be a whole number such as 1 or 2.")
+        raise ChoiceError(wording.COUNT_NOT_WHOLE)
     if isinstance(value, int):
         if not 0 <= value <= 999:
-            raise ChoiceError(f"The number of GPUs must be a whole number such as 1 or 2, not '{shown(value)}'.")
+            raise ChoiceError(wording.count_not_whole(shown(value)))
         return value
     if isinstance(value, str):
         text = value.strip(" \t\r\n")
         if re.fullmatch(r"[0-9]{1,3}", text):
             return int(text)
-    raise ChoiceError(f"The number of GPUs must be a whole number such as 1 or 2, not '{shown(value)}'.")
+    raise ChoiceError(wording.count_not_whole(shown(value)))
 
 
 def parse_choice(
@@ -94,26 +95,22 @@ def parse_choice(
     default is used (an API spawn without options).
     """
     if user_options is not None and not isinstance(user_options, Mapping):
-        raise ChoiceError("The server options were not understood. Pick one of the options on the spawn page.")
+        raise ChoiceError(wording.OPTIONS_NOT_UNDERSTOOD)
     options = dict(user_options or {})
     if OFFERING_KEY in options:
         slug = _single(options[OFFERING_KEY], "GPU option")
         if not isinstance(slug, str) or not SLUG_RE.match(slug):
-            raise ChoiceError(f"'{shown(slug)}' is not a valid GPU option. Pick one of the options on the spawn page.")
+            raise ChoiceError(wording.not_a_choice(shown(slug)))
     else:
         slug = default_slug
         if slug is None:
-            raise ChoiceError("No GPU option was chosen and this hub has no default. Pick one on the spawn page.", NOT_OFFERED)
+            raise ChoiceError(wording.NO_CHOICE_NO_DEFAULT, NOT_OFFERED)
     offering = offerings.get(slug)
     if offering is None:
         names = ", ".join(sorted(o.display_name for o in offerings.values() if not o.hidden)[:8])
-        raise ChoiceError(
-            f"The GPU option '{shown(slug)}' is not offered to you on this hub (it may have been removed or "
-            f"renamed since you last used it). Available: {names or 'none'}.",
-            NOT_OFFERED,
-        )
+        raise ChoiceError(wording.not_offered(shown(slug), names), NOT_OFFERED)
     count = parse_count(options[COUNT_KEY]) if COUNT_KEY in options else offering.counts[0]
     if count not in offering.counts:
         allowed = ", ".join(str(c) for c in offering.counts)
-        raise ChoiceError(f"{offering.display_name} can be taken {allowed} at a time, not {count}.")
+        raise ChoiceError(wording.count_not_offered(offering.display_name, allowed, count))
     return Choice(offering=offering, count=count)

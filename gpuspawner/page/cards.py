@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from gpuspawner.capacity.index import Health
-from gpuspawner.capacity.policy import Requester, may_use
+from gpuspawner.capacity.access import Requester, may_use
+from gpuspawner.core import wording
 from gpuspawner.core.model import Availability, Offering
 from gpuspawner.core.products import product_name
 from gpuspawner.core.windows import window_state
-from gpuspawner.core.wording import QUEUE_UNKNOWN, isolation_phrase, memory_truth, queue_words
+from gpuspawner.core.wording import isolation_phrase, memory_truth, queue_words
 from gpuspawner.dra.alternatives import choice_words, choices
 from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY, AdmissionPolicy, Kind
 from gpuspawner.page.views import OptionView
@@ -28,7 +28,7 @@ def availability_text(offering: Offering, avail: Availability, policy: str, queu
     """(badge text, disabled reason) for an offering the user may take now: the badge may promise
     a queue place or a wait (``admission``), as the start would keep that promise."""
     if not avail.counted:  # nothing to count (CPU), or the hub may not read the cluster
-        return ("free count unavailable" if offering.takes_units else ""), ""
+        return (wording.FREE_COUNT_UNAVAILABLE if offering.takes_units else ""), ""
     free = avail.free or 0
     policy = offering.admission or policy
     room = avail.queue
@@ -37,17 +37,17 @@ def availability_text(offering: Offering, avail: Availability, policy: str, queu
         if free > 0:
             return text, ""
         if policy != AdmissionPolicy.BLOCK:  # Kueue holds the server until its quota allows it
-            return f"{text}: your server would wait", ""
-        return text, f"your queue '{room.queue}' allows none more right now"
+            return wording.queue_wait_words(text), ""
+        return text, wording.queue_full_words(room.queue)
     if free > 0:
-        return f"{free} of {avail.capacity} free" + (f" on the nodes; {QUEUE_UNKNOWN}" if avail.queue_unknown else ""), ""
+        return wording.free_words(free, avail.capacity, avail.queue_unknown), ""
     if offering.scalable_nodes:
-        return f"free after scale-up, about {offering.scale_up_minutes} min", ""
+        return wording.scale_up_words(offering.scale_up_minutes), ""
     if policy == AdmissionPolicy.QUEUE:
-        return (f"queue: {queued} waiting" if queued else "none free: you would be first in the queue"), ""
+        return wording.queued_words(queued), ""
     if policy == AdmissionPolicy.WARN:
-        return "none free: your server would wait", ""
-    return "none free", "none free right now"
+        return wording.NONE_FREE_WAIT, ""
+    return wording.NONE_FREE, wording.NONE_FREE_NOW
 
 
 def _with_choices(offering: Offering, availability: Callable[[Offering], Availability]) -> str:
@@ -66,7 +66,7 @@ def count_text(avail: Availability) -> str:
     if not avail.counted:
         return ""
     free = avail.free or 0
-    return f"{free} of {avail.capacity} free" if free > 0 else "none free"
+    return wording.free_words(free, avail.capacity) if free > 0 else wording.NONE_FREE
 
 
 def option_views(
@@ -97,11 +97,11 @@ def option_views(
         avail = availability(offering)
         text, reason = availability_text(offering, avail, default_policy, queue_length(offering.slug))
         if not allowed:  # no count, queue place or wait on a choice the user may never take
-            text, reason = "", "not allowed for your groups"
+            text, reason = "", wording.NOT_ALLOWED
         elif closed := window_state(offering.windows, now) or quota_reason(offering):
             text, reason = count_text(avail), closed
         elif misfit := image_reason(offering):  # none of its nodes can run the image: no promise either
-            text, reason = "not for this image", misfit
+            text, reason = wording.NOT_FOR_IMAGE, misfit
         counts = offering.counts
         if offering.kind is Kind.FULL and avail.counted and not offering.scalable_nodes and (avail.free or 0) > 0:
             counts = tuple(c for c in offering.counts if c <= (avail.largest_free or 0)) or offering.counts[:1]
@@ -196,61 +196,3 @@ def default_choice(
         return cpu[0].slug, 1
     first = next(iter(selectable.values()), None)
     return (first.slug, first.counts[0]) if first else (None, 1)
-
-
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 2 * 3600:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h"
-
-
-def counts_notice(health: Health, now: datetime) -> str:
-    """What the spawn page says above the choices when the free counts are not live ("" when they are).
-
-    ``now`` is timezone-aware (the site's zone): the time the counts are from is shown in it,
-    with the zone's abbreviation (``c.GPUSpawner.site_timezone``), so no reader takes it for theirs.
-    """
-    if health.ready or health.forbidden:  # forbidden: each offering says "free count unavailable"
-        return ""
-    if not health.answered:
-        return "Counting free GPUs: the hub is still connecting to the cluster. Reload the page in a moment."
-    if health.as_of is None:
-        return (
-            "The GPU cluster cannot be reached, so the free counts are unknown and no server can start "
-            "right now. Please try again in a few minutes."
-        )
-    as_of = datetime.fromtimestamp(health.as_of, now.tzinfo)
-    return (
-        f"The GPU cluster cannot be reached: the free counts are as of {as_of:%H:%M:%S %Z} "
-        f"({_age(now.timestamp() - health.as_of)} ago) and may be out of date. No server can start "
-        "until the cluster is back; please try again in a few minutes."
-    )
-
-
-def slow_cluster_message() -> str:
-    """Why a spawn is refused when the API server answers, but not the hub's request in time (the 503's message)."""
-    return (
-        "The cluster is answering too slowly right now: it did not confirm your server's pod in time, "
-        "so your server was not started. Please try again in a minute."
-    )
-
-
-def start_timeout_message(start_timeout: float, waiting_for: str) -> str:
-    """Why a start ran out of time (``waiting_for``: what it was still waiting for)."""
-    return (
-        f"Your server did not start within the hub's time limit ({start_timeout:.0f} seconds): {waiting_for}. "
-        "Nothing is left running. Please try again; if it happens again, tell the hub's administrators."
-    )
-
-
-def unreachable_message(health: Health, now: datetime) -> str:
-    """Why a spawn is refused while the counts are not live (the 503's message)."""
-    if not health.answered:
-        return "The hub is still connecting to the GPU cluster, so no server can start yet. Please try again in a few seconds."
-    since = ""
-    if health.as_of is not None:
-        since = f" (since {datetime.fromtimestamp(health.as_of, now.tzinfo):%H:%M:%S %Z}, {_age(now.timestamp() - health.as_of)} ago)"
-    return f"The GPU cluster cannot be reached{since}, so no server can start now. Please try again in a few minutes."

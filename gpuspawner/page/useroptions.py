@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuspawner.core import wording
 from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY
 from gpuspawner.offerings.choice import MALFORMED, ChoiceError, shown
 
@@ -94,10 +95,7 @@ def oversized(options: Mapping[str, Any]) -> list[str]:
 
 def too_long_message(keys: Iterable[Any]) -> str:
     """The 400's words for options whose values under ``keys`` are over the bound."""
-    return (
-        f"The value of {describe_keys(keys)} is too long (at most {MAX_VALUE_CHARS} characters as JSON). "
-        "Pick one of the options on the spawn page."
-    )
+    return wording.too_long(describe_keys(keys), MAX_VALUE_CHARS)
 
 
 def describe_keys(keys: Iterable[Any], limit: int = 8) -> str:
@@ -123,9 +121,9 @@ def check_profile(options: Mapping[str, Any], profile_list: list[dict[str, Any]]
     if slug is None or slug == "":
         profile = next((p for p in profile_list if p.get("default")), profile_list[0])
     elif not isinstance(slug, str):
-        raise ChoiceError(f"The profile must be the name of one profile: {', '.join(slugs[:8])}.", MALFORMED)
+        raise ChoiceError(wording.profile_not_a_name(", ".join(slugs[:8])), MALFORMED)
     elif slug not in slugs:
-        raise ChoiceError(f"The profile '{shown(slug)}' does not exist on this hub. Profiles: {', '.join(slugs[:8])}.", MALFORMED)
+        raise ChoiceError(wording.profile_unknown(shown(slug), ", ".join(slugs[:8])), MALFORMED)
     else:
         profile = profile_list[slugs.index(slug)]
     for name, option in (profile.get("profile_options") or {}).items():
@@ -134,13 +132,14 @@ def check_profile(options: Mapping[str, Any], profile_list: list[dict[str, Any]]
         choice = options.get(name)
         if unlisted is not None and unlisted != "":
             if not isinstance(unlisted, str) or len(unlisted) > MAX_UNLISTED_CHARS:
-                raise ChoiceError(f"The value for {title} must be a short text, not '{shown(unlisted)}'.", MALFORMED)
+                raise ChoiceError(wording.unlisted_not_text(title, shown(unlisted)), MALFORMED)
         elif choice is not None and choice != "":
             choices = list(option.get("choices") or {})
             if not isinstance(choice, str) or choice not in choices:
                 raise ChoiceError(
-                    f"'{shown(choice)}' is not a choice for {title} in the profile {profile.get('display_name') or profile['slug']}. "
-                    f"Choices: {', '.join(choices[:8]) or 'none'}.",
+                    wording.not_a_profile_choice(
+                        shown(choice), title, profile.get("display_name") or profile["slug"], ", ".join(choices[:8])
+                    ),
                     MALFORMED,
                 )
 

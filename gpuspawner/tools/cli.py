@@ -16,7 +16,19 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
+
+    from gpuspawner.capacity.index import ClusterIndex
+    from gpuspawner.core.model import Offering
+    from gpuspawner.devcluster.cluster import DevCluster
+    from gpuspawner.offerings.catalog import CatalogConfig
+    from gpuspawner.pod.notebook import Notebook
+
+#: A list of Kubernetes objects as JSON (``kubectl get ... -o json``'s items).
+Items = list[dict[str, Any]]
 
 EXIT_USAGE = 2
 
@@ -67,7 +79,7 @@ def _devcluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_env(cluster) -> None:
+def _print_env(cluster: DevCluster) -> None:
     for key, value in cluster.env().items():
         print(f"export {key}={value}")
 
@@ -91,14 +103,14 @@ def _read_items(path: str, what: str) -> list[dict[str, Any]]:
     return items
 
 
-def _config_from_file(path: str):
+def _config_from_file(path: str) -> Config:
     """Load a jupyterhub_config.py the way JupyterHub does and return its GPUSpawner section."""
     from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
     file = Path(path)
     try:
         loader = PyFileConfigLoader(file.name, path=str(file.parent.resolve()))
-        config = loader.load_config()
+        config: Config = loader.load_config()
     except ConfigFileNotFound:
         raise ValueError(f"{path}: no such file") from None
     except Exception as exc:  # the admin's own Python: report it, do not crash
@@ -106,13 +118,13 @@ def _config_from_file(path: str):
     return config
 
 
-def _notebook(config, args: argparse.Namespace) -> tuple[Any, str]:
+def _notebook(config: Config | None, args: argparse.Namespace) -> tuple[Notebook, str]:
     """The notebook pod's own requests and placement from the config (c.Spawner < c.KubeSpawner
     < c.GPUSpawner, as JupyterHub resolves them), then --cpu-guarantee/--mem-guarantee.
 
     Returns (Notebook, where its cpu/memory came from).
     """
-    from traitlets.config import LazyConfigValue
+    from traitlets.config.loader import LazyConfigValue
 
     from gpuspawner.pod.notebook import NOTEBOOK_TRAITS, Notebook
 
@@ -138,7 +150,7 @@ def _notebook(config, args: argparse.Namespace) -> tuple[Any, str]:
     return notebook, ", ".join(sources) or "none set"
 
 
-def _catalog_config(config) -> Any:
+def _catalog_config(config: Config | None) -> CatalogConfig:
     """The catalog settings of a loaded config; ValueError listing every problem in it."""
     from gpuspawner.capacity.checks import config_problems, gpuspawner_section
     from gpuspawner.offerings.catalog import CatalogConfig
@@ -150,25 +162,30 @@ def _catalog_config(config) -> Any:
     return CatalogConfig.from_settings(section)
 
 
-def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict[str, list[dict]] | None]:
+def _live_items(args: argparse.Namespace) -> tuple[Items, Items, dict[str, Items] | None]:
     """Nodes, pods and (where the cluster serves resource.k8s.io/v1 and we may read it) the
     DRA slices, classes and claims from the cluster of the current kubeconfig (or in-cluster config)."""
     import asyncio
 
     from kubernetes_asyncio import client, config
 
-    async def fetch():
+    async def fetch() -> tuple[Items, Items, dict[str, Items] | None]:
+        # Any: kubernetes_asyncio's config loaders are untyped, and every call here is made with
+        # ``_preload_content=False`` and answers the raw response (read as JSON), which its hints do not say.
+        kube_config: Any = config
         try:
-            config.load_incluster_config()
+            kube_config.load_incluster_config()
         except config.ConfigException:
-            await config.load_kube_config(config_file=args.kubeconfig)
+            await kube_config.load_kube_config(config_file=args.kubeconfig)
         async with client.ApiClient() as api_client:
-            api = client.CoreV1Api(api_client)
+            api: Any = client.CoreV1Api(api_client)
             nodes = await api.list_node(_preload_content=False)
             pods = await api.list_pod_for_all_namespaces(_preload_content=False)
-            items = json.loads(await nodes.read())["items"], json.loads(await pods.read())["items"]
-            resource = client.ResourceV1Api(api_client)
-            dra: dict[str, list[dict]] | None = {}
+            node_items: Items = json.loads(await nodes.read())["items"]
+            pod_items: Items = json.loads(await pods.read())["items"]
+            resource: Any = client.ResourceV1Api(api_client)
+            found: dict[str, Items] = {}
+            dra: dict[str, Items] | None = found
             for kind, method in (
                 ("slices", resource.list_resource_slice),
                 ("classes", resource.list_device_class),
@@ -176,7 +193,7 @@ def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict[
             ):
                 try:
                     answer = await method(_preload_content=False)
-                    dra[kind] = json.loads(await answer.read())["items"]
+                    found[kind] = json.loads(await answer.read())["items"]
                 except client.ApiException as exc:  # 404: no DRA in this cluster; 403: not ours to read
                     print(f"gpuspawner: no DRA offerings: listing {kind} answered {exc.status} {exc.reason}", file=sys.stderr)
                     dra = None
@@ -193,12 +210,12 @@ def _live_items(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict[
                     _preload_content=False,
                 )
                 dra["rules"] = json.loads(await answer.read()).get("items") or [] if answer.status < 400 else []
-            return (*items, dra)
+            return node_items, pod_items, dra
 
     return asyncio.run(fetch())
 
 
-def _dra_files(args: argparse.Namespace) -> dict[str, list[dict]] | None:
+def _dra_files(args: argparse.Namespace) -> dict[str, Items] | None:
     """``--slices``/``--device-classes``/``--claims`` files (``kubectl get ... -o json``), or None."""
     if not (args.slices or args.device_classes or args.claims):
         return None
@@ -215,7 +232,9 @@ def _dra_files(args: argparse.Namespace) -> dict[str, list[dict]] | None:
     }
 
 
-def _snapshot(args: argparse.Namespace):
+def _snapshot(
+    args: argparse.Namespace,
+) -> tuple[Config | None, Notebook, str, Items, Items, ClusterIndex, list[Offering], CatalogConfig]:
     """The config (or None), the notebook and where its cpu/memory came from, the nodes, pods,
     DRA state and the hub's catalog, from --nodes files or the live cluster.
 
@@ -409,7 +428,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.func(args)
+    status: int = args.func(args)
+    return status
 
 
 if __name__ == "__main__":

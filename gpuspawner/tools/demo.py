@@ -34,7 +34,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,14 +68,14 @@ class Demo:
     state: Path
     cluster: DevCluster
     runner: PodRunner
-    hub: subprocess.Popen
+    hub: subprocess.Popen[bytes]
     telemetry: SimulatedDCGM
     prometheus: Prometheus
     #: what the demo set up in Kueue (``kueue=True``), else None
     kueue: demokueue.KueueDemo | None = None
 
 
-def _wait_http(url: str, timeout: float, proc: subprocess.Popen, log_file: Path) -> None:
+def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes], log_file: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -197,7 +197,7 @@ def console_line(line: str) -> bool:
     return bool(line.strip()) and not _ACCESS_OK.match(line)
 
 
-def follow(path: Path, stop: threading.Event, start: int, show=print) -> None:
+def follow(path: Path, stop: threading.Event, start: int, show: Callable[..., object] = print) -> None:
     """Print the lines ``path`` gains after byte ``start`` that :func:`console_line` keeps."""
     with open(path, errors="replace") as f:
         f.seek(start)

@@ -154,7 +154,8 @@ class PrometheusAPI:
             raise ReportError(f"{self.url} did not answer with JSON: is it Prometheus' HTTP API (e.g. http://prometheus:9090)?") from None
         if body.get("status") != "success":
             raise ReportError(f"Prometheus at {self.url} refused the query: {body.get('error', body)}")
-        return body["data"]["result"]
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
 
 
 def _by_key(result: Iterable[dict[str, Any]], by: str) -> dict[str, float]:

@@ -16,8 +16,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
 from gpuspawner.culler import GpuCuller
-from gpuspawner.culler.config import GPU_USERS_GROUP
 from gpuspawner.culler.cycle import Culler
+from gpuspawner.culler.settings import GPU_USERS_GROUP
 from gpuspawner.devcluster.hub import CHP, REPO, VENV_BIN, Hub  # noqa: F401 (the tests import them from here)
 
 #: Hub config text (the tests' spawners are SimpleLocalProcessSpawner subclasses): the

@@ -15,7 +15,7 @@ from tornado.httpserver import HTTPServer
 
 from gpuspawner.culler.actionlog import ActionLog
 from gpuspawner.culler.api import make_service_app
-from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.cullmetrics import CullerMetrics
 from gpuspawner.devcluster.ports import free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

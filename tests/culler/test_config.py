@@ -152,7 +152,7 @@ def test_gpu_idle_limit_and_token_lifetime_flags():
 
 
 def test_scope_problems_name_too_much_and_too_little():
-    from gpuspawner.culler.config import scope_problems
+    from gpuspawner.culler.settings import scope_problems
 
     assert scope_problems(list(REQUIRED_SCOPES)) == []
     # what the hub lists for the role (expanded, filtered forms included)

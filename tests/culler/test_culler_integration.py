@@ -23,11 +23,11 @@ import pytest_asyncio
 from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient
 
+from gpuspawner.culler.cullmetrics import CullerMetrics
 from gpuspawner.culler.cycle import Culler
 from gpuspawner.culler.gpu_query import ENGINE, FB_USED, GpuQuerySettings
-from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP
-from gpuspawner.culler.prometheus import PrometheusClient
+from gpuspawner.culler.promclient import PrometheusClient
 from gpuspawner.culler.transport import RetryPolicy, Transport
 from gpuspawner.devcluster.ports import free_ports
 from gpuspawner.devcluster.prometheus import ScrapeJob

@@ -40,10 +40,10 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
+from gpuspawner.core.noticewords import when_words
 from gpuspawner.culler.api import make_service_app
 from gpuspawner.culler.dates import parse_time
 from gpuspawner.culler.policy import KEEP, RECLAIM, STOP
-from gpuspawner.hub.culleractions import when_words
 from tests.culler.culler_hub import CONTRACT, Hub, Jupyter, in_process_culler, join_gpu_users
 from tests.culler.culler_prom import Telemetry, user_gpu
 from tests.culler.notice_double import recorded

@@ -16,8 +16,8 @@ import pytest
 import pytest_asyncio
 from tornado.httpclient import HTTPClientError
 
-from gpuspawner.culler.config import GPU_USERS_GROUP, scope_problems
-from gpuspawner.culler.hub import server_record
+from gpuspawner.culler.hubclient import server_record
+from gpuspawner.culler.settings import GPU_USERS_GROUP, scope_problems
 from gpuspawner.culler.tokens import TokenUnavailable
 from tests.culler.culler_hub import EXAMPLE_ROLE, Hub, in_process_culler, join_gpu_users
 

@@ -36,10 +36,10 @@ from jupyterhub_idle_culler import utcnow
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from gpuspawner.culler import GpuCuller
-from gpuspawner.culler.config import scope_problems
 from gpuspawner.culler.cycle import Culler
 from gpuspawner.culler.policy import HELD_BACK, KEEP, RECLAIM, STOP
 from gpuspawner.culler.records import GPU_IDLE_LIMIT
+from gpuspawner.culler.settings import scope_problems
 from gpuspawner.culler.tokens import NOTE_PREFIX
 from tests.culler.culler_hub import CONTRACT, REPO, Hub, Jupyter, Records, in_process_culler, join_gpu_users
 from tests.culler.culler_prom import Telemetry, user_gpu

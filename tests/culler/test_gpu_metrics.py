@@ -456,7 +456,7 @@ def test_memory_reclaimed_from_a_dra_pod_is_read_from_its_devices_series():
     import logging
 
     from gpuspawner.culler.actions import ReclaimTracker
-    from gpuspawner.culler.metrics import CullerMetrics
+    from gpuspawner.culler.cullmetrics import CullerMetrics
 
     base = {k: v for k, v in template(SHARED_A100, FB_USED, 0).items() if k not in ("pod", "namespace", "container", "vgpu")}
 

@@ -13,7 +13,7 @@ import pytest_asyncio
 from tornado import web
 from tornado.httpserver import HTTPServer
 
-from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.cullmetrics import CullerMetrics
 from gpuspawner.culler.notify import Notifier
 from gpuspawner.culler.transport import Transport
 from gpuspawner.devcluster.ports import free_port

@@ -16,8 +16,8 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from gpuspawner.culler.contract import parse_offering
-from gpuspawner.culler.hub import HubClient
-from gpuspawner.culler.metrics import CullerMetrics
+from gpuspawner.culler.cullmetrics import CullerMetrics
+from gpuspawner.culler.hubclient import HubClient
 from gpuspawner.culler.records import ServerRecord
 from gpuspawner.culler.tokens import ServerTokens, TokenDeferred, TokenRefused, TokenUnavailable, server_scope
 from gpuspawner.culler.transport import RetryPolicy, Transport

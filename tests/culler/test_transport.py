@@ -12,9 +12,9 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from gpuspawner.culler.contract import parse_offering
-from gpuspawner.culler.hub import HubClient
+from gpuspawner.culler.cullmetrics import CullerMetrics
+from gpuspawner.culler.hubclient import HubClient
 from gpuspawner.culler.kernels import KernelClient
-from gpuspawner.culler.metrics import CullerMetrics
 from gpuspawner.culler.records import ServerRecord
 from gpuspawner.culler.transport import RequestFailed, RetryPolicy, Transport
 from gpuspawner.devcluster.ports import free_port

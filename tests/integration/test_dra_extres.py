@@ -17,6 +17,7 @@ import pytest
 from jupyterhub.objects import Hub
 from traitlets.config import Config
 
+from gpuspawner.core.noticewords import READY_WORDS, preparing_words
 from gpuspawner.devcluster.dradriver import (
     ATTACHED_NODE,
     BOUND_CONDITION,
@@ -26,7 +27,6 @@ from gpuspawner.devcluster.dradriver import (
     node_devices,
     resource_slices,
 )
-from gpuspawner.dra.binding import READY_WORDS, preparing_words
 from gpuspawner.dra.extres import EXTENDED_CLAIM_ANNOTATION
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.names import dranames as dn

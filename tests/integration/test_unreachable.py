@@ -19,10 +19,10 @@ from urllib.parse import urlparse
 import pytest
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
+from gpuspawner.core.wording import counts_notice
 from gpuspawner.devcluster.ports import free_port
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.scheduling import SpawnRefused
-from gpuspawner.page.cards import counts_notice
 from tests.compat.test_without_cluster_rbac import until
 from tests.integration.test_spawner import make_spawner
 

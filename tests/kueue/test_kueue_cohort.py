@@ -27,7 +27,7 @@ from prometheus_client import generate_latest
 
 from gpuspawner.hub import kueue as hubkueue
 from gpuspawner.hub.inventory import Inventory
-from gpuspawner.hub.kueuewaiting import KueueWaiting
+from gpuspawner.hub.kueuevisibility import KueueWaiting
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.names.kueuenames import QUEUE_LABEL
 from gpuspawner.names.vocabulary import KUEUE_WORKLOADS_WAITING

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from gpuspawner.devcluster.kueue import VISIBILITY_GROUP, VISIBILITY_VERSIONS
+from gpuspawner.devcluster.kueuecontroller import VISIBILITY_GROUP, VISIBILITY_VERSIONS
 from gpuspawner.hub import kueue as hubkueue
 from tests.conftest import wait_for
 from tests.kueue.test_kueue_devcluster import queues

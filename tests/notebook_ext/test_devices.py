@@ -6,8 +6,8 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from gpuspawner.notebook_ext import devices as devices_module
-from gpuspawner.notebook_ext.devices import Device, Devices, Unavailable
+from gpuspawner.notebook_ext import nvmldevices as devices_module
+from gpuspawner.notebook_ext.nvmldevices import Device, Devices, Unavailable
 
 from .nvml_standin import GIB, MIG_1G_10GB, TWO_H100, Gpu, StandInLib, install, uninstall
 

@@ -1,4 +1,4 @@
-"""GPU-hour budgets, the pure part (gpuspawner.capacity.budgets): settings, windows, weights,
+"""GPU-hour budgets, the pure part (gpuspawner.capacity.budgetmath): settings, windows, weights,
 usage, "the next hour frees up at ...", the ledger rows and the words."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gpuspawner.capacity.budgets import (
+from gpuspawner.capacity.budgetmath import (
     DAY,
     HUB_RECORD,
     PROMETHEUS,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from gpuspawner.capacity.access import Requester
 from gpuspawner.capacity.allocation import allocated_devices
-from gpuspawner.capacity.policy import Requester
 from gpuspawner.devcluster import dradriver as d
 from gpuspawner.dra.alternatives import choice_words, choices, chosen_label
 from gpuspawner.dra.claimspec import device_claim_spec

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpuspawner.capacity.index import ClusterIndex
 from gpuspawner.core.model import Offering
+from gpuspawner.core.noticewords import preparing_words
 from gpuspawner.devcluster import dradriver as d
 from gpuspawner.dra import binding
 from gpuspawner.dra.extres import IMPLICIT_PREFIX, extended_claim_name, mapped_class
@@ -103,7 +104,7 @@ def test_binding_conditions_are_pending_until_the_driver_sets_them_true():
     result.pop("bindsToNode")
     allocated = {"status": {"allocation": {"devices": {"results": [result]}}}}
     assert binding.pending(allocated) == [d.BOUND_CONDITION] and not binding.failed(allocated)
-    assert binding.preparing_words(binding.pending(allocated)) == "Preparing the device (FabricAttached)…"
+    assert preparing_words(binding.pending(allocated)) == "Preparing the device (FabricAttached)…"
 
     def with_condition(kind: str, status: str) -> dict:
         devices = [{"driver": dn.DRIVER, "pool": "n", "device": "gpu-0", "conditions": [{"type": kind, "status": status}]}]

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuspawner.capacity.policy import Requester, allowed
+from gpuspawner.capacity.access import Requester, allowed
 from gpuspawner.core.model import CPU_OFFERING
 from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice, parse_count
 from gpuspawner.offerings.config import offering_from_config

@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from gpuspawner.capacity.access import Requester
 from gpuspawner.capacity.checks import GPUSpawnerConfigError, check_config
 from gpuspawner.capacity.index import ClusterIndex
-from gpuspawner.capacity.policy import Requester
 from gpuspawner.core.cel import compile_selector
 from gpuspawner.core.imagefit import ImageNeedsError, device_selectors, fitted, needs_for, node_terms, parse_needs, parse_rules
 from gpuspawner.devcluster import dradriver as d

@@ -10,7 +10,8 @@ import pytest
 from jupyterhub.utils import exponential_backoff
 from kubespawner import KubeSpawner
 
-from gpuspawner.hub.lifecycle import kubespawner_gave_up, own_deadline, pod_waiting_words
+from gpuspawner.core.noticewords import pod_waiting_words
+from gpuspawner.hub.lifecycle import kubespawner_gave_up, own_deadline
 
 
 @pytest.mark.parametrize("start_timeout", [5, 20, 40, 120, 300, 3600])

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuspawner.capacity.access import Requester
 from gpuspawner.capacity.checks import config_problems
-from gpuspawner.capacity.policy import Requester
 from gpuspawner.core.model import UNCOUNTED, GuardSetting
 from gpuspawner.core.wording import memory_truth
 from gpuspawner.names.vocabulary import Kind

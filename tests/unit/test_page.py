@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from gpuspawner.capacity.policy import Requester
+from gpuspawner.capacity.access import Requester
 from gpuspawner.core.model import CPU_OFFERING, UNCOUNTED, Availability
 from gpuspawner.offerings.config import offering_from_config
 from gpuspawner.page.cards import availability_text, default_choice, option_views

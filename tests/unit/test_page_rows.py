@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from gpuspawner.capacity.access import Requester
 from gpuspawner.capacity.index import ClusterIndex
-from gpuspawner.capacity.policy import Requester
 from gpuspawner.core.settingskey import SettingsKey
 from gpuspawner.hub.catalogs import _built
 from gpuspawner.offerings.catalog import CatalogConfig

@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
+from gpuspawner.capacity.access import Requester
 from gpuspawner.capacity.index import ClusterIndex
-from gpuspawner.capacity.policy import Requester
 from gpuspawner.core.products import MIG_PROFILE_MIB, gpu_memory_mib, mig_profile_mib, product_memory_mib, product_name
 from gpuspawner.core.wording import offering_words
 from gpuspawner.devcluster import dradriver as d

@@ -12,9 +12,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from traitlets import Callable, Dict, HasTraits, List, Unicode, Union
 
+from gpuspawner.capacity.access import Requester
 from gpuspawner.capacity.admission import Held, QuotaLedger
 from gpuspawner.capacity.index import ClusterIndex, Health
-from gpuspawner.capacity.policy import Requester
 from gpuspawner.hub import pagecache
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.pagecache import PageCache, view_key

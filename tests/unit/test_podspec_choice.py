@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.capacity.policy import Requester, allowed, may_use
+from gpuspawner.capacity.access import Requester, allowed, may_use
 from gpuspawner.core.model import CPU_OFFERING, DEFAULT_GPU_TOLERATION
 from gpuspawner.names.nvidia import GPU, PRODUCT_LABEL
 from gpuspawner.names.vocabulary import (

@@ -15,10 +15,10 @@ from jupyterhub.spawner import SpawnException
 
 from gpuspawner.capacity.index import Health
 from gpuspawner.core.model import CPU_OFFERING
+from gpuspawner.core.wording import counts_notice, unreachable_message
 from gpuspawner.hub.hubhooks import RefusalsOnOneLine, log_refusals_on_one_line
 from gpuspawner.hub.scheduling import REFUSAL_STATUS, SpawnRefused
 from gpuspawner.offerings.choice import MALFORMED, NOT_OFFERED, ChoiceError, parse_choice
-from gpuspawner.page.cards import counts_notice, unreachable_message
 from gpuspawner.page.useroptions import check_profile, describe_keys, known_keys, split_known
 
 ZURICH = ZoneInfo("Europe/Zurich")

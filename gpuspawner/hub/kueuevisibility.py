@@ -36,7 +36,7 @@ from gpuspawner.hub.kueue import KueueReader, held_words
 from gpuspawner.hub.scheduling import brief
 from gpuspawner.names.kueuenames import GROUP, VERSION
 
-log = logging.getLogger("gpuspawner.hub.kueuewaiting")
+log = logging.getLogger("gpuspawner.hub.kueuevisibility")
 
 #: Seconds between two reads of Kueue's pending workloads.
 EVERY = 5.0

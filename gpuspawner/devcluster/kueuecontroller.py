@@ -129,13 +129,13 @@ def visibility_objects(address: str, port: int) -> list[tuple[str, dict[str, Any
     """(API path, object) of what serves Kueue's visibility API through the API server: the
     Service, its EndpointSlice (``address``:``port``, Kueue's visibility server) and one
     APIService per version (Kueue's own: insecureSkipTLSVerify, as it ships them)."""
-    service = {
+    service: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": VISIBILITY_SERVICE, "namespace": NAMESPACE},
         "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]},
     }
-    endpoints = {
+    endpoints: dict[str, Any] = {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
         "metadata": {
@@ -153,7 +153,7 @@ def visibility_objects(address: str, port: int) -> list[tuple[str, dict[str, Any
     ]
     for version in VISIBILITY_VERSIONS:
         name = f"{version}.{VISIBILITY_GROUP}"
-        api_service = {
+        api_service: dict[str, Any] = {
             "apiVersion": "apiregistration.k8s.io/v1",
             "kind": "APIService",
             "metadata": {"name": name},
@@ -358,7 +358,7 @@ class Kueue:
                 if time.monotonic() > deadline:
                     api_service = self.client.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.{VISIBILITY_GROUP}")
                     conditions = (api_service.get("status") or {}).get("conditions") or []
-                    available = next((c for c in conditions if c.get("type") == "Available"), {})
+                    available: dict[str, Any] = next((c for c in conditions if c.get("type") == "Available"), {})
                     raise DevClusterError(
                         f"Kueue's visibility API {version}.{VISIBILITY_GROUP} was not served within {timeout:.0f}s (Available:"
                         f" {available.get('status')}, {available.get('reason')}: {available.get('message')});"
