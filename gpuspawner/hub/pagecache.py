@@ -7,10 +7,12 @@ by a serial that moves whenever it does:
 - the spawner's settings: every configurable trait by its value now, written out (``marshal``,
   or the ``repr`` of what marshal cannot write, as :class:`gpuspawner.core.settingskey.SettingsKey`
   does: a hook's change, even in place, is a new key), and the hub's identity;
-- who asks: the user's name, groups and admin flag (:meth:`GPUSpawner.requester`), and which of
-  their servers it is. A key never matches another user's view, so no user is ever shown a page
-  made for another's policy, quota or choice (two users whose pages read the same share one
-  copy of the HTML, never a key);
+- who asks: the user's groups and admin flag (:meth:`GPUSpawner.requester`), their name where the
+  page reads it (a quota is set, or an offering is open to users by name: :func:`names_users`),
+  and which of their servers it is. Users whose pages cannot differ share a key (the same groups,
+  no last or refused choice, no quota, no offering by name: a lab's class whose pages the counts
+  move together is one page made once per event, not once per student); no user is ever shown a
+  page made for another's policy, quota or choice;
 - the user's last and just-refused choices (the checked card);
 - the counts: the index's :attr:`~gpuspawner.capacity.index.ClusterIndex.changes`, which takes a
   new value at every node, pod, DRA or Kueue event that changed anything, every relist, every
@@ -33,6 +35,7 @@ from __future__ import annotations
 import marshal
 from collections import OrderedDict
 from collections.abc import Hashable
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -122,9 +125,12 @@ def view_key(spawner: Spawner, extra_html: str, settings: tuple[bytes | str, ...
         quotas = (tuple(ledger.grants.items()), ledger.restored, members)
     now = spawner.now()
     clock = now.replace(second=0, microsecond=0) if live else now.replace(microsecond=0)  # (the notice says the counts' age)
+    who = spawnview.requester(spawner)
+    if not quotas and not names_users(spawner):
+        who = replace(who, name="")  # (nothing the page shows reads the name: users alike share one key)
     return (
         settings,
-        spawnview.requester(spawner),
+        who,
         spawner.name,
         repr(last),
         repr(spawner.refused_options),
@@ -136,13 +142,25 @@ def view_key(spawner: Spawner, extra_html: str, settings: tuple[bytes | str, ...
     )
 
 
+def names_users(spawner: Spawner) -> bool:
+    """Whether an offering is open to users by name (``users`` in an entry or an override): then
+    the page depends on who asks beyond their groups and admin flag."""
+    return any(entry.get("users") for entry in spawner.offerings if isinstance(entry, dict)) or any(
+        override.get("users") for override in spawner.offering_overrides.values() if isinstance(override, dict)
+    )
+
+
 def settings_now(spawner: Spawner) -> tuple[bytes | str, ...]:
     """Every configurable trait of ``spawner`` as its value is now, written out: two settings that
     differ in anything are never equal (marshal's bytes read back to the value; a value it cannot
-    write, a hook say, by its ``repr``). A few times cheaper than the ``repr`` of them all."""
+    write, a hook say, by its ``repr``). A few times cheaper than the ``repr`` of them all. The
+    spawner's own methods are written by name (their ``repr`` names the object: no two users' would
+    match), and :data:`PER_SERVER_TRAITS` are left out."""
     written: list[bytes | str] = [spawner.hub_id]
     for name in _configurable(type(spawner)):
         value = getattr(spawner, name)
+        if getattr(value, "__self__", None) is spawner:  # the spawner's own method (options_form's default): the same code for every user
+            value = ("method", getattr(getattr(value, "__func__", value), "__qualname__", repr(type(value))))
         try:
             written.append(marshal.dumps(value, 2))  # (version 2: no back-references, the same value the same bytes)
         except ValueError:
@@ -150,6 +168,11 @@ def settings_now(spawner: Spawner) -> tuple[bytes | str, ...]:
     return tuple(written)
 
 
+#: Configurable traits whose value is the server's own and that no page reads: KubeSpawner derives
+#: ``ssl_alt_names`` from the pod's name, so in the key they would keep apart the pages of users alike.
+PER_SERVER_TRAITS = frozenset({"ssl_alt_names"})
+
+
 @lru_cache(maxsize=8)
 def _configurable(cls: type[HasTraits]) -> tuple[str, ...]:
-    return tuple(sorted(cls.class_trait_names(config=True)))
+    return tuple(sorted(set(cls.class_trait_names(config=True)) - PER_SERVER_TRAITS))

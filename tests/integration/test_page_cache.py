@@ -136,3 +136,24 @@ async def test_a_kept_page_is_never_served_after_a_reservation_or_a_group_change
     ada.user.groups.append(type("Group", (), {"name": "researchers"})())  # the admin added her to a group
     restricted = card(await ada.get_options_form(), "half-v100")
     assert "gs-disabled" not in restricted.attrs["class"] and "not allowed" not in restricted.words
+
+
+async def test_students_alike_share_one_kept_page_and_one_named_in_an_offering_gets_her_own(devcluster, namespace):
+    """Two students of one group, with no quota and no last choice, read the same page: the second's
+    view is the first's page, kept (a class's pages are made once per event, not once per student).
+    Where an offering is open to one of them by name, each gets their own page, with their own card."""
+    from gpuspawner.hub.pagecache import PAGES
+
+    ann, bea = (spawner_for(devcluster, namespace, name, groups=["students"]) for name in ("ann", "bea"))
+    await ann.catalog()
+    first = await ann.get_options_form()
+    hits = PAGES.hits
+    assert await bea.get_options_form() == first and PAGES.hits == hits + 1
+    named = {**RESTRICTED, "groups": [], "users": [ann.user.name]}
+    ann = spawner_for(devcluster, namespace, "ann", groups=["students"], user=ann.user, offerings=[named])
+    bea = spawner_for(devcluster, namespace, "bea", groups=["students"], user=bea.user, offerings=[named])
+    assert "gs-disabled" not in card(await ann.get_options_form(), "half-v100").attrs["class"]
+    misses = PAGES.misses
+    restricted = card(await bea.get_options_form(), "half-v100")
+    assert PAGES.misses == misses + 1 and "gs-disabled" in restricted.attrs["class"]
+    assert restricted.find(data_gs_reason="").words == "not allowed for your groups"

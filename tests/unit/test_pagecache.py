@@ -1,7 +1,7 @@
 """The spawn page kept whole (gpuspawner.hub.pagecache): a kept page is found again only by a view
 that would read the same. Its key must move with every inventory event that changes a count,
 every reservation, the quota ledger, the wait queues, the clock, the settings (edited in place
-too) and the user; and a key never matches another user's view (issue 39)."""
+too) and the user; and a key matches another user's view only where their pages cannot differ (issue 39)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,7 @@ class Spawner(HasTraits):
     """What view_key reads of a GPUSpawner: its configurable traits, the user and the hub's state."""
 
     offerings = List().tag(config=True)
+    offering_overrides = Dict().tag(config=True)
     user_quota = Dict().tag(config=True)
     group_quotas = Dict().tag(config=True)
     user_gpu_budget = Dict().tag(config=True)
@@ -163,10 +164,21 @@ def test_a_dra_or_kueue_event_the_inventory_applies_moves_the_key():
         assert inventory.index.changes != before, stream
 
 
-def test_another_user_never_gets_the_key_of_a_view_of_anothers_policy(inventory):
+def test_another_user_gets_the_key_only_where_nothing_on_the_page_reads_who_asks(inventory):
     researcher, student = Spawner("bob", groups=["researchers"]), Spawner("ada", groups=["students"])
     assert view_key(researcher, "") != view_key(student, "")
-    assert view_key(Spawner("ada"), "") != view_key(Spawner("bob"), "")  # the same groups: still not the same key
+    # The same groups and nothing read by name: one page for both (a class's students share it) ...
+    assert view_key(Spawner("ada"), "") == view_key(Spawner("bob"), "")
+    # ... but not where the page reads the name: an offering open to a user by name, or a quota.
+    by_name = [{"slug": "site", "kind": "custom", "resources": {"nvidia.com/gpu": 1}, "users": ["ada"]}]
+    assert view_key(Spawner("ada", offerings=by_name), "") != view_key(Spawner("bob", offerings=by_name), "")
+    overridden = {"gpu-nvidia-h100-80gb-hbm3": {"users": ["ada"]}}
+    assert view_key(Spawner("ada", offering_overrides=overridden), "") != view_key(Spawner("bob", offering_overrides=overridden), "")
+    assert view_key(Spawner("ada", user_quota={"total": 1}), "") != view_key(Spawner("bob", user_quota={"total": 1}), "")
+    assert view_key(Spawner("ada", group_quotas={"x": {"total": 1}}), "") != view_key(Spawner("bob", group_quotas={"x": {"total": 1}}), "")
+    ada_again = Spawner("ada")
+    ada_again.user_options = {"offering": "gpu-nvidia-h100-80gb-hbm3"}  # her last choice is checked on her page only
+    assert view_key(ada_again, "") != view_key(Spawner("bob"), "")
     admin = Spawner("ada", admin=True)
     assert view_key(admin, "") != view_key(Spawner("ada"), "")
     ada = Spawner("ada", groups=["students"])
