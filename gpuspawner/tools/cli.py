@@ -41,11 +41,13 @@ def _devcluster(args: argparse.Namespace) -> int:
             build.build(force=args.force)
             if args.kueue:
                 build.build_kueue(force=args.force)
+            if args.karpenter:
+                build.build_karpenter(force=args.force)
         elif args.verb == "up":
             nodes = list(standard_nodes())
             if args.extra_nodes:
                 nodes += list(many_nodes(args.extra_nodes))
-            cluster.up(nodes=nodes, log=lambda msg: print(msg, file=sys.stderr), kueue=args.kueue)
+            cluster.up(nodes=nodes, log=lambda msg: print(msg, file=sys.stderr), kueue=args.kueue, karpenter=args.karpenter)
             _print_env(cluster)
         elif args.verb == "down":
             cluster.down()
@@ -55,6 +57,8 @@ def _devcluster(args: argparse.Namespace) -> int:
                 print(f"{name:26s} {'running' if alive else 'stopped'}")
             if cluster.state and "kueue" in cluster.state.pids:
                 print(f"{'kueue':26s} {'running' if cluster.kueue().running else 'stopped'}")
+            if cluster.state and "karpenter" in cluster.state.pids:
+                print(f"{'karpenter':26s} {'running' if cluster.karpenter().running else 'stopped'}")
             if cluster.state and all(running.values()):
                 print(f"API server: {cluster.state.server}\nKUBECONFIG={cluster.kubeconfig}")
             return 0 if all(running.values()) else 1
@@ -377,6 +381,11 @@ def parser() -> argparse.ArgumentParser:
     dev.add_argument("--force", action="store_true", help="build: rebuild every binary")
     dev.add_argument("--extra-nodes", type=int, default=0, metavar="N", help="up: also load N generated nodes")
     dev.add_argument("--kueue", action="store_true", help="build/up: also Kueue's controller, its CRDs and webhooks (docs/kueue.md)")
+    dev.add_argument(
+        "--karpenter",
+        action="store_true",
+        help="build/up: also Karpenter's kwok provider and GPU NodePools at zero nodes (docs/autoscaling.md)",
+    )
     dev.set_defaults(func=_devcluster)
 
     off = sub.add_parser("offerings", help="print the offerings the spawner would show, with capacity and free counts")
