@@ -111,9 +111,15 @@ def node_class(registration_delay: str = "0s") -> dict[str, Any]:
     }
 
 
-def node_pool(pool: Pool, consolidate_after: str = "30s") -> dict[str, Any]:
+#: the startup taint of the demo's pools (``network=True``): a node takes no pod until
+#: :func:`give_pod_networks` has given it a pod network and lifted it, as a CNI agent does
+NETWORK_TAINT = {"key": "gpuspawner.dev/pod-network-unavailable", "value": "true", "effect": "NoSchedule"}
+
+
+def node_pool(pool: Pool, consolidate_after: str = "30s", network: bool = False) -> dict[str, Any]:
     """The NodePool of ``pool``: its class's labels and taints on every node it makes, its one
-    instance type, at most ``max_nodes`` nodes, emptied nodes removed after ``consolidate_after``."""
+    instance type, at most ``max_nodes`` nodes, emptied nodes removed after ``consolidate_after``;
+    with ``network``, :data:`NETWORK_TAINT` as a startup taint (Karpenter leaves those to others)."""
     entry = _class(pool.node_class)
     labels = {k: str(v) for k, v in (entry.get("labels") or {}).items()}
     labels[CLASS_LABEL] = pool.node_class
@@ -131,6 +137,7 @@ def node_pool(pool: Pool, consolidate_after: str = "30s") -> dict[str, Any]:
                         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [CAPACITY_TYPE]},
                     ],
                     "taints": [dict(t) for t in entry.get("taints") or []],
+                    **({"startupTaints": [dict(NETWORK_TAINT)]} if network else {}),
                     "expireAfter": "Never",
                 },
             },
@@ -183,13 +190,19 @@ class Karpenter(Controller):
 
 
 def give_pod_networks(client: KubeHTTP) -> list[str]:
-    """Give each node Karpenter made that has no pod network one of the cluster's band (what a
-    cloud's IPAM or kube-controller-manager's node-ipam controller does; neither runs here), so
-    that kwok gives its pods loopback IPs a notebook server can bind to; returns their names."""
+    """Give each node Karpenter has registered that still has :data:`NETWORK_TAINT` one of the
+    cluster's pod networks, then lift the taint (what a cloud's IPAM and CNI agent do; neither
+    runs here): kwok then gives its pods loopback IPs a notebook server can bind to, never one of
+    its default range. Returns the nodes' names."""
     named = []
-    for node in client.request("GET", "/api/v1/nodes?labelSelector=karpenter.sh/nodepool")["items"]:
+    for node in client.request("GET", "/api/v1/nodes?labelSelector=karpenter.sh/registered%3Dtrue")["items"]:
+        taints = node["spec"].get("taints") or []
+        if not any(t.get("key") == NETWORK_TAINT["key"] for t in taints):
+            continue
+        spec: dict[str, Any] = {"taints": [t for t in taints if t.get("key") != NETWORK_TAINT["key"]]}
         if not node["spec"].get("podCIDR"):
             cidr = client.free_pod_cidr()
-            client.request("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", {"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}})
-            named.append(node["metadata"]["name"])
+            spec.update(podCIDR=cidr, podCIDRs=[cidr])
+        client.request("PATCH", f"/api/v1/nodes/{node['metadata']['name']}", {"spec": spec})
+        named.append(node["metadata"]["name"])
     return named

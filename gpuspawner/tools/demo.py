@@ -50,7 +50,7 @@ from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
 from gpuspawner.devcluster.fakedcgm import SimulatedDCGM
 from gpuspawner.devcluster.hub import HubProcess
-from gpuspawner.devcluster.karpenter import give_pod_networks, node_class
+from gpuspawner.devcluster.karpenter import POOLS, give_pod_networks, node_class, node_pool
 from gpuspawner.devcluster.nodes import CLASS_LABEL, standard_nodes
 from gpuspawner.devcluster.podrunner import PodRunner
 from gpuspawner.devcluster.ports import free_port
@@ -136,7 +136,8 @@ def running_demo(
         kube = cluster.client()
         kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         if autoscale:
-            cluster.karpenter().apply(node_class(AUTOSCALE_BOOT))
+            for body in (node_class(AUTOSCALE_BOOT), *(node_pool(pool, network=True) for pool in POOLS)):
+                cluster.karpenter().apply(body)
             networks = threading.Event()
             threading.Thread(target=_pod_networks, args=(kube, networks), daemon=True).start()
             stack.callback(networks.set)
@@ -179,6 +180,7 @@ def running_demo(
             "GPUSPAWNER_DEMO_PROMETHEUS_TOKEN": prometheus_token,
             "GPUSPAWNER_DEMO_CULLER_METRICS_PORT": str(culler_metrics_port),
             **(demokueue.hub_env() if kueue else {}),
+            **({"GPUSPAWNER_DEMO_AUTOSCALE": "1"} if autoscale else {}),
             **(extra_env or {}),
         }
         # Kueue's objects for the hub's offerings, as `gpuspawner kueue` writes them from the

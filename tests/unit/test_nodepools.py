@@ -70,3 +70,27 @@ def test_offerings_cli_reads_nodepools_offline(tmp_path, capsys):
     (tmp_path / "pools.json").write_text("[not json")
     assert cli.main(args) == 2
     assert "pools.json: not JSON" in capsys.readouterr().err
+
+
+def test_the_autoscaled_demo_declares_what_its_pools_nodes_serve(monkeypatch):
+    """make demo AUTOSCALE=1 declares each pool's offering (hub_config/demo_config.py): under the
+    slug discovery gives the pool's nodes, asking for the same resource, its pod placed on them
+    (so the real Karpenter makes a node of that pool for it)."""
+    from gpuspawner.capacity.counts import availability
+    from gpuspawner.offerings.config import offerings_from_config
+    from gpuspawner.offerings.nodepools import template_node
+    from gpuspawner.tools.cli import _config_from_file
+
+    monkeypatch.setenv("GPUSPAWNER_DEMO_AUTOSCALE", "1")
+    entries = _config_from_file("hub_config/demo_config.py").GPUSpawner.offerings
+    declared = {o.slug: o for o in offerings_from_config([e for e in entries if e.get("scalable_nodes")])}
+    assert len(declared) == len(POOLS)
+    for pool in POOLS:
+        (found,), offerings, _ = read_pools([node_pool(pool)], CLASSES)
+        node = template_node(node_pool(pool))
+        mine = [declared[o.slug] for o in offerings if o.slug in declared]
+        assert len(mine) == 1, f"{pool.name}: declares none of {[o.slug for o in offerings]}"
+        discovered = next(o for o in offerings if o.slug == mine[0].slug)
+        assert mine[0].resources == discovered.resources
+        assert mine[0].scalable_nodes == pool.max_nodes
+        assert availability(mine[0], [node], []).nodes == (node["metadata"]["name"],)
