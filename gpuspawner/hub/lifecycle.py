@@ -20,7 +20,7 @@ from gpuspawner.capacity.admission import REFUSE, admit
 from gpuspawner.capacity.index import Health
 from gpuspawner.capacity.policy import allowed
 from gpuspawner.core.windows import window_state
-from gpuspawner.hub import admitting, budgets, catalogs, claimlife, departures, kueue, metrics, spawnview, storedoptions
+from gpuspawner.hub import admitting, autoscaler, budgets, catalogs, claimlife, departures, kueue, metrics, spawnview, storedoptions
 from gpuspawner.hub.culleractions import when_words
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.reflector import VerdictPodReflector, scheduler_verdict
@@ -220,6 +220,11 @@ async def watch_scheduling(spawner: Spawner) -> str:
     state = spawner.spawn_state
     await state.decided.wait()  # load_user_options runs inside KubeSpawner's _start
     choice = state.choice
+    if choice is not None and state.expect_wait and choice.offering.scalable_nodes:  # waits for a new node
+        karpenter_says = await autoscaler.karpenter_verdict(spawner)  # unless the autoscaler cannot bring one up
+        admitting.release_reservation(spawner)
+        metrics.refused(choice.offering, Refusal.UNSCHEDULABLE)
+        return f"No new node can start for {choice.offering.display_name}. The autoscaler (Karpenter) says: {karpenter_says}"
     if choice is None or state.expect_wait:
         await asyncio.Future()  # nothing to watch: warned users (or no GPU) wait it out
     assert choice is not None  # (the future above is never done)

@@ -2,14 +2,19 @@
 page says an H100 is free after a scale-up, a spawn of one brings a node of the H100 pool up and
 the notebook runs there on a pod IP of the cluster's own (the pool's startup taint kept its pods
 off until the node had a pod network), and when the server stops Karpenter removes the emptied
-node (gpuspawner/tools/demo.py, gpuspawner/devcluster/karpenter.py, hub_config/demo_config.py)."""
+node; with the pool's limit at zero nodes, a spawn is refused with Karpenter's own reason, not
+left waiting (gpuspawner/tools/demo.py, gpuspawner/devcluster/karpenter.py,
+hub_config/demo_config.py, gpuspawner/hub/autoscaler.py)."""
 
 from __future__ import annotations
 
 import ipaddress
+import json
+import urllib.request
 
 import pytest
 
+from gpuspawner.devcluster.karpenter import POOLS, node_pool
 from tests.conftest import wait_for
 from tests.e2e.demo_stack import demo_with_token, spawn_page
 from tests.e2e.test_budgets import call
@@ -43,3 +48,24 @@ def test_an_h100_spawn_brings_a_node_up_and_its_end_lets_it_go(demo):
 
     assert call(demo, "DELETE", "/users/researcher1/server")[0] in (202, 204)
     wait_for(lambda: not kube.request("GET", POOL_NODES)["items"], "Karpenter removing the emptied H100 node", timeout=240, interval=0.5)
+
+    full = node_pool(POOLS[0], network=True)  # the H100 pool may have no node at all now
+    full["spec"]["limits"] = {"nodes": "0"}
+    demo.cluster.karpenter().apply(full)
+    status, answer = call(demo, "POST", "/users/researcher1/server", {"offering": H100})
+    message = result(demo, "researcher1")["message"] if status == 202 else str(answer)
+    assert "No new node can start for H100 80GB. The autoscaler (Karpenter) says:" in message
+    assert "node limits have been exhausted for nodepool (NodePool=gpu-h100)." in message
+    assert "incompatible requirements" not in message  # (the other pools' parts are left out)
+
+
+def result(demo, user: str) -> dict:
+    """The last event of the server's progress stream: ``{"failed": True, "message": ...}`` or ``{"ready": True}``."""
+    request = urllib.request.Request(f"{demo.api_url}/users/{user}/server/progress", headers={"Authorization": f"token {demo.token}"})
+    with urllib.request.urlopen(request, timeout=240) as stream:
+        for line in stream:
+            if line.startswith(b"data:"):
+                event = json.loads(line[5:])
+                if event.get("failed") or event.get("ready"):
+                    return event
+    raise AssertionError(f"the progress stream of {user} ended without a result")
