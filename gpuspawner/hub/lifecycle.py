@@ -221,7 +221,7 @@ async def watch_scheduling(spawner: Spawner) -> str:
     await state.decided.wait()  # load_user_options runs inside KubeSpawner's _start
     choice = state.choice
     if choice is not None and state.expect_wait and choice.offering.scalable_nodes:  # waits for a new node
-        karpenter_says = await autoscaler.karpenter_verdict(spawner)  # unless the autoscaler cannot bring one up
+        karpenter_says = await autoscaler.karpenter_verdict(spawner, state.messages)  # unless none can come
         admitting.release_reservation(spawner)
         metrics.refused(choice.offering, Refusal.UNSCHEDULABLE)
         return f"No new node can start for {choice.offering.display_name}. The autoscaler (Karpenter) says: {karpenter_says}"

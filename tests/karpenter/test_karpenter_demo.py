@@ -1,5 +1,6 @@
 """`make demo AUTOSCALE=1`'s story on the real Karpenter: the demo starts with no GPU node, the spawn
-page says an H100 is free after a scale-up, a spawn of one brings a node of the H100 pool up and
+page says an H100 is free after a scale-up, a spawn of one brings a node of the H100 pool up (its
+progress says the NodeClaim's steps, launched, registered, initialized, with their times) and
 the notebook runs there on a pod IP of the cluster's own (the pool's startup taint kept its pods
 off until the node had a pod network), and when the server stops Karpenter removes the emptied
 node; with the pool's limit at zero nodes, a spawn is refused with Karpenter's own reason, not
@@ -35,11 +36,14 @@ def test_an_h100_spawn_brings_a_node_up_and_its_end_lets_it_go(demo):
     assert "free after scale-up, about 1 min" in spawn_page(demo, "researcher1")
     assert call(demo, "POST", "/users/researcher1/server", {"offering": H100})[0] in (201, 202)
 
-    def ready():
-        user = call(demo, "GET", "/users/researcher1")[1]
-        return (user.get("servers") or {}).get("", {}).get("ready")
-
-    wait_for(ready, "researcher1's H100 server ready on a node Karpenter made", timeout=240, interval=0.5)
+    messages, last = progress(demo, "researcher1")  # the spawn-pending page's stream, to its end
+    assert last.get("ready"), last
+    claim = next(m for m in messages if m.startswith("Karpenter is starting a new node for this server: NodeClaim gpu-h100-"))
+    name = claim.rsplit(" ", 2)[-2]
+    steps = [m for m in messages if m.startswith(f"NodeClaim {name} ")]
+    words = [m.split()[2].rstrip(",") for m in steps]  # in order, each once; the last may come after the server is ready
+    assert words and words == ["launched", "registered", "initialized"][: len(words)], steps
+    assert all(m.endswith(" s after it was created") for m in steps)
     (node,) = kube.request("GET", POOL_NODES)["items"]
     assert node["metadata"]["labels"]["karpenter.sh/nodepool"] == "gpu-h100"
     (pod,) = kube.request("GET", "/api/v1/namespaces/jhub/pods?labelSelector=component%3Dsingleuser-server")["items"]
@@ -53,19 +57,22 @@ def test_an_h100_spawn_brings_a_node_up_and_its_end_lets_it_go(demo):
     full["spec"]["limits"] = {"nodes": "0"}
     demo.cluster.karpenter().apply(full)
     status, answer = call(demo, "POST", "/users/researcher1/server", {"offering": H100})
-    message = result(demo, "researcher1")["message"] if status == 202 else str(answer)
+    message = progress(demo, "researcher1")[1]["message"] if status == 202 else str(answer)
     assert "No new node can start for H100 80GB. The autoscaler (Karpenter) says:" in message
     assert "node limits have been exhausted for nodepool (NodePool=gpu-h100)." in message
     assert "incompatible requirements" not in message  # (the other pools' parts are left out)
 
 
-def result(demo, user: str) -> dict:
-    """The last event of the server's progress stream: ``{"failed": True, "message": ...}`` or ``{"ready": True}``."""
+def progress(demo, user: str) -> tuple[list[str], dict]:
+    """The messages of the server's progress stream (what the spawn-pending page shows) and its
+    last event: ``{"failed": True, "message": ...}`` or ``{"ready": True, ...}``."""
     request = urllib.request.Request(f"{demo.api_url}/users/{user}/server/progress", headers={"Authorization": f"token {demo.token}"})
+    messages = []
     with urllib.request.urlopen(request, timeout=240) as stream:
         for line in stream:
             if line.startswith(b"data:"):
                 event = json.loads(line[5:])
                 if event.get("failed") or event.get("ready"):
-                    return event
+                    return messages, event
+                messages.append(event.get("message") or "")
     raise AssertionError(f"the progress stream of {user} ended without a result")

@@ -3,7 +3,7 @@ Karpenter v1.14.1 wrote on the devcluster (tests/karpenter/test_karpenter_demo.p
 
 from __future__ import annotations
 
-from gpuspawner.hub.autoscaler import karpenter_refusal
+from gpuspawner.hub.autoscaler import claim_steps, karpenter_refusal, nominated_claim
 
 AT_LIMIT = (
     "Failed to schedule pod, incompatible requirements, key nvidia.com/gpu.product, nvidia.com/gpu.product In"
@@ -46,3 +46,24 @@ def test_only_karpenters_failures_count_and_the_latest_wins():
     assert karpenter_refusal([scheduler, nominated]) is None
     assert karpenter_refusal([event(EXCLUDED), scheduler, event(AT_LIMIT)]).startswith("node limits have been exhausted")
     assert karpenter_refusal([{"reason": "FailedScheduling", "reportingComponent": "karpenter", "message": AT_LIMIT}]) is not None
+
+
+def test_the_nodeclaim_nominated_and_its_steps_with_their_times():
+    nominated = event("Pod should schedule on: nodeclaim/gpu-h100-x7k2p", reason="Nominated")
+    assert nominated_claim([event(EXCLUDED), nominated]) == "gpu-h100-x7k2p"
+    assert nominated_claim([event("Pod should schedule on: nodeclaim/a", "default-scheduler", "Nominated")]) is None
+    claim = {
+        "metadata": {"name": "gpu-h100-x7k2p", "creationTimestamp": "2026-11-29T03:39:26Z"},
+        "status": {
+            "conditions": [
+                {"type": "Launched", "status": "True", "lastTransitionTime": "2026-11-29T03:39:27Z"},
+                {"type": "Registered", "status": "True", "lastTransitionTime": "2026-11-29T03:39:47Z"},
+                {"type": "Initialized", "status": "Unknown", "lastTransitionTime": "2026-11-29T03:39:26Z"},
+            ]
+        },
+    }
+    assert claim_steps(claim) == [
+        "NodeClaim gpu-h100-x7k2p launched, 1 s after it was created",
+        "NodeClaim gpu-h100-x7k2p registered, 21 s after it was created",
+    ]
+    assert claim_steps({"metadata": {"name": "n"}}) == []
