@@ -38,8 +38,9 @@ from gpuspawner.hub.seam import Spawner
 KARPENTER = "karpenter"
 _PREFIX = "Failed to schedule pod, "
 _OTHER_POOL = "incompatible requirements"
-#: how often a waiting spawn looks at its pod's events again (KubeSpawner's event reflector keeps them)
-CHECK_SECONDS = 0.5
+#: how often a waiting spawn looks at its pod's events again (KubeSpawner's event reflector keeps them;
+#: each look sorts the namespace's events, so not more often)
+CHECK_SECONDS = 1.0
 #: how often it reads its NodeClaim again, while the node comes
 CLAIM_SECONDS = 2.0
 #: a NodeClaim's conditions as the node comes, in order, and the word for each
