@@ -39,7 +39,7 @@
 #                         minutes the first time; make test runs them too): queues, held,
 #                         refused and preempted spawns, Kueue down (tests/kueue, docs/kueue.md)
 #   make karpenter-check  only the tests on the real Karpenter (its kwok cloud provider, built
-#                         from its Go module, about 2 minutes the first time; make test runs them
+#                         from its Go module, 2 to 5 minutes the first time; make test runs them
 #                         too): pending GPU pods bring up nodes of their pools (tests/karpenter)
 #   make kueue-bench      spawn to admission through a LocalQueue with free quota vs the same
 #                         offering without Kueue, on a devcluster with the real Kueue (median
