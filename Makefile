@@ -7,7 +7,8 @@
 #                mypy, strict on all of gpuspawner (but devcluster/cluster.py, a list that
 #                only shrinks); ruff's lint and format check
 #   make demo    the GPU hub on a simulated GPU cluster (see README.md); KUEUE=1: with the
-#                real Kueue and a batch Job competing for the same GPUs (docs/kueue.md)
+#                real Kueue and a batch Job competing for the same GPUs (docs/kueue.md);
+#                AUTOSCALE=1: GPU pools at zero nodes grown by the real Karpenter (docs/autoscaling.md)
 #   make test-fast  the fast tier: the pure-Python tests (tests/unit: no cluster, no hub process,
 #                no Go, npm or Chromium), 1.5-2.5 minutes on 2 cores; `make unit` is the same
 #   make test-hub, test-cluster, test-stories, test-kueue  the other tiers alone (below)
@@ -38,6 +39,9 @@
 #   make kueue-check      only the tests on the real Kueue (built from its Go module, a few
 #                         minutes the first time; make test runs them too): queues, held,
 #                         refused and preempted spawns, Kueue down (tests/kueue, docs/kueue.md)
+#   make karpenter-check  only the tests on the real Karpenter (its kwok cloud provider, built
+#                         from its Go module, 2 to 5 minutes the first time; make test runs them
+#                         too): pending GPU pods bring up nodes of their pools (tests/karpenter)
 #   make kueue-bench      spawn to admission through a LocalQueue with free quota vs the same
 #                         offering without Kueue, on a devcluster with the real Kueue (median
 #                         and p90 of 20 spawns each, side by side; bench/kueue_latency.py)
@@ -68,26 +72,27 @@ PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
 PHONY_TIERS := test-hub test-cluster test-stories test-kueue
-.PHONY: test test-fast $(PHONY_TIERS) lint precommit unit fuzz labextension install devcluster-build demo bench scale capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check kueue-bench test-oldest-k8s clean
+.PHONY: test test-fast $(PHONY_TIERS) lint precommit unit fuzz labextension install devcluster-build demo bench scale capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check karpenter-check kueue-bench test-oldest-k8s clean
 
 # `make test` runs three pytest processes side by side, each with a devcluster of its own (each
 # claims its own ports and loopback pod network): the stories (tests/e2e, tests/browser: each
 # module starts a whole demo hub and mostly waits on it), the tests on the real Kueue and the
-# scale benchmark at its small fixed size (tests/kueue, tests/scale: mostly waiting on Kueue or
-# on storms of spawns, at a lower CPU priority), and the rest. One machine's CPUs are then busy
+# scale benchmark at its small fixed size and the tests on the real Karpenter (tests/kueue,
+# tests/scale, tests/karpenter: mostly waiting on Kueue, Karpenter or on storms of spawns, at a
+# lower CPU priority), and the rest. One machine's CPUs are then busy
 # instead of idle while hubs start. The stories' and the others' output follow the main run's;
 # any failing fails the run.
 STORIES := tests/e2e tests/browser
-APART := tests/kueue tests/scale
+APART := tests/kueue tests/scale tests/karpenter
 test: install devcluster-build lint precommit
-	$(VENV)/bin/gpuspawner devcluster build --kueue
+	$(VENV)/bin/gpuspawner devcluster build --kueue --karpenter
 	@logs=$$(mktemp -d); \
-	GPUSPAWNER_KUEUE_TESTS=1 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider --durations=10 $(APART) >$$logs/kueue 2>&1 & kueue=$$!; \
+	GPUSPAWNER_KUEUE_TESTS=1 GPUSPAWNER_KARPENTER_TESTS=1 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider --durations=10 $(APART) >$$logs/kueue 2>&1 & kueue=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(STORIES) >$$logs/stories 2>&1 & stories=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(foreach d,$(STORIES) $(APART),--ignore=$(d)); main=$$?; \
 	wait $$stories; stories_status=$$?; wait $$kueue; kueue_status=$$?; \
 	echo "---- $(STORIES) (whole demo hubs) ----"; cat $$logs/stories; \
-	echo "---- $(APART) (the real Kueue; the scale benchmark, small) ----"; cat $$logs/kueue; rm -rf $$logs; \
+	echo "---- $(APART) (the real Kueue; the scale benchmark, small; the real Karpenter) ----"; cat $$logs/kueue; rm -rf $$logs; \
 	test $$main -eq 0 && test $$stories_status -eq 0 && test $$kueue_status -eq 0
 
 # The pre-commit hooks that `make lint` does not already run (end of files, whitespace, YAML,
@@ -112,7 +117,8 @@ unit: test-fast
 #                 KubeSpawner compatibility, the culler, the notebook's GPU view, the probe, the wheel
 #   test-cluster  the devcluster's real kube-apiserver and kube-scheduler (tests/integration)
 #   test-stories  whole demo hubs driven by Chromium (tests/e2e, tests/browser)
-#   test-kueue    the real Kueue and the scale benchmark at its small size (tests/kueue, tests/scale)
+#   test-kueue    the real Kueue, the scale benchmark at its small size and the real Karpenter
+#                 (tests/kueue, tests/scale, tests/karpenter)
 HUB_TIER := tests/api tests/compat tests/culler tests/notebook_ext tests/probe tests/wheel
 test-hub: install devcluster-build
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(HUB_TIER)
@@ -124,8 +130,8 @@ test-stories: install devcluster-build
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(STORIES)
 
 test-kueue: install devcluster-build
-	$(VENV)/bin/gpuspawner devcluster build --kueue
-	GPUSPAWNER_KUEUE_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider --durations=10 $(APART)
+	$(VENV)/bin/gpuspawner devcluster build --kueue --karpenter
+	GPUSPAWNER_KUEUE_TESTS=1 GPUSPAWNER_KARPENTER_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider --durations=10 $(APART)
 
 fuzz: install devcluster-build
 	GPUSPAWNER_FUZZ_EXAMPLES=100 GPUSPAWNER_FUZZ_BATCH=200 GPUSPAWNER_FUZZ_WORKERS=24 GPUSPAWNER_FUZZ_MIN_REQUESTS=10000 \
@@ -157,7 +163,8 @@ devcluster-build: install
 
 demo: install devcluster-build
 	$(if $(filter 1,$(KUEUE)),$(VENV)/bin/gpuspawner devcluster build --kueue)
-	$(PY) -m gpuspawner.tools.demo $(if $(filter 1,$(KUEUE)),--kueue)
+	$(if $(filter 1,$(AUTOSCALE)),$(VENV)/bin/gpuspawner devcluster build --karpenter)
+	$(PY) -m gpuspawner.tools.demo $(if $(filter 1,$(KUEUE)),--kueue) $(if $(filter 1,$(AUTOSCALE)),--autoscale)
 
 bench: install devcluster-build
 	$(PY) -m bench
@@ -200,6 +207,10 @@ test-oldest-k8s: install
 kueue-check: install devcluster-build
 	$(VENV)/bin/gpuspawner devcluster build --kueue
 	GPUSPAWNER_KUEUE_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/kueue
+
+karpenter-check: install devcluster-build
+	$(VENV)/bin/gpuspawner devcluster build --karpenter
+	GPUSPAWNER_KARPENTER_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/karpenter
 
 kueue-bench: install devcluster-build
 	$(VENV)/bin/gpuspawner devcluster build --kueue

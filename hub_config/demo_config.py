@@ -99,6 +99,48 @@ c.GPUSpawner.offering_overrides = {
     "vgpu-vgpu-type-v100-8g-8gb": {"groups": ["researchers"]},
 }
 
+# ---------------------------------------------------------------- autoscaled pools (make demo AUTOSCALE=1)
+# No GPU node until the real Karpenter makes one (gpuspawner/devcluster/karpenter.py's pools). The
+# hub does not read NodePools yet, so each pool's offering is declared as a site on GKE does
+# (hub_config/gke.py), under the slug discovery gives the pool's nodes (`gpuspawner offerings`
+# lists them), with the pool's node limit and its boot time (20 s, rounded up to a minute).
+AUTOSCALED_OFFERINGS = [
+    {
+        "slug": "gpu-nvidia-h100-80gb-hbm3",
+        "kind": "full",
+        "product": "NVIDIA-H100-80GB-HBM3",
+        "display_name": "H100 80GB",
+        "groups": ["researchers"],
+        "counts": [1, 2, 4],
+        "scalable_nodes": 4,
+        "scale_up_minutes": 1,
+    },
+    {
+        "slug": "mig-nvidia-a100-sxm4-40gb-1g-5gb",
+        "kind": "mig",
+        "profile": "1g.5gb",
+        "product": "NVIDIA-A100-SXM4-40GB",
+        "display_name": "A100 40GB · MIG 1g.5gb",
+        "groups": students_and_researchers,
+        "scalable_nodes": 2,
+        "scale_up_minutes": 1,
+    },
+    {
+        "slug": "shared-tesla-t4-shared-time-slicing-4x",
+        "kind": "shared",
+        "sharing": "time-slicing",
+        "replicas": 4,
+        "rename_by_default": False,
+        "product": "Tesla-T4",
+        "display_name": "Tesla T4 · 1/4 time-sliced",
+        "groups": students_and_researchers,
+        "scalable_nodes": 3,
+        "scale_up_minutes": 1,
+    },
+]
+if os.environ.get("GPUSPAWNER_DEMO_AUTOSCALE") == "1":
+    c.GPUSpawner.offerings = [*c.GPUSpawner.offerings, *AUTOSCALED_OFFERINGS]
+
 # ---------------------------------------------------------------- Kueue (make demo KUEUE=1)
 # The demo's devcluster runs the real Kueue, and a batch Job of another namespace takes quota
 # from the same ClusterQueue (gpuspawner/tools/demokueue.py, docs/kueue.md).

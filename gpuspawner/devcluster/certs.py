@@ -122,3 +122,21 @@ def write_serving_certificate(directory: Path, name: str) -> Path:
     (directory / "tls.key").write_bytes(_pem_key(key))
     (directory / "tls.key").chmod(0o600)
     return directory
+
+
+def aggregation_args(pki: Path) -> list[str]:
+    """kube-apiserver's flags for the aggregation layer, on a cluster with Kueue only (its
+    visibility API is an APIService): the front-proxy client certificate it proxies with, the
+    CA and the name an aggregated server trusts for the user in its X-Remote-* headers (in the
+    ``kube-system/extension-apiserver-authentication`` ConfigMap it reads), and routing to the
+    Service's EndpointSlices rather than its cluster IP (no kube-proxy here)."""
+    return [
+        f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+        "--enable-aggregator-routing=true",
+    ]

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gpuspawner.devcluster import build, podnet
-from gpuspawner.devcluster.certs import FRONT_PROXY_CLIENT, write_certificates, write_front_proxy_certificates
+from gpuspawner.devcluster.certs import aggregation_args, write_certificates, write_front_proxy_certificates
 from gpuspawner.devcluster.clusterstate import (
     ClusterState,
     ComponentExited,
@@ -35,6 +35,7 @@ from gpuspawner.devcluster.clusterstate import (
     log_tail,
     terminate,
 )
+from gpuspawner.devcluster.karpenter import Karpenter
 from gpuspawner.devcluster.kueuecontroller import Kueue
 from gpuspawner.devcluster.nodes import standard_nodes
 from gpuspawner.devcluster.ports import free_ports
@@ -63,24 +64,6 @@ KCM_CONTROLLERS = (
     "serviceaccount,serviceaccount-token,garbagecollector,namespace,resourceclaim-controller,"
     "device-taint-eviction-controller,job-controller,pod-garbage-collector-controller"
 )
-
-
-def aggregation_args(pki: Path) -> list[str]:
-    """kube-apiserver's flags for the aggregation layer, on a cluster with Kueue only (its
-    visibility API is an APIService): the front-proxy client certificate it proxies with, the
-    CA and the name an aggregated server trusts for the user in its X-Remote-* headers (in the
-    ``kube-system/extension-apiserver-authentication`` ConfigMap it reads), and routing to the
-    Service's EndpointSlices rather than its cluster IP (no kube-proxy here)."""
-    return [
-        f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
-        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
-        "--requestheader-username-headers=X-Remote-User",
-        "--requestheader-group-headers=X-Remote-Group",
-        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
-        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
-        "--enable-aggregator-routing=true",
-    ]
 
 
 class DevCluster:
@@ -138,13 +121,16 @@ class DevCluster:
 
     # ------------------------------------------------------------------ up / down
 
-    def up(self, nodes: Iterable[dict] | None = None, timeout: float = 90.0, log=print, kueue: bool = False) -> ClusterState:
+    def up(
+        self, nodes: Iterable[dict] | None = None, timeout: float = 90.0, log=print, kueue: bool = False, karpenter: bool = False
+    ) -> ClusterState:
         """Start everything (building binaries first if needed) and load ``nodes``; with
-        ``kueue``, also Kueue's controller, its CRDs and its webhooks (:mod:`.kueue`).
+        ``kueue``, also Kueue's controller, its CRDs and its webhooks (:mod:`.kueue`); with
+        ``karpenter``, Karpenter's kwok provider and GPU pools at zero nodes (:mod:`.karpenter`).
 
         Idempotent: a cluster already running here is left as it is (Kueue started on it
         when asked and not running; its API server restarted first with the aggregation layer's
-        flags, :func:`aggregation_args`, where it runs without them).
+        flags, :func:`aggregation_args`, where it runs without them; Karpenter too).
         """
         if self.state is not None and all(self.running().values()):
             log(f"devcluster already running in {self.directory}")
@@ -155,6 +141,8 @@ class DevCluster:
                     self.state.aggregation = True
                     self.restart(("kube-apiserver",), timeout=timeout)
                 self.kueue().up(timeout=timeout)
+            if karpenter:
+                self.karpenter().up(timeout=timeout)
             return self.state
         self.down(quiet=True)
         started = time.monotonic()
@@ -168,20 +156,25 @@ class DevCluster:
                 if attempt == 2:
                     raise
                 log(f"devcluster: {exc}; starting again on other ports")
-        if kueue:
-            try:
+        try:
+            if kueue:
                 self.kueue().up(timeout=timeout)
-            except BaseException:
-                self.down(quiet=True)
-                raise
-        log(
-            f"devcluster up in {time.monotonic() - started:.1f}s: {state.server}{' with Kueue' if kueue else ''} (KUBECONFIG={self.kubeconfig})"
-        )
+            if karpenter:
+                self.karpenter().up(timeout=timeout)
+        except BaseException:
+            self.down(quiet=True)
+            raise
+        extras = "".join(f" with {name}" for name, on in (("Kueue", kueue), ("Karpenter", karpenter)) if on)
+        log(f"devcluster up in {time.monotonic() - started:.1f}s: {state.server}{extras} (KUBECONFIG={self.kubeconfig})")
         return state
 
     def kueue(self) -> Kueue:
         """This cluster's Kueue controller (:mod:`.kueue`)."""
         return Kueue(self._require_state(), self.kubeconfig)
+
+    def karpenter(self) -> Karpenter:
+        """This cluster's Karpenter (:mod:`.karpenter`)."""
+        return Karpenter(self._require_state(), self.kubeconfig)
 
     def _start_all(self, bins: Path, nodes: list[dict], timeout: float, aggregation: bool = False) -> ClusterState:
         self.directory.mkdir(parents=True, exist_ok=True)

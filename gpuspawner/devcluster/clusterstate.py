@@ -7,12 +7,15 @@ import json
 import os
 import signal
 import ssl
+import subprocess
 import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from gpuspawner.devcluster import build
 from gpuspawner.devcluster.podnet import node_cidr
@@ -44,7 +47,7 @@ class ClusterState:
     pod_net: int = 0
     pod_width: int = 0
     #: whether kube-apiserver runs with the aggregation layer's front proxy (a cluster with
-    #: Kueue, for its visibility API; see :func:`gpuspawner.devcluster.cluster.aggregation_args`)
+    #: Kueue, for its visibility API; see :func:`gpuspawner.devcluster.certs.aggregation_args`)
     aggregation: bool = False
 
     @property
@@ -103,15 +106,16 @@ class KubeHTTP:
         first one no node has now), whatever ``podCIDR`` its manifest carried: two clusters
         must never hand out one pod IP."""
         if self.state.pod_width:
-            if cidr is None:
-                taken = {n["spec"].get("podCIDR") for n in self.request("GET", "/api/v1/nodes")["items"]}
-                cidr = next(
-                    c
-                    for i in range(self.state.pod_width * 256)
-                    if (c := node_cidr(self.state.pod_net, i, self.state.pod_width)) not in taken
-                )
+            cidr = cidr or self.free_pod_cidr()
             node = {**node, "spec": {**node.get("spec", {}), "podCIDR": cidr, "podCIDRs": [cidr]}}
         return self.request("POST", "/api/v1/nodes", node)
+
+    def free_pod_cidr(self) -> str:
+        """The first pod network of this cluster's band that no node has now."""
+        taken = {n["spec"].get("podCIDR") for n in self.request("GET", "/api/v1/nodes")["items"]}
+        return next(
+            c for i in range(self.state.pod_width * 256) if (c := node_cidr(self.state.pod_net, i, self.state.pod_width)) not in taken
+        )
 
     def ok(self, path: str) -> bool:
         try:
@@ -182,3 +186,77 @@ def terminate(pid: int, grace: float = 10.0) -> None:
             if not alive(pid):
                 return
             time.sleep(0.05)
+
+
+def start_controller(state: ClusterState, name: str, args: list[str], cwd: Path, ready_url: str, timeout: float, **env: str) -> None:
+    """Start a controller beside the devcluster (Kueue, Karpenter) in its own process group, its
+    output in ``logs/<name>.log`` and its pid recorded as ``name`` (``down`` ends it); wait until
+    ``ready_url`` answers 200, or raise with its log's last lines if it exits first."""
+    log = open(Path(state.directory) / "logs" / f"{name}.log", "ab")
+    proc = subprocess.Popen(
+        args,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=cwd,
+        env={**os.environ, **env},
+        start_new_session=True,
+    )
+    log.close()
+    state.pids[name] = proc.pid
+    state.save()
+    deadline = time.monotonic() + timeout
+    while not http_ok(ready_url):
+        if not alive(proc.pid):
+            tail = log_tail(Path(state.directory) / "logs" / f"{name}.log")
+            raise ComponentExited(f"{name} exited while starting; its log ends: {tail}")
+        if time.monotonic() > deadline:
+            raise DevClusterError(f"{name} did not become ready within {timeout:.0f}s; see {state.directory}/logs/{name}.log")
+        time.sleep(0.3)
+
+
+def apply_crds(client: KubeHTTP, manifests: str, field_manager: str, timeout: float, owner: str) -> None:
+    """Server-side apply the CustomResourceDefinitions of ``manifests`` (YAML documents) and wait
+    until each is established; ``owner`` names whose CRDs they are in an error."""
+    names = []
+    for crd in yaml.safe_load_all(manifests):
+        if crd and crd.get("kind") == "CustomResourceDefinition":
+            names.append(crd["metadata"]["name"])
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+            client.apply(f"{path}?fieldManager={field_manager}&force=true", json.dumps(crd))
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while not _established(client, name):
+            if time.monotonic() > deadline:
+                raise DevClusterError(f"{owner}'s CRD {name} was not established within {timeout:.0f}s")
+            time.sleep(0.2)
+
+
+def _established(client: KubeHTTP, name: str) -> bool:
+    crd = client.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in (crd.get("status") or {}).get("conditions") or [])
+
+
+class Controller:
+    """A controller run beside the devcluster (Kueue, Karpenter): its files in the state folder's
+    ``<name>/``, its pid recorded as ``name``."""
+
+    name = ""
+
+    def __init__(self, state: ClusterState, kubeconfig: Path) -> None:
+        self.state = state
+        self.kubeconfig = kubeconfig
+        self.directory = Path(state.directory) / self.name
+        self.client = KubeHTTP(state)
+
+    @property
+    def running(self) -> bool:
+        return alive(self.state.pids.get(self.name))
+
+    def stop(self) -> None:
+        """Stop the controller and leave what it installed (CRDs, webhooks, NodePools): the
+        controller down, as a cluster sees it."""
+        pid = self.state.pids.pop(self.name, None)
+        if pid and alive(pid):
+            terminate(pid)
+        self.state.save()

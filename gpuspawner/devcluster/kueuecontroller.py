@@ -27,7 +27,6 @@ import ipaddress
 import json
 import socket
 import struct
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,14 @@ import yaml
 
 from gpuspawner.devcluster import build
 from gpuspawner.devcluster.certs import write_serving_certificate
-from gpuspawner.devcluster.clusterstate import ClusterState, ComponentExited, DevClusterError, KubeHTTP, alive, http_ok, log_tail, terminate
+from gpuspawner.devcluster.clusterstate import (
+    ComponentExited,
+    Controller,
+    DevClusterError,
+    apply_crds,
+    log_tail,
+    start_controller,
+)
 from gpuspawner.devcluster.ports import free_ports
 
 #: where Kueue v0.17 reads its metrics server's certificate when its own certificate
@@ -226,18 +232,10 @@ def visibility_certificate(directory: Path = VISIBILITY_CERTS) -> None:
         ) from None
 
 
-class Kueue:
+class Kueue(Controller):
     """The Kueue controller of one devcluster (its state folder's ``kueue/``)."""
 
-    def __init__(self, state: ClusterState, kubeconfig: Path) -> None:
-        self.state = state
-        self.kubeconfig = kubeconfig
-        self.directory = Path(state.directory) / "kueue"
-        self.client = KubeHTTP(state)
-
-    @property
-    def running(self) -> bool:
-        return alive(self.state.pids.get(NAME))
+    name = NAME
 
     def up(self, timeout: float = 120.0, wait_for_pods_ready: int = 0) -> None:
         """Build (if needed), install the CRDs, start the controller, register its webhooks; where
@@ -262,7 +260,7 @@ class Kueue:
         config = configuration(self.state.ports, certs, wait_for_pods_ready, address)
         (self.directory / "config.yaml").write_text(yaml.safe_dump(config))
         self._namespace()
-        self._apply_crds((bins / "crds.yaml").read_text(), timeout)
+        apply_crds(self.client, (bins / "crds.yaml").read_text(), FIELD_MANAGER, timeout, "Kueue")
         self.start(timeout)
         url = f"https://127.0.0.1:{self.state.ports['kueue-webhook']}"
         for hooks in webhook_configurations((bins / "webhooks.yaml").read_text(), url, (certs / "ca.crt").read_bytes()):
@@ -295,54 +293,16 @@ class Kueue:
             # its visibility server is served through an APIService, which needs the API server's
             # aggregation layer: off where the API server runs without it
             args.append("--feature-gates=VisibilityOnDemand=false")
-        log = open(Path(self.state.directory) / "logs" / "kueue.log", "ab")
-        proc = subprocess.Popen(
-            args,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=self.directory,
-            start_new_session=True,
-        )
-        log.close()
-        self.state.pids[NAME] = proc.pid
-        self.state.save()
         ready = f"http://127.0.0.1:{self.state.ports['kueue-health']}/readyz"
         deadline = time.monotonic() + timeout
-        while not http_ok(ready):
-            if not alive(proc.pid):
-                tail = log_tail(Path(self.state.directory) / "logs" / "kueue.log")
-                raise ComponentExited(f"kueue exited while starting; its log ends: {tail}")
-            if time.monotonic() > deadline:
-                raise DevClusterError(f"kueue did not become ready within {timeout:.0f}s; see {self.state.directory}/logs/kueue.log")
-            time.sleep(0.3)
+        start_controller(self.state, NAME, args, self.directory, ready, timeout)
         if self.visibility and self._registered():  # (started again: its visibility API too)
             self._wait_served(max(1.0, deadline - time.monotonic()))
-
-    def stop(self) -> None:
-        """Stop the controller and leave its webhooks registered: Kueue down, as a cluster sees it."""
-        pid = self.state.pids.pop(NAME, None)
-        if pid and alive(pid):
-            terminate(pid)
-        self.state.save()
 
     # ------------------------------------------------------------------ internals
 
     def _namespace(self) -> None:
         self._apply(f"/api/v1/namespaces/{NAMESPACE}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-
-    def _apply_crds(self, manifests: str, timeout: float) -> None:
-        names = []
-        for crd in yaml.safe_load_all(manifests):
-            if crd and crd.get("kind") == "CustomResourceDefinition":
-                names.append(crd["metadata"]["name"])
-                self._apply(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}", crd)
-        deadline = time.monotonic() + timeout
-        for name in names:
-            while not self._established(name):
-                if time.monotonic() > deadline:
-                    raise DevClusterError(f"Kueue's CRD {name} was not established within {timeout:.0f}s")
-                time.sleep(0.2)
 
     def _wait_served(self, timeout: float) -> None:
         """Wait until the API server answers each version of the visibility API from Kueue's
@@ -369,10 +329,6 @@ class Kueue:
     def _registered(self) -> bool:
         """Whether the visibility API's APIServices are registered (by an earlier :meth:`up`)."""
         return self.client.ok(f"/apis/apiregistration.k8s.io/v1/apiservices/{VISIBILITY_VERSIONS[-1]}.{VISIBILITY_GROUP}")
-
-    def _established(self, name: str) -> bool:
-        crd = self.client.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        return any(c.get("type") == "Established" and c.get("status") == "True" for c in (crd.get("status") or {}).get("conditions") or [])
 
     def _apply(self, path: str, body: dict[str, Any]) -> Any:
         """Server-side apply (the devcluster owns these fields)."""

@@ -93,7 +93,7 @@ KUEUE_NOT_SERVED = f"Kueue is not installed (the API server does not serve {GROU
 KUEUE_FORBIDDEN = f"the hub may not read Kueue's queues ({NEEDED_KUEUE_PERMISSIONS})"
 
 
-def _custom_api(api: Any) -> Any:
+def custom_api(api: Any) -> Any:
     """Kubernetes' custom objects API on the same connection as ``api`` (None for a stand-in without one)."""
     client = getattr(api, "api_client", None)
     if client is None:
@@ -201,7 +201,7 @@ class Inventory:
         #: Seconds between the inventory's own questions while the counts look live (see the module's docstring).
         self.heartbeat = heartbeat
         #: Kubernetes' custom objects API for Kueue's kinds (None: a stand-in without one).
-        self.kueue_api = kueue_api if kueue_api is not None else _custom_api(api)
+        self.kueue_api = kueue_api if kueue_api is not None else custom_api(api)
         self._kueue_started = False
         self._kueue_refusals: dict[str, str] = {}  # stream -> why it may not be read
         #: The resource.k8s.io/v1 API (None: no DRA streams; DRA offerings then have no counts).

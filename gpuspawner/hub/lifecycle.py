@@ -22,7 +22,7 @@ from gpuspawner.capacity.index import Health
 from gpuspawner.core import noticewords as nw
 from gpuspawner.core.windows import window_state
 from gpuspawner.core.wording import slow_cluster_message, start_timeout_message, unreachable_message
-from gpuspawner.hub import admitting, budgets, catalogs, claimlife, departures, kueue, metrics, spawnview, storedoptions
+from gpuspawner.hub import admitting, autoscaler, budgets, catalogs, claimlife, departures, kueue, metrics, spawnview, storedoptions
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.reflector import VerdictPodReflector, scheduler_verdict
 from gpuspawner.hub.scheduling import SpawnRefused, brief, chain, unreachable_cause
@@ -201,6 +201,11 @@ async def watch_scheduling(spawner: Spawner) -> str:
     state = spawner.spawn_state
     await state.decided.wait()  # load_user_options runs inside KubeSpawner's _start
     choice = state.choice
+    if choice is not None and state.expect_wait and choice.offering.scalable_nodes:  # waits for a new node
+        karpenter_says = await autoscaler.karpenter_verdict(spawner, state.messages)  # unless none can come
+        admitting.release_reservation(spawner)
+        metrics.refused(choice.offering, Refusal.UNSCHEDULABLE)
+        return f"No new node can start for {choice.offering.display_name}. The autoscaler (Karpenter) says: {karpenter_says}"
     if choice is None or state.expect_wait:
         await asyncio.Future()  # nothing to watch: warned users (or no GPU) wait it out
     assert choice is not None  # (the future above is never done)

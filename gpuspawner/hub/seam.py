@@ -60,6 +60,11 @@ class Spawner(Protocol):
     def log(self) -> logging.Logger: ...
 
     @property
+    def events(self) -> list[dict[str, Any]]:
+        """The Kubernetes events of this server's pod since its start (KubeSpawner's event reflector)."""
+        ...
+
+    @property
     def log_name(self) -> str:
         """How the log names this server (JupyterHub's ``_log_name``)."""
         ...

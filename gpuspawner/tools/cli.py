@@ -2,7 +2,8 @@
 
 gpuspawner devcluster build|up|down|status|env   the local simulated GPU cluster
 gpuspawner offerings [--nodes F] [--pods F] [--slices F --device-classes F [--claims F] [--taint-rules F]] [--config F]
-                     [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
+                     [--nodepools F] [--cpu-guarantee N] [--mem-guarantee SIZE] [--json]
+                     (with Karpenter's NodePools: its autoscaled pools, docs/autoscaling.md)
 gpuspawner kueue [--config F] [--nodes F ...] [--cluster-queue NAME] [--namespace NS] [--output F]
                      Kueue's flavors, ClusterQueue and LocalQueues as YAML (docs/kueue.md)
 gpuspawner report [--since 7d] [--by user|group|offering] [--format table|csv|json] --prometheus-url URL
@@ -53,11 +54,13 @@ def _devcluster(args: argparse.Namespace) -> int:
             build.build(force=args.force)
             if args.kueue:
                 build.build_kueue(force=args.force)
+            if args.karpenter:
+                build.build_karpenter(force=args.force)
         elif args.verb == "up":
             nodes = list(standard_nodes())
             if args.extra_nodes:
                 nodes += list(many_nodes(args.extra_nodes))
-            cluster.up(nodes=nodes, log=lambda msg: print(msg, file=sys.stderr), kueue=args.kueue)
+            cluster.up(nodes=nodes, log=lambda msg: print(msg, file=sys.stderr), kueue=args.kueue, karpenter=args.karpenter)
             _print_env(cluster)
         elif args.verb == "down":
             cluster.down()
@@ -67,6 +70,8 @@ def _devcluster(args: argparse.Namespace) -> int:
                 print(f"{name:26s} {'running' if alive else 'stopped'}")
             if cluster.state and "kueue" in cluster.state.pids:
                 print(f"{'kueue':26s} {'running' if cluster.kueue().running else 'stopped'}")
+            if cluster.state and "karpenter" in cluster.state.pids:
+                print(f"{'karpenter':26s} {'running' if cluster.karpenter().running else 'stopped'}")
             if cluster.state and all(running.values()):
                 print(f"API server: {cluster.state.server}\nKUBECONFIG={cluster.kubeconfig}")
             return 0 if all(running.values()) else 1
@@ -268,7 +273,10 @@ def _snapshot(
 def _offerings(args: argparse.Namespace) -> int:
     from gpuspawner.capacity.counts import unreached
     from gpuspawner.dra.devices import unmatched
+    from gpuspawner.offerings.catalog import merge
     from gpuspawner.offerings.entry import OfferingConfigError
+    from gpuspawner.offerings.overrides import apply_overrides
+    from gpuspawner.tools import pools
 
     try:
         _, notebook, source, nodes, pods, index, catalog, catalog_config = _snapshot(args)
@@ -278,6 +286,14 @@ def _offerings(args: argparse.Namespace) -> int:
         return _fail(str(exc), 1)
     for warning in unmatched(catalog, index.dra):
         print(f"gpuspawner: warning: {warning}", file=sys.stderr)
+    try:
+        found = pools.read(args, nodes, catalog_config.vgpu_class_labels, _read_items)
+    except ValueError as exc:
+        return _fail(str(exc))
+    except Exception as exc:  # the cluster answered the nodes but not this: the rest stands
+        found = pools.Pools(note=f"could not read them: {type(exc).__name__}: {exc}")
+    if catalog_config.discover:  # a pool with no node yet offers what its nodes will serve
+        catalog = merge(catalog, apply_overrides(found.offerings, catalog_config.overrides))
     rows = []
     for offering in catalog:
         avail = index.availability(offering)  # the spawn page's and admission's own count
@@ -290,6 +306,9 @@ def _offerings(args: argparse.Namespace) -> int:
                 "free": avail.free,
                 "largest_free": avail.largest_free,
                 "nodes": avail.nodes,
+                "pools": [
+                    {"name": p.name, "limit": p.limit, "nodes": p.nodes, "room": p.room} for p in found.pools if offering.slug in p.slugs
+                ],
             }
         )
     if args.json:
@@ -305,6 +324,7 @@ def _offerings(args: argparse.Namespace) -> int:
         who = f" (groups: {', '.join(row['groups'])})" if row["groups"] else ""
         print(f"{row['slug']:44s} {row['kind']:7s} {free:>5s} {cap:>5s}  {row['display_name']}{flags}{who}")
         print(f"{'':44s} {'':7s} {'':>5s} {'':>5s}    {limits}; {row['isolation_phrase']}")
+    pools.show(found)
     hidden = unreached(nodes, catalog, notebook, catalog_config.vgpu_class_labels)
     if hidden:
         print("\nGPUs no offering can use:")
@@ -396,11 +416,19 @@ def parser() -> argparse.ArgumentParser:
     dev.add_argument("--force", action="store_true", help="build: rebuild every binary")
     dev.add_argument("--extra-nodes", type=int, default=0, metavar="N", help="up: also load N generated nodes")
     dev.add_argument("--kueue", action="store_true", help="build/up: also Kueue's controller, its CRDs and webhooks (docs/kueue.md)")
+    dev.add_argument(
+        "--karpenter",
+        action="store_true",
+        help="build/up: also Karpenter's kwok provider and GPU NodePools at zero nodes (docs/autoscaling.md)",
+    )
     dev.set_defaults(func=_devcluster)
 
     off = sub.add_parser("offerings", help="print the offerings the spawner would show, with capacity and free counts")
     _snapshot_arguments(off)
     off.add_argument("--json", action="store_true", help="print a JSON list")
+    from gpuspawner.tools import pools
+
+    pools.add_arguments(off)
     off.set_defaults(func=_offerings)
 
     kq = sub.add_parser("kueue", help="Kueue's ResourceFlavors, ClusterQueue and LocalQueues for the offerings, as YAML to review")

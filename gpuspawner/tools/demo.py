@@ -2,6 +2,8 @@
 
     python -m gpuspawner.tools.demo            (or: make demo)
     python -m gpuspawner.tools.demo --kueue    (or: make demo KUEUE=1): with the real Kueue
+    python -m gpuspawner.tools.demo --autoscale    (or: make demo AUTOSCALE=1): GPU pools at
+        zero nodes that the real Karpenter grows (docs/autoscaling.md)
 
 Starts the devcluster (building it once), puts some GPU pods of another team on
 it, runs the local pod runner (so spawned pods become real JupyterLab servers on
@@ -15,6 +17,11 @@ everything and removes the scratch folder.
 With ``--kueue`` the devcluster runs Kueue too, every GPU server goes through its LocalQueue
 ``demo``, and a batch Job of another namespace competes for the same ClusterQueue
 (:mod:`gpuspawner.tools.demokueue`).
+
+With ``--autoscale`` the devcluster starts with its CPU node only and runs the real Karpenter
+with its GPU pools at zero nodes (:mod:`gpuspawner.devcluster.karpenter`): a GPU server brings
+a node up, after the node class's registration delay (:data:`AUTOSCALE_BOOT`, a cloud's boot
+time), and an emptied node goes away; no other team's pods are seeded.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ from gpuspawner.devcluster.clusterstate import KubeHTTP
 from gpuspawner.devcluster.dcgmstandin import DcgmStandIn
 from gpuspawner.devcluster.fakedcgm import SimulatedDCGM
 from gpuspawner.devcluster.hub import HubProcess
+from gpuspawner.devcluster.karpenter import POOLS, give_pod_networks, node_class, node_pool
+from gpuspawner.devcluster.nodes import CLASS_LABEL, standard_nodes
 from gpuspawner.devcluster.podrunner import PodRunner
 from gpuspawner.devcluster.ports import free_port
 from gpuspawner.devcluster.prometheus import RULES_FILE, Prometheus, ScrapeJob
@@ -52,6 +61,8 @@ from gpuspawner.tools import demokueue
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "hub_config" / "demo_config.py"
 NAMESPACE = "jhub"
+#: with ``--autoscale``: how long Karpenter's kwok provider waits before a new node registers
+AUTOSCALE_BOOT = "20s"
 
 #: Another team's jobs, already holding GPUs when the demo starts (so free counts are not all full).
 OTHER_TEAM = [
@@ -110,6 +121,7 @@ def running_demo(
     extra_env: dict[str, str] | None = None,
     scrape_interval: str = "5s",
     kueue: bool = False,
+    autoscale: bool = False,
 ) -> Iterator[Demo]:
     """Everything the demo runs, torn down on exit (also on errors and Ctrl-C), in reverse order."""
     if not (REPO / "node_modules" / ".bin" / "configurable-http-proxy").exists():
@@ -119,10 +131,18 @@ def running_demo(
         stack.callback(shutil.rmtree, state, ignore_errors=True)
         cluster = DevCluster(state / "cluster")
         stack.callback(cluster.down, quiet=True)
-        cluster.up(log=(lambda m: None) if quiet else print, kueue=kueue)
+        nodes = [n for n in standard_nodes() if n["metadata"]["labels"][CLASS_LABEL] == "cpu"] if autoscale else None
+        cluster.up(nodes=nodes, log=(lambda m: None) if quiet else print, kueue=kueue, karpenter=autoscale)
         kube = cluster.client()
         kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        seed_other_team(kube)
+        if autoscale:
+            for body in (node_class(AUTOSCALE_BOOT), *(node_pool(pool, network=True) for pool in POOLS)):
+                cluster.karpenter().apply(body)
+            networks = threading.Event()
+            threading.Thread(target=_pod_networks, args=(kube, networks), daemon=True).start()
+            stack.callback(networks.set)
+        else:
+            seed_other_team(kube)
         runner = PodRunner(kube, root=state / "pods")
         runner.start()
         stack.callback(runner.stop)
@@ -160,6 +180,7 @@ def running_demo(
             "GPUSPAWNER_DEMO_PROMETHEUS_TOKEN": prometheus_token,
             "GPUSPAWNER_DEMO_CULLER_METRICS_PORT": str(culler_metrics_port),
             **(demokueue.hub_env() if kueue else {}),
+            **({"GPUSPAWNER_DEMO_AUTOSCALE": "1"} if autoscale else {}),
             **(extra_env or {}),
         }
         # Kueue's objects for the hub's offerings, as `gpuspawner kueue` writes them from the
@@ -184,6 +205,15 @@ def running_demo(
             prometheus=prometheus,
             kueue=kueue_demo,
         )
+
+
+def _pod_networks(kube: KubeHTTP, stop: threading.Event) -> None:
+    """Until ``stop``: give the nodes Karpenter makes a pod network (:func:`give_pod_networks`)."""
+    while not stop.wait(0.5):
+        try:
+            give_pod_networks(kube)
+        except (urllib.error.URLError, OSError) as exc:  # (the cluster going down on exit, a node gone meanwhile)
+            logging.getLogger("gpuspawner.demo").debug("pod networks: %s", exc)
 
 
 #: a JupyterHub access-log line for a request that went well ("[I ... JupyterHub log:192] 200 GET ...")
@@ -218,10 +248,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the real Kueue: GPU servers go through its queue, beside a competing batch Job (docs/kueue.md)",
     )
+    parser.add_argument(
+        "--autoscale",
+        action="store_true",
+        help="GPU pools at zero nodes grown by the real Karpenter, instead of fixed GPU nodes (docs/autoscaling.md)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        with running_demo(port=args.port, hub_port=free_port(), culler=not args.no_culler, kueue=args.kueue) as demo:
+        with running_demo(
+            port=args.port, hub_port=free_port(), culler=not args.no_culler, kueue=args.kueue, autoscale=args.autoscale
+        ) as demo:
             print(
                 f"\nJupyterHub with GPUSpawner is running: {demo.url}\n\n"
                 "Log in (password: gpu) as\n"

@@ -15,16 +15,24 @@ from gpuspawner.tools.demo import Demo, running_demo
 
 @contextlib.contextmanager
 def demo_with_token(
-    tmp_path_factory, extra_config: str, culler: bool = True, env: dict[str, str] | None = None, kueue: bool = False
+    tmp_path_factory,
+    extra_config: str,
+    culler: bool = True,
+    env: dict[str, str] | None = None,
+    kueue: bool = False,
+    autoscale: bool = False,
 ) -> Iterator[Demo]:
     """``running_demo`` plus ``extra_config`` (Python appended to the hub's config) and ``env``
-    (say ``GPUSPAWNER_DEMO_CULLER_ARGS``), with the real Kueue where ``kueue``; the yielded demo
+    (say ``GPUSPAWNER_DEMO_CULLER_ARGS``), with the real Kueue where ``kueue``, the real Karpenter's
+    GPU pools at zero nodes where ``autoscale``; the yielded demo
     has ``.token``, an API token with admin:users, admin:servers and read:metrics."""
     token = secrets.token_hex(16)
     extra = tmp_path_factory.mktemp("hubcfg") / "extra_config.py"
     extra.write_text(extra_config)
     extra_env = {**(env or {}), "GPUSPAWNER_DEMO_API_TOKEN": token, "GPUSPAWNER_DEMO_EXTRA_CONFIG": str(extra)}
-    with running_demo(port=free_port(), hub_port=free_port(), culler=culler, quiet=True, extra_env=extra_env, kueue=kueue) as running:
+    with running_demo(
+        port=free_port(), hub_port=free_port(), culler=culler, quiet=True, extra_env=extra_env, kueue=kueue, autoscale=autoscale
+    ) as running:
         running.token = token  # type: ignore[attr-defined]
         yield running
 

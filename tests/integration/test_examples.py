@@ -622,6 +622,21 @@ def test_chart_kueue_reads_only_when_enabled(tmp_path):
     assert typo.returncode != 0 and "enable" in typo.stderr, typo.stdout + typo.stderr
 
 
+def test_chart_karpenter_gets_nodeclaims_only_when_enabled(tmp_path):
+    """karpenter.enabled adds to the ClusterRole one read: get of Karpenter's NodeClaims, for a
+    waiting spawn's progress (docs/autoscaling.md); nothing else changes."""
+    rendered = {}
+    for name, sets in (("off", []), ("on", ["--set", "karpenter.enabled=true"])):
+        out = helm("template", "r", str(CHART), "--namespace", "jhub", *sets, home=tmp_path)
+        assert out.returncode == 0, out.stderr
+        (role,) = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "ClusterRole"]
+        rendered[name] = role["rules"]
+    assert not any("karpenter.sh" in rule["apiGroups"] for rule in rendered["off"])  # off by default
+    assert rendered["on"] == [*rendered["off"], {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"], "verbs": ["get"]}]
+    lint = helm("lint", "--strict", str(CHART), "--set", "karpenter.enabled=true", home=tmp_path)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
 @cluster
 def test_chart_dra_role_lets_the_hub_manage_claim_templates_in_its_namespace_only(kube, namespace, tmp_path):
     """With dra.enabled the hub may make, own, list and delete ResourceClaimTemplates and read
