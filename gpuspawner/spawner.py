@@ -46,6 +46,7 @@ from gpuspawner.hub.scheduling import ProfileRefused, SpawnRefused
 from gpuspawner.hub.spawnstate import SpawnState
 from gpuspawner.hub.spawnview import CHECKED_TRAITS
 from gpuspawner.names.vocabulary import (
+    ANNOTATION_DO_NOT_DISRUPT,
     BUDGET_LEDGER_KEY,
     COUNT_FIELD_PREFIX,
     COUNT_KEY,
@@ -372,6 +373,18 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
+    block_node_disruption = Bool(
+        True,
+        help="""
+        Annotate every notebook pod `karpenter.sh/do-not-disrupt: "true"`, so that Karpenter's
+        consolidation never evicts a running notebook (its kernels' memory would be lost) to
+        pack or remove its node: only the culler, which warns first and never stops a busy
+        notebook, frees the node, and consolidation removes it once empty. Off: Karpenter may
+        move notebooks to save nodes. A value the admin set in `extra_annotations` (such as a
+        duration, `"4h"`) is kept. Harmless where Karpenter does not run (docs/autoscaling.md).
+        """,
+    ).tag(config=True)
+
     kueue_queues = Dict(
         help="""
         Which servers go through Kueue (docs/kueue.md), by the LocalQueue in the server's
@@ -631,6 +644,8 @@ class GPUSpawner(KubeSpawner):
         with self._offering_added():
             pod = await super().get_pod_manifest()
         hubid.stamp_identity(self, pod)  # every pod, GPU offerings in play or not: whose it is (hub.hubid)
+        if self.block_node_disruption:  # the admin's own value (extra_annotations) wins
+            pod.metadata.annotations.setdefault(ANNOTATION_DO_NOT_DISRUPT, "true")
         if claimlife.claimed(self) is not None:
             claimlife.add_claim(pod, self.pod_name)
         return pod

@@ -164,6 +164,11 @@ ANNOTATION_HUB_USER = "gpuspawner.io/hub-user"
 #: never came (a slow API server) is tried again; a pod of that name with this start's value is
 #: the one the lost answer was about, and is taken as made, not deleted and made again.
 ANNOTATION_SPAWN = "gpuspawner.io/spawn"
+#: Pod annotation Karpenter reads (karpenter.sh/v1; pkg/apis/v1/labels.go): while a pod with the value
+#: "true" runs, Karpenter's consolidation (emptiness included) never picks its node, nor does drift
+#: unless the NodeClaim has a terminationGracePeriod; Karpenter's drain never evicts the pod itself.
+#: Expiration and a deleted NodeClaim still take the node (docs/autoscaling.md, "Disruption").
+ANNOTATION_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 #: Environment of the notebook container: what it was given (docs/kubespawner-compat.md).
 ENV_OFFERING = "GPUSPAWNER_OFFERING"
 ENV_KIND = "GPUSPAWNER_KIND"

@@ -117,7 +117,9 @@ WHOSE = "pod.metadata.annotations[gpuspawner.io/hub-user]"
 #: ... and which start made it (a random value per start, for a creation retried after a lost answer).
 SPAWN = "pod.metadata.annotations[gpuspawner.io/spawn]"
 #: What every GPUSpawner pod carries beyond KubeSpawner's where no GPU offering is in play.
-STAMPS = sorted([SPAWN, WHOSE])
+#: ... and that Karpenter's consolidation may not evict it (``block_node_disruption``).
+NO_DISRUPT = "pod.metadata.annotations[karpenter.sh/do-not-disrupt]"
+STAMPS = sorted([SPAWN, WHOSE, NO_DISRUPT])
 
 #: What GPUSpawner adds to a spawn when GPU offerings are in play, each with its reason.
 #: docs/kubespawner-compat.md lists the same patterns (checked by test_docs_list_the_differences).
@@ -134,6 +136,7 @@ DOCUMENTED_DIFFERENCES: dict[str, str] = {
     "pod.metadata.labels[gpuspawner.io/hub]": "this hub's identity (`c.GPUSpawner.hub_id`, derived and kept in the hub's database where not set), on every pod, GPU offerings in play or not: the orphan reconciler, the quotas' count of bound pods and the shared DRA claims select on it, and no spawn deletes a pod of another identity, so hubs on one cluster never count or delete each other's pods",
     "pod.metadata.annotations[gpuspawner.io/hub-user]": "whose server it is in the hub's database, `<user id>/<user's creation time>`, on every pod: the orphan reconciler follows a renamed user's pods and leaves alone a pod whose user its database does not have, and a spawn replaces only its own server's leftover pod",
     "pod.metadata.annotations[gpuspawner.io/spawn]": "the start that made the pod (a random value per start): a creation whose answer never came (a slow API server) is tried again, and a pod of that name with this start's value is the one the lost answer made, taken as made instead of deleted and made again; on every pod",
+    "pod.metadata.annotations[karpenter.sh/do-not-disrupt]": "Karpenter's consolidation never evicts a running notebook (its kernels' memory would be lost) to pack or remove its node; drift waits too unless the NodeClaim has a terminationGracePeriod: the culler, which never stops a busy notebook, frees the node. On every pod, GPU offerings in play or not; `c.GPUSpawner.block_node_disruption = False` leaves it off, a value in `extra_annotations` wins ([autoscaling.md](autoscaling.md#disruption))",
     "pod.spec.containers[notebook].env[GPUSPAWNER_OFFERING]": "tells the notebook what it got",
     "pod.spec.containers[notebook].env[GPUSPAWNER_KIND]": "tells the notebook what kind of GPU access it got",
     "pod.spec.containers[notebook].env[GPUSPAWNER_GPU_COUNT]": "the number of GPUs or units, for offerings with a GPU resource",

@@ -25,6 +25,7 @@ from tests.compat.harness import (
     DOCUMENTED_DIFFERENCES,
     GPU_OFF,
     GPU_ON_OFFLINE,
+    NO_DISRUPT,
     OTHER_IMAGE,
     PROFILE_LIST,
     REMOTE_GPU,
@@ -185,6 +186,20 @@ async def test_gpuspawner_without_gpu_offerings_is_kubespawner(scenario):
     # one namespace never delete each other's); this hub (no database here) has no identity label.
     assert differing(kube, gpu) == STAMPS
     assert gpu[WHOSE] == str(User("alice").id)  # (the harness user; no creation time)
+
+
+async def test_karpenters_do_not_disrupt_is_on_by_default_off_by_the_trait_and_the_admins_value_wins():
+    """``block_node_disruption``: every pod carries ``karpenter.sh/do-not-disrupt: "true"``; off,
+    the pod is KubeSpawner's but for whose it is; a value the admin set (a duration) is kept."""
+    source, data, _, _ = SCENARIOS[next(iter(SCENARIOS))]
+    kube = await spawn_outcome(make_spawner(KubeSpawner, config(GPU_OFF)), source, data)
+    on = await spawn_outcome(make_spawner(GPUSpawner, config(GPU_OFF)), source, data)
+    assert on[NO_DISRUPT] == "true"
+    off = await spawn_outcome(make_spawner(GPUSpawner, config({**GPU_OFF, "block_node_disruption": False})), source, data)
+    assert differing(kube, off) == sorted(set(STAMPS) - {NO_DISRUPT})
+    admin = config(GPU_OFF)
+    admin.KubeSpawner.extra_annotations = {"karpenter.sh/do-not-disrupt": "4h"}
+    assert (await spawn_outcome(make_spawner(GPUSpawner, admin), source, data))[NO_DISRUPT] == "4h"
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
