@@ -238,6 +238,14 @@ def what_words(server: ServerRecord, action: str, kernels: Sequence[str], idle: 
     return f"{srv[0].upper()}{srv[1:]} was stopped"
 
 
+def gpu_nodes(gpu: PodGpuView | None) -> list[str]:
+    """The nodes of the pod's devices, as dcgm-exporter names them (``Hostname``: the node's name
+    where it runs as a DaemonSet with ``NODE_NAME``, the first part of each device's name); a
+    scrape address (``instance``, host:port) is no node."""
+    hosts = {d.device.split("/", 1)[0] for d in gpu.devices} if gpu is not None else set()
+    return sorted(h for h in hosts if h and ":" not in h)
+
+
 def action_record(
     server: ServerRecord,
     decision: CullDecision,
@@ -265,4 +273,6 @@ def action_record(
         "limit_seconds": limit_seconds(server, decision, policy),
         "observed": observed(decision, gpu),
         "details": decision.summary(),
+        # where the freed GPUs were: `gpuspawner report --nodeclaims` joins these with Karpenter's NodeClaims
+        "nodes": gpu_nodes(gpu),
     }

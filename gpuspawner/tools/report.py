@@ -30,8 +30,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from gpuspawner.tools import nodehours
 
 BY = ("user", "group", "offering")
 FORMATS = ("table", "csv", "json")
@@ -283,6 +285,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="table", choices=FORMATS, help="table (default), csv or json")
     parser.add_argument("--step", help="integration step, e.g. 1m (default: 1m, coarser for long ranges)")
     parser.add_argument(
+        "--nodeclaims",
+        metavar="FILE",
+        help="Karpenter's NodeClaims as `kubectl get nodeclaims -o json --watch` wrote them: GPU node-hours per pool (docs/autoscaling.md)",
+    )
+    parser.add_argument("--actions", metavar="FILE", help="the culler's action log (JSON lines): which nodes went after an idle reclaim")
+    parser.add_argument("--pool-price", action="append", metavar="POOL=PRICE", help="a pool's price per node-hour (over the NodeClaim's)")
+    parser.add_argument(
+        "--release-window", default="30m", help="a node deleted this soon after an idle reclaim on it was let go by it (30m)"
+    )
+    parser.add_argument(
         "--prometheus-url",
         default=os.environ.get("GPUSPAWNER_PROMETHEUS_URL", ""),
         help="Prometheus' HTTP API, e.g. http://prometheus-server.monitoring.svc (default $GPUSPAWNER_PROMETHEUS_URL)",
@@ -294,14 +306,46 @@ def run(args: argparse.Namespace) -> int:
         since = parse_duration(args.since)
         until = parse_time(args.until) if args.until else time.time()
         step = parse_duration(args.step, "--step") if args.step else None
-        if not args.prometheus_url:
+        nodes = node_section(args, since, until) if args.nodeclaims else None
+        if not args.prometheus_url and nodes is None:
             raise ReportError("no Prometheus to read: pass --prometheus-url=http://... or set $GPUSPAWNER_PROMETHEUS_URL")
-        report = build_report(PrometheusAPI(args.prometheus_url), args.by, since, until, step)
-    except ReportError as exc:
+        report = build_report(PrometheusAPI(args.prometheus_url), args.by, since, until, step) if args.prometheus_url else None
+    except (ReportError, nodehours.NodeHoursError) as exc:
         print(f"gpuspawner report: {exc}", file=sys.stderr)
         return 1
-    print(render(report, args.format))
+    print("\n\n".join(part for part in (render(report, args.format) if report else "", nodes or "") if part))
     return 0
+
+
+def node_section(args: argparse.Namespace, since_s: int, until: float) -> str:
+    """GPU node-hours per autoscaled pool from ``--nodeclaims`` (and ``--actions``): tools.nodehours."""
+    window = parse_duration(args.release_window, "--release-window")
+    prices: dict[str, float] = {}
+    for item in args.pool_price or ():
+        pool, _, value = item.partition("=")
+        try:
+            prices[pool] = float(value)
+        except ValueError:
+            raise ReportError(f"--pool-price {item!r}: write POOL=PRICE, e.g. gpu-h100=40.0") from None
+    objects = nodehours.json_objects(_read(args.nodeclaims, "--nodeclaims"), args.nodeclaims)
+    actions = nodehours.json_objects(_read(args.actions, "--actions"), args.actions) if args.actions else []
+    end = datetime.fromtimestamp(until, UTC)
+    pools = nodehours.measure(
+        nodehours.node_lives(objects, prices),
+        nodehours.idle_reclaims(actions),
+        end - timedelta(seconds=since_s),
+        end,
+        timedelta(seconds=window),
+    )
+    return nodehours.render(pools, "json" if args.format == "json" else "table")
+
+
+def _read(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ReportError(f"{flag} {path}: cannot read it ({error})") from error
 
 
 if __name__ == "__main__":
