@@ -76,6 +76,24 @@ def pod_gone_words(gone: Mapping[str, str] | None, node_gone: bool = False) -> s
     return "because its pod was deleted outside the hub (by an administrator or another program)"
 
 
+#: Karpenter's reason for a node it drained (the NodeClaim's DisruptionReason, else "Forceful
+#: Termination"; or "Disrupted": the pod deleted when its node's grace period ended) -> what it did
+_KARPENTER_DID = {
+    "Underutilized": "took its node{node} away to pack underused nodes together (consolidation)",
+    "Empty": "removed its node{node} as empty",
+    "Drifted": "replaced its node{node}, which no longer matched its node pool's settings (drift)",
+    "Forceful Termination": "ended its node{node} (it expired, the cloud took it back, or its NodeClaim was deleted)",
+    "Disrupted": "ended its node{node} when the node's grace period ran out, which overrides the notebook's protection",
+}
+
+
+def karpenter_gone_words(reason: str, node: str = "") -> str:
+    """Why the pod left when Karpenter, the cluster's node autoscaler, drained its node
+    (``reason``: hub.departures.karpenter_departure), in words that follow "Your server was stopped at 14:02 ..."."""
+    did = _KARPENTER_DID.get(reason, "removed its node{node} (" + reason + ")")
+    return "because Karpenter, the cluster's node autoscaler, " + did.format(node=f" {node}" if node else "")
+
+
 def pod_gone_says(when: str, why: str) -> str:
     """The notice's words after "Your server 'x'" for a pod the cluster took away."""
     return f"was stopped at {when_words(when)} {why}. Please start it again."

@@ -13,16 +13,23 @@ keeps :func:`departure` of it first, and the server's next poll (JupyterHub's, w
 server stopped) turns that into the home page's notice (:func:`home_notice`, kept in the
 server's saved state as ``stop_notice``, as Kueue's preemptions are: gpuspawner.hub.kueue).
 Kueue's stops (``TerminationTarget``) and the device taint eviction keep their own words there.
+
+Karpenter drains a node it removes through the eviction API, so the pod's condition says only
+``EvictionByEvictionAPI``; its own event on the pod says why (:func:`karpenter_departure`;
+Karpenter v1.14.1, pkg/controllers/node/termination/terminator/eviction.go and events/events.go):
+``Evicted`` "Evicted pod: <the NodeClaim's DisruptionReason>" (Underutilized, Empty, Drifted) or
+"Forceful Termination" (expiration, a deleted NodeClaim, a cloud's interruption), or ``Disrupted``
+where its node's terminationGracePeriod ran out over the pod's ``karpenter.sh/do-not-disrupt``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from gpuspawner.capacity.kueuequota import condition
-from gpuspawner.core.noticewords import pod_gone_says, pod_gone_words, server_notice
+from gpuspawner.core.noticewords import karpenter_gone_words, pod_gone_says, pod_gone_words, server_notice
 from gpuspawner.names.dranames import DISRUPTION_TARGET
 
 
@@ -44,12 +51,35 @@ def departure(pod: Mapping[str, Any]) -> dict[str, str]:
     return {"reason": reason, "message": message, "node": str((pod.get("spec") or {}).get("nodeName") or ""), "time": str(when)}
 
 
-def home_notice(gone: Mapping[str, str] | None, node_gone: bool, server_name: str, now: datetime) -> dict[str, str]:
+#: the event source Karpenter's controller publishes as
+KARPENTER = "karpenter"
+_EVICTED = "Evicted pod: "
+
+
+def karpenter_departure(events: Iterable[Mapping[str, Any]]) -> str:
+    """Karpenter's reason for draining the node of the pod whose ``events`` these are (the
+    latest): "Underutilized", "Drifted", "Forceful Termination", "Disrupted", ...; "" if none."""
+    said = ""
+    for event in events:
+        component = (event.get("source") or {}).get("component") or event.get("reportingComponent")
+        if component != KARPENTER:
+            continue
+        message = str(event.get("message") or "")
+        if event.get("reason") == "Evicted" and message.startswith(_EVICTED):
+            said = message.removeprefix(_EVICTED).strip() or "Forceful Termination"
+        elif event.get("reason") == "Disrupted":
+            said = "Disrupted"
+    return said
+
+
+def home_notice(gone: Mapping[str, str] | None, node_gone: bool, server_name: str, now: datetime, karpenter: str = "") -> dict[str, str]:
     """The home page's notice of a server whose pod left behind the hub's back ({"time", "text"}):
     "Your server 'train' was stopped at Nov 28 14:02 UTC because its pod was evicted through the
-    Kubernetes eviction API (a node drain, or an administrator). Please start it again." """
+    Kubernetes eviction API (a node drain, or an administrator). Please start it again."; where
+    Karpenter drained its node (``karpenter``: :func:`karpenter_departure`), Karpenter's reason."""
     when = (gone or {}).get("time") or now.astimezone(UTC).isoformat()
-    return server_notice(server_name, when, pod_gone_says(when, pod_gone_words(gone, node_gone)))
+    why = karpenter_gone_words(karpenter, (gone or {}).get("node", "")) if karpenter else pod_gone_words(gone, node_gone)
+    return server_notice(server_name, when, pod_gone_says(when, why))
 
 
 def gone_at(gone: Mapping[str, str] | None) -> datetime | None:

@@ -349,7 +349,8 @@ def pod_left(spawner: Spawner, explained: bool) -> None:
     index = catalogs.counts(spawner)
     node = (gone or {}).get("node", "")
     node_gone = bool(node) and index is not None and catalogs.health(spawner).ready and node not in index.nodes
-    spawner.stop_notice = departures.home_notice(gone, node_gone, spawner.name, datetime.now(UTC))
+    said = departures.karpenter_departure(spawner.events)  # Karpenter drained its node: its reason
+    spawner.stop_notice = departures.home_notice(gone, node_gone, spawner.name, datetime.now(UTC), said)
     spawner.log.warning(
         "%s: its pod %s left the cluster without the hub stopping it: %s", spawner.log_name, key, spawner.stop_notice["text"]
     )
