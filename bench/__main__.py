@@ -14,6 +14,7 @@ RUNS = [
     ["-m", "bench.culler_bench", "--servers", "200"],
     ["-m", "bench.probe_bench", "--scrapes", "30"],
     ["-m", "bench.turns_bench", "--timeout", "90", "--bound", "20"],
+    ["-m", "bench.autoscale_day"],
 ]
 
 
