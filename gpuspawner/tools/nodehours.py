@@ -108,8 +108,8 @@ def _time(text: object, what: str) -> datetime:
 
 
 def json_objects(text: str, what: str) -> list[dict[str, Any]]:
-    """Every JSON object in ``text``: one object, a list (``items``) or objects one after another
-    (``kubectl ... -o json --watch``, JSON lines)."""
+    """Every JSON object in ``text``: one object, a JSON array, a list (``items``) or objects one
+    after another (``kubectl ... -o json --watch``, JSON lines)."""
     decoder, at = json.JSONDecoder(), 0
     out: list[dict[str, Any]] = []
     while True:
@@ -121,7 +121,7 @@ def json_objects(text: str, what: str) -> list[dict[str, Any]]:
             value, at = decoder.raw_decode(text, at)
         except json.JSONDecodeError as error:
             raise NodeHoursError(f"{what}: not JSON at line {error.lineno}: {error.msg}") from error
-        items = value.get("items") if isinstance(value, dict) and value.get("kind", "").endswith("List") else None
+        items = value.get("items") if isinstance(value, dict) and str(value.get("kind", "")).endswith("List") else value
         for item in items if isinstance(items, list) else [value]:
             if not isinstance(item, dict):
                 raise NodeHoursError(f"{what}: an entry is not a JSON object")

@@ -90,6 +90,10 @@ def test_hours_are_clipped_to_the_range_and_an_unknown_price_says_so():
 def test_bad_input_is_named():
     with pytest.raises(nodehours.NodeHoursError, match="not JSON"):
         nodehours.json_objects('{"kind": ', "f")
+    as_list = json.dumps({"apiVersion": "v1", "kind": "List", "items": nodehours.json_objects(WATCH.read_text(), "w")})
+    assert len(nodehours.json_objects(as_list, "f")) == 10 and len(nodehours.json_objects("[" + '{"a": 1}' + "]", "f")) == 1
+    with pytest.raises(nodehours.NodeHoursError, match="an entry is not a JSON object"):
+        nodehours.json_objects("[1]", "f")
     with pytest.raises(nodehours.NodeHoursError, match="not a Karpenter NodeClaim"):
         nodehours.node_lives([{"apiVersion": "v1", "kind": "Node"}])
     bad_time = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "a", "labels": {"nvidia.com/gpu.count": "1"}}}
