@@ -310,7 +310,7 @@ async def run_one(
         )["metadata"]["name"]
         probe_task = (
             asyncio.create_task(probe_lag(hub, churn.Conn(cluster.state), probe_node, stop_probe, lags, misses))
-            if kind == "gpu" and not faults
+            if kind == "gpu" and not faults and together is None
             else None
         )
         spy = (
@@ -354,6 +354,12 @@ async def run_one(
         page_timer.cancel()
         if probe_task:
             await probe_task
+        elif (
+            kind == "gpu" and not faults
+        ):  # paired: the probes after the page's stretch (their /hub/metrics polls load GPUSpawner's hub only)
+            probes_done = asyncio.Event()
+            asyncio.get_running_loop().call_later(10, probes_done.set)
+            await probe_lag(hub, churn.Conn(cluster.state), probe_node, probes_done, lags, misses)
         await asyncio.sleep(2)  # the last binds reach the watch
         pid = proc_hub.proc.pid
         out["hub_cpu_s"] = cpu_seconds(pid) - cpu0 if not faults else None
