@@ -113,8 +113,11 @@ def fresh_namespace(kube: KubeHTTP, name: str):
     kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     wait_for(lambda: _has_default_sa(kube, name), "default service account", timeout=30)
     yield name
+    # A Job's controller makes its pods again (a Kueue test's Job admitted late, say): Jobs go first.
+    kube.request("DELETE", f"/apis/batch/v1/namespaces/{name}/jobs?propagationPolicy=Background")
     kube.request("DELETE", f"/api/v1/namespaces/{name}/pods?gracePeriodSeconds=0")
-    wait_for(lambda: not kube.request("GET", f"/api/v1/namespaces/{name}/pods")["items"], f"pods of {name} gone", timeout=60)
+    # (on a loaded machine the controllers take their time: the wait is for the event, generously bounded)
+    wait_for(lambda: not kube.request("GET", f"/api/v1/namespaces/{name}/pods")["items"], f"pods of {name} gone", timeout=180)
     kube.request("DELETE", f"/api/v1/namespaces/{name}")
 
 

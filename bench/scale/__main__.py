@@ -49,7 +49,7 @@ import aiohttp
 
 from bench.procstat import cpu_seconds, memory_mib
 from bench.scale import churn
-from bench.scale.hubs import H100, HUB_CLIENT, ORPHAN_CHECK, ORPHAN_GRACE, PROBE_OFFERING, Choice, choices, hub_config
+from bench.scale.hubs import H100, HUB_CLIENT, KUBE_CLIENT, ORPHAN_CHECK, ORPHAN_GRACE, PROBE_OFFERING, Choice, choices, hub_config
 from bench.scale.postgres import Postgres
 from bench.scale.schedcheck import scheduler_check
 from bench.scale.storm import Hub, PageLoads, PodWatch, Spawn, load_pages, parse_free, spawn
@@ -70,10 +70,10 @@ def pct(values: list[float], q: float) -> float | None:
 
 
 class Audit:
-    """The API server's audit log of the hub's identity: requests between two marks."""
+    """The API server's audit log of one hub's identity (``who``): requests between two marks."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, who: str = HUB_CLIENT):
+        self.path, self.who = path, who
 
     def mark(self) -> int:
         return self.path.stat().st_size if self.path.exists() else 0
@@ -84,7 +84,7 @@ class Audit:
             f.seek(start)
             for line in f.read(end - start).splitlines():
                 event = json.loads(line)
-                if (event.get("user") or {}).get("username") != HUB_CLIENT:
+                if (event.get("user") or {}).get("username") != self.who:
                     continue
                 ref = event.get("objectRef") or {}
                 what = ref.get("resource", event.get("requestURI", "?").split("?")[0])
@@ -96,7 +96,7 @@ class Audit:
 
 
 def mix(
-    spawns: int, options: list[Choice], seed: int, held: dict[str, int] | None = None, contention: bool = False
+    spawns: int, options: list[Choice], seed: int, held: dict[str, int] | None = None, contention: bool = False, share: int = 1
 ) -> list[tuple[str, Choice]]:
     """(channel, choice) of each spawn: half API, half form; 60 % GPU, 25 % no GPU, 15 % impossible.
 
@@ -107,9 +107,10 @@ def mix(
     With ``contention``, the two scarcest GPU offerings (H100 aside: the churn uses it) are asked
     for twice as many units as they have, by half the GPU draws while that demand lasts: those
     spawns are of kind "contended", apart from the fitting ones, because which of them get the
-    units is a race. The other offerings keep their room."""
+    units is a race. The other offerings keep their room. ``share``: how many hubs draw the same
+    plan at once (``--paired``: 2), each given that share of the room."""
     rng = random.Random(seed)
-    room = {c.name: int(0.75 * c.units) - (held or {}).get(c.name, 0) for c in options if c.kind == "gpu"}
+    room = {c.name: (int(0.75 * c.units) - (held or {}).get(c.name, 0)) // share for c in options if c.kind == "gpu"}
     gpu = [c for c in options if c.kind == "gpu"]
     demand: dict[str, int] = {}
     contended: dict[str, Choice] = {}
@@ -235,9 +236,12 @@ async def run_one(
     standin_port: int,
     faults: bool = False,
     tag: str = "",
+    together: asyncio.Barrier | None = None,
 ) -> dict:
     """One spawner's storm; returns its figures. ``tag`` names this storm's namespace and work
-    folder apart from the other storms of a run (``--repeats``)."""
+    folder apart from the other storms of a run (``--repeats``). ``together``: the other hub's
+    storm of a pair (``--paired``) meets this one there at its start, once both have settled (before
+    the counts are checked) and before either cleans up, so neither's pods move the other's checks."""
     tag = tag or kind
     namespace = f"jhub-{tag}"
     churn.ensure_namespaces(cluster.state, [namespace, "team-probe"])
@@ -246,8 +250,9 @@ async def run_one(
     db_url = args.postgres.database(tag.replace("-", "_")) if args.postgres is not None else ""
     padding = max(0, args.offerings - len(profiles))  # (both pages as long: KubeSpawner's profiles, GPUSpawner's offerings beside "No GPU")
     config = hub_config(proc_hub.base_config(), kind, namespace, standin_port, token, profiles, args.start_timeout, db_url, padding)
-    env = {**os.environ, "KUBECONFIG": str(cluster.client_kubeconfig(HUB_CLIENT))}
-    audit = Audit(cluster.audit_log)
+    who = KUBE_CLIENT if together is not None and kind == "kube" else HUB_CLIENT  # (a pair's two hubs audited apart)
+    env = {**os.environ, "KUBECONFIG": str(cluster.client_kubeconfig(who))}
+    audit = Audit(cluster.audit_log, who)
     started = time.monotonic()
     proc_hub.launch(config, env)
     hub = Hub(proc_hub.url, token)
@@ -260,7 +265,8 @@ async def run_one(
         t = time.monotonic()
         await hub.create_users(names)
         out["users_s"] = time.monotonic() - t
-        plan = mix(args.spawns, options, args.seed, held={H100: churn_gpu_cap(args)}, contention=args.contention)
+        share = 2 if together is not None else 1
+        plan = mix(args.spawns, options, args.seed, held={H100: churn_gpu_cap(args)}, contention=args.contention, share=share)
         spawners = [Spawn(names[i], channel, choice) for i, (channel, choice) in enumerate(plan)]
         page_users = names[args.spawns : args.spawns + args.page_users]
         t = time.monotonic()
@@ -282,6 +288,8 @@ async def run_one(
                 await asyncio.sleep(1)
         watch.start()
         await asyncio.sleep(1)
+        if together is not None:
+            await asyncio.wait_for(together.wait(), 900)  # both hubs ready: the two storms start at once
         pid = proc_hub.proc.pid
         cpu0, mark0 = cpu_seconds(pid), audit.mark()
         stop_pages, stop_probe = asyncio.Event(), asyncio.Event()
@@ -302,7 +310,7 @@ async def run_one(
         )["metadata"]["name"]
         probe_task = (
             asyncio.create_task(probe_lag(hub, churn.Conn(cluster.state), probe_node, stop_probe, lags, misses))
-            if kind == "gpu" and not faults
+            if kind == "gpu" and not faults and together is None
             else None
         )
         spy = (
@@ -346,6 +354,12 @@ async def run_one(
         page_timer.cancel()
         if probe_task:
             await probe_task
+        elif (
+            kind == "gpu" and not faults
+        ):  # paired: the probes after the page's stretch (their /hub/metrics polls load GPUSpawner's hub only)
+            probes_done = asyncio.Event()
+            asyncio.get_running_loop().call_later(10, probes_done.set)
+            await probe_lag(hub, churn.Conn(cluster.state), probe_node, probes_done, lags, misses)
         await asyncio.sleep(2)  # the last binds reach the watch
         pid = proc_hub.proc.pid
         out["hub_cpu_s"] = cpu_seconds(pid) - cpu0 if not faults else None
@@ -354,6 +368,8 @@ async def run_one(
         for s in spawners:
             s.bound = watch.bound.get(s.user, 0.0)
         out.update(summarise(spawners, pages, requests, lags, misses))
+        if together is not None:
+            await asyncio.wait_for(together.wait(), 900)  # both storms settled: nothing of the other's moves the counts
         out["stuck"] = await stuck_servers(hub, spawners, watch)
         if kind == "gpu":
             out["recount"] = await recount(hub, cluster, churner, out)
@@ -364,6 +380,8 @@ async def run_one(
         (tmp / f"{tag}-spawns.json").write_text(
             json.dumps([{**vars(s), "choice": s.choice.name} for s in spawners], default=str)
         )  # JupyterHub found its session dirty, or a database error
+        if together is not None:
+            await asyncio.wait_for(together.wait(), 900)  # both checked: now either may clean up
         return out
     finally:
         watch.stop()
@@ -701,7 +719,7 @@ async def main_async(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gpuspawner-scale-") as tmp_name:
         tmp = Path(args.keep or tmp_name)
         tmp.mkdir(parents=True, exist_ok=True)
-        cluster = DevCluster(tmp / "cluster", audited_clients=[HUB_CLIENT])
+        cluster = DevCluster(tmp / "cluster", audited_clients=[HUB_CLIENT, KUBE_CLIENT])
         t = time.monotonic()
         await asyncio.to_thread(cluster.up, nodes, 900.0, lambda m: None)
         setup = {"up_s": time.monotonic() - t}
@@ -724,6 +742,23 @@ async def main_async(args) -> int:
             for repeat in range(args.repeats):
                 order = kinds if repeat % 2 == 0 else kinds[::-1]  # neither spawner always meets the fresher cluster
                 results = []
+                if args.paired and len(kinds) == 2:  # both hubs' storms at once: the same machine, the same moment
+                    print(f"storms on kube and gpu at once (repeat {repeat + 1} of {args.repeats})...", flush=True)
+                    together = asyncio.Barrier(2)
+                    tags = {kind: f"{kind}-{repeat + 1}" for kind in kinds}
+                    results = list(
+                        await asyncio.gather(
+                            *(
+                                run_one(kind, cluster, churner, options, profiles, args, tmp, standin_port, False, tags[kind], together)
+                                for kind in kinds
+                            )
+                        )
+                    )
+                    for kind, result in zip(kinds, results, strict=True):
+                        result["load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+                        (tmp / f"{tags[kind]}-results.json").write_text(json.dumps(result, indent=1, default=str))
+                    runs.append(results)
+                    continue
                 for kind in order:
                     tag = kind if args.repeats == 1 else f"{kind}-{repeat + 1}"
                     print(f"storm on {kind}{f' (repeat {repeat + 1} of {args.repeats})' if args.repeats > 1 else ''}...", flush=True)
@@ -787,6 +822,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--repeats", type=int, default=1, help="storms per spawner, the order alternated each repeat; a summary of medians and spread"
+    )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="run the two hubs' storms at the same time on the same cluster (each asks for half the room), so both meet the "
+        "same machine load: ratios a shared machine's other work moves far less than storms taken in turn",
     )
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (the hubs' and the cluster's logs)")
     parser.add_argument(

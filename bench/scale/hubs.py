@@ -31,6 +31,8 @@ H100 = "gpu-nvidia-h100-80gb-hbm3"
 ORPHAN_GRACE, ORPHAN_CHECK = 30, 10
 #: the audited Kubernetes identity of the hub under test
 HUB_CLIENT = "gpuspawner-hub"
+#: KubeSpawner's hub's own identity where both hubs run at once (``--paired``), so each one's requests are counted apart
+KUBE_CLIENT = "kubespawner-hub"
 
 
 @dataclass(frozen=True)

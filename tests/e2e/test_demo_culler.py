@@ -39,6 +39,7 @@ def call(demo, token, method, path, body=None):
     return json.loads(raw) if raw else None
 
 
+@pytest.mark.timeout(900)  # (three waits for events, each bounded for a loaded machine: a full run under load took 180 s)
 def test_idle_mig_server_is_culled_and_a_busy_gpu_is_not():
     token = secrets.token_hex(16)
     env = {"GPUSPAWNER_DEMO_API_TOKEN": token, "GPUSPAWNER_DEMO_CULLER_ARGS": CULLER_ARGS}
@@ -64,6 +65,7 @@ def test_idle_mig_server_is_culled_and_a_busy_gpu_is_not():
         assert len(suffix) == 6, suffix
         demo.telemetry.active.add(f"jupyter-researcher1-{suffix}")
         call(demo, token, "POST", "/users/researcher1/server", {"offering": "gpu-nvidia-h100-80gb-hbm3", "count": 1})
+        deadline = time.monotonic() + 300  # both servers ready (each a real jupyterhub-singleuser: slow to start on a loaded machine)
         while not all(call(demo, token, "GET", f"/users/{u}")["servers"].get("", {}).get("ready") for u in ("student1", "researcher1")):
             assert time.monotonic() < deadline, (demo.state / "jupyterhub.log").read_text()[-3000:]
             time.sleep(1)
