@@ -46,7 +46,7 @@ Who and when:
   windows                     ["Mon-Fri 19:00-07:00", "Sat,Sun 00:00-24:00"] in c.GPUSpawner.site_timezone
   admission                   block | warn | queue when none is free (default: c.GPUSpawner.admission)
   queue_timeout               seconds a queued spawn waits
-  scalable_nodes, scale_up_minutes   an autoscaled pool: never refused, "free after scale-up, about M min"
+  scalable_nodes, scale_up_minutes   an autoscaled pool: never refused, "a new node starts for you, about M min"
   gpu_hour_cost               what one hour of one unit costs against a GPU-hour budget
                               (c.GPUSpawner.user_gpu_budget, docs/fair-turns.md), e.g. 2 for an H100,
                               0.25 for a T4 share; default 1 per GPU unit held (0 for kind cpu)

@@ -36,7 +36,7 @@ class OptionView:
     memory: str  # wording.memory_truth: "MIG: 10 GB, enforced by the hardware", or ""
     compute_share: str  # "3/7 of the GPU's compute"
     isolation: str  # wording.isolation_phrase
-    availability: str  # "3 of 8 free", "none free", "free after scale-up, about 5 min", "" for CPU
+    availability: str  # "3 of 8 free", "none free", "a new node starts for you, about 5 min", "" for CPU
     free: int | None
     capacity: int | None
     disabled_reason: str  # "" if selectable, else e.g. "none free right now"

@@ -33,7 +33,7 @@ def demo(tmp_path_factory):
 def test_an_h100_spawn_brings_a_node_up_and_its_end_lets_it_go(demo):
     kube = demo.cluster.client()
     assert kube.request("GET", POOL_NODES)["items"] == []
-    assert "free after scale-up, about 1 min" in spawn_page(demo, "researcher1")
+    assert "a new node starts for you, about 1 min" in spawn_page(demo, "researcher1")
     assert call(demo, "POST", "/users/researcher1/server", {"offering": H100})[0] in (201, 202)
 
     messages, last = progress(demo, "researcher1")  # the spawn-pending page's stream, to its end
