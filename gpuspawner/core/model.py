@@ -180,6 +180,8 @@ class Offering(PodFields):
     windows: tuple[str, ...] = ()
     #: What one hour of one unit costs against a GPU-hour budget (None: 1 per GPU unit, 0 without a GPU).
     gpu_hour_cost: float | None = None
+    #: What one unit costs per hour, as the admin says (None: not said); the card shows it.
+    price_per_hour: float | None = None
     source: str = "config"
 
     @property

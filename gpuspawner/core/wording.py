@@ -202,6 +202,11 @@ def pool_size_words(limit: int | None, name: str) -> str:
     return "" if limit is None else f"Up to {limit} {name} node{'' if limit == 1 else 's'}."
 
 
+def price_words(price: float) -> str:
+    """An offering's price on its card: "5.00 per hour"."""
+    return f"{price:.2f} per hour"
+
+
 def pool_at_limit_refusal(what: str, limit: int | None) -> str:
     """The refusal of a spawn whose pool may add no node while none is free."""
     return f"No {what} is free right now and {POOL_AT_LIMIT} ({limit} node{'' if limit == 1 else 's'}): no new node can start for it."

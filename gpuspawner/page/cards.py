@@ -133,6 +133,7 @@ def option_views(
                 disabled_reason=reason,
                 counts=counts,
                 hour_cost=cost,
+                price="" if offering.price_per_hour is None else wording.price_words(offering.price_per_hour),
             )
             if kept is not None:
                 kept.put(offering, key, row)

@@ -125,3 +125,20 @@ def test_pool_events_move_the_discovery_only_where_the_offerings_may_change():
     assert h100.pool == PoolSize(4, 1)
     state.event(NODEPOOLS, "DELETED", node_pool(H100_POOL))
     assert not [o for o in index.discovered() if o.slug == H100]
+
+
+def test_the_admins_price_per_hour_is_on_the_card_and_a_wrong_one_is_a_clear_error():
+    """Karpenter's instance-type prices are not readable from its API (docs/autoscaling.md): the
+    admin says an offering's price, per unit, and the card shows it."""
+    import pytest
+
+    from gpuspawner.offerings.entry import OfferingConfigError
+
+    index = index_with([node_pool(H100_POOL)])
+    config = CatalogConfig(discover=True, overrides={H100: {"price_per_hour": 5}})
+    (h100,) = [o for o in build_catalog(config, discovered=index.discovered()) if o.slug == H100]
+    (row,) = option_views([h100], Requester("bob", frozenset()), index.availability, now=datetime(2026, 11, 24, 12, 0, tzinfo=UTC))
+    assert "5.00 per hour" in row.facts
+    for wrong in (-1, "5", True):
+        with pytest.raises(OfferingConfigError, match="price_per_hour.*must be a number >= 0"):
+            build_catalog(CatalogConfig(discover=True, overrides={H100: {"price_per_hour": wrong}}), discovered=index.discovered())
