@@ -97,7 +97,9 @@ class GPUSpawner(KubeSpawner):
         help="""
         Derive offerings from the cluster's GPU nodes (GPU Feature Discovery labels and
         `status.allocatable`): whole GPUs per product, MIG slices, time-sliced/MPS shares,
-        vGPU node classes. Configured offerings with the same slug win.
+        vGPU node classes. Configured offerings with the same slug win. Where the cluster serves
+        Karpenter's NodePools (karpenter.sh/v1), also each pool's offering before it has a node,
+        autoscaled with its limit (docs/autoscaling.md).
         """,
     ).tag(config=True)
 
@@ -144,7 +146,8 @@ class GPUSpawner(KubeSpawner):
         (its `admission` field): `block` refuses at once and names what is free instead; `warn`
         starts anyway and tells the user the server may wait; `queue` waits up to
         `queue_timeout` seconds for a unit to free up, showing the queue position.
-        Offerings on autoscaled pools (`scalable_nodes`) are never refused for lack of nodes.
+        Offerings on autoscaled pools (`scalable_nodes`) are never refused for lack of nodes,
+        unless discovery read the pool's limit and it is reached ("the pool is at its limit").
         """,
     ).tag(config=True)
 

@@ -101,45 +101,23 @@ c.GPUSpawner.offering_overrides = {
 
 # ---------------------------------------------------------------- autoscaled pools (make demo AUTOSCALE=1)
 # No GPU node until the real Karpenter makes one (gpuspawner/devcluster/karpenter.py's pools). The
-# hub does not read NodePools yet, so each pool's offering is declared as a site on GKE does
-# (hub_config/gke.py), under the slug discovery gives the pool's nodes (`gpuspawner offerings`
-# lists them), with the pool's node limit and its boot time (20 s, rounded up to a minute).
-AUTOSCALED_OFFERINGS = [
-    {
-        "slug": "gpu-nvidia-h100-80gb-hbm3",
-        "kind": "full",
-        "product": "NVIDIA-H100-80GB-HBM3",
-        "display_name": "H100 80GB",
-        "groups": ["researchers"],
-        "counts": [1, 2, 4],
-        "scalable_nodes": 4,
-        "scale_up_minutes": 1,
-    },
-    {
-        "slug": "mig-nvidia-a100-sxm4-40gb-1g-5gb",
-        "kind": "mig",
-        "profile": "1g.5gb",
-        "product": "NVIDIA-A100-SXM4-40GB",
-        "display_name": "A100 40GB · MIG 1g.5gb",
-        "groups": students_and_researchers,
-        "scalable_nodes": 2,
-        "scale_up_minutes": 1,
-    },
-    {
-        "slug": "shared-tesla-t4-shared-time-slicing-4x",
-        "kind": "shared",
-        "sharing": "time-slicing",
-        "replicas": 4,
-        "rename_by_default": False,
-        "product": "Tesla-T4",
-        "display_name": "Tesla T4 · 1/4 time-sliced",
-        "groups": students_and_researchers,
-        "scalable_nodes": 3,
-        "scale_up_minutes": 1,
-    },
-]
+# hub reads Karpenter's NodePools (docs/autoscaling.md): each pool's offering is discovered under
+# the slug its nodes will give, with the pool's node limit, before the pool has a node; the
+# overrides above say who may use them. Only the boot time is the demo's: 20 s, so about 1 min
+# (not the default of 5).
+AUTOSCALED_SLUGS = (
+    "gpu-nvidia-h100-80gb-hbm3",
+    "mig-nvidia-a100-sxm4-40gb-1g-5gb",
+    "mig-nvidia-a100-sxm4-40gb-2g-10gb",
+    "mig-nvidia-a100-sxm4-40gb-3g-20gb",
+    "shared-tesla-t4-shared-time-slicing-4x",
+)
 if os.environ.get("GPUSPAWNER_DEMO_AUTOSCALE") == "1":
-    c.GPUSpawner.offerings = [*c.GPUSpawner.offerings, *AUTOSCALED_OFFERINGS]
+    for slug in AUTOSCALED_SLUGS:
+        c.GPUSpawner.offering_overrides[slug] = {**c.GPUSpawner.offering_overrides.get(slug, {}), "scale_up_minutes": 1}
+    # The price on the card is the admin's (Karpenter's prices are not readable): one H100 of the
+    # pool's eight-GPU instance type at 40.00 an hour (gpuspawner/devcluster/karpenter.py).
+    c.GPUSpawner.offering_overrides["gpu-nvidia-h100-80gb-hbm3"]["price_per_hour"] = 5.0
 
 # ---------------------------------------------------------------- Kueue (make demo KUEUE=1)
 # The demo's devcluster runs the real Kueue, and a batch Job of another namespace takes quota

@@ -29,7 +29,7 @@ How to use it: load it from your ``jupyterhub_config.py``
 
 Discovery (on by default) finds the pools that have nodes right now. A pool scaled to
 zero has no node to discover, so it is declared below with ``scalable_nodes`` and
-``scale_up_minutes``: users then see "free after scale-up, about N min" instead of
+``scale_up_minutes``: users then see "a new node starts for you, about N min" instead of
 "none free", and a spawn is admitted and waits for the new node.
 """
 

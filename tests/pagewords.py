@@ -17,7 +17,7 @@ _FIGURE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?) (GB|MiB)\b")
 _NAME_MEMORY = re.compile(r"(?<![\w.])(\d{1,4}) ?GB\b")
 _PROFILE = re.compile(r"\bMIG (\d+g\.\d+gb(?:\+me)?)")
 #: What a badge may not say on a card the user cannot start: a queue place, a wait, a scale-up.
-PROMISES = ("queue", "wait", "scale-up", "first")
+PROMISES = ("queue", "wait", "scale-up", "new node", "first")
 
 
 @dataclass(frozen=True)

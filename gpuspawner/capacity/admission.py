@@ -3,7 +3,8 @@
 Per offering, when nothing is free: ``block`` refuses at once, ``warn`` starts
 anyway and says it may wait, ``queue`` waits for capacity up to a time limit.
 An offering on an autoscaled pool (``scalable_nodes``) is never refused for
-lack of nodes: the pool grows when the pod asks. Quotas cap what a user (across
+lack of nodes: the pool grows when the pod asks; unless discovery read the pool's
+limit and it is reached (``Offering.pool``): then it is refused at once. Quotas cap what a user (across
 all their named servers) and a group (all its members together) hold at once.
 """
 
@@ -78,8 +79,10 @@ def admit(
         why = wording.none_free_queue_words(
             what, queue_words(room.queue, room.largest or 0, avail.node_free or 0, room.borrowed, room.cohort)
         )
+    elif offering.pool is not None and offering.pool.at_limit:  # no node can come: at once, whatever the policy
+        return Decision(REFUSE, wording.pool_at_limit_refusal(what, offering.pool.limit) + wording.free_instead_words(instead))
     elif offering.scalable_nodes:
-        return Decision(WARN, wording.scale_up_warning(what, offering.scalable_nodes, offering.scale_up_minutes))
+        return Decision(WARN, wording.scale_up_warning(what, offering.scale_up_minutes))
     else:
         why = wording.none_free_words(what, avail.free, avail.capacity)
     refusal = why + wording.free_instead_words(instead)

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuspawner.capacity.counts import NO_NOTEBOOK, Row, Tally
 from gpuspawner.capacity.draplaced import DraRooms
+from gpuspawner.capacity.karpenterpools import DEFAULT_SCALE_UP_MINUTES, NODECLAIMS, NODEPOOLS, PoolState, autoscaled
 from gpuspawner.capacity.kueuequota import KueueState
 from gpuspawner.capacity.mapped import mapped_rows, with_mapped
 from gpuspawner.capacity.podfacts import PodFacts, pod_key
@@ -130,6 +131,9 @@ class ClusterIndex:
         self._dra_rooms = DraRooms()
         #: Kueue's queues, where the hub watches them (``kueue_queues``; capacity.kueuequota).
         self.kueue = KueueState()
+        #: Karpenter's NodePools and NodeClaims, where the hub watches them (capacity.karpenterpools).
+        self.pools = PoolState()
+        self._pooled: tuple[tuple[int, ...], list[Offering]] | None = None
 
     # ------------------------------------------------------------------ reads
 
@@ -138,14 +142,23 @@ class ClusterIndex:
         if self._discovered is None:
             self._discovered = aggregate(self._node_offers.values())
             self._discovery = next(_CHANGES)
-        return self._discovered + self.dra.discovered()
+        key = self._pools_key()
+        if self._pooled is None or self._pooled[0] != key:  # the pools' offerings, flagged autoscaled (capacity.karpenterpools)
+            pools, offerings, _ = self.pools.pools((n.labels for n in self.nodes.values()), self.class_labels)
+            self._pooled = key, autoscaled(self._discovered + self.dra.discovered(), pools, offerings, DEFAULT_SCALE_UP_MINUTES)
+        return self._pooled[1]
 
-    def discovery(self) -> tuple[int, int]:
+    def _pools_key(self) -> tuple[int, ...]:
+        """What the pools' flags read: the nodes' offerings, DRA's, the pools, and (where NodeClaims are not read) the nodes."""
+        nodes = 0 if self.pools.synced[NODECLAIMS] or not self.pools.synced[NODEPOOLS] else self._mapped_generation
+        return self._discovery, self.dra.generation, self.pools.generation, nodes
+
+    def discovery(self) -> tuple[int, ...]:
         """A value that moves whenever :meth:`discovered` may answer otherwise, or what DRA's devices
         make of an offering may differ (their sizes, their matches): a catalog built from them is kept
         until it moves (:func:`gpuspawner.hub.catalogs.catalog_now`). A pod event never moves it."""
         self.discovered()  # (made now where a node's change dropped it)
-        return self._discovery, self.dra.generation
+        return self._pools_key()
 
     def availability(self, offering: Offering) -> Availability:
         """Capacity and free units of ``offering`` now (reservations count as taken)."""

@@ -175,9 +175,13 @@ class Offering(PodFields):
     queue_timeout: int | None = None
     scalable_nodes: int = 0
     scale_up_minutes: int = 0
+    #: The autoscaled pools (Karpenter's NodePools) that serve it, as discovery read them (None: no such pool).
+    pool: PoolSize | None = None
     windows: tuple[str, ...] = ()
     #: What one hour of one unit costs against a GPU-hour budget (None: 1 per GPU unit, 0 without a GPU).
     gpu_hour_cost: float | None = None
+    #: What one unit costs per hour, as the admin says (None: not said); the card shows it.
+    price_per_hour: float | None = None
     source: str = "config"
 
     @property
@@ -262,6 +266,25 @@ class QueueRoom:
     @property
     def known(self) -> bool:
         return self.free is not None
+
+
+@dataclass(frozen=True)
+class PoolSize:
+    """The autoscaled pools (Karpenter's NodePools) that serve an offering, together: their node
+    limit (None: one of them has none) and the nodes they have now (NodeClaims, in flight ones too)."""
+
+    limit: int | None
+    nodes: int
+
+    @property
+    def room(self) -> int | None:
+        """How many nodes they may still add (None: no limit)."""
+        return None if self.limit is None else max(0, self.limit - self.nodes)
+
+    @property
+    def at_limit(self) -> bool:
+        """Whether they may add no node (``limits.nodes`` reached: nodes now >= limit)."""
+        return self.room == 0
 
 
 @dataclass(frozen=True)

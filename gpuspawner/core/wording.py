@@ -187,8 +187,29 @@ def queue_full_words(queue: str) -> str:
 
 
 def scale_up_words(minutes: int) -> str:
-    """The badge of an offering whose nodes can be added: "free after scale-up, about 5 min"."""
-    return f"free after scale-up, about {minutes} min"
+    """The badge of an offering with nothing free now whose pool can grow: "a new node starts for you, about 5 min"."""
+    return f"a new node starts for you, about {minutes} min"
+
+
+#: Why an offering of an autoscaled pool that may add no node (``limits.nodes`` reached) cannot be chosen now.
+POOL_AT_LIMIT = "the pool is at its limit"
+#: Its badge.
+POOL_AT_LIMIT_BADGE = f"none free, {POOL_AT_LIMIT}"
+
+
+def pool_size_words(limit: int | None, name: str) -> str:
+    """What a card says of the autoscaled pools behind an offering: "Up to 4 H100 80GB nodes." ("" with no limit)."""
+    return "" if limit is None else f"Up to {limit} {name} node{'' if limit == 1 else 's'}."
+
+
+def price_words(price: float) -> str:
+    """An offering's price on its card: "5.00 per hour"."""
+    return f"{price:.2f} per hour"
+
+
+def pool_at_limit_refusal(what: str, limit: int | None) -> str:
+    """The refusal of a spawn whose pool may add no node while none is free."""
+    return f"No {what} is free right now and {POOL_AT_LIMIT} ({limit} node{'' if limit == 1 else 's'}): no new node can start for it."
 
 
 def queued_words(waiting: int) -> str:
@@ -293,11 +314,9 @@ def free_instead_words(instead: str) -> str:
     return f" Free now: {instead}." if instead else ""
 
 
-def scale_up_warning(what: str, nodes: int, minutes: int) -> str:
+def scale_up_warning(what: str, minutes: int) -> str:
     """The warning of a spawn that waits for its pool to grow."""
-    return (
-        f"No {what} is free right now; the pool can grow by up to {nodes} node(s), so your server should start in about {minutes} minutes."
-    )
+    return f"No {what} is free right now; a new node starts for you, so your server should start in about {minutes} minutes."
 
 
 def wait_warning(what: str, refusal: str) -> str:

@@ -57,6 +57,8 @@ def catalog_now(spawner: Spawner) -> list[Offering]:
     if not config.needs_inventory():
         return build_catalog(config)  # nothing to discover or count: no cluster-wide watch
     watch = inventory(spawner)
+    if config.discover:  # Karpenter's pools, where the cluster has them (capacity.karpenterpools)
+        watch.watch_pools()
     try:  # free counts fit the notebook's own cpu/memory guarantees, selector and tolerations beside the GPU
         watch.index.set_notebook(Notebook.from_settings({n: getattr(spawner, n) for n in NOTEBOOK_TRAITS}))
     except ValueError as exc:

@@ -31,6 +31,13 @@ optional: Kueue not installed (404) or not readable (403) leaves each queue's li
 (the page says so, the nodes' counts stand), said once in the log and asked again every
 ``forbidden_retry`` seconds.
 
+Where ``discover_offerings`` is on, :meth:`Inventory.watch_pools` adds two more: Karpenter's
+NodePools and NodeClaims (``karpenter.sh/v1``, ``list`` and ``watch``), kept in
+:attr:`ClusterIndex.pools` (:mod:`gpuspawner.capacity.karpenterpools`): a pool with no node yet has its
+offering. Optional too: not served (404) or not readable (403), discovery is as without them, said
+in one log line, and asked again every ``forbidden_retry`` seconds; a stream that fails otherwise
+keeps what it last read.
+
 A watch can outlive the API server's will to answer: on SIGTERM kube-apiserver refuses new
 connections but keeps established watches open for a while, so the streams look live while
 every new request fails. :meth:`Inventory.call_failed` (the spawner calls it when a Kubernetes
@@ -55,6 +62,10 @@ from typing import Any
 import aiohttp
 
 from gpuspawner.capacity.index import ClusterIndex, Health
+from gpuspawner.capacity.karpenterpools import GROUP as POOL_GROUP
+from gpuspawner.capacity.karpenterpools import NODECLAIMS, NODEPOOLS
+from gpuspawner.capacity.karpenterpools import STREAMS as POOL_STREAMS
+from gpuspawner.capacity.karpenterpools import VERSION as POOL_VERSION
 from gpuspawner.capacity.kueuequota import STREAMS as KUEUE_STREAMS
 from gpuspawner.names.kueuenames import CLUSTER_QUEUES, COHORTS, GROUP, LOCAL_QUEUES, RESOURCE_FLAVORS, VERSION
 from gpuspawner.offerings.discovery import DEFAULT_VGPU_CLASS_LABELS
@@ -80,6 +91,8 @@ _STREAM_WHAT = {
     CLUSTER_QUEUES: f"{CLUSTER_QUEUES}.{GROUP}",
     RESOURCE_FLAVORS: f"{RESOURCE_FLAVORS}.{GROUP}",
     COHORTS: f"{COHORTS}.{GROUP}",
+    NODEPOOLS: f"{NODEPOOLS}.{POOL_GROUP}",
+    NODECLAIMS: f"{NODECLAIMS}.{POOL_GROUP}",
 }
 #: The Dynamic Resource Allocation streams (optional: see the module's docstring).
 DRA_STREAMS = ("slices", "classes", "claims", "rules")
@@ -91,6 +104,11 @@ NEEDED_KUEUE_PERMISSIONS = f"list/watch {LOCAL_QUEUES}, {CLUSTER_QUEUES}, {RESOU
 #: Why a queue's limit is unknown where Kueue's API is not served (404) or may not be read (403).
 KUEUE_NOT_SERVED = f"Kueue is not installed (the API server does not serve {GROUP}/{VERSION})"
 KUEUE_FORBIDDEN = f"the hub may not read Kueue's queues ({NEEDED_KUEUE_PERMISSIONS})"
+#: Why Karpenter's pools are not read: not served (404) or not readable (403).
+POOLS_NOT_SERVED = f"the API server does not serve {POOL_GROUP}/{POOL_VERSION} (Karpenter is not installed)"
+POOLS_FORBIDDEN = (
+    f"the hub may not list/watch {NODEPOOLS} and {NODECLAIMS} ({POOL_GROUP}; the gpuspawner chart grants it with karpenter.enabled=true)"
+)
 
 
 def custom_api(api: Any) -> Any:
@@ -204,6 +222,8 @@ class Inventory:
         self.kueue_api = kueue_api if kueue_api is not None else custom_api(api)
         self._kueue_started = False
         self._kueue_refusals: dict[str, str] = {}  # stream -> why it may not be read
+        self._pools_started = False
+        self._pools_said: set[str] = set()  # why Karpenter's pools are not read, as logged (each once)
         #: The resource.k8s.io/v1 API (None: no DRA streams; DRA offerings then have no counts).
         self.dra_api = dra_api if dra_api is not None else _resource_api(api)
         self._dra_synced = dict.fromkeys(DRA_STREAMS, False)
@@ -219,6 +239,8 @@ class Inventory:
         self._lost_at: float | None = None  # when the counts stopped being live (None: live, or never were)
         self._ever_ready = False
         self.relists: Counter[str] = Counter()
+        #: How often an optional stream was refused (403, 404): Karpenter's, by stream.
+        self.refusals: Counter[str] = Counter()
         self.last_error: str = ""
         #: How often a stream has failed (the API server gone, say): others use it to notice outages.
         self.stream_failures = 0
@@ -384,6 +406,29 @@ class Inventory:
         }
         self._tasks += [asyncio.ensure_future(self._run(kind, method, {})) for kind, method in methods.items()]
 
+    def watch_pools(self) -> None:
+        """Start watching Karpenter's NodePools and NodeClaims, once (the catalog calls it where
+        ``discover_offerings`` is on): a pool with no node yet has its offering (capacity.karpenterpools)."""
+        if self._pools_started or self.kueue_api is None or not self._tasks:
+            return
+        self._pools_started = True
+        list_all = self.kueue_api.list_cluster_custom_object
+        self._tasks += [
+            asyncio.ensure_future(self._run(kind, partial(list_all, POOL_GROUP, POOL_VERSION, kind), {})) for kind in POOL_STREAMS
+        ]
+
+    def _pools_refused(self, kind: str, refused: Refused) -> None:
+        """Karpenter's CRDs absent (404) or not readable (403): discovery is as without them (its
+        NodeClaims alone: the pools' nodes are counted from the nodes). One log line per reason."""
+        self.index.pools.synced[kind] = False
+        self.refusals[kind] += 1
+        why = POOLS_NOT_SERVED if refused.status == 404 else POOLS_FORBIDDEN
+        self.index.pools.unavailable = why
+        self.index.changed()
+        if why not in self._pools_said:
+            self._pools_said.add(why)
+            log.warning("inventory: Karpenter's pools are not read: %s; offerings come from the nodes and the settings as before", why)
+
     async def stop(self) -> None:
         if self._probe_task is not None:
             self._probe_task.cancel()
@@ -412,6 +457,12 @@ class Inventory:
         return self.health
 
     def _set_synced(self, kind: str, value: bool) -> None:
+        if kind in POOL_STREAMS:
+            if value:  # (a stream that fails keeps what it last read: a pool does not vanish in a blip)
+                self.index.pools.synced[kind] = True
+                self.index.pools.unavailable = ""
+                self.index.changed()
+            return
         if kind in KUEUE_STREAMS:
             self.index.kueue.synced[kind] = value
             return
@@ -549,7 +600,9 @@ class Inventory:
             return {"nodes": self.index.node_event, "pods": self.index.pod_event}[kind]
         dra = self.index.dra
         apply = (
-            self.index.kueue.event(kind)
+            partial(self.index.pools.event, kind)
+            if kind in POOL_STREAMS
+            else self.index.kueue.event(kind)
             if kind in KUEUE_STREAMS
             else {"slices": dra.slice_event, "classes": dra.class_event, "claims": dra.claim_event, "rules": dra.rule_event}[kind]
         )
@@ -566,6 +619,8 @@ class Inventory:
             self.index.replace(**{kind: items})
         elif kind in KUEUE_STREAMS:
             self.index.kueue.replace(kind, items)
+        elif kind in POOL_STREAMS:
+            self.index.pools.replace(kind, items)
         else:
             self.index.dra.replace(**{kind: items})
         self.index.changed()
@@ -605,7 +660,11 @@ class Inventory:
                     await asyncio.sleep(refusal_wait)
                     backoff = min(backoff * 2, 10.0)
                     continue
-                if kind in KUEUE_STREAMS:  # Kueue's streams never touch the nodes' health or the outage count
+                if kind in POOL_STREAMS and isinstance(exc, Refused) and exc.status in (403, 404):
+                    self._pools_refused(kind, exc)
+                    await asyncio.sleep(refusal_wait)
+                    continue
+                if kind in KUEUE_STREAMS or kind in POOL_STREAMS:  # these streams never touch the nodes' health or the outage count
                     if isinstance(exc, Refused) and exc.status in (403, 404):
                         self._kueue_refused(kind, exc)
                         await asyncio.sleep(refusal_wait)
@@ -646,7 +705,7 @@ class Inventory:
             self._dra_unavailable = ""
         elif kind in KUEUE_STREAMS:
             self._kueue_allowed(kind)
-        else:
+        elif kind not in POOL_STREAMS:
             self._allowed(kind)
         # One event may come in many chunks (a large object on a slow link): the bytes are appended in
         # place and split only when a chunk ends a line, so a long event or a long burst costs linear time.

@@ -46,10 +46,12 @@ Who and when:
   windows                     ["Mon-Fri 19:00-07:00", "Sat,Sun 00:00-24:00"] in c.GPUSpawner.site_timezone
   admission                   block | warn | queue when none is free (default: c.GPUSpawner.admission)
   queue_timeout               seconds a queued spawn waits
-  scalable_nodes, scale_up_minutes   an autoscaled pool: never refused, "free after scale-up, about M min"
+  scalable_nodes, scale_up_minutes   an autoscaled pool: never refused, "a new node starts for you, about M min"
   gpu_hour_cost               what one hour of one unit costs against a GPU-hour budget
                               (c.GPUSpawner.user_gpu_budget, docs/fair-turns.md), e.g. 2 for an H100,
                               0.25 for a T4 share; default 1 per GPU unit held (0 for kind cpu)
+  price_per_hour              what one unit costs per hour, in the site's money (a number >= 0),
+                              shown on the card: "5.00 per hour" (Karpenter's prices are not readable)
 
 Dynamic Resource Allocation (kinds full, mig, shared; instead of resources and node_selector):
   dra                         {"device_class": "gpu.nvidia.com" (mig.nvidia.com for mig),
@@ -127,6 +129,7 @@ _COMMON_FIELDS = {
     "admission",
     "queue_timeout",
     "gpu_hour_cost",
+    "price_per_hour",
     "scalable_nodes",
     "scale_up_minutes",
     "windows",
@@ -416,6 +419,11 @@ def admission_fields(entry: Entry) -> dict[str, Any]:
         if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 <= cost < float("inf"):
             raise entry.fail("gpu_hour_cost", f"must be a number >= 0 (what one unit's hour costs), got {cost!r}")
         out["gpu_hour_cost"] = float(cost)
+    if "price_per_hour" in entry.raw:
+        price = entry.raw["price_per_hour"]
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 <= price < float("inf"):
+            raise entry.fail("price_per_hour", f"must be a number >= 0 (what one unit costs per hour), got {price!r}")
+        out["price_per_hour"] = float(price)
     if out.get("scalable_nodes") and not out.get("scale_up_minutes"):
         raise entry.fail("scale_up_minutes", "is required with scalable_nodes: how long a new node takes, e.g. 5")
     return out

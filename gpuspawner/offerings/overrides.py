@@ -29,6 +29,7 @@ _OVERRIDABLE = {
     "admission",
     "queue_timeout",
     "gpu_hour_cost",
+    "price_per_hour",
     "scalable_nodes",
     "scale_up_minutes",
     "windows",

@@ -41,6 +41,8 @@ def availability_text(offering: Offering, avail: Availability, policy: str, queu
         return text, wording.queue_full_words(room.queue)
     if free > 0:
         return wording.free_words(free, avail.capacity, avail.queue_unknown), ""
+    if offering.pool is not None and offering.pool.at_limit:
+        return wording.POOL_AT_LIMIT_BADGE, wording.POOL_AT_LIMIT
     if offering.scalable_nodes:
         return wording.scale_up_words(offering.scale_up_minutes), ""
     if policy == AdmissionPolicy.QUEUE:
@@ -54,10 +56,12 @@ def _with_choices(offering: Offering, availability: Callable[[Offering], Availab
     """The description, after what an offering with alternatives may give ("MIG 3g.20gb (1 free),
     or MIG 2g.10gb if none is free (2 free)."; :mod:`gpuspawner.dra.alternatives`)."""
     claim = offering.claim
+    pool = wording.pool_size_words(offering.pool.limit, offering.display_name) if offering.pool is not None else ""
+    description = f"{offering.description} {pool}".strip()
     if claim is None or not claim.alternatives:
-        return offering.description
+        return description
     words = choice_words(claim, [availability(o).free for o in choices(offering)])
-    return f"{words}. {offering.description}".strip()
+    return f"{words}. {description}".strip()
 
 
 def count_text(avail: Availability) -> str:
@@ -129,6 +133,7 @@ def option_views(
                 disabled_reason=reason,
                 counts=counts,
                 hour_cost=cost,
+                price="" if offering.price_per_hour is None else wording.price_words(offering.price_per_hour),
             )
             if kept is not None:
                 kept.put(offering, key, row)

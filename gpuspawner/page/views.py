@@ -36,12 +36,13 @@ class OptionView:
     memory: str  # wording.memory_truth: "MIG: 10 GB, enforced by the hardware", or ""
     compute_share: str  # "3/7 of the GPU's compute"
     isolation: str  # wording.isolation_phrase
-    availability: str  # "3 of 8 free", "none free", "free after scale-up, about 5 min", "" for CPU
+    availability: str  # "3 of 8 free", "none free", "a new node starts for you, about 5 min", "" for CPU
     free: int | None
     capacity: int | None
     disabled_reason: str  # "" if selectable, else e.g. "none free right now"
     counts: tuple[int, ...]  # allowed counts that fit right now (whole GPUs; others (1,))
     hour_cost: str = ""  # with a GPU-hour budget: "2 GPU-hours per hour" (budgets.cost_text), else ""
+    price: str = ""  # the admin's price_per_hour: "5.00 per hour", else ""
     #: What the card says for each image KubeSpawner's form may choose, as JSON ({image: [availability,
     #: disabled reason, availability tone]}; c.GPUSpawner.image_requirements), for the page's script; ""
     #: when images need nothing.
@@ -66,8 +67,8 @@ class OptionView:
 
     @property
     def facts(self) -> tuple[str, ...]:
-        """Memory and compute share, the non-empty ones, once each (one line under the name)."""
-        return tuple(dict.fromkeys(part for part in (self.memory, self.compute_share) if part))
+        """Memory, compute share and price, the non-empty ones, once each (one line under the name)."""
+        return tuple(dict.fromkeys(part for part in (self.memory, self.compute_share, self.price) if part))
 
     @property
     def isolation_line(self) -> str:

@@ -622,9 +622,10 @@ def test_chart_kueue_reads_only_when_enabled(tmp_path):
     assert typo.returncode != 0 and "enable" in typo.stderr, typo.stdout + typo.stderr
 
 
-def test_chart_karpenter_gets_nodeclaims_only_when_enabled(tmp_path):
-    """karpenter.enabled adds to the ClusterRole one read: get of Karpenter's NodeClaims, for a
-    waiting spawn's progress (docs/autoscaling.md); nothing else changes."""
+def test_chart_karpenter_reads_pools_only_when_enabled(tmp_path):
+    """karpenter.enabled adds to the ClusterRole reads of Karpenter's NodePools (list, watch: the
+    inventory's discovery of pools) and NodeClaims (get: a waiting spawn's progress; list, watch:
+    the nodes each pool has now) (docs/autoscaling.md); nothing else changes."""
     rendered = {}
     for name, sets in (("off", []), ("on", ["--set", "karpenter.enabled=true"])):
         out = helm("template", "r", str(CHART), "--namespace", "jhub", *sets, home=tmp_path)
@@ -632,7 +633,11 @@ def test_chart_karpenter_gets_nodeclaims_only_when_enabled(tmp_path):
         (role,) = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "ClusterRole"]
         rendered[name] = role["rules"]
     assert not any("karpenter.sh" in rule["apiGroups"] for rule in rendered["off"])  # off by default
-    assert rendered["on"] == [*rendered["off"], {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"], "verbs": ["get"]}]
+    assert rendered["on"] == [
+        *rendered["off"],
+        {"apiGroups": ["karpenter.sh"], "resources": ["nodepools"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"], "verbs": ["get", "list", "watch"]},
+    ]
     lint = helm("lint", "--strict", str(CHART), "--set", "karpenter.enabled=true", home=tmp_path)
     assert lint.returncode == 0, lint.stdout + lint.stderr
 

@@ -1,11 +1,14 @@
-"""`make demo AUTOSCALE=1`'s story on the real Karpenter: the demo starts with no GPU node, the spawn
-page says an H100 is free after a scale-up, a spawn of one brings a node of the H100 pool up (its
+"""`make demo AUTOSCALE=1`'s story on the real Karpenter: the demo starts with no GPU node and no
+pool offering in its settings, the hub discovers the H100 pool's offering from its NodePool and the
+spawn page says "a new node starts for you, about 1 min", a spawn of one brings a node of the H100 pool up (its
 progress says the NodeClaim's steps, launched, registered, initialized, with their times) and
 the notebook runs there on a pod IP of the cluster's own (the pool's startup taint kept its pods
 off until the node had a pod network), and when the server stops Karpenter removes the emptied
-node; with the pool's limit at zero nodes, a spawn is refused with Karpenter's own reason, not
-left waiting (gpuspawner/tools/demo.py, gpuspawner/devcluster/karpenter.py,
-hub_config/demo_config.py, gpuspawner/hub/autoscaler.py)."""
+node. With the pool's limit at zero nodes the page says "the pool is at its limit" and a spawn is
+refused at once in those words (the hub reads the limit); with a limit the hub does not read (GPUs),
+Karpenter refuses and the spawn is refused with Karpenter's own reason, not left waiting
+(gpuspawner/tools/demo.py, gpuspawner/devcluster/karpenter.py, hub_config/demo_config.py,
+gpuspawner/capacity/karpenterpools.py, gpuspawner/hub/autoscaler.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +36,13 @@ def demo(tmp_path_factory):
 def test_an_h100_spawn_brings_a_node_up_and_its_end_lets_it_go(demo):
     kube = demo.cluster.client()
     assert kube.request("GET", POOL_NODES)["items"] == []
-    assert "free after scale-up, about 1 min" in spawn_page(demo, "researcher1")
+    # the hub's watch of NodePools starts with its first catalog: the offering is there once it has listed them
+    wait_for(
+        lambda: "a new node starts for you, about 1 min" in spawn_page(demo, "researcher1"),
+        "the H100 pool's offering at zero nodes",
+        timeout=120,
+    )
+    assert "Up to 4 H100 80GB nodes." in spawn_page(demo, "researcher1")
     assert call(demo, "POST", "/users/researcher1/server", {"offering": H100})[0] in (201, 202)
 
     messages, last = progress(demo, "researcher1")  # the spawn-pending page's stream, to its end
@@ -56,10 +65,19 @@ def test_an_h100_spawn_brings_a_node_up_and_its_end_lets_it_go(demo):
     full = node_pool(POOLS[0], network=True)  # the H100 pool may have no node at all now
     full["spec"]["limits"] = {"nodes": "0"}
     demo.cluster.karpenter().apply(full)
+    wait_for(lambda: "the pool is at its limit" in spawn_page(demo, "researcher1"), "the hub reading the pool's new limit", timeout=120)
+    status, answer = call(demo, "POST", "/users/researcher1/server", {"offering": H100})
+    assert status == 409, answer
+    assert "No H100 80GB is free right now and the pool is at its limit (0 nodes)" in answer["message"]
+
+    no_gpus = node_pool(POOLS[0], network=True)  # a limit the hub does not read: Karpenter's own refusal
+    no_gpus["spec"]["limits"] = {"nvidia.com/gpu": "0"}
+    demo.cluster.karpenter().apply(no_gpus)
+    wait_for(lambda: "a new node starts for you" in spawn_page(demo, "researcher1"), "the hub reading the pool's limit gone", timeout=120)
     status, answer = call(demo, "POST", "/users/researcher1/server", {"offering": H100})
     message = progress(demo, "researcher1")[1]["message"] if status == 202 else str(answer)
     assert "No new node can start for H100 80GB. The autoscaler (Karpenter) says:" in message
-    assert "node limits have been exhausted for nodepool (NodePool=gpu-h100)." in message
+    assert "all available instance types exceed limits for nodepool (NodePool=gpu-h100)." in message
     assert "incompatible requirements" not in message  # (the other pools' parts are left out)
 
 

@@ -60,7 +60,7 @@ def test_policy_of_the_offering_wins_over_the_default():
 def test_autoscaled_pool_is_never_refused_and_says_how_long():
     decision = admit(POOL, 1, Availability(0, 0, 0, 0), "block")
     assert decision.action == WARN
-    assert "grow by up to 4 node(s)" in decision.message and "about 6 minutes" in decision.message
+    assert "a new node starts for you" in decision.message and "about 6 minutes" in decision.message
 
 
 def test_alternatives_skip_the_offering_itself_cpu_and_hidden_ones():

@@ -67,7 +67,7 @@ def example_options(refreshed: bool = False) -> list[OptionView]:
             memory=memory_truth(Kind.SHARED, 6144, "mps", 4, "L4"),
             compute_share="1/4 of the GPU (MPS share)",
             isolation=isolation_phrase(Isolation.PARTIAL),
-            availability="free after scale-up, about 5 min",
+            availability="a new node starts for you, about 5 min",
             free=0,
             capacity=0,
         ),

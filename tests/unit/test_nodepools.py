@@ -72,25 +72,33 @@ def test_offerings_cli_reads_nodepools_offline(tmp_path, capsys):
     assert "pools.json: not JSON" in capsys.readouterr().err
 
 
-def test_the_autoscaled_demo_declares_what_its_pools_nodes_serve(monkeypatch):
-    """make demo AUTOSCALE=1 declares each pool's offering (hub_config/demo_config.py): under the
-    slug discovery gives the pool's nodes, asking for the same resource, its pod placed on them
-    (so the real Karpenter makes a node of that pool for it)."""
+def test_the_autoscaled_demo_finds_its_pools_and_says_about_1_min(monkeypatch):
+    """make demo AUTOSCALE=1 declares no pool offering (hub_config/demo_config.py): the hub's
+    discovery finds each pool's, autoscaled with its limit, and the demo's overrides give them its
+    boot time (about 1 min) and who may use them; each one's pod is placed on its pool's nodes (so
+    the real Karpenter makes a node of that pool for it)."""
     from gpuspawner.capacity.counts import availability
-    from gpuspawner.offerings.config import offerings_from_config
+    from gpuspawner.capacity.index import ClusterIndex
+    from gpuspawner.capacity.karpenterpools import NODEPOOLS
+    from gpuspawner.offerings.catalog import CatalogConfig, build_catalog
     from gpuspawner.offerings.nodepools import template_node
     from gpuspawner.tools.cli import _config_from_file
 
     monkeypatch.setenv("GPUSPAWNER_DEMO_AUTOSCALE", "1")
-    entries = _config_from_file("hub_config/demo_config.py").GPUSpawner.offerings
-    declared = {o.slug: o for o in offerings_from_config([e for e in entries if e.get("scalable_nodes")])}
-    assert len(declared) == len(POOLS)
+    settings = _config_from_file("hub_config/demo_config.py").GPUSpawner
+    assert not [e for e in settings.offerings if e.get("scalable_nodes")]
+    index = ClusterIndex()
+    index.pools.replace(NODEPOOLS, [node_pool(p) for p in POOLS])
+    index.pools.synced[NODEPOOLS] = True
+    config = CatalogConfig(offerings=settings.offerings, overrides=settings.offering_overrides)
+    catalog = {o.slug: o for o in build_catalog(config, discovered=index.discovered())}
     for pool in POOLS:
         (found,), offerings, _ = read_pools([node_pool(pool)], CLASSES)
-        node = template_node(node_pool(pool))
-        mine = [declared[o.slug] for o in offerings if o.slug in declared]
-        assert len(mine) == 1, f"{pool.name}: declares none of {[o.slug for o in offerings]}"
-        discovered = next(o for o in offerings if o.slug == mine[0].slug)
-        assert mine[0].resources == discovered.resources
-        assert mine[0].scalable_nodes == pool.max_nodes
-        assert availability(mine[0], [node], []).nodes == (node["metadata"]["name"],)
+        for slug in found.slugs:
+            offering = catalog[slug]
+            assert (offering.scalable_nodes, offering.scale_up_minutes) == (pool.max_nodes, 1), slug
+            assert offering.pool is not None and offering.pool.limit == pool.max_nodes
+            assert offering.groups, slug
+            node = template_node(node_pool(pool))
+            assert availability(offering, [node], []).nodes == (node["metadata"]["name"],)
+    assert catalog["gpu-nvidia-h100-80gb-hbm3"].price_per_hour == 5.0

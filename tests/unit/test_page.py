@@ -59,7 +59,7 @@ def test_availability_texts():
     assert availability_text(H100, AVAIL["h100"], "block", 0) == ("3 of 8 free", "")
     assert availability_text(MIG3, AVAIL["mig-3g"], "block", 2) == ("queue: 2 waiting", "")  # the offering says queue
     assert availability_text(MIG3, AVAIL["mig-3g"], "block", 0) == ("none free: you would be first in the queue", "")
-    assert availability_text(T4, AVAIL["t4"], "block", 0) == ("free after scale-up, about 5 min", "")
+    assert availability_text(T4, AVAIL["t4"], "block", 0) == ("a new node starts for you, about 5 min", "")
     assert availability_text(MIG, Availability(2, 2, 0, 0), "block", 0) == ("none free", "none free right now")
     assert availability_text(MIG, Availability(2, 2, 0, 0), "warn", 0) == ("none free: your server would wait", "")
     assert availability_text(CPU_OFFERING, UNCOUNTED, "block", 0) == ("", "")
