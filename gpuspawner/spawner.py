@@ -582,6 +582,14 @@ class GPUSpawner(KubeSpawner):
             return KubeSpawner._options_form_default(self)
         return self._render_gpu_form
 
+    async def get_options_form(self) -> Any:
+        """JupyterHub's, but our own form awaited in place: JupyterHub runs a callable form as a task of
+        its own, two turns of the event loop per view (on a hub busy with a storm, hundreds of ms
+        each), where KubeSpawner's static profile list is a string, ready at once."""
+        if self.options_form == self._render_gpu_form:
+            return await self._render_gpu_form(self)
+        return await super().get_options_form()
+
     def now(self) -> datetime:
         return datetime.now(ZoneInfo(self.site_timezone))  # checked by catalog() before any use
 

@@ -157,3 +157,24 @@ async def test_students_alike_share_one_kept_page_and_one_named_in_an_offering_g
     restricted = card(await bea.get_options_form(), "half-v100")
     assert PAGES.misses == misses + 1 and "gs-disabled" in restricted.attrs["class"]
     assert restricted.find(data_gs_reason="").words == "not allowed for your groups"
+
+
+async def test_the_page_is_answered_without_a_turn_of_the_event_loop(devcluster, namespace):
+    """A view, made or kept, finishes in the handler's own turn of the event loop, as KubeSpawner's
+    static profile list does: JupyterHub's way with a callable form (a task of its own) costs two
+    turns, each behind everything else the hub has to do (under a storm, hundreds of ms)."""
+
+    def at_once(spawner: GPUSpawner) -> str:
+        view = spawner.get_options_form()
+        try:
+            view.send(None)
+        except StopIteration as done:
+            return str(done.value)
+        view.close()
+        raise AssertionError("the view waited for a turn of the event loop")
+
+    ann, bea = (spawner_for(devcluster, namespace, name, groups=["students"]) for name in ("ann", "bea"))
+    await ann.catalog()
+    made = at_once(ann)
+    assert card(made, "half-v100") is not None
+    assert at_once(bea) == made  # kept
