@@ -70,6 +70,9 @@ async def start(spawner: Spawner, kubespawner_start: Callable[[], Awaitable[Any]
         refused: SpawnRefused | None = (
             exc if isinstance(exc, SpawnRefused) else failed_call_refusal(spawner, exc) if isinstance(exc, Exception) else None
         )
+        if refused is None and isinstance(exc, asyncio.CancelledError) and cut_by_start_timeout(spawner):
+            refused = SpawnRefused(start_timeout_message(spawner.start_timeout, waiting_for(spawner)), Refusal.START_TIMEOUT)
+            spawner.log.warning("%s: %s", spawner.log_name, refused.message)
         if refused is None:
             raise
         refused.during_start = True  # JupyterHub's User.spawn logs it (see hubhooks)
@@ -114,6 +117,18 @@ def own_deadline(start_timeout: float) -> float:
     """When a start gives up with words: shortly before JupyterHub's own ``start_timeout``, whose
     TimeoutError has no message (the user would read an empty "Spawn failed: ")."""
     return max(start_timeout - min(10.0, max(1.0, 0.05 * start_timeout)), 0.5 * start_timeout)
+
+
+def cut_by_start_timeout(spawner: Spawner) -> bool:
+    """Whether a cancelled start is JupyterHub's ``start_timeout`` running out before the start's own
+    deadline: on a hub whose event loop is late by seconds (a storm on a small machine) the own
+    deadline, which starts a turn or two after JupyterHub's clock, can come too late. Such a start
+    ends with the words of :func:`waiting_for` instead of being cancelled: ``asyncio.wait_for``
+    (JupyterHub's) raises what the cancelled task raised, so the user reads why, not an empty
+    "Spawn failed: ". Nothing else cancels a start in its second half (JupyterHub stops the
+    server after any failed start, so the pod goes either way)."""
+    started = spawner.spawn_state.started_at
+    return started is not None and time.monotonic() - started >= spawner.start_timeout / 2
 
 
 def waiting_for(spawner: Spawner) -> str:

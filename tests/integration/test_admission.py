@@ -276,3 +276,35 @@ async def test_a_start_that_runs_out_of_time_says_what_it_waited_for_and_leaves_
     assert "didn't match Pod's node affinity/selector" in words, words
     assert "Nothing is left running" in words
     wait_for(lambda: pods(kube, namespace) == [], "the waiting pod deleted", timeout=60)
+
+
+async def test_a_start_jupyterhub_gives_up_on_before_its_own_deadline_still_says_why(devcluster, kube, namespace, monkeypatch):
+    # On a hub whose event loop is seconds late (a storm on a small machine), the start's own
+    # deadline, which begins a turn or two after JupyterHub's clock, can come after JupyterHub's
+    # start_timeout: its wait_for cancels the start. The user must still read why, not an empty
+    # "Spawn failed: " (found in a paired storm: an FPGA spawn whose pod creation had timed out once).
+    from gpuspawner.hub import lifecycle
+
+    waits = [
+        {
+            "slug": "fpga-gpu",
+            "kind": "custom",
+            "display_name": "GPU on an FPGA node",
+            "resources": {"nvidia.com/gpu": 1},
+            "node_selector": {"example.org/fpga": "true"},
+            "admission": "warn",
+        }
+    ]
+    spawner = make_spawner(devcluster, namespace, offerings=waits)
+    spawner.start_timeout = 20
+    monkeypatch.setattr(lifecycle, "own_deadline", lambda start_timeout: start_timeout + 30)  # (as if its turns came late)
+    spawner.user_options = {"offering": "fpga-gpu"}
+    with pytest.raises(SpawnRefused) as info:
+        # JupyterHub's User.spawn, whose clock began seconds before the start's first turn (so before
+        # KubeSpawner's own wait for the pod, which would end it with words of its own, can run out)
+        await asyncio.wait_for(spawner.start(), timeout=0.8 * spawner.start_timeout)
+    words = str(info.value)
+    assert info.value.status_code == 503
+    assert words.startswith("Your server did not start within the hub's time limit (20 seconds): "), words
+    await spawner.stop()  # (JupyterHub stops a server whose start failed)
+    wait_for(lambda: pods(kube, namespace) == [], "the waiting pod deleted", timeout=60)
