@@ -340,7 +340,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--nodeclaims",
         metavar="FILE",
-        help="Karpenter's NodeClaims as `kubectl get nodeclaims -o json --watch` wrote them: GPU node-hours per pool (docs/autoscaling.md)",
+        help="Karpenter's NodeClaims as `gpuspawner record-nodeclaims` or `kubectl get nodeclaims -o json --watch` wrote them: "
+        "GPU node-hours per pool (docs/autoscaling.md)",
     )
     parser.add_argument("--actions", metavar="FILE", help="the culler's action log (JSON lines): which nodes went after an idle reclaim")
     parser.add_argument("--pool-price", action="append", metavar="POOL=PRICE", help="a pool's price per node-hour (over the NodeClaim's)")
