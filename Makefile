@@ -45,6 +45,10 @@
 #   make kueue-bench      spawn to admission through a LocalQueue with free quota vs the same
 #                         offering without Kueue, on a devcluster with the real Kueue (median
 #                         and p90 of 20 spawns each, side by side; bench/kueue_latency.py)
+#   make autoscale-bench  spawn to ready on a scale-from-zero pool of the real Karpenter, and the
+#                         answer on a pool that cannot grow, GPUSpawner vs KubeSpawner with the
+#                         same pod (AUTOSCALE_REPEATS, default 3, order alternated; about 12
+#                         minutes on 2 cores; bench/autoscale_start.py, docs/autoscaling.md)
 #   make framework-check  the memory guard against framework releases too big for make test:
 #                         older jaxlib (JAXLIB_OLD, default 0.4.30 and 0.4.38: the last that
 #                         reads only XLA_PYTHON_CLIENT_MEM_FRACTION and the first seen to read
@@ -72,7 +76,7 @@ PYSTAMP := $(VENV)/.installed-python
 STAMP  := $(VENV)/.installed
 
 PHONY_TIERS := test-hub test-cluster test-stories test-kueue
-.PHONY: test test-fast $(PHONY_TIERS) lint precommit unit fuzz labextension install devcluster-build demo bench scale capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check karpenter-check kueue-bench test-oldest-k8s clean
+.PHONY: test test-fast $(PHONY_TIERS) lint precommit unit fuzz labextension install devcluster-build demo bench scale capacity-truth dra-truth fuzz-clusters framework-check gpu-check kueue-check karpenter-check kueue-bench autoscale-bench test-oldest-k8s clean
 
 # `make test` runs three pytest processes side by side, each with a devcluster of its own (each
 # claims its own ports and loopback pod network): the stories (tests/e2e, tests/browser: each
@@ -215,6 +219,10 @@ karpenter-check: install devcluster-build
 kueue-bench: install devcluster-build
 	$(VENV)/bin/gpuspawner devcluster build --kueue
 	$(PY) -m bench.kueue_latency --spawns $(or $(KUEUE_SPAWNS),20)
+
+autoscale-bench: install devcluster-build
+	$(VENV)/bin/gpuspawner devcluster build --karpenter
+	$(PY) -m bench.autoscale_start --repeats $(or $(AUTOSCALE_REPEATS),3)
 
 fuzz-clusters: install
 	GPUSPAWNER_CLUSTERS=$(CLUSTERS) $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_cluster_properties.py

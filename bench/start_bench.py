@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-from bench.devcluster import running_devcluster
+from bench.devcluster import kubespawner_traits, running_devcluster
 
 SLICE = "mig-nvidia-a100-sxm4-40gb-1g-5gb"
 
@@ -72,20 +72,12 @@ async def run(spawns: int, refusals: int) -> None:
             await spawner.stop(now=True)
             return took
 
-        from gpuspawner.pod.podspec import merge_affinity_terms, pod_changes
+        from gpuspawner.pod.podspec import pod_changes
 
         gpu = make(GPUSpawner, "ada")
         offering = next(o for o in await gpu.catalog() if o.slug == SLICE)
         changes = pod_changes(offering, 1)
-        plain = make(
-            KubeSpawner,
-            "ada",
-            extra_resource_limits=dict(changes.limits),
-            extra_resource_guarantees=dict(changes.limits),
-            node_selector=dict(changes.node_selector),
-            tolerations=[dict(t) for t in changes.tolerations],
-            node_affinity_required=merge_affinity_terms([], changes.node_affinity),
-        )
+        plain = make(KubeSpawner, "ada", **kubespawner_traits(changes))
         await timed_start(plain, {})  # warm both: reflectors, the inventory, API clients
         await timed_start(gpu, {"offering": SLICE})
         kube_times, gpu_times = [], []

@@ -180,12 +180,12 @@ class GPUSpawner(KubeSpawner):
 
     user_gpu_budget = Dict(
         help="""
-        Weighted GPU-hours every user may use per window (docs/fair-turns.md): `hours` and
-        `window` (`day`: since 00:00; `week`: the calendar week since Monday 00:00; `rolling-7d`:
-        the last 7 x 24 hours; in `site_timezone`). An hour of an offering costs its
-        `gpu_hour_cost` per unit (default 1 per GPU unit held). A spawn the budget does not
-        cover for one more hour is refused with 429. Empty or `hours: 0`: no budget.
-        Example: `c.GPUSpawner.user_gpu_budget = {"hours": 20, "window": "week"}`.
+        Weighted GPU-hours every user may use per window (docs/fair-turns.md): `hours` and `window` (`day`: since
+        00:00; `week`: the calendar week since Monday 00:00; `rolling-7d`: the last 7 x 24 hours; in `site_timezone`).
+        An hour of an offering costs its `gpu_hour_cost` per unit (default 1 per GPU unit held). `cost`: a cost budget
+        in the same window, in the site's money at the offerings' `price_per_hour` per unit (an offering without one
+        costs nothing). A spawn either does not cover for one more hour is refused with 429. Empty or 0: no budget.
+        Example: `c.GPUSpawner.user_gpu_budget = {"hours": 20, "cost": 150, "window": "week"}` (docs/autoscaling.md).
         """,
     ).tag(config=True)
 

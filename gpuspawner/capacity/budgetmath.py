@@ -16,6 +16,12 @@ Usage is GPU-hours weighted per offering (``gpu_hour_cost``, default 1 per GPU u
 intervals of a server holding GPUs, each with its cost per hour. The hub measures it from
 Prometheus or, when Prometheus cannot answer, from its own ledger (gpuspawner.hub.budgets);
 this module only counts.
+
+A cost budget (``"cost"`` in the same settings: ``{"hours": 20, "cost": 150, "window":
+"week"}``) is the same in the site's money: an hour of an offering costs its ``price_per_hour``
+per unit, an offering without a price costs nothing against it. It has the same windows, the
+same "most generous" rule (the most money per day) and the same refusal; a budget setting may
+hold either limit or both, and each is chosen on its own.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+
+from gpuspawner.core.wording import money_words
 
 DAY = "day"
 WEEK = "week"
@@ -37,15 +45,20 @@ WINDOW_WORDS = {DAY: "today", WEEK: "this week", ROLLING_7D: "in the last 7 days
 PROMETHEUS = "prometheus"
 HUB_RECORD = "hub-record"
 
+#: What a budget limits: weighted GPU-hours (``hours``) or money (``cost``, at ``price_per_hour``).
+HOURS = "hours"
+COST = "cost"
+
 
 @dataclass(frozen=True)
 class Budget:
-    """``hours`` weighted GPU-hours per ``window``; ``source`` says where the setting came from
-    ("user" or "group <name>")."""
+    """``hours`` weighted GPU-hours per ``window`` (a cost budget, ``measure`` :data:`COST`:
+    ``hours`` is the money); ``source`` says where the setting came from ("user" or "group <name>")."""
 
     hours: float
     window: str
     source: str = "user"
+    measure: str = HOURS
 
     @property
     def per_day(self) -> float:
@@ -53,17 +66,19 @@ class Budget:
 
 
 def validate_budget(value: Any, where: str) -> None:
-    """Raise ValueError naming ``where`` unless ``value`` is ``{"hours": >= 0, "window": ...}`` (or empty)."""
+    """Raise ValueError naming ``where`` unless ``value`` is ``{"hours": >= 0, "cost": >= 0,
+    "window": ...}`` (either limit may be left out; or empty)."""
     if not isinstance(value, Mapping):
         raise ValueError(f"{where} must be a dict like {{'hours': 20, 'window': 'week'}}, got {value!r}")
     if not value:
         return
-    unknown = set(value) - {"hours", "window"}
+    unknown = set(value) - {HOURS, COST, "window"}
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; the keys are 'hours' and 'window'")
-    hours = value.get("hours")
-    if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not 0 <= hours < float("inf"):
-        raise ValueError(f"{where}['hours'] must be a number >= 0 (0: no budget), got {hours!r}")
+        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; the keys are 'hours', 'cost' and 'window'")
+    for key in [k for k in (HOURS, COST) if k in value] or [HOURS]:  # (one of the two at least)
+        limit = value.get(key)
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 <= limit < float("inf"):
+            raise ValueError(f"{where}[{key!r}] must be a number >= 0 (0: no {_NAMES[key]}), got {limit!r}")
     window = value.get("window", WEEK)
     if window not in WINDOWS:
         raise ValueError(f"{where}['window'] must be one of {sorted(WINDOWS)}, got {window!r}")
@@ -86,16 +101,23 @@ def budget_problems(user_budget: Any, group_budgets: Any) -> list[str]:
     return problems
 
 
-def _budget(value: Mapping[str, Any], source: str) -> Budget | None:
-    hours = float(value.get("hours") or 0)
-    return Budget(hours, value.get("window", WEEK), source) if hours > 0 else None
+#: What each measure is called where a setting is wrong.
+_NAMES = {HOURS: "budget", COST: "cost budget"}
 
 
-def budget_for(user_budget: Mapping[str, Any], group_budgets: Mapping[str, Mapping[str, Any]], groups: Iterable[str]) -> Budget | None:
-    """The user's budget: the most generous of the default and their groups' (most hours per
-    day; on a tie the longer window); None when none applies (no budget)."""
-    found = [_budget(user_budget, "user")] if user_budget else []
-    found += [_budget(group_budgets[g], f"group {g}") for g in sorted(set(groups)) if g in group_budgets]
+def _budget(value: Mapping[str, Any], source: str, measure: str) -> Budget | None:
+    limit = float(value.get(measure) or 0)
+    return Budget(limit, value.get("window", WEEK), source, measure) if limit > 0 else None
+
+
+def budget_for(
+    user_budget: Mapping[str, Any], group_budgets: Mapping[str, Mapping[str, Any]], groups: Iterable[str], measure: str = HOURS
+) -> Budget | None:
+    """The user's budget of ``measure`` (GPU-hours, or money: :data:`COST`): the most generous of
+    the default and their groups' (most per day; on a tie the longer window); None when none
+    applies (no budget)."""
+    found = [_budget(user_budget, "user", measure)] if user_budget else []
+    found += [_budget(group_budgets[g], f"group {g}", measure) for g in sorted(set(groups)) if g in group_budgets]
     budgets = [b for b in found if b is not None]
     if not budgets:
         return None
@@ -210,12 +232,20 @@ def when_text(when: datetime, now: datetime) -> str:
 
 def refusal_text(standing: Standing, offering_name: str, hourly_cost: float, now: datetime, frees: datetime | None) -> str:
     """The refusal: "You used 19.5 of 20 GPU-hours this week; an hour of H100 80GB costs 2
-    GPU-hours; the next hour frees up on Monday 00:00." (with the source of the figure)."""
+    GPU-hours; the next hour frees up on Monday 00:00." (with the source of the figure); of a
+    cost budget: "You spent 95.00 of your cost budget of 100.00 this week; an hour of H100
+    80GB costs 5.00; ..."."""
     budget = standing.budget
-    words = (
-        f"You used {hours_text(standing.used)} of {hours_text(budget.hours)} GPU-hours "
-        f"{WINDOW_WORDS[budget.window]}; an hour of {offering_name} costs {hours_text(hourly_cost)} GPU-hour{'' if hourly_cost == 1 else 's'}"
-    )
+    if budget.measure == COST:
+        words = (
+            f"You spent {money_words(standing.used)} of your cost budget of {money_words(budget.hours)} "
+            f"{WINDOW_WORDS[budget.window]}; an hour of {offering_name} costs {money_words(hourly_cost)}"
+        )
+    else:
+        words = (
+            f"You used {hours_text(standing.used)} of {hours_text(budget.hours)} GPU-hours "
+            f"{WINDOW_WORDS[budget.window]}; an hour of {offering_name} costs {hours_text(hourly_cost)} GPU-hour{'' if hourly_cost == 1 else 's'}"
+        )
     if frees is not None:
         words += f"; the next hour frees up {'on ' if not when_text(frees, now).startswith('today') else ''}{when_text(frees, now)}"
     elif hourly_cost > budget.hours:
@@ -231,8 +261,14 @@ def cost_text(hourly_cost: float) -> str:
 
 
 def standing_text(standing: Standing) -> str:
-    """What the spawn page shows: "Your GPU budget: 4.5 of 20 GPU-hours used this week (15.5 left)."."""
+    """What the spawn page shows: "Your GPU budget: 4.5 of 20 GPU-hours used this week (15.5 left)."
+    (a cost budget: "Your cost budget: 12.00 of 100.00 spent this week (88.00 left; ...).")."""
     budget = standing.budget
+    if budget.measure == COST:
+        return (
+            f"Your cost budget: {money_words(standing.used)} of {money_words(budget.hours)} spent "
+            f"{WINDOW_WORDS[budget.window]} ({money_words(standing.remaining)} left; {source_words(standing.source)})."
+        )
     return (
         f"Your GPU budget: {hours_text(standing.used)} of {hours_text(budget.hours)} GPU-hours used "
         f"{WINDOW_WORDS[budget.window]} ({hours_text(standing.remaining)} left; {source_words(standing.source)})."
@@ -250,9 +286,10 @@ def source_words(source: str) -> str:
 KEEP = timedelta(days=8)
 
 
-def use_row(start: datetime, cost: float) -> dict[str, Any]:
-    """A ledger row for a server that started holding GPUs at ``start`` (JSON, for the hub's state)."""
-    return {"start": start.isoformat(), "end": None, "cost": cost}
+def use_row(start: datetime, cost: float, price: float = 0.0) -> dict[str, Any]:
+    """A ledger row for a server that started holding GPUs at ``start`` at ``cost`` weighted
+    GPU-hours and ``price`` money per hour (JSON, for the hub's state)."""
+    return {"start": start.isoformat(), "end": None, "cost": cost, "price": price}
 
 
 def close_rows(rows: list[dict[str, Any]], end: datetime) -> list[dict[str, Any]]:
@@ -269,28 +306,29 @@ def kept_rows(rows: Iterable[Any], now: datetime) -> list[dict[str, Any]]:
     return out
 
 
-def uses_from_rows(rows: Iterable[Any]) -> list[Use]:
-    """The uses in ledger rows; a malformed row (hand-edited state) is skipped."""
-    return [u for u in _uses(rows) if u is not None]
+def uses_from_rows(rows: Iterable[Any], measure: str = HOURS) -> list[Use]:
+    """The uses in ledger rows, each at its cost of ``measure`` per hour (money: its ``price``,
+    0 in a row written before rows had one); a malformed row (hand-edited state) is skipped."""
+    return [u for u in _uses(rows, measure) if u is not None]
 
 
-def _uses(rows: Iterable[Any]) -> list[Use | None]:
+def _uses(rows: Iterable[Any], measure: str = HOURS) -> list[Use | None]:
     out: list[Use | None] = []
     for row in rows:
         try:
             start = datetime.fromisoformat(row["start"])
             end = datetime.fromisoformat(row["end"]) if row.get("end") else None
-            cost = float(row.get("cost", 1))
+            cost = float(row.get("cost", 1)) if measure == HOURS else float(row.get("price") or 0)
             out.append(Use(start, end, cost) if start.tzinfo is not None else None)
         except (TypeError, ValueError, KeyError, AttributeError):
             out.append(None)
     return out
 
 
-def weighted_hours(unit_hours: Mapping[str, float], unit_cost: Mapping[str, float]) -> float:
+def weighted_hours(unit_hours: Mapping[str, float], unit_cost: Mapping[str, float], unknown: float = 1.0) -> float:
     """GPU-hours per offering (Prometheus' unit-hours, by slug) weighted by each offering's cost of
-    one unit's hour (an offering no longer in the catalog costs 1)."""
-    return sum(hours * unit_cost.get(slug, 1.0) for slug, hours in unit_hours.items())
+    one unit's hour (an offering no longer in the catalog costs ``unknown``: 1 GPU-hour, no money)."""
+    return sum(hours * unit_cost.get(slug, unknown) for slug, hours in unit_hours.items())
 
 
 def usage_query(user: str, seconds: int, step: int, hub: str = "") -> str:

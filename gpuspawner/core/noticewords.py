@@ -141,6 +141,11 @@ def budget_progress(used: float, hours: float, hourly_cost: float) -> str:
     return f"GPU budget: {used:.2f} of {hours:g} GPU-hours used; this server costs {hourly_cost:g} per hour."
 
 
+def cost_budget_progress(spent: float, budget: float, price: float) -> str:
+    """The progress line of a start under a cost budget (the site's money, as ``price_per_hour``)."""
+    return f"Cost budget: {spent:,.2f} of {budget:,.2f} spent; this server costs {price:,.2f} per hour."
+
+
 def preparing_words(conditions: list[str]) -> str:
     """The progress step while the scheduler waits for a DRA device's binding conditions."""
     return f"Preparing the device ({', '.join(conditions)})…"

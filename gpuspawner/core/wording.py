@@ -169,6 +169,7 @@ NOT_FOR_IMAGE = "not for this image"
 #: Why an offering cannot be chosen: over the user's (or a group's) quota, over the GPU-hour budget.
 OVER_QUOTA = "over your quota"
 OVER_BUDGET = "over your GPU-hour budget"
+OVER_COST_BUDGET = "over your cost budget"
 
 
 def free_words(free: int, capacity: int | None, queue_unknown: bool = False) -> str:
@@ -204,7 +205,12 @@ def pool_size_words(limit: int | None, name: str) -> str:
 
 def price_words(price: float) -> str:
     """An offering's price on its card: "5.00 per hour"."""
-    return f"{price:.2f} per hour"
+    return f"{money_words(price)} per hour"
+
+
+def money_words(amount: float) -> str:
+    """An amount of the site's money (a price, a cost budget, what was spent): "5.00", "1,250.00"."""
+    return f"{amount:,.2f}"
 
 
 def pool_at_limit_refusal(what: str, limit: int | None) -> str:

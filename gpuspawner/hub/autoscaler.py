@@ -109,12 +109,28 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
+def pod_events(spawner: Spawner) -> list[Mapping[str, Any]]:
+    """The events of the pod this start made (none before the pod reflector has it).
+
+    KubeSpawner's ``events`` are those of the pod's name since its start marked the last one; but
+    the wait begins as soon as the choice is taken, before that mark, so they may still hold a
+    previous pod's of the same name (a spawn Karpenter refused, started again after the admin
+    raised the pool's limit, was refused at once in the old words). Only the events whose
+    involved object is this pod, by its uid, count."""
+    pods = getattr(spawner.pod_reflector, "pods", None) or {}
+    pod = pods.get(f"{spawner.namespace}/{spawner.pod_name}") or {}
+    uid = (pod.get("metadata") or {}).get("uid")
+    if not uid:
+        return []
+    return [e for e in spawner.events if (e.get("involvedObject") or {}).get("uid") == uid]
+
+
 async def karpenter_verdict(spawner: Spawner, messages: list[str]) -> str:
     """Karpenter's reason as soon as its event on the spawner's pod says it cannot serve it;
     meanwhile the new node's steps are appended to ``messages`` (the spawn's progress)."""
     told, next_read, claims, announced = 0, 0.0, custom_api(spawner.api), ""
     while True:
-        events = spawner.events
+        events = pod_events(spawner)
         said = karpenter_refusal(events)
         if said:
             return said

@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from gpuspawner.core.model import Offering
 from gpuspawner.hub.scheduling import WaitQueue
-from gpuspawner.names.vocabulary import GPU_USERS_GROUP, KUEUE_WORKLOADS_WAITING, SPAWNS_WAITING, Refusal
+from gpuspawner.names.vocabulary import GPU_USERS_GROUP, KUEUE_WORKLOADS_WAITING, OFFERING_PRICE, SPAWNS_WAITING, Refusal
 
 if TYPE_CHECKING:
     from gpuspawner.capacity.index import ClusterIndex
@@ -75,6 +75,14 @@ class _CapacityCollector:
                     free.add_metric([offering.slug, offering.kind.value], avail.free)
         yield capacity
         yield free
+        # the admin's prices, which `gpuspawner report` multiplies the held unit-hours by
+        price = GaugeMetricFamily(
+            OFFERING_PRICE, "What one unit of each offering costs per hour (the admin's price_per_hour)", labels=["offering", "kind", "hub"]
+        )
+        for offering in self.source[1] if self.source is not None else ():
+            if offering.price_per_hour is not None:
+                price.add_metric([offering.slug, offering.kind.value, self.hub], offering.price_per_hour)
+        yield price
         # the spawns in this hub's queue per offering: the culler reclaims an idle server for them
         waiting = GaugeMetricFamily(
             SPAWNS_WAITING, "Spawns waiting in the hub's queue for each offering", labels=["offering", "kind", "name"]

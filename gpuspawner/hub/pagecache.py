@@ -24,7 +24,7 @@ by a serial that moves whenever it does:
   says how old the counts are;
 - KubeSpawner's own form as it renders for this view (a callable ``profile_list`` included).
 
-A user with a GPU-hour budget gets a page made on each view: the budget's usage moves with the
+A user with a GPU-hour or cost budget gets a page made on each view: the budget's usage moves with the
 clock and Prometheus. So does a hub whose ``profile_list`` is a callable (it may answer other
 profiles, with other images, on each call), and a view whose key changed while the page was being
 made (it is shown, not kept).
@@ -102,11 +102,11 @@ PAGES = PageCache()
 
 def view_key(spawner: Spawner, extra_html: str, settings: tuple[bytes | str, ...] | None = None) -> tuple[Any, ...] | None:
     """Everything the spawn page of ``spawner`` reads now (see the module's docstring); None where
-    the page is made on each view (a GPU-hour budget, a callable ``profile_list``). ``extra_html``:
+    the page is made on each view (a GPU-hour or cost budget, a callable ``profile_list``). ``extra_html``:
     KubeSpawner's form for this view; ``settings``: :func:`settings_now` as this view already wrote
     them out (the key made again after the page, to see whether anything moved meanwhile: the
     settings are the key's dearest part, and they are not what moves while a page is made)."""
-    if budgets.budget(spawner) is not None or callable(spawner.profile_list):
+    if budgets.any_budget(spawner) or callable(spawner.profile_list):
         return None  # (a callable profile_list may give other profiles, and their images, on each call)
     settings = settings if settings is not None else settings_now(spawner)
     orm = spawner.orm_spawner

@@ -17,9 +17,9 @@ from kubespawner import KubeSpawner
 from markupsafe import Markup
 
 from gpuspawner.capacity.admission import REFUSE
-from gpuspawner.capacity.budgetmath import cost_text, standing_text
+from gpuspawner.capacity.budgetmath import COST, cost_text, standing_text
 from gpuspawner.core.model import Offering
-from gpuspawner.core.wording import MISCONFIGURED_MESSAGE, OVER_BUDGET, OVER_QUOTA, counts_notice
+from gpuspawner.core.wording import MISCONFIGURED_MESSAGE, OVER_BUDGET, OVER_COST_BUDGET, OVER_QUOTA, counts_notice
 from gpuspawner.hub import budgets, catalogs, spawnview
 from gpuspawner.hub.admitting import bound_holdings, check_quota, fit_image, group_members, obstacle_now
 from gpuspawner.hub.form import render_form
@@ -80,12 +80,15 @@ async def _render_gpu_form(spawner: Spawner, profile_list: Callable[[], Awaitabl
     bound, members = (bound_holdings(spawner, by_slug), group_members(spawner)) if quotas else ({}, {})
 
     standing = await budgets.standing(spawner, catalog)
+    spending = await budgets.standing(spawner, catalog, COST)  # the cost budget
 
     def quota_reason(offering: Offering) -> str:
         if quotas and check_quota(spawner, offering, offering.counts[0], bound, members).action == REFUSE:
             return OVER_QUOTA
         if standing is not None and not standing.covers(offering.hourly_cost(offering.counts[0])):
             return OVER_BUDGET
+        if spending is not None and not spending.covers(budgets.hourly(offering, offering.counts[0], COST)):
+            return OVER_COST_BUDGET
         return ""
 
     def hour_cost(offering: Offering) -> str:
@@ -132,7 +135,7 @@ async def _render_gpu_form(spawner: Spawner, profile_list: Callable[[], Awaitabl
             extra_html=Markup(extra_html),
             refresh_seconds=spawner.form_refresh_seconds,
             notice=counts_notice(catalogs.health(spawner), now),
-            budget=standing_text(standing) if standing is not None else "",
+            budget=" ".join(standing_text(found) for found in (standing, spending) if found is not None),
             images=json.dumps(images, sort_keys=True) if len(set(images.values())) > 1 else "",
         )
     )

@@ -227,3 +227,10 @@ KUEUE_WORKLOADS_WAITING = "gpuspawner_kueue_workloads_waiting"
 #: left, and GPU-hours per hour their running servers spend (labels ``user``, ``window``).
 BUDGET_REMAINING = "gpuspawner_budget_remaining_hours"
 BUDGET_SPEND_RATE = "gpuspawner_budget_spend_rate"
+#: The hub's cost budgets per user (labels ``user``, ``window``; ``source`` on the first): what
+#: their servers cost in the window, and the budget, in the site's money (``gpuspawner report``).
+COST_BUDGET_USED = "gpuspawner_cost_budget_used"
+COST_BUDGET = "gpuspawner_cost_budget"
+#: An offering's price per unit-hour, the admin's ``price_per_hour`` (labels ``offering``,
+#: ``kind``, ``hub``), for ``gpuspawner report``'s cost figures.
+OFFERING_PRICE = "gpuspawner_offering_price_per_hour"

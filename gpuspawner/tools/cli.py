@@ -446,6 +446,12 @@ def parser() -> argparse.ArgumentParser:
     report.add_arguments(rep)
     rep.set_defaults(func=report.run)
 
+    from gpuspawner.tools import nodeclaimlog
+
+    rec = sub.add_parser("record-nodeclaims", help="append Karpenter's NodeClaims as they change to a file (for report --nodeclaims)")
+    nodeclaimlog.add_arguments(rec)
+    rec.set_defaults(func=nodeclaimlog.run)
+
     from gpuspawner.probe import main as probe
 
     pro = sub.add_parser("probe", help="per-pod GPU memory from NVML as Prometheus metrics (a node agent; docs/probe.md)")

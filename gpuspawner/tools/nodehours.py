@@ -18,7 +18,8 @@ The measure (docs/autoscaling.md, "Node-hours and what idle reclaim saved"):
   with that node fewer. Neither figure is a guess of what the user would have done.
 
 NodeClaims go from the API once deleted, so the input is what ``kubectl get nodeclaims -o json
---watch`` wrote (each change, the deletion included, one object after another), or one list.
+--watch`` wrote (each change, the deletion included, one object after another), what
+``gpuspawner record-nodeclaims`` appended (``tools.nodeclaimlog``), or one list.
 """
 
 from __future__ import annotations

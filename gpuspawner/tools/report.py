@@ -1,10 +1,13 @@
-"""``gpuspawner report``: GPU-hours held and used, per user, group or offering, from Prometheus.
+"""``gpuspawner report``: GPU-hours held and used (and what they cost), per user, group or offering, from Prometheus.
 
 An admin's questions, "who keeps GPUs idle?" and "which offering should we grow?",
 answered without writing PromQL. Everything comes from series the hub and dcgm-exporter
 already expose: the hub's ``gpuspawner_server_gpus`` (GPU units each notebook pod holds,
 with its user, group and offering), dcgm-exporter's activity per device, and the
-culler's reclaimed-memory counter.
+culler's reclaimed-memory counter. The cost is the held unit-hours times the offering's
+price per unit-hour at each step, as the hub exports the admin's ``price_per_hour``
+(``gpuspawner_offering_price_per_hour``); hours of an offering without a price cost nothing
+and are said apart (``unpriced_h``), never guessed.
 
 GPU-hours are integrated with a subquery: the value every ``step`` over the range, each
 step standing for the ``step`` that ends at it. "Active" and "idle" follow the chart's
@@ -33,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpuspawner.names.vocabulary import COST_BUDGET, COST_BUDGET_USED, OFFERING_PRICE
 from gpuspawner.tools import nodehours
 
 BY = ("user", "group", "offering")
@@ -54,6 +58,11 @@ HELD = "gpuspawner_server_gpus"
 ACTIVE = f"{HELD}\n  * on (namespace, pod) group_left () max by (namespace, pod) ({DEVICE_ACTIVE})"
 IDLE = f"{HELD}\n  * on (namespace, pod) group_left () (1 - max by (namespace, pod) ({DEVICE_ACTIVE}))"
 RECLAIMED = "gpuspawner_culler_gpu_memory_reclaimed_mib_total"
+#: each offering's price per unit-hour, one series per hub and offering however often scraped
+PRICE = f"max by (offering, hub) ({OFFERING_PRICE})"
+#: what the held units cost per hour, and the held units that have a price
+COST = f"{HELD}\n  * on (offering, hub) group_left () {PRICE}"
+PRICED = f"{HELD}\n  and on (offering, hub) {PRICE}"
 #: GPU-hour budgets, as the hub last measured them (gpuspawner.hub.budgets)
 BUDGET_USED = "gpuspawner_budget_used_hours"
 BUDGET_HOURS = "gpuspawner_budget_hours"
@@ -72,6 +81,9 @@ class Row:
     held_h: float
     active_h: float
     idle_h: float
+    #: what the held hours of priced offerings cost, and how many of the held hours had no price
+    cost: float = 0.0
+    unpriced_h: float = 0.0
 
     @property
     def unknown_h(self) -> float:
@@ -95,6 +107,10 @@ class Report:
     #: --by user: each user's GPU-hour budget as the hub last measured it in the range
     #: (gpuspawner_budget_*): user -> {"used", "hours", "window", "source"}
     budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: whether any offering had a price in the range (else no cost is shown)
+    priced: bool = False
+    #: --by user: each user's cost budget as the hub last measured it, the same way
+    cost_budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def parse_duration(text: str, flag: str = "--since") -> int:
@@ -181,15 +197,31 @@ def build_report(api: PrometheusAPI, by: str, since_s: int, until: float, step_s
         item["metric"].get("action", ""): float(item["value"][1])
         for item in api.query(f"sum by (action) (increase({RECLAIMED}[{since_s}s]))", until)
     }
-    rows = [Row(k, held[k], active.get(k, 0.0), idle.get(k, 0.0)) for k in held]
+    cost = _by_key(api.query(hours_query(COST, by, since_s, step_s), until), by)
+    priced = _by_key(api.query(hours_query(PRICED, by, since_s, step_s), until), by)
+    rows = [Row(k, held[k], active.get(k, 0.0), idle.get(k, 0.0), cost.get(k, 0.0), max(held[k] - priced.get(k, 0.0), 0.0)) for k in held]
     rows.sort(key=lambda r: (-r.idle_h, -r.held_h, r.key))
-    return Report(by, since_s, until, step_s, rows, reclaimed, budgets_of(api, since_s, until) if by == "user" else {})
+    users = by == "user"
+    return Report(
+        by,
+        since_s,
+        until,
+        step_s,
+        rows,
+        reclaimed,
+        budgets_of(api, since_s, until) if users else {},
+        bool(priced),
+        budgets_of(api, since_s, until, COST_BUDGET_USED, COST_BUDGET) if users else {},
+    )
 
 
-def budgets_of(api: PrometheusAPI, since_s: int, until: float) -> dict[str, dict[str, Any]]:
-    """Each user's budget and use as the hub last measured them in the range (none: no budgets)."""
+def budgets_of(
+    api: PrometheusAPI, since_s: int, until: float, used: str = BUDGET_USED, limit: str = BUDGET_HOURS
+) -> dict[str, dict[str, Any]]:
+    """Each user's budget and use as the hub last measured them in the range (none: no budgets);
+    ``used``, ``limit``: the series of the cost budgets instead (their "hours" are money)."""
     out: dict[str, dict[str, Any]] = {}
-    for item in api.query(f"last_over_time({BUDGET_USED}[{since_s}s])", until):
+    for item in api.query(f"last_over_time({used}[{since_s}s])", until):
         labels = item["metric"]
         out[labels.get("user", "")] = {
             "used": float(item["value"][1]),
@@ -197,21 +229,24 @@ def budgets_of(api: PrometheusAPI, since_s: int, until: float) -> dict[str, dict
             "window": labels.get("window", ""),
             "source": labels.get("source", ""),
         }
-    for item in api.query(f"last_over_time({BUDGET_HOURS}[{since_s}s])", until):
+    for item in api.query(f"last_over_time({limit}[{since_s}s])", until):
         user = item["metric"].get("user", "")
         if user in out:
             out[user]["hours"] = float(item["value"][1])
     return out
 
 
-def budget_lines(budgets: dict[str, dict[str, Any]]) -> list[str]:
-    """The table's footer: "GPU-hour budgets (as last measured): alice 19.50 of 20 (week, prometheus)"."""
+def budget_lines(budgets: dict[str, dict[str, Any]], money: bool = False) -> list[str]:
+    """The table's footer: "GPU-hour budgets (as last measured): alice 19.50 of 20 (week, prometheus)"
+    (``money``: the cost budgets, "alice 120.00 of 500.00 (week, hub-record)")."""
     if not budgets:
         return []
-    lines = ["", "GPU-hour budgets, as the hub last measured them (used of budget, window, source):"]
+    what = "Cost budgets, as the hub last measured them (spent" if money else "GPU-hour budgets, as the hub last measured them (used"
+    lines = ["", f"{what} of budget, window, source):"]
     for user, b in sorted(budgets.items()):
-        hours = "?" if b["hours"] is None else f"{b['hours']:g}"
-        lines.append(f"  {user}  {b['used']:.2f} of {hours}  ({b['window']}, {b['source']})")
+        limit = "?" if b["hours"] is None else f"{b['hours']:,.2f}" if money else f"{b['hours']:g}"
+        used = f"{b['used']:,.2f}" if money else f"{b['used']:.2f}"
+        lines.append(f"  {user}  {used} of {limit}  ({b['window']}, {b['source']})")
     return lines
 
 
@@ -226,8 +261,16 @@ def _share(row: Row) -> str:
     return "-" if row.idle_share is None else f"{100 * row.idle_share:.0f}%"
 
 
+def _cost(row: Row) -> str:
+    """A row's cost in the table: "75.00"; "12.50*" where some of its hours had no price; "-" where none had."""
+    if row.unpriced_h >= row.held_h - 0.005:
+        return "-"
+    return f"{row.cost:,.2f}" + ("*" if row.unpriced_h >= 0.005 else "")
+
+
 def render(report: Report, fmt: str) -> str:
     header = [report.by, "gpu_hours_held", "gpu_hours_active", "gpu_hours_idle", "gpu_hours_unknown", "idle_share"]
+    header += ["cost", "gpu_hours_unpriced"] if report.priced else []
     if fmt == "json":
         return json.dumps(
             {
@@ -238,6 +281,8 @@ def render(report: Report, fmt: str) -> str:
                 "rows": [{**asdict(r), "unknown_h": r.unknown_h, "idle_share": r.idle_share} for r in report.rows],
                 "gpu_memory_reclaimed_mib": report.reclaimed_mib,
                 "budgets": report.budgets,
+                "priced": report.priced,
+                "cost_budgets": report.cost_budgets,
             },
             indent=2,
         )
@@ -254,13 +299,15 @@ def render(report: Report, fmt: str) -> str:
                     f"{r.idle_h:.2f}",
                     f"{r.unknown_h:.2f}",
                     "" if r.idle_share is None else f"{r.idle_share:.4f}",
+                    *([f"{r.cost:.2f}", f"{r.unpriced_h:.2f}"] if report.priced else []),
                 ]
             )
         return out.getvalue().rstrip("\n")
-    cells = [[report.by.upper(), "GPU-h HELD", "ACTIVE", "IDLE", "NO DATA", "IDLE SHARE"]]
-    total = Row("total", *(sum(getattr(r, f) for r in report.rows) for f in ("held_h", "active_h", "idle_h")))
+    cells = [[report.by.upper(), "GPU-h HELD", "ACTIVE", "IDLE", "NO DATA", "IDLE SHARE", *(["COST"] if report.priced else [])]]
+    total = Row("total", *(sum(getattr(r, f) for r in report.rows) for f in ("held_h", "active_h", "idle_h", "cost", "unpriced_h")))
     for r in [*report.rows, total]:
-        cells.append([r.key, *(f"{h:.2f}" for h in (r.held_h, r.active_h, r.idle_h, r.unknown_h)), _share(r)])
+        cost = [_cost(r)] if report.priced else []
+        cells.append([r.key, *(f"{h:.2f}" for h in (r.held_h, r.active_h, r.idle_h, r.unknown_h)), _share(r), *cost])
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))) for row in cells]
     lines.insert(len(lines) - 1, "-" * len(lines[0]))
@@ -269,7 +316,13 @@ def render(report: Report, fmt: str) -> str:
     reclaimed = sum(report.reclaimed_mib.values())
     parts = ", ".join(f"{k}: {v / 1024:.1f} GiB" for k, v in sorted(report.reclaimed_mib.items()) if v)
     foot = f"GPU memory reclaimed by the culler: {reclaimed / 1024:.1f} GiB" + (f" ({parts})" if parts else "")
-    return "\n".join([head, "", *lines, "", foot, *budget_lines(report.budgets)])
+    unpriced = total.unpriced_h >= 0.005 and report.priced
+    note = (
+        [f"COST: at each offering's price per unit-hour; * {total.unpriced_h:.2f} GPU-hours were of offerings without a price"]
+        if unpriced
+        else []
+    )
+    return "\n".join([head, "", *lines, *note, "", foot, *budget_lines(report.budgets), *budget_lines(report.cost_budgets, money=True)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,7 +340,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--nodeclaims",
         metavar="FILE",
-        help="Karpenter's NodeClaims as `kubectl get nodeclaims -o json --watch` wrote them: GPU node-hours per pool (docs/autoscaling.md)",
+        help="Karpenter's NodeClaims as `gpuspawner record-nodeclaims` or `kubectl get nodeclaims -o json --watch` wrote them: "
+        "GPU node-hours per pool (docs/autoscaling.md)",
     )
     parser.add_argument("--actions", metavar="FILE", help="the culler's action log (JSON lines): which nodes went after an idle reclaim")
     parser.add_argument("--pool-price", action="append", metavar="POOL=PRICE", help="a pool's price per node-hour (over the NodeClaim's)")

@@ -484,6 +484,24 @@ def test_z2jh_culler_service_has_exactly_the_example_scopes_and_a_command_the_cu
     assert culler.prometheus_url and culler.metrics_port
 
 
+def test_z2jh_nodeclaim_recorder_writes_beside_the_cullers_log_with_a_command_the_cli_accepts():
+    """The NodeClaim recorder (gpuspawner/tools/nodeclaimlog.py) as a hub-managed service: the
+    `gpuspawner` command takes its arguments, it writes on the hub's volume (z2jh mounts its
+    hub-db-dir PVC at /srv/jupyterhub with the default hub.db.type sqlite-pvc) beside the culler's
+    action log, so one `gpuspawner report --nodeclaims ... --actions ...` in the hub pod reads both,
+    and it holds no hub scope (it speaks to the API server only, with the hub's account)."""
+    from gpuspawner.tools.cli import parser
+
+    values = z2jh_values()
+    command = values["hub"]["services"]["nodeclaim-recorder"]["command"]
+    assert command[0] == "gpuspawner" and "gpuspawner" in {e.name for e in entry_points(group="console_scripts")}
+    args = parser().parse_args(command[1:])
+    assert args.func.__module__ == "gpuspawner.tools.nodeclaimlog"
+    culler_log = next(a for a in values["hub"]["services"]["gpu-culler"]["command"] if a.startswith("--GpuCuller.action_log_path="))
+    assert Path(args.output).parent == Path(culler_log.partition("=")[2]).parent == Path("/srv/jupyterhub")
+    assert not any("nodeclaim-recorder" in (role.get("services") or []) for role in values["hub"]["loadRoles"].values())
+
+
 # --------------------------------------------------------------------------- the RBAC chart
 
 

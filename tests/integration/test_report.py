@@ -14,6 +14,9 @@ stamped at the minute's end, from its start to its end):
 * dave (researchers), one H100, T0+1h to T0+4h, no dcgm-exporter series at all:
   held 3, active 0, idle 0 (3 hours with no data).
 * the culler reclaimed 5000 MiB (a server_stop) at T0+6h.
+* the hub priced gpu-h100 at 5.00 and mig-1g-10gb at 1.25 per unit-hour the whole time, and
+  t4-shared not at all: alice's 12 GPU-hours cost 60, bob's 10 cost 12.50, dave's 3 cost 15,
+  carol's 5 have no price.
 
 Each one-minute step counts the minute that ends at it; Prometheus runs with a 1 minute
 look-back so that a series that ends is not carried on (a live Prometheus has staleness
@@ -87,7 +90,15 @@ def history(t0: int) -> str:
     mine = {"user": "alice", "window": "week"}
     budget_used = _series("gpuspawner_budget_used_hours", {**mine, "source": "prometheus"}, h(0), h(9), lambda t: 12.5 if t > h(6) else 1)
     budget_hours = _series("gpuspawner_budget_hours", mine, h(0), h(9), lambda t: 20)
+    # her cost budget too: 60 of 500 spent by the end
+    cost_used = _series("gpuspawner_cost_budget_used", {**mine, "source": "hub-record"}, h(0), h(9), lambda t: 60 if t > h(6) else 5)
+    cost_budget = _series("gpuspawner_cost_budget", mine, h(0), h(9), lambda t: 500)
+    price = _series("gpuspawner_offering_price_per_hour", {"offering": "gpu-h100", "kind": "full"}, h(0), h(10), lambda t: 5)
+    price += _series("gpuspawner_offering_price_per_hour", {"offering": "mig-1g-10gb", "kind": "mig"}, h(0), h(10), lambda t: 1.25)
     families = [
+        ("gpuspawner_cost_budget_used", "gauge", cost_used),
+        ("gpuspawner_cost_budget", "gauge", cost_budget),
+        ("gpuspawner_offering_price_per_hour", "gauge", price),
         ("gpuspawner_budget_used_hours", "gauge", budget_used),
         ("gpuspawner_budget_hours", "gauge", budget_hours),
         ("gpuspawner_server_gpus", "gauge", gpus),
@@ -123,6 +134,34 @@ def test_budgets_as_the_hub_last_measured_them(backfilled):
     assert "  alice  12.50 of 20  (week, prometheus)" in render(report, "table")
     assert json.loads(render(report, "json"))["budgets"]["alice"]["used"] == 12.5
     assert build_report(api, "group", 10 * HOUR, end, STEP).budgets == {}
+    assert report.cost_budgets == {"alice": {"used": 60.0, "hours": 500.0, "window": "week", "source": "hub-record"}}
+    assert render(report, "table").endswith(
+        "Cost budgets, as the hub last measured them (spent of budget, window, source):\n  alice  60.00 of 500.00  (week, hub-record)"
+    )
+
+
+def costs(report) -> dict[str, tuple[float, float]]:
+    return {r.key: (round(r.cost, 6), round(r.unpriced_h, 6)) for r in report.rows}
+
+
+def test_the_cost_of_the_held_hours_at_each_offerings_price(backfilled):
+    prom, end = backfilled
+    api = PrometheusAPI(prom.url)
+    by_user = build_report(api, "user", 10 * HOUR, end, STEP)
+    assert by_user.priced
+    assert costs(by_user) == {"alice": (60, 0), "bob": (12.5, 0), "carol": (0, 5), "dave": (15, 0)}
+    assert costs(build_report(api, "offering", 10 * HOUR, end, STEP)) == {
+        "gpu-h100": (75, 0),
+        "mig-1g-10gb": (12.5, 0),
+        "t4-shared": (0, 5),
+    }
+    by_group = build_report(api, "group", 10 * HOUR, end, STEP)
+    assert costs(by_group) == {"researchers": (75, 0), "students": (12.5, 5)}
+    table = render(by_group, "table").splitlines()
+    assert table[2].split()[-1] == "COST"
+    assert [line.split()[-1] for line in table[3:5]] == ["12.50*", "75.00"]  # students (most idle first): carol's hours had no price
+    assert "* 5.00 GPU-hours were of offerings without a price" in render(by_group, "table")
+    assert {r["key"]: r["cost"] for r in json.loads(render(by_user, "json"))["rows"]}["carol"] == 0
 
 
 def test_gpu_hours_by_user_group_and_offering_as_worked_out_by_hand(backfilled):
@@ -159,18 +198,22 @@ def test_the_command_prints_table_csv_and_json(backfilled):
     table = subprocess.run(base, capture_output=True, text=True, check=True).stdout
     lines = table.splitlines()
     assert lines[0].startswith("GPU use over the 10h up to ")
-    assert lines[2].split() == ["USER", "GPU-h", "HELD", "ACTIVE", "IDLE", "NO", "DATA", "IDLE", "SHARE"]
-    assert lines[3].split() == ["bob", "10.00", "0.00", "10.00", "0.00", "100%"]
-    assert lines[4].split() == ["alice", "12.00", "4.00", "8.00", "0.00", "67%"]
-    assert lines[8].split() == ["total", "30.00", "9.00", "18.00", "3.00", "60%"]
+    assert lines[2].split() == ["USER", "GPU-h", "HELD", "ACTIVE", "IDLE", "NO", "DATA", "IDLE", "SHARE", "COST"]
+    assert lines[3].split() == ["bob", "10.00", "0.00", "10.00", "0.00", "100%", "12.50"]
+    assert lines[4].split() == ["alice", "12.00", "4.00", "8.00", "0.00", "67%", "60.00"]
+    assert lines[8].split() == ["total", "30.00", "9.00", "18.00", "3.00", "60%", "87.50*"]
     assert table.rstrip().endswith(
         "GPU memory reclaimed by the culler: 4.9 GiB (server_stop: 4.9 GiB)\n\n"
         "GPU-hour budgets, as the hub last measured them (used of budget, window, source):\n"
-        "  alice  12.50 of 20  (week, prometheus)"
+        "  alice  12.50 of 20  (week, prometheus)\n\n"
+        "Cost budgets, as the hub last measured them (spent of budget, window, source):\n"
+        "  alice  60.00 of 500.00  (week, hub-record)"
     )
     csv_out = subprocess.run(base + ["--by=offering", "--format=csv"], capture_output=True, text=True, check=True).stdout
-    assert csv_out.splitlines()[0] == "offering,gpu_hours_held,gpu_hours_active,gpu_hours_idle,gpu_hours_unknown,idle_share"
-    assert "mig-1g-10gb,10.00,0.00,10.00,0.00,1.0000" in csv_out.splitlines()
+    assert csv_out.splitlines()[0] == (
+        "offering,gpu_hours_held,gpu_hours_active,gpu_hours_idle,gpu_hours_unknown,idle_share,cost,gpu_hours_unpriced"
+    )
+    assert "mig-1g-10gb,10.00,0.00,10.00,0.00,1.0000,12.50,0.00" in csv_out.splitlines()
     data = json.loads(subprocess.run(base + ["--by=group", "--format=json"], capture_output=True, text=True, check=True).stdout)
     assert {r["key"]: r["held_h"] for r in data["rows"]} == {"researchers": 15.0, "students": 15.0}
 

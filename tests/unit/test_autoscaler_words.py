@@ -67,3 +67,38 @@ def test_the_nodeclaim_nominated_and_its_steps_with_their_times():
         "NodeClaim gpu-h100-x7k2p registered, 21 s after it was created",
     ]
     assert claim_steps({"metadata": {"name": "n"}}) == []
+
+
+class _Spawner:
+    """What karpenter_verdict reads of a spawner: its pod in KubeSpawner's reflector and the events of its pod's name."""
+
+    namespace, pod_name, api = "jhub", "jupyter-ada", None
+
+    def __init__(self, uid: str | None, events: list[dict]):
+        pods = {} if uid is None else {"jhub/jupyter-ada": {"metadata": {"name": "jupyter-ada", "uid": uid}}}
+        self.pod_reflector = type("Reflector", (), {"pods": pods})()
+        self.events = events
+
+
+def of(uid: str, message: str) -> dict:
+    return {**event(message), "involvedObject": {"kind": "Pod", "name": "jupyter-ada", "uid": uid}}
+
+
+async def test_a_previous_pods_refusal_is_not_this_pods():
+    """A spawn Karpenter refused, started again (the admin raised the pool's limit): KubeSpawner's
+    events of the pod's name may still hold the old pod's refusal while the new start waits for its
+    node (the wait begins before KubeSpawner marks the last old event); it is not the new pod's, and
+    the new spawn is not refused with it. Seen in bench/autoscale_start.py: a refusal in 0.01 s."""
+    import asyncio
+
+    from gpuspawner.hub.autoscaler import karpenter_verdict, pod_events
+
+    old = of("old-uid", AT_LIMIT)
+    assert pod_events(_Spawner(None, [old])) == []  # no pod yet: nothing of it
+    assert pod_events(_Spawner("new-uid", [old])) == []
+    waiting = asyncio.ensure_future(karpenter_verdict(_Spawner("new-uid", [old]), []))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # still waiting for this pod's node (or this pod's refusal)
+    waiting.cancel()
+    mine = _Spawner("new-uid", [old, of("new-uid", AT_LIMIT)])
+    assert await asyncio.wait_for(karpenter_verdict(mine, []), 5) == "node limits have been exhausted for nodepool (NodePool=gpu-h100)."

@@ -1,5 +1,7 @@
 """GPU-hour budgets, the pure part (gpuspawner.capacity.budgetmath): settings, windows, weights,
-usage, "the next hour frees up at ...", the ledger rows and the words."""
+usage, "the next hour frees up at ...", the ledger rows and the words; and cost budgets
+(``"cost"`` beside ``"hours"`` in the same settings, the money an hour of an offering costs at
+its ``price_per_hour``: gpuspawner.hub.budgets.hourly, the ledger's prices, the words)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from gpuspawner.capacity.budgetmath import (
+    COST,
     DAY,
+    HOURS,
     HUB_RECORD,
     PROMETHEUS,
     ROLLING_7D,
@@ -34,6 +38,9 @@ from gpuspawner.capacity.budgetmath import (
 )
 from gpuspawner.capacity.checks import config_problems
 from gpuspawner.core.model import Offering
+from gpuspawner.core.noticewords import cost_budget_progress
+from gpuspawner.core.wording import OVER_COST_BUDGET, money_words, price_words
+from gpuspawner.hub.budgets import hourly
 from gpuspawner.names.vocabulary import Kind
 from gpuspawner.offerings.config import offering_from_config
 from gpuspawner.offerings.entry import OfferingConfigError
@@ -58,7 +65,7 @@ def test_settings_are_checked_with_the_setting_named():
     assert any("c.GPUSpawner.user_gpu_budget['hours']" in p for p in problems)
     assert any("c.GPUSpawner.group_gpu_budgets['x']['window']" in p and "rolling-7d" in p for p in problems)
     assert any("c.GPUSpawner.group_gpu_budgets['y']" in p for p in problems)
-    assert budget_problems({"hours": 1, "windw": "day"}, {})[0].endswith("the keys are 'hours' and 'window'")
+    assert budget_problems({"hours": 1, "windw": "day"}, {})[0].endswith("the keys are 'hours', 'cost' and 'window'")
     assert "group -> budget dict" in budget_problems({}, ["x"])[0]
     assert budget_problems({"hours": True}, {})
 
@@ -235,3 +242,74 @@ def test_a_rolling_window_frees_up_despite_rounding():
     standing = Standing(Budget(0.5, ROLLING_7D), used_hours(uses, window_start(ROLLING_7D, NOW), NOW), HUB_RECORD)
     frees = frees_up_at(standing, 0.5, NOW, uses)
     assert frees is not None and frees - timedelta(days=7) == pytest.approx(NOW - timedelta(seconds=1.1), abs=timedelta(milliseconds=1))
+
+
+# ---------------------------------------------------------------- cost budgets
+
+
+def test_a_cost_is_checked_like_the_hours():
+    assert budget_problems({"cost": 150, "window": "week"}, {"lab": {"hours": 20, "cost": 400, "window": "day"}}) == []
+    problems = budget_problems({"cost": -5}, {"x": {"hours": 2, "cost": "lots"}})
+    assert any("c.GPUSpawner.user_gpu_budget['cost'] must be a number >= 0 (0: no cost budget)" in p for p in problems)
+    assert any("c.GPUSpawner.group_gpu_budgets['x']['cost']" in p for p in problems)
+    assert budget_problems({"cost": True}, {})
+    assert budget_problems({"window": "week"}, {})  # neither limit: as before, the hours are asked for
+
+
+def test_each_limit_is_chosen_on_its_own():
+    default = {"hours": 20, "window": "week"}  # no cost budget for everyone
+    groups = {"lab": {"cost": 70, "window": "day"}, "rich": {"cost": 300, "window": "week"}}
+    assert budget_for(default, groups, ["lab"]) == Budget(20, WEEK, "user")
+    assert budget_for(default, groups, []) is not None and budget_for(default, groups, [], COST) is None
+    # 70 a day (490 a week) beats 300 a week
+    assert budget_for(default, groups, ["lab", "rich"], COST) == Budget(70, DAY, "group lab", COST)
+    assert budget_for({"cost": 0, "hours": 3}, {}, [], COST) is None  # 0: no cost budget
+    assert budget_for({"cost": 50}, {}, [], HOURS) is None  # a cost budget alone: no GPU-hour budget
+
+
+def test_what_an_hour_costs_in_money():
+    h100 = Offering(slug="h100", kind=Kind.FULL, display_name="H100", resources={"nvidia.com/gpu": 1}, counts=(1, 2), price_per_hour=5.0)
+    assert hourly(h100, 2, COST) == 10.0 and hourly(h100, 2) == 2.0
+    unpriced = Offering(slug="t4", kind=Kind.FULL, display_name="T4", resources={"nvidia.com/gpu": 1})
+    assert hourly(unpriced, 1, COST) == 0.0  # no price: free of a cost budget
+    # Prometheus' unit-hours at the prices; an offering gone from the catalog costs nothing
+    assert weighted_hours({"h100": 3, "gone": 4}, {"h100": 5.0}, 0.0) == 15.0
+
+
+def test_the_ledger_keeps_the_price_of_an_hour():
+    rows = close_rows([use_row(at(26, 9), 2.0, 10.0), {"start": at(26, 12).isoformat(), "end": None, "cost": 1.0}], at(26, 14))
+    assert uses_from_rows(rows) == [Use(at(26, 9), at(26, 14), 2.0), Use(at(26, 12), at(26, 14), 1.0)]
+    # money: the row's price; a row written before rows had one costs nothing
+    uses = uses_from_rows(rows, COST)
+    assert uses == [Use(at(26, 9), at(26, 14), 10.0), Use(at(26, 12), at(26, 14), 0.0)]
+    assert used_hours(uses, window_start(DAY, NOW), NOW) == pytest.approx(50.0)
+
+
+def test_the_refusal_and_the_page_in_money():
+    spent = Standing(Budget(100, WEEK, measure=COST), 97.5, HUB_RECORD)
+    assert not spent.covers(5.0) and spent.covers(2.5) and spent.covers(0)
+    assert refusal_text(spent, "NVIDIA H100 80GB", 5.0, NOW, frees_up_at(spent, 5.0, NOW)) == (
+        "You spent 97.50 of your cost budget of 100.00 this week; an hour of NVIDIA H100 80GB costs 5.00; "
+        "the next hour frees up on Monday 00:00. (Usage from the hub's own record.)"
+    )
+    whole = refusal_text(Standing(Budget(30, ROLLING_7D, measure=COST), 0, PROMETHEUS), "8 x H100", 40.0, NOW, None)
+    assert whole.endswith("costs 40.00, more than your whole budget. (Usage measured by Prometheus.)")
+    assert standing_text(Standing(Budget(1250, DAY, measure=COST), 12, PROMETHEUS)) == (
+        "Your cost budget: 12.00 of 1,250.00 spent today (1,238.00 left; measured by Prometheus)."
+    )
+    assert cost_budget_progress(12, 100, 5) == "Cost budget: 12.00 of 100.00 spent; this server costs 5.00 per hour."
+    assert OVER_COST_BUDGET == "over your cost budget"
+    assert money_words(1250) == "1,250.00" and price_words(5) == "5.00 per hour"
+
+
+def test_the_cost_budgets_are_exported_beside_the_hours(monkeypatch):
+    from gpuspawner.hub import budgets
+
+    monkeypatch.setattr(budgets, "LAST_COST", {"ada": Standing(Budget(100, WEEK, measure=COST), 12.5, HUB_RECORD)})
+    monkeypatch.setattr(budgets, "LAST", {})
+    families = {f.name: f for f in budgets._BudgetCollector().collect()}
+    [spent] = families["gpuspawner_cost_budget_used"].samples
+    assert spent.labels == {"user": "ada", "window": "week", "source": "hub-record"} and spent.value == 12.5
+    [limit] = families["gpuspawner_cost_budget"].samples
+    assert limit.value == 100
+    assert families["gpuspawner_budget_remaining_hours"].samples == []  # the culler reads GPU-hours only

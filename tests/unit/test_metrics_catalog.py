@@ -36,3 +36,19 @@ def test_a_catalog_made_before_the_cluster_answered_is_made_again_at_the_scrape(
     index.replace(nodes=[gpu_node("gpu-1", 8)], pods=[])  # the cluster answers again; no page is viewed
     assert free_series() == {"gpu-nvidia-h100-80gb-hbm3": 8.0} and len(built) == 2
     assert free_series() == {"gpu-nvidia-h100-80gb-hbm3": 8.0} and len(built) == 2  # nothing changed: not made again
+
+
+def test_the_admins_prices_are_exported_for_the_report():
+    import dataclasses
+
+    from gpuspawner.core.model import Offering
+    from gpuspawner.names.vocabulary import Kind
+
+    index = ClusterIndex()
+    index.replace(nodes=[gpu_node("gpu-1", 8)], pods=[])
+    priced = Offering(slug="h100", kind=Kind.FULL, display_name="H100", resources={"nvidia.com/gpu": 1}, price_per_hour=5.0)
+    unpriced = dataclasses.replace(priced, slug="t4", price_per_hour=None)
+    metrics.observe_catalog(index, [priced, unpriced], hub="hub-a")
+    families = {f.name: f for f in metrics.CAPACITY.collect()}
+    samples = families["gpuspawner_offering_price_per_hour"].samples
+    assert [(s.labels, s.value) for s in samples] == [({"offering": "h100", "kind": "full", "hub": "hub-a"}, 5.0)]
