@@ -80,23 +80,27 @@ PHONY_TIERS := test-hub test-cluster test-stories test-kueue
 
 # `make test` runs three pytest processes side by side, each with a devcluster of its own (each
 # claims its own ports and loopback pod network): the stories (tests/e2e, tests/browser: each
-# module starts a whole demo hub and mostly waits on it), the tests on the real Kueue and the
-# scale benchmark at its small fixed size and the tests on the real Karpenter (tests/kueue,
-# tests/scale, tests/karpenter: mostly waiting on Kueue, Karpenter or on storms of spawns, at a
-# lower CPU priority), and the rest. One machine's CPUs are then busy
-# instead of idle while hubs start. The stories' and the others' output follow the main run's;
-# any failing fails the run.
+# module starts a whole demo hub and mostly waits on it), the culler against real hubs and the
+# tests on the real Kueue and the scale benchmark at its small fixed size and the tests on the
+# real Karpenter (tests/culler/test_culler_*.py, tests/kueue, tests/scale, tests/karpenter:
+# mostly waiting on hubs and kernels, Kueue, Karpenter or on storms of spawns, at a lower CPU
+# priority; the culler's first, as they need no cluster), and the rest. One machine's CPUs are
+# then busy instead of idle while hubs start, and the three take about as long. The stories'
+# and the others' output follow the main run's; any failing fails the run.
 STORIES := tests/e2e tests/browser
 APART := tests/kueue tests/scale tests/karpenter
+# The culler's tests against real hubs (no cluster, no Kueue): in `make test` beside APART, so
+# that the main run is not the one everything waits for; in `make test-hub` with the rest of tests/culler.
+CULLER_HUBS := $(sort $(wildcard tests/culler/test_culler_*.py))
 test: install devcluster-build lint precommit
 	$(VENV)/bin/gpuspawner devcluster build --kueue --karpenter
 	@logs=$$(mktemp -d); \
-	GPUSPAWNER_KUEUE_TESTS=1 GPUSPAWNER_KARPENTER_TESTS=1 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider --durations=10 $(APART) >$$logs/kueue 2>&1 & kueue=$$!; \
+	GPUSPAWNER_KUEUE_TESTS=1 GPUSPAWNER_KARPENTER_TESTS=1 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider --durations=10 $(CULLER_HUBS) $(APART) >$$logs/kueue 2>&1 & kueue=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(STORIES) >$$logs/stories 2>&1 & stories=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(foreach d,$(STORIES) $(APART),--ignore=$(d)); main=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(foreach d,$(STORIES) $(APART) $(CULLER_HUBS),--ignore=$(d)); main=$$?; \
 	wait $$stories; stories_status=$$?; wait $$kueue; kueue_status=$$?; \
 	echo "---- $(STORIES) (whole demo hubs) ----"; cat $$logs/stories; \
-	echo "---- $(APART) (the real Kueue; the scale benchmark, small; the real Karpenter) ----"; cat $$logs/kueue; rm -rf $$logs; \
+	echo "---- tests/culler/test_culler_*.py $(APART) (the culler against real hubs; the real Kueue; the scale benchmark, small; the real Karpenter) ----"; cat $$logs/kueue; rm -rf $$logs; \
 	test $$main -eq 0 && test $$stories_status -eq 0 && test $$kueue_status -eq 0
 
 # The pre-commit hooks that `make lint` does not already run (end of files, whitespace, YAML,
@@ -116,7 +120,8 @@ test-fast: $(PYSTAMP)
 
 unit: test-fast
 
-# The other tiers, each alone (`make test` runs them all, three pytest processes side by side):
+# The other tiers, each alone (`make test` runs them all, three pytest processes side by side,
+# the culler's real-hub tests of test-hub in test-kueue's process):
 #   test-hub      real JupyterHub processes, no cluster tier of their own: the REST API and form,
 #                 KubeSpawner compatibility, the culler, the notebook's GPU view, the probe, the wheel
 #   test-cluster  the devcluster's real kube-apiserver and kube-scheduler (tests/integration)

@@ -42,22 +42,14 @@ from gpuspawner.hub import (
     storedoptions,
 )
 from gpuspawner.hub.inventory import Inventory
-from gpuspawner.hub.scheduling import ProfileRefused, SpawnRefused
 from gpuspawner.hub.spawnstate import SpawnState
 from gpuspawner.hub.spawnview import CHECKED_TRAITS
 from gpuspawner.names.vocabulary import (
     ANNOTATION_DO_NOT_DISRUPT,
-    BUDGET_LEDGER_KEY,
-    COUNT_FIELD_PREFIX,
-    COUNT_KEY,
-    OFFERING_KEY,
-    RECORD_KEY,
-    STOP_NOTICE_KEY,
     AdmissionPolicy,
 )
 from gpuspawner.offerings.catalog import CatalogConfig
 from gpuspawner.offerings.choice import Choice
-from gpuspawner.page.views import user_options_from_form
 from gpuspawner.pod.podspec import (
     POD_SETTINGS,
     default_hub_id,
@@ -549,21 +541,8 @@ class GPUSpawner(KubeSpawner):
         return initialized
 
     async def _load_profile_options(self, gpu_in_play: bool) -> None:
-        """KubeSpawner's profile choice, by KubeSpawner's own ``load_user_options``.
-
-        A wrong profile or option is refused where KubeSpawner refuses it, with its words and
-        as a ``ValueError`` (a :class:`~gpuspawner.hub.scheduling.ProfileRefused`, which the hub
-        answers with 400 where KubeSpawner's plain ``ValueError`` gets a 500). While GPU
-        offerings are in play it is checked first, with a short message (the form's choice
-        was checked the same way when it was posted: see _refuse_now).
-        """
-        if gpu_in_play and self.profile_list:
-            spawnform.check_profile_choice(self.user_options, await self._initialized_profile_list())
-        try:
-            await super().load_user_options()
-        except ValueError as exc:  # KubeSpawner's unlisted-choice and profile checks
-            message = f"The profile options were not accepted: {exc}" if gpu_in_play else str(exc)
-            raise ProfileRefused(message) from None
+        """KubeSpawner's profile choice, by KubeSpawner's own ``load_user_options`` (see :func:`gpuspawner.hub.choosing.load_profile_options`)."""
+        await choosing.load_profile_options(self, gpu_in_play, super().load_user_options, self._initialized_profile_list)
 
     def apply_choice(self, choice: Choice) -> None:
         """Take ``choice`` for this spawn (see :func:`gpuspawner.hub.choosing.apply_choice`)."""
@@ -598,25 +577,9 @@ class GPUSpawner(KubeSpawner):
         return await spawnform.render_gpu_form(self, self._initialized_profile_list)
 
     def _options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        """KubeSpawner's ``_options_from_form``: the same signature, synchronous, a dict.
-
-        A post without a GPU choice (KubeSpawner's own form, a query string) gets KubeSpawner's
-        answer, and its profile is checked where KubeSpawner checks it, at start. With a GPU choice, its ``offering`` and ``count`` are added as posted and
-        checked at once from what the hub knows without waiting (see _refuse_now); the start
-        checks everything again (load_user_options), as the cluster may change in between.
-        """
-        if OFFERING_KEY not in formdata:  # KubeSpawner's form (or a query): KubeSpawner's answer, checked at start
-            theirs: dict[str, Any] = super()._options_from_form(formdata)
-            return theirs
-        ours = {k for k in formdata if k in (OFFERING_KEY, COUNT_KEY) or k.startswith(COUNT_FIELD_PREFIX)}
-        options = super()._options_from_form({k: v for k, v in formdata.items() if k not in ours})
-        options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
-        try:
-            spawnform.refuse_now(self, options, self._profiles_now())
-        except SpawnRefused:
-            self.refused_options = options  # JupyterHub shows the form again: it keeps the choice
-            raise
-        return options
+        """KubeSpawner's ``_options_from_form``: the same signature, synchronous, a dict; a GPU
+        choice checked at once (see :func:`gpuspawner.hub.spawnform.options_from_form`)."""
+        return spawnform.options_from_form(self, formdata, super()._options_from_form, self._profiles_now)
 
     # ------------------------------------------------------------------ start / stop
 
@@ -697,22 +660,12 @@ class GPUSpawner(KubeSpawner):
     # ------------------------------------------------------------------ state
 
     def get_state(self) -> dict[str, Any]:
-        """KubeSpawner's state plus what this server holds (kept across hub restarts)."""
-        state: dict[str, Any] = super().get_state()
-        record = self.record() if self.choice is not None else self.spawn_state.saved_record
-        if record:
-            state[RECORD_KEY] = record
-        if self.gpu_usage:
-            state[BUDGET_LEDGER_KEY] = list(self.gpu_usage)
-        if self.stop_notice:
-            state[STOP_NOTICE_KEY] = dict(self.stop_notice)
-        return state
+        """KubeSpawner's state plus what this server holds (kept across hub restarts: :func:`gpuspawner.hub.spawnview.saved_state`)."""
+        return spawnview.saved_state(self, super().get_state())
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
-        self.spawn_state.saved_record = state.get(RECORD_KEY)
-        self.gpu_usage = list(state.get(BUDGET_LEDGER_KEY) or [])
-        self.stop_notice = state.get(STOP_NOTICE_KEY) or None
+        spawnview.load_state(self, state)
 
     def start_polling(self) -> None:
         """JupyterHub's polling, once the server answers: a later stop is not the restart check's."""

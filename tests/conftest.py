@@ -17,10 +17,11 @@ from gpuspawner.devcluster.clusterstate import KubeHTTP
 
 ARTIFACTS = Path(os.environ.get("GPUSPAWNER_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
 
-#: tests/kueue runs on a devcluster of its own with Kueue's controller, in a pytest process of
-#: its own (GPUSPAWNER_KUEUE_TESTS=1): `make test` starts it beside the main run, `make
-#: kueue-check` alone. (Kueue's webhooks take every pod of its cluster, and KubeSpawner's
-#: client is one per process.)
+#: tests/kueue runs on a devcluster of its own with Kueue's controller, in a pytest process
+#: apart from the main run (GPUSPAWNER_KUEUE_TESTS=1): `make test` starts it beside the main run
+#: (with tests that use no `devcluster` of this file: the scale benchmark's, Karpenter's, the
+#: culler's against real hubs), `make kueue-check` alone. (Kueue's webhooks take every pod of
+#: its cluster, and KubeSpawner's client is one per process.)
 collect_ignore = [] if os.environ.get("GPUSPAWNER_KUEUE_TESTS") else ["kueue"]
 
 #: The run leaves nothing running: a process the tests started and left alive fails it.

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from gpuspawner.hub.inventory import custom_api
+from gpuspawner.hub.kubeapi import custom_api
 from gpuspawner.hub.seam import Spawner
 
 KARPENTER = "karpenter"

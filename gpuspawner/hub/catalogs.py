@@ -31,6 +31,7 @@ from gpuspawner.names.vocabulary import Refusal
 from gpuspawner.offerings.catalog import CatalogConfig, build_catalog
 from gpuspawner.offerings.choice import Choice, ChoiceError, parse_choice
 from gpuspawner.offerings.entry import OfferingConfigError
+from gpuspawner.page.useroptions import check_profile
 from gpuspawner.pod.notebook import NOTEBOOK_TRAITS, Notebook
 
 #: The warnings about the admin's DRA selectors this hub process has logged (each once).
@@ -193,5 +194,13 @@ def choose(spawner: Spawner, user_options: dict[str, Any], offerings: list[Offer
     mine = allowed(offerings, requester(spawner))
     try:
         return parse_choice(user_options, mine, default_slug(spawner, mine))
+    except ChoiceError as exc:
+        raise SpawnRefused(str(exc), exc.reason) from None
+
+
+def check_profile_choice(options: dict[str, Any], profile_list: list[dict[str, Any]]) -> None:
+    """KubeSpawner's profile choice in ``options`` checked against ``profile_list`` (400)."""
+    try:
+        check_profile(options, profile_list)
     except ChoiceError as exc:
         raise SpawnRefused(str(exc), exc.reason) from None

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpuspawner.hub import admitting, catalogs, spawnview
-from gpuspawner.hub.scheduling import SpawnRefused
+from gpuspawner.hub.scheduling import ProfileRefused, SpawnRefused
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.names.vocabulary import COUNT_KEY, OFFERING_KEY, RECORD_KEY
 from gpuspawner.offerings.catalog import gpu_offerings_in_play
@@ -59,6 +59,30 @@ async def load_user_options(spawner: Spawner, load_profile: Callable[[bool], Awa
     finally:
         spawner.spawn_state.decided.set()
     spawner.refused_options = None
+
+
+async def load_profile_options(
+    spawner: Spawner,
+    gpu_in_play: bool,
+    theirs: Callable[[], Awaitable[None]],
+    profile_list: Callable[[], Awaitable[list[dict[str, Any]]]],
+) -> None:
+    """KubeSpawner's profile choice, by KubeSpawner's own ``load_user_options`` (``theirs``;
+    ``profile_list``: KubeSpawner's profile list as KubeSpawner initializes it).
+
+    A wrong profile or option is refused where KubeSpawner refuses it, with its words and
+    as a ``ValueError`` (a :class:`~gpuspawner.hub.scheduling.ProfileRefused`, which the hub
+    answers with 400 where KubeSpawner's plain ``ValueError`` gets a 500). While GPU
+    offerings are in play it is checked first, with a short message (the form's choice
+    was checked the same way when it was posted: :func:`gpuspawner.hub.spawnform.refuse_now`).
+    """
+    if gpu_in_play and spawner.profile_list:
+        catalogs.check_profile_choice(spawner.user_options, await profile_list())
+    try:
+        await theirs()
+    except ValueError as exc:  # KubeSpawner's unlisted-choice and profile checks
+        message = f"The profile options were not accepted: {exc}" if gpu_in_play else str(exc)
+        raise ProfileRefused(message) from None
 
 
 def apply_choice(spawner: Spawner, choice: Choice) -> None:

@@ -26,13 +26,12 @@ from gpuspawner.hub.form import render_form
 from gpuspawner.hub.pagecache import PAGES, view_key
 from gpuspawner.hub.scheduling import SpawnRefused, WaitQueue, refusal
 from gpuspawner.hub.seam import Spawner
-from gpuspawner.names.vocabulary import Kind
+from gpuspawner.names.vocabulary import COUNT_FIELD_PREFIX, COUNT_KEY, OFFERING_KEY, Kind
 from gpuspawner.offerings.catalog import gpu_offerings_in_play
-from gpuspawner.offerings.choice import ChoiceError
 from gpuspawner.offerings.entry import OfferingConfigError
 from gpuspawner.page.cards import RowCache, default_choice, option_views
-from gpuspawner.page.useroptions import check_profile, profile_image, profile_images
-from gpuspawner.page.views import FormView, OptionView, group_options, with_images
+from gpuspawner.page.useroptions import profile_image, profile_images
+from gpuspawner.page.views import FormView, OptionView, group_options, user_options_from_form, with_images
 
 #: This process's rows of the page (one hub, one event loop: no lock needed): a view after an
 #: inventory event makes again only the rows whose offering's count or state moved.
@@ -147,12 +146,32 @@ async def kubespawner_form(spawner: Spawner) -> str:
     return str(await maybe_future(form(spawner)) if callable(form) else form)
 
 
-def check_profile_choice(options: dict[str, Any], profile_list: list[dict[str, Any]]) -> None:
-    """KubeSpawner's profile choice in ``options`` checked against ``profile_list`` (400)."""
+def options_from_form(
+    spawner: Spawner,
+    formdata: dict[str, list[str]],
+    theirs: Callable[[dict[str, list[str]]], dict[str, Any]],
+    profiles: Callable[[], list[dict[str, Any]]],
+) -> dict[str, Any]:
+    """The options of a posted form (``GPUSpawner._options_from_form``, KubeSpawner's signature:
+    synchronous, a dict). ``theirs``: KubeSpawner's ``_options_from_form``; ``profiles``:
+    KubeSpawner's profile list as :func:`refuse_now` takes it.
+
+    A post without a GPU choice (KubeSpawner's own form, a query string) gets KubeSpawner's
+    answer, and its profile is checked where KubeSpawner checks it, at start. With a GPU choice, its ``offering`` and ``count`` are added as posted and
+    checked at once from what the hub knows without waiting (:func:`refuse_now`); the start
+    checks everything again (load_user_options), as the cluster may change in between.
+    """
+    if OFFERING_KEY not in formdata:  # KubeSpawner's form (or a query): KubeSpawner's answer, checked at start
+        return theirs(formdata)
+    ours = {k for k in formdata if k in (OFFERING_KEY, COUNT_KEY) or k.startswith(COUNT_FIELD_PREFIX)}
+    options = theirs({k: v for k, v in formdata.items() if k not in ours})
+    options = {**options, **user_options_from_form({k: formdata[k] for k in ours})}
     try:
-        check_profile(options, profile_list)
-    except ChoiceError as exc:
-        raise SpawnRefused(str(exc), exc.reason) from None
+        refuse_now(spawner, options, profiles())
+    except SpawnRefused:
+        spawner.refused_options = options  # JupyterHub shows the form again: it keeps the choice
+        raise
+    return options
 
 
 def refuse_now(spawner: Spawner, options: dict[str, Any], profiles: list[dict[str, Any]]) -> None:
@@ -168,7 +187,7 @@ def refuse_now(spawner: Spawner, options: dict[str, Any], profiles: list[dict[st
     it, [] where there is none or it is a callable.
     """
     if profiles:
-        check_profile_choice(options, profiles)
+        catalogs.check_profile_choice(options, profiles)
     try:
         if (
             not spawnview.config_problems(spawner)

@@ -1,6 +1,7 @@
 """The spawner as the hub reads it (through :class:`gpuspawner.hub.seam.Spawner`): its settings
 parsed and checked (each once per value: a page view asks many times), its user and groups,
-the hub's one inventory, its server's record and its key among the reservations.
+the hub's one inventory, its server's record and its key among the reservations, and what its
+saved state keeps of the hub's (:func:`saved_state`, :func:`load_state`).
 
 Everything here is derived from the seam's settings and state; nothing calls back up.
 """
@@ -19,6 +20,7 @@ from gpuspawner.hub import metrics
 from gpuspawner.hub.inventory import Inventory
 from gpuspawner.hub.seam import Spawner
 from gpuspawner.hub.spawnstate import server_record, user_label
+from gpuspawner.names.vocabulary import BUDGET_LEDGER_KEY, RECORD_KEY, STOP_NOTICE_KEY
 from gpuspawner.offerings.catalog import TRAITS as CATALOG_TRAITS
 from gpuspawner.offerings.catalog import CatalogConfig
 from gpuspawner.pod.podspec import hub_id_problem
@@ -77,6 +79,26 @@ def requester(spawner: Spawner) -> Requester:
 def record(spawner: Spawner, url: str | None = None) -> dict[str, Any]:
     """What other services (the culler, the inventory) may read about this server's GPU."""
     return server_record(spawner.spawn_state, spawner.pod_name, spawner.namespace, url)
+
+
+def saved_state(spawner: Spawner, state: dict[str, Any]) -> dict[str, Any]:
+    """KubeSpawner's ``state`` plus what this server holds, kept across hub restarts: its record
+    (the spawn's now, else the one loaded), its GPU-hour ledger and its stop notice."""
+    kept = record(spawner) if spawner.spawn_state.choice is not None else spawner.spawn_state.saved_record
+    if kept:
+        state[RECORD_KEY] = kept
+    if spawner.gpu_usage:
+        state[BUDGET_LEDGER_KEY] = list(spawner.gpu_usage)
+    if spawner.stop_notice:
+        state[STOP_NOTICE_KEY] = dict(spawner.stop_notice)
+    return state
+
+
+def load_state(spawner: Spawner, state: dict[str, Any]) -> None:
+    """What :func:`saved_state` added, back on the spawner (after KubeSpawner's ``load_state``)."""
+    spawner.spawn_state.saved_record = state.get(RECORD_KEY)
+    spawner.gpu_usage = list(state.get(BUDGET_LEDGER_KEY) or [])
+    spawner.stop_notice = state.get(STOP_NOTICE_KEY) or None
 
 
 def reservation_key(spawner: Spawner) -> str:

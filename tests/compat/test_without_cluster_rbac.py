@@ -17,7 +17,8 @@ import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 
 from gpuspawner.devcluster.podrunner import PodRunner
-from gpuspawner.hub.inventory import NEEDED_PERMISSIONS, Inventory
+from gpuspawner.hub.inventory import Inventory
+from gpuspawner.hub.kubeapi import NEEDED_PERMISSIONS
 from tests.api.gpuhub import GPUHub
 from tests.conftest import wait_for
 from tests.integration.test_examples import CHART, helm

@@ -22,7 +22,8 @@ async def test_the_hubs_inventory_without_karpenter_says_so_once_and_discovers_a
     from kubespawner.clients import load_config, shared_client
 
     from gpuspawner.capacity.karpenterpools import NODECLAIMS, NODEPOOLS
-    from gpuspawner.hub.inventory import POOLS_NOT_SERVED, Inventory
+    from gpuspawner.hub.inventory import Inventory
+    from gpuspawner.hub.optionalstreams import POOLS_NOT_SERVED
 
     load_config()
     inventory = Inventory(shared_client("CoreV1Api"), forbidden_retry=0.05)

@@ -25,7 +25,8 @@ import pytest
 
 from gpuspawner.devcluster.cluster import DevCluster
 from gpuspawner.devcluster.nodes import standard_nodes
-from gpuspawner.hub.inventory import KUEUE_NOT_SERVED, Inventory
+from gpuspawner.hub.inventory import Inventory
+from gpuspawner.hub.optionalstreams import KUEUE_NOT_SERVED
 from gpuspawner.hub.scheduling import SpawnRefused
 from gpuspawner.page.cards import availability_text
 from tests.conftest import fresh_namespace, wait_for

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from gpuspawner.hub.inventory import KUEUE_FORBIDDEN, KUEUE_NOT_SERVED, Inventory
+from gpuspawner.hub.inventory import Inventory
+from gpuspawner.hub.optionalstreams import KUEUE_FORBIDDEN, KUEUE_NOT_SERVED
 from gpuspawner.offerings.config import offering_from_config
 from gpuspawner.pod.notebook import Notebook
 from tests.unit.test_inventory_stream import Body, Nodes, event
