@@ -96,8 +96,11 @@ async def start(spawner: Spawner, kubespawner_start: Callable[[], Awaitable[Any]
         budgets.opened(spawner, spawner.spawn_state.choice.offering, spawner.spawn_state.choice.count)  # the GPU-hour ledger
         # Without the hub's Server object (a script, a test) there is no base URL to name.
         spawner.spawn_state.record_url = f"{url.rstrip('/')}{spawner.server.base_url}" if url and spawner.server else None
+        # The hub's REST API serves the spawner's user_options; the record outlives a hub restart in the
+        # saved state JupyterHub commits right after this start returns (spawnview.load_state puts it back
+        # into user_options). A commit of its own here would cost each spawn one more write of the hub's
+        # database, on sqlite an fsync on the event loop (found in a paired storm on sqlite).
         spawner.user_options = {**spawner.user_options, RECORD_KEY: spawnview.record(spawner)}
-        storedoptions.store(spawner)  # the hub's REST API serves orm_spawner.user_options
     return url
 
 

@@ -95,8 +95,12 @@ def saved_state(spawner: Spawner, state: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_state(spawner: Spawner, state: dict[str, Any]) -> None:
-    """What :func:`saved_state` added, back on the spawner (after KubeSpawner's ``load_state``)."""
+    """What :func:`saved_state` added, back on the spawner (after KubeSpawner's ``load_state``); the
+    record also into ``user_options``, which the hub's REST API serves (the start that wrote it
+    leaves the database's copy of the options to JupyterHub: see lifecycle.start)."""
     spawner.spawn_state.saved_record = state.get(RECORD_KEY)
+    if spawner.spawn_state.saved_record and RECORD_KEY not in (spawner.user_options or {}):
+        spawner.user_options = {**(spawner.user_options or {}), RECORD_KEY: spawner.spawn_state.saved_record}
     spawner.gpu_usage = list(state.get(BUDGET_LEDGER_KEY) or [])
     spawner.stop_notice = state.get(STOP_NOTICE_KEY) or None
 

@@ -68,13 +68,16 @@ def validated(spawner: Spawner, options: dict[str, Any]) -> tuple[dict[str, Any]
 
 def split(spawner: Spawner, options: dict[str, Any], stored_record_is_ours: bool = True) -> tuple[dict[str, Any], list[str]]:
     """Split ``options`` into known keys and the rest; the ``gpuspawner`` record is kept only
-    when this spawner wrote it: it is the running server's record, or (for the hub's copy)
-    the one in the database row, which only this spawner stores (see :func:`storable`)."""
+    when this spawner wrote it: it is the running server's record (this spawn's, or the one its
+    saved state holds), or (for the hub's copy) the one in the database row, which only this
+    spawner stores (see :func:`storable`)."""
     kept, dropped = split_known(options, known(spawner))
     if RECORD_KEY in dropped:
         record = options[RECORD_KEY]
         state = getattr(spawner, "spawn_state", None)  # (none yet while traitlets sets user_options in __init__)
         ours = state is not None and state.choice is not None and record == spawnview.record(spawner)
+        if not ours and state is not None and state.saved_record is not None:
+            ours = record == state.saved_record  # (the running server's record from its saved state: after a restart)
         if not ours and stored_record_is_ours and spawner.orm_spawner is not None:
             ours = record == (spawner.orm_spawner.user_options or {}).get(RECORD_KEY)
         if ours:
