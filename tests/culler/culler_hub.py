@@ -84,7 +84,11 @@ def in_process_culler(
             "t4-shared=14400",
             "--GpuCuller.retry_base_delay=0.05",
             "--GpuCuller.retry_max_delay=0.2",
-            *(() if any("server_request_timeout" in a for a in argv) else ("--GpuCuller.server_request_timeout=5",)),
+            # A bound a loaded machine keeps to: at 5 s a notebook that answered slowly beside a scale benchmark
+            # was a kernel view that failed (its busy kernel not seen, an idle one not reclaimed). A server
+            # that cannot be reached is refused at once (a closed port); tests/culler/test_culler_stall.py
+            # sets its own bound for one that never answers.
+            *(() if any("server_request_timeout" in a for a in argv) else ("--GpuCuller.server_request_timeout=60",)),
             *(() if any("action_log_path" in a for a in argv) else ("--GpuCuller.action_log_path=",)),  # in memory
             *argv,
         ]
