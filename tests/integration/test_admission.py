@@ -251,21 +251,25 @@ async def test_a_gpu_is_not_free_when_the_notebook_cannot_fit_beside_it(devclust
     assert free_of(small, T4_SHARED) == 2  # two 256Mi notebooks fit in what is left
 
 
+#: Admitted with a warning (none free now, the admin lets users wait): a pod that waits for a node no
+#: node has, until the start's time is up.
+WAITS = [
+    {
+        "slug": "fpga-gpu",
+        "kind": "custom",
+        "display_name": "GPU on an FPGA node",
+        "resources": {"nvidia.com/gpu": 1},
+        "node_selector": {"example.org/fpga": "true"},
+        "admission": "warn",
+    }
+]
+
+
 async def test_a_start_that_runs_out_of_time_says_what_it_waited_for_and_leaves_nothing(devcluster, kube, namespace):
     # Admitted with a warning (none free now, the admin lets users wait), so the scheduler's
     # "no" does not end it: only the time limit does. JupyterHub's own TimeoutError at
     # start_timeout has no message; GPUSpawner's ends the start just before it, with words.
-    waits = [
-        {
-            "slug": "fpga-gpu",
-            "kind": "custom",
-            "display_name": "GPU on an FPGA node",
-            "resources": {"nvidia.com/gpu": 1},
-            "node_selector": {"example.org/fpga": "true"},
-            "admission": "warn",
-        }
-    ]
-    spawner = make_spawner(devcluster, namespace, offerings=waits)
+    spawner = make_spawner(devcluster, namespace, offerings=WAITS)
     spawner.start_timeout = 60  # (long enough for the pod to be created and marked unschedulable on a loaded machine)
     spawner.user_options = {"offering": "fpga-gpu"}
     with pytest.raises(SpawnRefused) as info:
@@ -285,17 +289,7 @@ async def test_a_start_jupyterhub_gives_up_on_before_its_own_deadline_still_says
     # "Spawn failed: " (found in a paired storm: an FPGA spawn whose pod creation had timed out once).
     from gpuspawner.hub import lifecycle
 
-    waits = [
-        {
-            "slug": "fpga-gpu",
-            "kind": "custom",
-            "display_name": "GPU on an FPGA node",
-            "resources": {"nvidia.com/gpu": 1},
-            "node_selector": {"example.org/fpga": "true"},
-            "admission": "warn",
-        }
-    ]
-    spawner = make_spawner(devcluster, namespace, offerings=waits)
+    spawner = make_spawner(devcluster, namespace, offerings=WAITS)
     spawner.start_timeout = 20
     monkeypatch.setattr(lifecycle, "own_deadline", lambda start_timeout: start_timeout + 30)  # (as if its turns came late)
     spawner.user_options = {"offering": "fpga-gpu"}
