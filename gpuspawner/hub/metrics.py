@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from gpuspawner.core.model import Offering
 from gpuspawner.hub.scheduling import WaitQueue
-from gpuspawner.names.vocabulary import GPU_USERS_GROUP, KUEUE_WORKLOADS_WAITING, OFFERING_PRICE, SPAWNS_WAITING, Refusal
+from gpuspawner.names.vocabulary import GPU_USERS_GROUP, KUEUE_WORKLOADS_WAITING, OFFERING_PRICE, SPAWNS_WAITING, Kind, Refusal
 
 if TYPE_CHECKING:
     from gpuspawner.capacity.index import ClusterIndex
@@ -34,6 +34,11 @@ TIME_TO_SCHEDULE = Histogram(
     ["kind"],
     buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
 )
+# Every kind's series at 0 from the hub's start, not from its first catalog: Prometheus sees no
+# increase in a series it first scrapes at 1, and a hub's first spawns can finish (kwok's pods run at
+# once) before the first catalog's series were ever scraped at 0.
+for _kind in Kind:
+    TIME_TO_SCHEDULE.labels(_kind.value)
 
 
 def admitted(offering: Offering, decision: str) -> None:

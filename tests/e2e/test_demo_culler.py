@@ -45,6 +45,13 @@ def test_idle_mig_server_is_culled_and_a_busy_gpu_is_not():
     env = {"GPUSPAWNER_DEMO_API_TOKEN": token, "GPUSPAWNER_DEMO_CULLER_ARGS": CULLER_ARGS}
     with running_demo(port=free_port(), hub_port=free_port(), quiet=True, extra_env=env, scrape_interval="1s") as demo:
         started = time.time()
+        # The time-to-schedule series scraped at 0 before the first spawn (a series first scraped at 1
+        # shows Prometheus no increase, and on a quiet machine both spawns can finish before the first
+        # scrape of the hub)
+        demo.prometheus.wait_for(
+            lambda: len(demo.prometheus.query('gpuspawner_time_to_schedule_seconds_count{kind=~"mig|full"} == 0')) >= 2,
+            "the hub's time-to-schedule series scraped at 0",
+        )
 
         def pods():
             return {
