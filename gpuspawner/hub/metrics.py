@@ -196,9 +196,10 @@ _OBSERVED: set[tuple[str, str]] = set()
 def observe_catalog(index: ClusterIndex, offerings: list[Offering], hub: str = "", rebuild: Callable[[], object] | None = None) -> None:
     """Remember the latest catalog (and the hub's identity ``hub``) so a scrape reports its
     offerings and this hub's pods (``rebuild``: makes the catalog again, and observes it, when the
-    cluster's discovered offerings have changed by the scrape); each offering's admission,
-    refusal and time-to-schedule series exist from then on at 0, so that Prometheus'
-    increase()/rate() see the first event (a series born at 1 shows none)."""
+    cluster's discovered offerings have changed by the scrape); each offering's admission and
+    refusal series exist from then on at 0, so that Prometheus' increase()/rate() see the first
+    event (a series born at 1 shows none; the time-to-schedule series, by kind, exist from the
+    hub's start)."""
     CAPACITY.source, CAPACITY.hub = (index, list(offerings)), hub
     CAPACITY.seen = index.discovered()
     if rebuild is not None:
@@ -211,4 +212,3 @@ def observe_catalog(index: ClusterIndex, offerings: list[Offering], hub: str = "
             REFUSALS.labels(offering.slug, offering.kind.value, reason)
         for decision in ADMISSION_DECISIONS:
             ADMISSIONS.labels(offering.slug, offering.kind.value, decision)
-        TIME_TO_SCHEDULE.labels(offering.kind.value)
