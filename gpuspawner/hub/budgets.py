@@ -158,16 +158,21 @@ REFRESH_SECONDS = 300
 async def refresh(spawner: Spawner) -> None:
     """Measure the user's budget again if their exported figures are missing (a restarted hub)
     or older than :data:`REFRESH_SECONDS`; called from a running server's poll."""
-    for measure in (HOURS, COST):
+
+    def due(measure: str) -> bool:
         if budget(spawner, measure) is None:
-            continue
+            return False
         found = _last(measure).get(user_label(spawner.user.name))
-        if found is not None and found.as_of is not None and (spawner.now() - found.as_of).total_seconds() < REFRESH_SECONDS:
-            continue
-        try:
-            catalog = await catalogs.catalog(spawner)
-        except Exception:  # a broken config is logged where it is used; nothing to measure with
-            return
+        return found is None or found.as_of is None or (spawner.now() - found.as_of).total_seconds() >= REFRESH_SECONDS
+
+    measures = [measure for measure in (HOURS, COST) if due(measure)]
+    if not measures:
+        return
+    try:
+        catalog = await catalogs.catalog(spawner)  # (once for both budgets)
+    except Exception:  # a broken config is logged where it is used; nothing to measure with
+        return
+    for measure in measures:
         await standing(spawner, catalog, measure)
 
 
