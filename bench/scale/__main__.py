@@ -96,9 +96,18 @@ class Audit:
 
 
 def mix(
-    spawns: int, options: list[Choice], seed: int, held: dict[str, int] | None = None, contention: bool = False, share: int = 1
+    spawns: int,
+    options: list[Choice],
+    seed: int,
+    held: dict[str, int] | None = None,
+    contention: bool = False,
+    share: int = 1,
+    impossible: float = 0.15,
 ) -> list[tuple[str, Choice]]:
-    """(channel, choice) of each spawn: half API, half form; 60 % GPU, 25 % no GPU, 15 % impossible.
+    """(channel, choice) of each spawn: half API, half form; 60 % GPU, 25 % no GPU, 15 % impossible
+    (``impossible``: that share instead, taken from the GPU and no-GPU draws alike; 0: every spawn can
+    be served, so that both hubs go at the pace of the same work, with no spawn waiting out
+    ``start_timeout`` on KubeSpawner's side).
 
     A GPU choice is drawn only while its offering has room (at most three quarters of its units,
     less ``held`` of them for other pods): a request that fits must be served by both spawners,
@@ -124,6 +133,8 @@ def mix(
     out = []
     for i in range(spawns):
         r = rng.random()
+        if impossible != 0.15:  # the draw past the impossible share, spread over the other 85 % as before
+            r = r * 0.15 / impossible if r < impossible else 0.15 + (r - impossible) * 0.85 / (1 - impossible)
         wanted = [name for name, left in demand.items() if left > 0]
         if r >= 0.40 and wanted and rng.random() < 0.5:
             name = rng.choice(wanted)
@@ -266,7 +277,15 @@ async def run_one(
         await hub.create_users(names)
         out["users_s"] = time.monotonic() - t
         share = 2 if together is not None else 1
-        plan = mix(args.spawns, options, args.seed, held={H100: churn_gpu_cap(args)}, contention=args.contention, share=share)
+        plan = mix(
+            args.spawns,
+            options,
+            args.seed,
+            held={H100: churn_gpu_cap(args)},
+            contention=args.contention,
+            share=share,
+            impossible=args.impossible,
+        )
         spawners = [Spawn(names[i], channel, choice) for i, (channel, choice) in enumerate(plan)]
         page_users = names[args.spawns : args.spawns + args.page_users]
         t = time.monotonic()
@@ -834,6 +853,12 @@ def main(argv=None) -> int:
         "--py-spy",
         metavar="PY_SPY",
         help="record each hub with this py-spy (not pausing it) during its storm: collapsed stacks in the work folder",
+    )
+    parser.add_argument(
+        "--impossible",
+        type=float,
+        default=0.15,
+        help="the share of spawns no node can serve (default 0.15); 0: both hubs do the same work at the same pace",
     )
     parser.add_argument(
         "--contention",

@@ -24,6 +24,16 @@ def test_the_mix_is_half_api_half_form_and_never_asks_more_gpus_than_an_offering
     assert 0.1 < sum(1 for _, c in plan if c.kind == "refuse") / 400 < 0.2
 
 
+def test_the_impossible_share_can_be_set_and_zero_leaves_every_spawn_servable():
+    options = [Choice("cpu", "cpu", {}, {}, "cpu"), Choice("b", "gpu", {}, {}, "b", units=1000), Choice("no", "refuse", {}, {}, "no")]
+    assert mix(400, options, seed=1) == mix(400, options, seed=1, impossible=0.15)  # the default draws as before
+    assert not [c for _, c in mix(400, options, seed=1, impossible=0) if c.kind == "refuse"]
+    half = sum(1 for _, c in mix(400, options, seed=1, impossible=0.5) if c.kind == "refuse") / 400
+    assert 0.4 < half < 0.6
+    served = [c.kind for _, c in mix(400, options, seed=1, impossible=0)]
+    assert 0.25 < served.count("cpu") / 400 < 0.35  # the GPU and no-GPU draws keep their proportions (25 : 60)
+
+
 def test_the_profile_list_has_a_profile_for_every_choice_with_the_offerings_limits():
     gpu = [c for c in node_classes() if c["x-gpuspawner-class"] != "cpu"]
     options, profiles = choices(list(many_nodes(len(gpu), gpu)))
