@@ -290,8 +290,7 @@ def test_every_field_of_every_option_is_shown():
         node = option_node(doc, opt.slug)
         r = radio(doc, opt.slug)
         assert r.attrs["name"] == "offering"
-        assert r.attrs["id"] == f"gs-opt-{opt.slug}"
-        label = node.find("label", **{"for": r.attrs["id"]})
+        label = next(n for n in node.iter() if "gs-label" in n.classes())
         assert r in list(label.iter()), "the label wraps the radio, so a click anywhere on it picks the option"
         assert doc.by_id(r.attrs["aria-labelledby"]).words == opt.display_name
         described = [doc.by_id(i) for i in r.attrs["aria-describedby"].split()]
@@ -307,14 +306,14 @@ def test_every_field_of_every_option_is_shown():
 
 def test_facts_share_a_line_and_isolation_has_its_own():
     doc = parse(render_form(example_view()))
-    details = option_node(doc, "a100-mig-3g-20gb").find(id="gs-opt-a100-mig-3g-20gb-details")
+    details = next(n for n in option_node(doc, "a100-mig-3g-20gb").iter() if "gs-details" in n.classes())
     lines = [n.words for n in details.children if isinstance(n, Node)]
     assert lines == ["MIG: 20 GB, enforced by the hardware · 3/7 of the GPU's compute", "hardware isolated (own memory and compute)"]
 
 
 def test_cpu_details_do_not_repeat_the_same_phrase():
     doc = parse(render_form(example_view()))
-    details = option_node(doc, "cpu").find(id="gs-opt-cpu-details")
+    details = next(n for n in option_node(doc, "cpu").iter() if "gs-details" in n.classes())
     assert [n.words for n in details.children if isinstance(n, Node)] == ["no GPU"]
 
 
@@ -347,7 +346,8 @@ def test_disabled_option_has_a_disabled_radio_and_its_reason_linked_to_it():
         assert "gs-disabled" in node.classes()
         reason_node = node.find(data_gs_reason="")
         assert reason_node.words == reason and not reason_node.has("hidden")
-        assert reason_node.attrs["id"] in r.attrs["aria-describedby"].split()
+        described = [doc.by_id(i) for i in r.attrs["aria-describedby"].split()]
+        assert any(reason_node in list(n.iter()) for n in described), "the reason is read out with the radio"
     for slug in ("cpu", "t4-shared", "h100"):
         r = radio(doc, slug)
         assert not r.has("disabled")
@@ -446,13 +446,13 @@ def test_markup_in_offering_text_is_only_text():
     for node in doc.iter():
         assert not any(name.startswith("on") for name in node.attrs), f"event handler attribute on <{node.tag}>"
     shared = option_node(doc, "t4-shared")
-    assert shared.find(id="gs-opt-t4-shared-name").text == XSS_NAME
+    assert shared.find(id=radio(doc, "t4-shared").attrs["aria-labelledby"]).text == XSS_NAME
     assert shared.find(data_gs_reason="").text == XSS_ATTR
     assert shared.find(data_gs_avail="").text == XSS_NAME
     assert XSS_ATTR in shared.text and XSS_NAME in shared.text
     assert [f.find("legend").text for f in doc.find_all("fieldset")] == [XSS_NAME, XSS_ATTR]
     assert doc.find(role="alert").text == XSS_NAME + XSS_ATTR
-    assert option_node(doc, "h200").find(id="gs-opt-h200-name").text == XSS_ATTR
+    assert option_node(doc, "h200").find(id=radio(doc, "h200").attrs["aria-labelledby"]).text == XSS_ATTR
 
 
 def test_hostile_slug_stays_inside_its_attributes():
@@ -462,6 +462,21 @@ def test_hostile_slug_stays_inside_its_attributes():
         assert "onclick" not in node.attrs
     assert doc.find("input", type="radio").attrs["value"] == 'x" onclick="alert(1)'
     assert doc.find("select").attrs["name"] == 'count-x" onclick="alert(1)'
+
+
+def test_no_two_ids_on_a_page_are_the_same_whatever_the_slugs():
+    """A card's ids are its slug and a suffix a slug cannot hold: slugs that read like another card's
+    id plus a suffix ("h100-a" beside "h100") never give two elements one id."""
+    slugs = ["h100", "h100-a", "h100-d", "h100-n", "a", "d"]
+    cards = tuple(option(slug, "full", slug.upper(), counts=(1, 2)) for slug in slugs)
+    doc = parse(render_form(FormView(groups=(GroupView("full", "Whole GPU", cards),), selected=None, selected_count=1)))
+    ids = [n.attrs["id"] for n in doc.iter() if "id" in n.attrs]
+    assert len(ids) == len(set(ids)) == 4 * len(slugs)  # its name, its badge, the rest of its words, its count
+    for slug in slugs:
+        r = radio(doc, slug)
+        assert doc.by_id(r.attrs["aria-labelledby"]).words == slug.upper()
+        count = option_node(doc, slug).find(data_gs_count="")
+        assert option_node(doc, slug).find("label", **{"for": count.attrs["id"]}).words == "Number of GPUs"
 
 
 def test_extra_html_is_inserted_as_is_and_plain_text_is_escaped():
