@@ -135,10 +135,15 @@ CreatePod = Callable[[Any, int], Awaitable[bool]]
 async def create_pod(spawner: Spawner, kubespawner_create: CreatePod, pod: Any, request_timeout: int) -> bool:
     """Create ``pod``; KubeSpawner's way (``kubespawner_create``: delete the old pod and try
     again) only where a pod of that name is this server's own. A 409 AlreadyExists (a pod made
-    since :func:`check_pod_name`) is read, and refused unless it is this server's own. Returns
-    as KubeSpawner's does: True made, False try again."""
+    since :func:`check_pod_name`) is read, and refused unless it is this server's own. A try after
+    one that timed out first looks for the pod in the pod watch (:func:`made_by_this_start`): on a
+    slow hub the create often succeeded and only its answer was late, so it is found, not made
+    again. Returns as KubeSpawner's does: True made, False try again."""
     name = pod.metadata.name
     state = spawner.spawn_state
+    if state.slow_creations and made_by_this_start(spawner, name):
+        spawner.log.info("%s: pod %s, created by the try whose answer was late, is in the pod watch; taken as made", spawner.log_name, name)
+        return True  # (found, not made again: no request at all where the watch has it)
     try:
         await asyncio.wait_for(spawner.api.create_namespaced_pod(spawner.namespace, pod), request_timeout)
         return True
@@ -161,6 +166,19 @@ async def create_pod(spawner: Spawner, kubespawner_create: CreatePod, pod: Any, 
         spawner.log.info("%s: pod %s was made by this start's earlier try (its answer was lost); taken as made", spawner.log_name, name)
         return True  # made by this start's own earlier request, whose answer never came
     return await kubespawner_create(pod, request_timeout)  # this server's own leftover: KubeSpawner replaces it
+
+
+def made_by_this_start(spawner: Spawner, name: str) -> bool:
+    """Whether the pod watch (KubeSpawner's reflector, no request) has the pod ``name`` with this
+    start's stamp: made by an earlier try of this start whose answer did not come in time. False
+    where the watch has not seen it (yet): the create then asks, and its 409 is read."""
+    reflector = spawner.pod_reflector
+    pods = getattr(reflector, "pods", None) or {}
+    found = pods.get(f"{spawner.namespace}/{name}")
+    if not found:
+        return False
+    meta = found.get("metadata") or {}
+    return not meta.get("deletionTimestamp") and (meta.get("annotations") or {}).get(ANNOTATION_SPAWN) == spawner.spawn_state.spawn_id
 
 
 async def stop_blocked(spawner: Spawner) -> str:

@@ -11,6 +11,7 @@ round at a time with no grace, so nothing here waits on a clock.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -305,6 +306,50 @@ async def test_a_pod_of_the_name_made_after_the_check_is_read_on_the_creates_409
     finally:
         await theirs.stop(now=True)
         await mine.stop(now=True)
+
+
+async def test_a_create_whose_answer_came_late_is_found_in_the_pod_watch_not_made_again(devcluster, kube, namespace, caplog):
+    """Issue 39: on a hub whose event loop is slow, a pod creation's answer can come after the
+    create's timeout although the API server made the pod (a storm on two cores: dozens a run). The
+    next try finds the pod with this start's stamp in the pod watch and takes it as made: no second
+    create, no read, no 409, and the server starts."""
+    tag = secrets.token_hex(3)
+    a = Hub(devcluster, namespace, f"a-{tag}", reconcile_orphan_pods=False)
+    spawner = a.spawner(a.hub_user(a.user(f"cy-{tag}")))
+    spawner.user_options = {"offering": "cpu"}
+    api = spawner.api  # (KubeSpawner's shared client: put back below)
+    create, read = api.create_namespaced_pod, api.read_namespaced_pod
+    creates: list[str] = []
+    reads: list[str] = []
+
+    async def answer_lost(namespace: str, body: Any, *args: Any, **kwargs: Any) -> Any:
+        creates.append(body.metadata.name)
+        made = await create(namespace, body, *args, **kwargs)
+        if len(creates) > 1:
+            return made
+        key = f"{namespace}/{body.metadata.name}"
+        while key not in spawner.pod_reflector.pods:  # the watch has it: only the answer is missing now
+            await asyncio.sleep(0.05)
+        raise TimeoutError  # (as asyncio.wait_for ends a create whose answer does not come in time)
+
+    async def counted(name: str, *args: Any, **kwargs: Any) -> Any:
+        reads.append(name)
+        return await read(name, *args, **kwargs)
+
+    api.create_namespaced_pod, api.read_namespaced_pod = answer_lost, counted
+    caplog.set_level(logging.INFO)
+    spawner.log.addHandler(caplog.handler)
+    try:
+        await spawner.start()
+        assert creates == [spawner.pod_name] and reads == []
+        assert "created by the try whose answer was late, is in the pod watch; taken as made" in caplog.text
+        pod = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{spawner.pod_name}")
+        assert pod["metadata"]["annotations"]["gpuspawner.io/spawn"] == spawner.spawn_state.spawn_id
+        assert spawner.spawn_state.slow_creations == 1
+    finally:
+        api.create_namespaced_pod, api.read_namespaced_pod = create, read
+        spawner.log.removeHandler(caplog.handler)
+        await spawner.stop(now=True)
 
 
 async def test_a_create_asks_the_api_server_nothing_before_it_and_reads_only_on_its_409(devcluster, kube, namespace):
