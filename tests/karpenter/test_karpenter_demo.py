@@ -158,6 +158,7 @@ def test_an_idle_mig_servers_node_goes_after_the_culler_stops_it_and_the_report_
     # the report the demo prints, as a newcomer runs it
     command = shlex.split(demo.node_hours_command())
     table = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+    print(f"$ {demo.node_hours_command()}\n{table}")  # (shown with -s: what a newcomer sees)
     assert "GPU nodes of autoscaled pools (measured from Karpenter's NodeClaims):" in table
     assert "  gpu-a100-mig: 1 node(s), " in table and "1 node(s) let go after an idle reclaim" in table, table
     assert f"      NodeClaim {name} (node {node}): deleted " in table and "after student1's idle server was stopped" in table, table
