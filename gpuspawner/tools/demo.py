@@ -21,7 +21,10 @@ With ``--kueue`` the devcluster runs Kueue too, every GPU server goes through it
 With ``--autoscale`` the devcluster starts with its CPU node only and runs the real Karpenter
 with its GPU pools at zero nodes (:mod:`gpuspawner.devcluster.karpenter`): a GPU server brings
 a node up, after the node class's registration delay (:data:`AUTOSCALE_BOOT`, a cloud's boot
-time), and an emptied node goes away; no other team's pods are seeded.
+time), and an emptied node goes away; no other team's pods are seeded. The hub records
+Karpenter's NodeClaims into the state folder (its ``nodeclaim-recorder`` service), and the
+startup text prints the ``gpuspawner report`` that shows the GPU node-hours held and what the
+culler's idle reclaims saved (:meth:`Demo.node_hours_command`).
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ class Demo:
     kueue: demokueue.KueueDemo | None = None
     #: with ``autoscale``: the record of Karpenter's NodeClaims (``gpuspawner report --nodeclaims``)
     nodeclaims: Path | None = None
+    #: whether the culler runs (and writes :attr:`action_log`)
+    culler: bool = True
 
     @property
     def action_log(self) -> Path:
@@ -102,7 +107,8 @@ class Demo:
         if self.nodeclaims is None:
             return ""
         cli = shutil.which("gpuspawner", path=str(Path(sys.executable).parent)) or "gpuspawner"  # (this venv's)
-        return f"{cli} report --nodeclaims {self.nodeclaims} --actions {self.action_log} --since 1d"
+        actions = f" --actions {self.action_log}" if self.culler else ""  # (no culler: no idle reclaim to join)
+        return f"{cli} report --nodeclaims {self.nodeclaims}{actions} --since 1d"
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes], log_file: Path) -> None:
@@ -225,6 +231,7 @@ def running_demo(
             prometheus=prometheus,
             kueue=kueue_demo,
             nodeclaims=state / NODECLAIM_RECORD if autoscale else None,
+            culler=culler,
         )
 
 
@@ -264,9 +271,11 @@ def autoscale_banner(demo: Demo) -> str:
     """The startup text's lines on the autoscaled pools' node-hours ("" without ``--autoscale``)."""
     if demo.nodeclaims is None:
         return ""
+    saved = ", and saved by idle reclaims," if demo.culler else ""
     return (
-        "GPU pools at zero nodes (Karpenter): a GPU server brings a node up, an idle one the culler stops lets it go.\n"
-        f"  GPU node-hours held, and saved by idle reclaims, in hours and cost (recorded from the start):\n"
+        "GPU pools at zero nodes (Karpenter): a GPU server brings a node up, an emptied node goes away.\n"
+        f"  GPU node-hours held{saved} in hours and cost, recorded from the start (run it while the demo runs:\n"
+        f"  its state folder goes when it stops):\n"
         f"  {demo.node_hours_command()}\n"
     )
 

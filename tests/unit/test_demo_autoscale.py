@@ -62,9 +62,9 @@ def test_without_autoscale_there_is_no_recorder(monkeypatch, tmp_path):
     assert "nodeclaim-recorder" not in found and "gpu-culler" in found
 
 
-def demo(state: Path, autoscale: bool) -> Demo:
+def demo(state: Path, autoscale: bool, culler: bool = True) -> Demo:
     fields: dict[str, Any] = dict.fromkeys(("url", "api_url", "cluster", "runner", "hub", "telemetry", "prometheus"))
-    return Demo(state=state, nodeclaims=state / NODECLAIM_RECORD if autoscale else None, **fields)
+    return Demo(state=state, nodeclaims=state / NODECLAIM_RECORD if autoscale else None, culler=culler, **fields)
 
 
 @pytest.mark.parametrize("autoscale", [True, False])
@@ -81,3 +81,11 @@ def test_the_printed_report_reads_the_demos_record_and_action_log(tmp_path, auto
     args = parser().parse_args(words[1:])
     assert args.func.__module__ == "gpuspawner.tools.report"
     assert (Path(args.nodeclaims), Path(args.actions)) == (tmp_path / NODECLAIM_RECORD, tmp_path / ACTION_LOG)
+
+
+def test_without_the_culler_the_printed_report_reads_no_action_log(tmp_path):
+    """(`--no-culler`: no action log is written, and the report would refuse a missing file.)"""
+    running = demo(tmp_path, autoscale=True, culler=False)
+    args = parser().parse_args(shlex.split(running.node_hours_command())[1:])
+    assert Path(args.nodeclaims) == tmp_path / NODECLAIM_RECORD and args.actions is None
+    assert "saved by idle reclaims" not in autoscale_banner(running)
