@@ -35,6 +35,9 @@ c.ConfigurableHTTPProxy.pid_file = str(STATE / "proxy.pid")
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{os.environ.get('GPUSPAWNER_DEMO_PROXY_API_PORT', '8001')}"
 c.JupyterHub.cleanup_servers = True
 c.JupyterHub.default_url = "/hub/home"
+# the hub's managed services (the culler, the NodeClaim recorder) and roles, added below
+c.JupyterHub.load_roles = []
+c.JupyterHub.services = []
 
 # ---------------------------------------------------------------- who may log in
 c.JupyterHub.authenticator_class = "dummy"
@@ -118,6 +121,26 @@ if os.environ.get("GPUSPAWNER_DEMO_AUTOSCALE") == "1":
     # The price on the card is the admin's (Karpenter's prices are not readable): one H100 of the
     # pool's eight-GPU instance type at 40.00 an hour (gpuspawner/devcluster/karpenter.py).
     c.GPUSpawner.offering_overrides["gpu-nvidia-h100-80gb-hbm3"]["price_per_hour"] = 5.0
+    # Karpenter's NodeClaims as they change, appended to the demo's state folder, as
+    # hub_config/z2jh_values.yaml's "nodeclaim-recorder" does in a deployment: a deleted NodeClaim
+    # leaves the API, and `gpuspawner report --nodeclaims` (the demo prints the command) reads
+    # the GPU node-hours each pool held, and what the culler's idle reclaims let go, from this
+    # record. A managed service gets none of the hub's environment: the cluster's kubeconfig is
+    # given on its command line.
+    c.JupyterHub.services.append(
+        {
+            "name": "nodeclaim-recorder",
+            "command": [
+                sys.executable,
+                "-m",
+                "gpuspawner.tools.cli",
+                "record-nodeclaims",
+                os.environ.get("GPUSPAWNER_DEMO_NODECLAIMS", str(STATE / "nodeclaims.jsonl")),
+                *([f"--kubeconfig={os.environ['KUBECONFIG']}"] if os.environ.get("KUBECONFIG") else []),
+            ],
+            "display": False,
+        }
+    )
 
 # ---------------------------------------------------------------- Kueue (make demo KUEUE=1)
 # The demo's devcluster runs the real Kueue, and a batch Job of another namespace takes quota
@@ -147,8 +170,6 @@ CULLER_TIMING = os.environ.get("GPUSPAWNER_DEMO_CULLER_ARGS", "").split() or [
     # warn users (through the notebook extension) this long before acting
     "--GpuCuller.warn_before_seconds=60",
 ]
-c.JupyterHub.load_roles = []
-c.JupyterHub.services = []
 CULLER_PORT = int(os.environ.get("GPUSPAWNER_DEMO_CULLER_METRICS_PORT", "9101"))
 if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
     c.JupyterHub.load_roles.append(
@@ -170,6 +191,9 @@ if os.environ.get("GPUSPAWNER_DEMO_CULLER", "1") == "1":
                 # Its own metrics, for the demo's Prometheus to scrape.
                 f"--metrics-port={CULLER_PORT}",
                 "--GpuCuller.metrics_ip=127.0.0.1",
+                # Every action it takes, in the demo's state folder (what `gpuspawner report
+                # --actions` reads: the nodes an idle reclaim freed).
+                f"--GpuCuller.action_log_path={os.environ.get('GPUSPAWNER_DEMO_ACTION_LOG', STATE / 'gpu-culler-actions.jsonl')}",
                 *CULLER_TIMING,
             ],
             # /services/gpu-culler/api/actions: each user reads why the culler acted

@@ -11,6 +11,7 @@ by the hub's REST API in every server model, scope ``read:servers``)::
          "pod": "<pod name>", "namespace": "<ns>",
          "url": "http://<pod ip>:<port>/user/<name>/",  # direct address, for the kernel API
          "gpu_hour_cost": 1.0,                        # per hour, against a GPU-hour budget
+         "price_per_hour": 5.0,                       # per hour, against a cost budget
          # Dynamic Resource Allocation only: the claim's allocated devices, read by the
          # spawner from the claim's status and the driver's ResourceSlice
          "devices": [{"driver": "gpu.nvidia.com", "pool": "<node>", "device": "gpu-0",
@@ -66,6 +67,9 @@ class ServerOffering:
     devices: tuple[Mapping[str, str], ...] = ()
     #: what an hour of it costs against its user's GPU-hour budget (None: not recorded)
     hourly_cost: float | None = None
+    #: what an hour of it costs against its user's cost budget, in the site's money (0: the
+    #: offering has no price; None: not recorded, a hub older than cost budgets)
+    hourly_price: float | None = None
 
     @property
     def is_gpu(self) -> bool:
@@ -150,4 +154,5 @@ def parse_offering(user_options: Mapping[str, Any] | None) -> ServerOffering:
         problem=problem,
         devices=record.devices or (),
         hourly_cost=record.cost,
+        hourly_price=record.price,
     )

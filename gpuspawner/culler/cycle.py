@@ -32,7 +32,7 @@ from gpuspawner.culler.kernels import KernelClient
 from gpuspawner.culler.leases import LeaseBook
 from gpuspawner.culler.notify import Notifier
 from gpuspawner.culler.observations import GpuIdleStreak, KernelMemo, turns, waiting_ranking
-from gpuspawner.culler.policy import STOP, BudgetRunway, Policy
+from gpuspawner.culler.policy import COST, STOP, BudgetRunway, Policy
 from gpuspawner.culler.promclient import PrometheusClient
 from gpuspawner.culler.serverwork import ServerOutcome, ServerWork
 from gpuspawner.culler.tokens import ServerTokens
@@ -175,7 +175,13 @@ class Culler(ServerWork):
         waiting = dict(view.waiting) if view.available else {}
         began = turns(self._ranking, waiting, self.policy.turns, now)
         budgets = {user: BudgetRunway(remaining, rate, now) for user, (remaining, rate) in view.budgets.items()} if view.available else {}
-        noticed = self._budget_noticed(budgets, now)
+        noticed = self._budget_noticed(budgets, self.policy.budget_noticed, now)
+        cost_budgets = (
+            {user: BudgetRunway(remaining, rate, now, COST) for user, (remaining, rate) in view.cost_budgets.items()}
+            if view.available
+            else {}
+        )
+        cost_noticed = self._budget_noticed(cost_budgets, self.policy.cost_budget_noticed, now)
         self.policy = replace(
             self.policy,
             waiting=waiting,
@@ -184,6 +190,8 @@ class Culler(ServerWork):
             leases=self.leases.grants(),
             budgets=budgets,
             budget_noticed=noticed,
+            cost_budgets=cost_budgets,
+            cost_budget_noticed=cost_noticed,
         )
         self.actions.policy = self.policy
         if waiting:
@@ -192,19 +200,20 @@ class Culler(ServerWork):
                 ", ".join(f"{count} for {name}" for count, name in waiting.values()),
             )
 
-    def _budget_noticed(self, budgets: Mapping[str, BudgetRunway], now: datetime) -> dict[str, datetime]:
-        """Per user, when the culler first saw their GPU-hour budget run out within the warning
-        window (kept while it stays so; a budget the hub no longer exports, or one that no
-        longer runs out that soon, is forgotten)."""
+    def _budget_noticed(self, budgets: Mapping[str, BudgetRunway], before: Mapping[str, datetime], now: datetime) -> dict[str, datetime]:
+        """Per user, when the culler first saw their budget (GPU-hours or cost: ``budgets``; as
+        seen ``before``) run out within the warning window (kept while it stays so; a budget the
+        hub no longer exports, or one that no longer runs out that soon, is forgotten)."""
         horizon = now.timestamp() + self.warn_before_s
         noticed = {}
         for user, runway in budgets.items():
             out = runway.runs_out_at()
             if out is not None and out.timestamp() <= horizon:
-                noticed[user] = self.policy.budget_noticed.get(user, now)
-                if user not in self.policy.budget_noticed:
+                noticed[user] = before.get(user, now)
+                if user not in before:
                     self.log.info(
-                        "the GPU-hour budget of %s runs out at %s: its GPU servers are warned, then stopped",
+                        "the %s budget of %s runs out at %s: its GPU servers are warned, then stopped",
+                        "cost" if runway.is_cost else "GPU-hour",
                         user,
                         out.isoformat(timespec="seconds"),
                     )

@@ -77,8 +77,13 @@ def _lease_decision(
 
 
 def _budget_decision(server: ServerRecord, policy: Policy, reasons: list[str], memory: float | None) -> CullDecision:
-    runway = policy.budgets[server.user]
-    words = f"its user's GPU-hour budget ran out ({runway.remaining_hours:.2f} hours left at {runway.as_of:%H:%M} UTC, spending {runway.rate_per_hour:g} per hour)"
+    stop = policy.budget_stop(server)
+    assert stop is not None  # (budget_over said so)
+    runway = stop[1]
+    if runway.is_cost:
+        words = f"its user's cost budget ran out ({runway.remaining_hours:.2f} left at {runway.as_of:%H:%M} UTC, spending {runway.rate_per_hour:g} per hour)"
+    else:
+        words = f"its user's GPU-hour budget ran out ({runway.remaining_hours:.2f} hours left at {runway.as_of:%H:%M} UTC, spending {runway.rate_per_hour:g} per hour)"
     return CullDecision(STOP, stop_reason=BUDGET, reasons=tuple([*reasons, words]), memory_mib=memory)
 
 

@@ -54,10 +54,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL, UTIL, GpuQuerySettings
+from gpuspawner.culler.gpu_query import BUDGET_SERIES, ENGINE, FB_USED, SERIES_LABEL, UTIL, GpuQuerySettings, runways
 from gpuspawner.names.vocabulary import (
-    BUDGET_REMAINING,
-    BUDGET_SPEND_RATE,
     DEVICE_MIG_PROFILE,
     DEVICE_NAME,
     DEVICE_POOL,
@@ -217,6 +215,8 @@ class GpuView:
     waiting: Mapping[str, tuple[int, str]] = field(default_factory=dict)
     #: the hub's GPU-hour budgets per user: (hours left, GPU-hours per hour being spent)
     budgets: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    #: the same of their cost budgets: (money left, money per hour being spent)
+    cost_budgets: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def for_devices(self, devices: Iterable[Mapping[str, str]]) -> PodGpuView:
         """The view of a pod's DRA devices (``vocabulary.RECORD_DEVICES`` entries), decided
@@ -385,8 +385,7 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
     by_device: dict[tuple[str, str, str], DeviceReading] = {}
     probed: set[str] = set()
     waiting: dict[str, tuple[int, str]] = {}
-    remaining: dict[str, float] = {}
-    spending: dict[str, float] = {}
+    figures: dict[str, dict[str, float]] = {}  # the hub's budget series: user -> figure, per series
     for item in data.get("result") or []:
         labels = item.get("metric") or {}
         tag = labels.get(SERIES_LABEL, "")
@@ -399,11 +398,11 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
             if count and labels.get("offering"):
                 waiting[labels["offering"]] = (count, labels.get("name") or labels["offering"])
             continue
-        if metric in (BUDGET_REMAINING, BUDGET_SPEND_RATE):
+        if metric in BUDGET_SERIES:
             figure = _finite(item)
             who = labels.get("name") or labels.get("user")  # the hub's user name (older hubs: the label)
             if figure is not None and who:
-                (remaining if metric == BUDGET_REMAINING else spending)[who] = figure
+                figures.setdefault(metric, {})[who] = figure
             continue
         if not stat:
             continue  # a series that is not ours
@@ -444,7 +443,8 @@ def parse_query_response(body: Any, settings: GpuQuerySettings) -> GpuView:
         shared_pods=shared,
         probe=bool(probed),
         waiting=waiting,
-        budgets={user: (left, max(0.0, spending.get(user, 0.0))) for user, left in remaining.items()},
+        budgets=runways(figures, "hours"),
+        cost_budgets=runways(figures, "cost"),
         by_device=by_device,
         settings=settings,
     )

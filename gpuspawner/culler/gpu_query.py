@@ -1,12 +1,15 @@
-"""The one PromQL query the culler sends each cycle for the GPU view: dcgm-exporter's (or the probe's) per-device series over the window, the spawns waiting per offering (the hubs' queues and Kueue's) and its users' GPU-hour budgets, tagged by series and statistic. Pure."""
+"""The one PromQL query the culler sends each cycle for the GPU view: dcgm-exporter's (or the probe's) per-device series over the window, the spawns waiting per offering (the hubs' queues and Kueue's) and its users' GPU-hour and cost budgets, tagged by series and statistic. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuspawner.names.vocabulary import (
     BUDGET_REMAINING,
     BUDGET_SPEND_RATE,
+    COST_BUDGET_REMAINING,
+    COST_BUDGET_SPEND_RATE,
     KUEUE_WORKLOADS_WAITING,
     PROBE_DEVICE_TOTAL,
     PROBE_POD_MEMORY,
@@ -60,6 +63,19 @@ def _tag(expr: str, metric: str, stat: str) -> str:
     return f'label_replace({expr}, "{SERIES_LABEL}", "{metric}:{stat}", "", "")'
 
 
+#: the hub's budget series the query reads, per budget (GPU-hours, money): left, spent per hour
+BUDGETS = {"hours": (BUDGET_REMAINING, BUDGET_SPEND_RATE), "cost": (COST_BUDGET_REMAINING, COST_BUDGET_SPEND_RATE)}
+BUDGET_SERIES = frozenset(name for pair in BUDGETS.values() for name in pair)
+
+
+def runways(figures: Mapping[str, Mapping[str, float]], budget: str) -> dict[str, tuple[float, float]]:
+    """Per user with a figure of what is left of ``budget`` (a key of :data:`BUDGETS`), read
+    from the series' ``figures`` (series -> user -> value): (left, spent per hour; 0 where unread or below)."""
+    left, rate = BUDGETS[budget]
+    rates = figures.get(rate, {})
+    return {user: (value, max(0.0, rates.get(user, 0.0))) for user, value in figures.get(left, {}).items()}
+
+
 def build_query(settings: GpuQuerySettings) -> str:
     """The one PromQL expression asked each cycle."""
     w = f"{int(settings.window_s)}s"
@@ -88,4 +104,7 @@ def build_query(settings: GpuQuerySettings) -> str:
     # the hub's GPU-hour budgets: the least left and the most spent, over the hub's replicas
     parts.append(_tag(f"min by (user, name) ({BUDGET_REMAINING})", BUDGET_REMAINING, "last"))
     parts.append(_tag(f"max by (user, name) ({BUDGET_SPEND_RATE})", BUDGET_SPEND_RATE, "last"))
+    # and their cost budgets, the same way (money left, money per hour)
+    parts.append(_tag(f"min by (user, name) ({COST_BUDGET_REMAINING})", COST_BUDGET_REMAINING, "last"))
+    parts.append(_tag(f"max by (user, name) ({COST_BUDGET_SPEND_RATE})", COST_BUDGET_SPEND_RATE, "last"))
     return " or ".join(parts)

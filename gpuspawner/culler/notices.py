@@ -62,6 +62,18 @@ def _idle_and_limit(idle_s: float, limit_s: float) -> str:
     return f"{duration_words(idle_s)} (limit {duration_words(limit_s)})"
 
 
+def budget_words(server: ServerRecord, policy: Policy, coming: bool) -> str:
+    """Why a server is (``coming``: will be) stopped for its user's budget, the GPU-hour one or
+    the cost one, whichever stops it (:meth:`Policy.budget_stop`)."""
+    stop = policy.budget_stop(server)
+    runway = stop[1] if stop is not None else policy.budgets.get(server.user)
+    cost = runway is not None and runway.is_cost
+    name = "cost budget" if cost else "GPU-hour budget"
+    unit = "per hour" if cost else "GPU-hours per hour"
+    spend = f" (spending {runway.rate_per_hour:g} {unit})" if runway is not None and runway.rate_per_hour > 0 else ""
+    return f"your {name} {'runs' if coming else 'ran'} out{spend}; a new start is refused until it frees up"
+
+
 def why_words(server: ServerRecord, decision: CullDecision, policy: Policy, earlier: timedelta = timedelta(0)) -> str:
     """Why the culler acts, e.g. "the whole GPU was idle for 30 minutes (limit
     30)" -- or, for a warning ``earlier`` than the action, why it will: "the whole
@@ -76,11 +88,7 @@ def why_words(server: ServerRecord, decision: CullDecision, policy: Policy, earl
     if decision.stop_reason == GPU_LEASE:
         return lease_words(server, policy, ended=not now)
     if decision.stop_reason == BUDGET:
-        runway = policy.budgets.get(server.user)
-        spend = f" (spending {runway.rate_per_hour:g} GPU-hours per hour)" if runway is not None and runway.rate_per_hour > 0 else ""
-        if now:
-            return f"your GPU-hour budget runs out{spend}; a new start is refused until it frees up"
-        return f"your GPU-hour budget ran out{spend}; a new start is refused until it frees up"
+        return budget_words(server, policy, now)
     if decision.action == RECLAIM and decision.shutdown:
         first = max(decision.shutdown, key=lambda k: k.idle_for or timedelta(0))
         n = len(decision.shutdown)

@@ -198,7 +198,7 @@ def lease_over(server: ServerRecord, policy: Policy, now: datetime) -> timedelta
 
 
 def budget_over(server: ServerRecord, policy: Policy, now: datetime) -> bool:
-    """Whether the server is stopped now because its user's GPU-hour budget ran out."""
+    """Whether the server is stopped now because a budget of its user's (GPU-hours or cost) ran out."""
     at = policy.budget_stop_at(server)
     return at is not None and now >= at
 

@@ -50,14 +50,26 @@ class LeaseGrant:
     renewed_at: datetime | None = None
 
 
+#: the two budgets a user's servers may be stopped for: GPU-hours, and money
+#: (``c.GPUSpawner.user_gpu_budget``'s ``"hours"`` and ``"cost"``)
+GPU_HOURS, COST = "hours", "cost"
+
+
 @dataclass(frozen=True)
 class BudgetRunway:
     """A user's GPU-hour budget as the hub exports it (``gpuspawner_budget_*``), read this
-    cycle: hours left when read, and the GPU-hours per hour their running servers spend."""
+    cycle: hours left when read, and the GPU-hours per hour their running servers spend; or,
+    ``measure`` :data:`COST`, their cost budget (``gpuspawner_cost_budget_*``): money left, and
+    money per hour."""
 
     remaining_hours: float
     rate_per_hour: float
     as_of: datetime
+    measure: str = GPU_HOURS
+
+    @property
+    def is_cost(self) -> bool:
+        return self.measure == COST
 
     def runs_out_at(self) -> datetime | None:
         """When the budget reaches 0 at this rate (None: it never does at this rate)."""
@@ -157,6 +169,9 @@ class Policy:
     #: per user, when the culler first saw their budget run out within ``turn_notice``: a
     #: server is stopped for its budget no earlier than that plus ``turn_notice`` (warned first)
     budget_noticed: Mapping[str, datetime] = field(default_factory=dict)
+    #: the same two of the users' cost budgets (money left, money per hour)
+    cost_budgets: Mapping[str, BudgetRunway] = field(default_factory=dict)
+    cost_budget_noticed: Mapping[str, datetime] = field(default_factory=dict)
 
     def idle_timeout_for(self, offering: ServerOffering) -> int:
         """The offering's idle timeout as configured (0 or less: never stopped for idleness)."""
@@ -243,21 +258,33 @@ class Policy:
         grant = self.lease_grant(server)
         return began + timedelta(seconds=length + grant.extensions * max(0, int(self.gpu_lease_extension)))
 
+    def budget_stop(self, server: ServerRecord) -> tuple[datetime, BudgetRunway] | None:
+        """When the server is stopped because a budget of its user's runs out, and which
+        budget (the GPU-hour one or the cost one, whichever stops it first): when it reaches 0
+        at the rate of their running servers, and no earlier than ``turn_notice`` after the
+        culler first saw that coming (None: neither runs out, or the server costs nothing
+        against the one that does)."""
+        if not server.offering.is_gpu:
+            return None
+        stops = []
+        for runways, noticed_at, per_hour in (
+            (self.budgets, self.budget_noticed, server.offering.hourly_cost),
+            (self.cost_budgets, self.cost_budget_noticed, server.offering.hourly_price),
+        ):
+            runway = runways.get(server.user)
+            out = runway.runs_out_at() if runway is not None else None
+            if runway is None or out is None or (per_hour is not None and per_hour <= 0):
+                continue
+            noticed = noticed_at.get(server.user)
+            if noticed is not None:
+                out = max(out, noticed + timedelta(seconds=max(0, self.turn_notice)))
+            stops.append((out, runway))
+        return min(stops, key=lambda stop: stop[0]) if stops else None
+
     def budget_stop_at(self, server: ServerRecord) -> datetime | None:
-        """When the server is stopped because its user's GPU-hour budget runs out: when it
-        reaches 0 at the rate of their running servers, and no earlier than ``turn_notice``
-        after the culler first saw that coming (None: it does not run out, or the server
-        costs nothing)."""
-        if not server.offering.is_gpu or (server.offering.hourly_cost is not None and server.offering.hourly_cost <= 0):
-            return None
-        runway = self.budgets.get(server.user)
-        out = runway.runs_out_at() if runway is not None else None
-        if out is None:
-            return None
-        noticed = self.budget_noticed.get(server.user)
-        if noticed is not None:
-            out = max(out, noticed + timedelta(seconds=max(0, self.turn_notice)))
-        return out
+        """When the server is stopped because a budget of its user's runs out (:meth:`budget_stop`)."""
+        stop = self.budget_stop(server)
+        return stop[0] if stop is not None else None
 
     def gpu_idle_limit_for(self, offering: ServerOffering) -> int:
         """The bound after which GPU idleness wins, in seconds; 0: none. Never

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 _UNLESS: dict[str | None, str] = {
     GPU_IDLE_LIMIT: "unless the GPU is used (only GPU use counts)",
     GPU_LEASE: "whatever happens (its GPU lease ends)",
-    BUDGET: "whatever happens (its user's GPU-hour budget runs out)",
+    BUDGET: "whatever happens (a budget of its user's runs out: GPU-hours or cost)",
 }
 
 

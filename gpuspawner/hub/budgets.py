@@ -2,8 +2,8 @@
 own ledger when Prometheus is not set or does not answer in time), a spawn the budget does not
 cover refused with 429, the ledger kept in each server's saved state, and the figures
 exported for the culler (``gpuspawner_budget_*``; the cost budget's as
-``gpuspawner_cost_budget_*``, which the culler does not read). The counting is
-:mod:`gpuspawner.capacity.budgetmath`'.
+``gpuspawner_cost_budget_*``: the culler stops a user's servers when either runs out). The
+counting is :mod:`gpuspawner.capacity.budgetmath`'.
 
 A cost budget (``"cost"`` in ``user_gpu_budget`` or a group's) is measured the same way, the
 hours of each offering at its ``price_per_hour`` per unit (an offering without one costs
@@ -298,18 +298,33 @@ class _BudgetCollector:
         yield used
         yield limit
         yield spend
-        # the cost budgets, for the report and the dashboard (the culler stops for GPU-hours only)
+        # the cost budgets, the same way: for the culler (left, and the rate it goes at), the
+        # report and the dashboard
+        cost_left = GaugeMetricFamily(
+            v.COST_BUDGET_REMAINING,
+            "Money left in each user's cost budget: as last measured, carried on at the rate of their running servers",
+            labels=["user", "window", "name"],
+        )
         spent = GaugeMetricFamily(
             v.COST_BUDGET_USED,
             "What each user's servers cost in their cost budget's window, as last measured",
             labels=["user", "window", "source"],
         )
         cost_limit = GaugeMetricFamily(v.COST_BUDGET, "Each user's cost budget, in the site's money", labels=["user", "window"])
+        cost_rate = GaugeMetricFamily(
+            v.COST_BUDGET_SPEND_RATE,
+            "Money per hour each user's running servers spend now (the culler stops them when the cost budget runs out)",
+            labels=["user", "window", "name"],
+        )
         for user, found in _now(LAST_COST):
+            cost_left.add_metric([user, found.budget.window, NAMES.get(user, user)], found.remaining)
             spent.add_metric([user, found.budget.window, found.source], found.used)
             cost_limit.add_metric([user, found.budget.window], found.budget.hours)
+            cost_rate.add_metric([user, found.budget.window, NAMES.get(user, user)], found.rate)
+        yield cost_left
         yield spent
         yield cost_limit
+        yield cost_rate
 
 
 def _now(last: dict[str, Standing]) -> list[tuple[str, Standing]]:

@@ -87,6 +87,7 @@ def server_record(state: SpawnState, pod: str, namespace: str, url: str | None =
         shared_claim=state.shared_claim,
         devices=tuple(state.devices) if state.devices is not None else None,
         cost=offering.hourly_cost(count),
+        price=(offering.price_per_hour or 0.0) * count,
     ).to_json()
 
 

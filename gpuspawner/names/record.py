@@ -25,6 +25,7 @@ from gpuspawner.names.vocabulary import (
     RECORD_NAMESPACE,
     RECORD_OFFERING,
     RECORD_POD,
+    RECORD_PRICE,
     RECORD_RESOURCES,
     RECORD_SHARED_CLAIM,
     RECORD_URL,
@@ -53,6 +54,8 @@ class GpuRecord:
     devices: tuple[Mapping[str, str], ...] | None = None
     #: what an hour of the server costs against a GPU-hour budget; None when not written
     cost: float | None = None
+    #: what an hour of the server costs against a cost budget (0: no price); None when not written
+    price: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as it is written (optional keys only when set)."""
@@ -73,6 +76,8 @@ class GpuRecord:
             out[RECORD_DEVICES] = [dict(d) for d in self.devices]
         if self.cost is not None:
             out[RECORD_COST] = self.cost
+        if self.price is not None:
+            out[RECORD_PRICE] = self.price
         return out
 
     @classmethod
@@ -92,10 +97,7 @@ class GpuRecord:
         if devices is not None and (not isinstance(devices, list) or not all(isinstance(d, Mapping) for d in devices)):
             problems[RECORD_DEVICES] = f"{RECORD_DEVICES!r} is not a list of devices"
             devices = None
-        cost = raw.get(RECORD_COST)
-        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0):
-            problems[RECORD_COST] = f"{RECORD_COST!r} is {cost!r}, not a cost per hour of 0 or more"
-            cost = None
+        cost, price = (_per_hour(raw, key, problems) for key in (RECORD_COST, RECORD_PRICE))
         record = cls(
             offering=_text(raw.get(RECORD_OFFERING)),
             kind=_text(raw.get(RECORD_KIND)),
@@ -107,7 +109,8 @@ class GpuRecord:
             claim_template=_text(raw.get(RECORD_CLAIM_TEMPLATE)),
             shared_claim=_text(raw.get(RECORD_SHARED_CLAIM)),
             devices=tuple({str(k): str(v) for k, v in d.items()} for d in devices) if devices is not None else None,
-            cost=float(cost) if cost is not None else None,
+            cost=cost,
+            price=price,
         )
         return record, problems
 
@@ -115,6 +118,15 @@ class GpuRecord:
     def takes_units(self) -> bool:
         """Whether the server holds units a quota counts: resources, or a DRA claim."""
         return bool(self.resources or self.claim_template or self.shared_claim)
+
+
+def _per_hour(raw: Mapping[str, Any], key: str, problems: dict[str, str]) -> float | None:
+    """``raw[key]``, a cost per hour of 0 or more (None: absent, or wrong and said in ``problems``)."""
+    value = raw.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+        problems[key] = f"{key!r} is {value!r}, not a cost per hour of 0 or more"
+        return None
+    return float(value) if value is not None else None
 
 
 def _text(value: Any) -> str | None:

@@ -67,7 +67,7 @@ class StopReason(StrEnum):
     UNRESPONSIVE = "unresponsive"  #: its pod stalled the cycle after cycle, and its GPU is idle
     GPU_LEASE = "gpu_lease"  #: it has held its GPU for its kind's GPU lease: the hard maximum nothing vetoes
     WAITING = "waiting"  #: idle past ``reclaim_for_waiting_after`` while spawns wait, first in line to make room
-    BUDGET = "budget"  #: its user's GPU-hour budget ran out while it ran (warned first)
+    BUDGET = "budget"  #: a budget of its user's (GPU-hours or cost) ran out while it ran (warned first)
 
 
 class Refusal(StrEnum):
@@ -125,6 +125,10 @@ RECORD_URL = "url"  #: the server's direct address (for the culler's kernel view
 #: what an hour of the server costs against a GPU-hour budget (the culler stops only a server
 #: that costs something when its user's budget runs out)
 RECORD_COST = "gpu_hour_cost"
+#: what an hour of the server costs against a cost budget (the offering's ``price_per_hour``
+#: times the units; 0 where it has no price: the culler stops only a server that costs
+#: something when its user's cost budget runs out)
+RECORD_PRICE = "price_per_hour"
 #: Dynamic Resource Allocation only: the ResourceClaimTemplate the spawner made for the pod
 #: (deleted when the server stops, also after a hub restart).
 RECORD_CLAIM_TEMPLATE = "claim_template"
@@ -231,6 +235,11 @@ BUDGET_SPEND_RATE = "gpuspawner_budget_spend_rate"
 #: their servers cost in the window, and the budget, in the site's money (``gpuspawner report``).
 COST_BUDGET_USED = "gpuspawner_cost_budget_used"
 COST_BUDGET = "gpuspawner_cost_budget"
+#: The same as BUDGET_REMAINING and BUDGET_SPEND_RATE for the cost budgets (labels ``user``,
+#: ``window``, ``name``), read by the culler: money left, and money per hour their running
+#: servers spend.
+COST_BUDGET_REMAINING = "gpuspawner_cost_budget_remaining"
+COST_BUDGET_SPEND_RATE = "gpuspawner_cost_budget_spend_rate"
 #: An offering's price per unit-hour, the admin's ``price_per_hour`` (labels ``offering``,
 #: ``kind``, ``hub``), for ``gpuspawner report``'s cost figures.
 OFFERING_PRICE = "gpuspawner_offering_price_per_hour"

@@ -21,7 +21,10 @@ With ``--kueue`` the devcluster runs Kueue too, every GPU server goes through it
 With ``--autoscale`` the devcluster starts with its CPU node only and runs the real Karpenter
 with its GPU pools at zero nodes (:mod:`gpuspawner.devcluster.karpenter`): a GPU server brings
 a node up, after the node class's registration delay (:data:`AUTOSCALE_BOOT`, a cloud's boot
-time), and an emptied node goes away; no other team's pods are seeded.
+time), and an emptied node goes away; no other team's pods are seeded. The hub records
+Karpenter's NodeClaims into the state folder (its ``nodeclaim-recorder`` service), and the
+startup text prints the ``gpuspawner report`` that shows the GPU node-hours held and what the
+culler's idle reclaims saved (:meth:`Demo.node_hours_command`).
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ CONFIG = REPO / "hub_config" / "demo_config.py"
 NAMESPACE = "jhub"
 #: with ``--autoscale``: how long Karpenter's kwok provider waits before a new node registers
 AUTOSCALE_BOOT = "20s"
+#: in the state folder: the culler's action log, and (``--autoscale``) the record of Karpenter's
+#: NodeClaims the hub's ``nodeclaim-recorder`` service appends (``gpuspawner record-nodeclaims``)
+ACTION_LOG = "gpu-culler-actions.jsonl"
+NODECLAIM_RECORD = "nodeclaims.jsonl"
 
 #: Another team's jobs, already holding GPUs when the demo starts (so free counts are not all full).
 OTHER_TEAM = [
@@ -84,6 +91,24 @@ class Demo:
     prometheus: Prometheus
     #: what the demo set up in Kueue (``kueue=True``), else None
     kueue: demokueue.KueueDemo | None = None
+    #: with ``autoscale``: the record of Karpenter's NodeClaims (``gpuspawner report --nodeclaims``)
+    nodeclaims: Path | None = None
+    #: whether the culler runs (and writes :attr:`action_log`)
+    culler: bool = True
+
+    @property
+    def action_log(self) -> Path:
+        """The culler's action log (``gpuspawner report --actions``)."""
+        return self.state / ACTION_LOG
+
+    def node_hours_command(self) -> str:
+        """The ``gpuspawner report`` that shows the GPU node-hours the autoscaled pools held and
+        what idle reclaims let go ("" without ``autoscale``)."""
+        if self.nodeclaims is None:
+            return ""
+        cli = shutil.which("gpuspawner", path=str(Path(sys.executable).parent)) or "gpuspawner"  # (this venv's)
+        actions = f" --actions {self.action_log}" if self.culler else ""  # (no culler: no idle reclaim to join)
+        return f"{cli} report --nodeclaims {self.nodeclaims}{actions} --since 1d"
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes], log_file: Path) -> None:
@@ -180,7 +205,8 @@ def running_demo(
             "GPUSPAWNER_DEMO_PROMETHEUS_TOKEN": prometheus_token,
             "GPUSPAWNER_DEMO_CULLER_METRICS_PORT": str(culler_metrics_port),
             **(demokueue.hub_env() if kueue else {}),
-            **({"GPUSPAWNER_DEMO_AUTOSCALE": "1"} if autoscale else {}),
+            "GPUSPAWNER_DEMO_ACTION_LOG": str(state / ACTION_LOG),
+            **({"GPUSPAWNER_DEMO_AUTOSCALE": "1", "GPUSPAWNER_DEMO_NODECLAIMS": str(state / NODECLAIM_RECORD)} if autoscale else {}),
             **(extra_env or {}),
         }
         # Kueue's objects for the hub's offerings, as `gpuspawner kueue` writes them from the
@@ -204,6 +230,8 @@ def running_demo(
             telemetry=telemetry,
             prometheus=prometheus,
             kueue=kueue_demo,
+            nodeclaims=state / NODECLAIM_RECORD if autoscale else None,
+            culler=culler,
         )
 
 
@@ -239,6 +267,19 @@ def follow(path: Path, stop: threading.Event, start: int, show: Callable[..., ob
                 show(line.rstrip("\n"), flush=True)
 
 
+def autoscale_banner(demo: Demo) -> str:
+    """The startup text's lines on the autoscaled pools' node-hours ("" without ``--autoscale``)."""
+    if demo.nodeclaims is None:
+        return ""
+    saved = ", and saved by idle reclaims," if demo.culler else ""
+    return (
+        "GPU pools at zero nodes (Karpenter): a GPU server brings a node up, an emptied node goes away.\n"
+        f"  GPU node-hours held{saved} in hours and cost, recorded from the start (run it while the demo runs:\n"
+        f"  its state folder goes when it stops):\n"
+        f"  {demo.node_hours_command()}\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="JupyterHub with GPUSpawner on a simulated GPU cluster")
     parser.add_argument("--port", type=int, default=8000)
@@ -270,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"Hub log: {demo.state / 'jupyterhub.log'}   KUBECONFIG={demo.cluster.kubeconfig}\n"
                 f"Other logs (Prometheus, dcgm-exporter stand-in, pods): {demo.state}\n"
                 f"{demokueue.banner(demo.kueue, demo.cluster.kubeconfig) if demo.kueue else ''}"
+                f"{autoscale_banner(demo)}"
                 "Press Ctrl-C to stop everything. The hub's log and the culler's decisions follow.\n",
                 flush=True,
             )

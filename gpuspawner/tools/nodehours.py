@@ -243,8 +243,9 @@ def render(pools: Mapping[str, PoolHours], fmt: str = "table") -> str:
                     "gpu_node_hours": round(p.gpu_node_hours, 3),
                     "cost": None if p.cost is None else round(p.cost, 2),
                     "released_after_idle_reclaim": len(p.releases),
-                    "gpu_node_hours_not_held": round(p.gpu_hours_not_held, 3),
-                    "cost_not_paid": None if p.cost_not_paid is None else round(p.cost_not_paid, 2),
+                    # (to the second and below: a node let go minutes ago has saved a little already)
+                    "gpu_node_hours_not_held": round(p.gpu_hours_not_held, 6),
+                    "cost_not_paid": None if p.cost_not_paid is None else round(p.cost_not_paid, 6),
                     "releases": [
                         {
                             "nodeclaim": r.claim,
@@ -253,7 +254,7 @@ def render(pools: Mapping[str, PoolHours], fmt: str = "table") -> str:
                             "reclaimed": r.reclaimed.isoformat(),
                             "deleted": r.deleted.isoformat(),
                             "minutes_after_reclaim": round(r.minutes_after_reclaim, 1),
-                            "hours_not_held": round(r.not_held_h, 3),
+                            "hours_not_held": round(r.not_held_h, 6),
                         }
                         for r in p.releases
                     ],
@@ -266,7 +267,7 @@ def render(pools: Mapping[str, PoolHours], fmt: str = "table") -> str:
         return "GPU nodes of autoscaled pools: none lived in the range (no GPU NodeClaim)."
 
     def money(value: float | None) -> str:
-        return "price unknown" if value is None else f"${value:,.2f}"
+        return "price unknown" if value is None else f"${_amount(value)}"
 
     lines = ["GPU nodes of autoscaled pools (measured from Karpenter's NodeClaims):"]
     for p in pools.values():
@@ -277,6 +278,25 @@ def render(pools: Mapping[str, PoolHours], fmt: str = "table") -> str:
             after = sum(r.minutes_after_reclaim for r in p.releases) / len(p.releases)
             lines.append(
                 f"    {len(p.releases)} node(s) let go after an idle reclaim (on average {after:.1f} min after it); "
-                f"the pool then ran {p.gpu_hours_not_held:.2f} GPU node-hours without them ({money(p.cost_not_paid)} not paid)"
+                f"the pool then ran {_amount(p.gpu_hours_not_held)} GPU node-hours without them ({money(p.cost_not_paid)} not paid)"
+            )
+        for r in p.releases:
+            cost = None if r.price is None else r.not_held_h * r.price
+            lines.append(
+                f"      NodeClaim {r.claim} (node {r.node}): deleted {r.minutes_after_reclaim:.1f} min after "
+                f"{r.user or 'a user'}'s idle server was stopped at {r.reclaimed:%Y-%m-%d %H:%M:%S %Z}; the pool then ran "
+                f"{_duration(r.not_held_h)} without it ({_amount(r.not_held_h * r.gpus)} GPU node-hours, {money(cost)} not paid)"
             )
     return "\n".join(lines)
+
+
+def _amount(value: float) -> str:
+    """Two decimals, or four where that would say 0 of something that is not (a node let go minutes ago)."""
+    return f"{value:,.2f}" if value == 0 or abs(value) >= 0.005 else f"{value:.4f}"
+
+
+def _duration(hours: float) -> str:
+    seconds = hours * 3600
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{hours:.2f} h"

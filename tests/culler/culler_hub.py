@@ -26,6 +26,7 @@ from gpuspawner.devcluster.hub import CHP, REPO, VENV_BIN, Hub  # noqa: F401 (th
 CONTRACT = """
 KINDS = {"a100-80gb": "full", "t4-shared": "shared"}
 RESOURCES = {"full": {"nvidia.com/gpu": "1"}, "shared": {"nvidia.com/gpu.shared": "1"}}
+PRICES = {"a100-80gb": 5.0, "t4-shared": 0.0}  # against a cost budget (the T4 share has no price)
 
 
 def with_contract(spawner, ip, port, slug):
@@ -35,6 +36,7 @@ def with_contract(spawner, ip, port, slug):
         "offering": slug, "kind": KINDS[slug], "resources": RESOURCES[KINDS[slug]],
         "pod": "jupyter-" + spawner.user.name, "namespace": "jhub",
         "url": f"http://{ip}:{port}{spawner.server.base_url}",
+        "price_per_hour": PRICES[slug],
     }
     return opts
 """

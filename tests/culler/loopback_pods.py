@@ -30,7 +30,7 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL
-from gpuspawner.names.vocabulary import BUDGET_REMAINING, BUDGET_SPEND_RATE
+from gpuspawner.names.vocabulary import BUDGET_REMAINING, BUDGET_SPEND_RATE, COST_BUDGET_REMAINING, COST_BUDGET_SPEND_RATE
 from tests.culler.culler_hub import CONTRACT, EXAMPLE_ROLE, Hub, join_gpu_users
 
 
@@ -152,6 +152,8 @@ class GpuAnswers:
         self.pods: dict[str, tuple[float, float, float]] = {}
         #: the hub's GPU-hour budgets, per user name: (hours left, GPU-hours spent per hour)
         self.budgets: dict[str, tuple[float, float]] = {}
+        #: their cost budgets, per user name: (money left, money spent per hour)
+        self.cost_budgets: dict[str, tuple[float, float]] = {}
         self.asked = 0
         answers = self
 
@@ -189,6 +191,10 @@ class GpuAnswers:
             labels = {"user": user, "name": user}
             out.append({"metric": {**labels, SERIES_LABEL: f"{BUDGET_REMAINING}:last"}, "value": [now, str(left)]})
             out.append({"metric": {**labels, SERIES_LABEL: f"{BUDGET_SPEND_RATE}:last"}, "value": [now, str(rate)]})
+        for user, (left, rate) in sorted(self.cost_budgets.items()):
+            labels = {"user": user, "name": user}
+            out.append({"metric": {**labels, SERIES_LABEL: f"{COST_BUDGET_REMAINING}:last"}, "value": [now, str(left)]})
+            out.append({"metric": {**labels, SERIES_LABEL: f"{COST_BUDGET_SPEND_RATE}:last"}, "value": [now, str(rate)]})
         return out
 
     def close(self) -> None:

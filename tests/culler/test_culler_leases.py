@@ -150,3 +150,46 @@ async def test_a_budget_that_runs_out_while_the_notebook_runs_is_warned_then_sto
         assert c.metrics.value("gpuspawner_culler_server_stops_total", {"reason": "budget", "kind": "full"}) == 1
     finally:
         await c.close()
+
+
+async def test_a_cost_budget_that_runs_out_is_warned_then_stopped_and_a_server_without_a_price_is_not(make_hub, tmp_path):
+    """The same with a cost budget (money left and spent per hour, as the hub exports them):
+    cash's priced A100 is warned, then stopped, in words of the cost budget; tina's T4 share,
+    which has no price, spends nothing of hers and is kept, though her cost budget ran out too."""
+    cash, tina = Pod(extension=True), Pod(extension=True)
+    busy = (0.9, 1.0, 40000.0)
+    hub, gpus = await make_hub({"cash": ("a100-80gb", cash, busy), "tina": ("t4-shared", tina, busy)})
+    start = await started_at(hub, "cash") + M
+    c, rec, _ = in_process_culler(
+        hub.api_url,
+        gpus.url,
+        hub.culler_token,
+        "--GpuCuller.warn_before_seconds=300",
+        f"--GpuCuller.action_log_path={tmp_path / 'a.jsonl'}",
+    )
+    try:
+        gpus.cost_budgets = {"cash": (10.0, 5.0), "tina": (-1.0, 0.0)}  # two hours left at 5.00 an hour
+        assert (await cycle(c, start)).outcome("cash").decision.action == KEEP
+        assert not [n for n in cash.notices if n.get("warning")]
+        gpus.cost_budgets = {"cash": (0.25, 5.0), "tina": (-1.0, 0.0)}  # 3 minutes left: warned for 5
+        outcome = await cycle(c, start + H)
+        assert outcome.outcome("cash").decision.action == KEEP and outcome.outcome("tina").decision.action == KEEP
+        warning = cash.notices[-1]
+        assert warning["warning"] is True and warning["cause"] == BUDGET and warning["keepable"] is False
+        assert warning["reason"] == "your cost budget runs out (spending 5 per hour); a new start is refused until it frees up"
+        assert "the cost budget of cash runs out at" in rec.text()
+        assert not [n for n in tina.notices if n.get("warning")]
+        gpus.cost_budgets = {"cash": (-0.1, 5.0), "tina": (-1.0, 0.0)}
+        assert (await cycle(c, start + H + 4 * M)).outcome("cash").decision.action == KEEP
+        last = await cycle(c, start + H + 5 * M)
+        assert last.outcome("cash").decision.action == STOP and last.outcome("cash").decision.stop_reason == BUDGET
+        assert "its user's cost budget ran out" in last.outcome("cash").decision.summary()
+        assert last.outcome("tina").decision.action == KEEP
+        await hub.wait_stopped("cash")
+        [record] = c.action_log.entries("cash")
+        assert record["reason"] == BUDGET and record["what"] == "Your server was stopped"
+        assert record["why"] == "your cost budget ran out (spending 5 per hour); a new start is refused until it frees up"
+        assert c.action_log.entries("tina") == [] and (await hub.server("tina"))["ready"]
+        assert c.metrics.value("gpuspawner_culler_server_stops_total", {"reason": "budget", "kind": "full"}) == 1
+    finally:
+        await c.close()

@@ -20,6 +20,8 @@ from gpuspawner.culler.gpu_query import ENGINE, FB_USED, SERIES_LABEL, UTIL, Gpu
 from gpuspawner.names.vocabulary import (
     BUDGET_REMAINING,
     BUDGET_SPEND_RATE,
+    COST_BUDGET_REMAINING,
+    COST_BUDGET_SPEND_RATE,
     KUEUE_WORKLOADS_WAITING,
     PROBE_DEVICE_TOTAL,
     PROBE_POD_MEMORY,
@@ -119,7 +121,7 @@ def test_prometheus_stores_the_standins_rows_with_their_labels(world):
 def test_query_is_one_expression_over_the_exporter_and_probe_metrics():
     q = build_query(GpuQuerySettings(window_s=300, selector='exported_namespace="jhub"'))
     parts = q.split(" or ")
-    assert len(parts) == 17  # (the waiting spawns' own "or" splits one part in two)
+    assert len(parts) == 19  # (the waiting spawns' own "or" splits one part in two)
     # activity: mean (what is judged), max (what is shown) and samples; memory: now and samples
     for metric, n in ((ENGINE, 3), (UTIL, 3), (FB_USED, 2), (PROBE_POD_MEMORY + "{", 1), (PROBE_POD_SM_UTIL, 3)):
         assert sum(metric in p for p in parts) == n, metric
@@ -133,6 +135,9 @@ def test_query_is_one_expression_over_the_exporter_and_probe_metrics():
     # the hub's GPU-hour budgets: the least left and the most spent per user, unfiltered too
     assert sum(f"min by (user, name) ({BUDGET_REMAINING})" in p for p in parts) == 1
     assert sum(f"max by (user, name) ({BUDGET_SPEND_RATE})" in p for p in parts) == 1
+    # and their cost budgets, the same way
+    assert sum(f"min by (user, name) ({COST_BUDGET_REMAINING})" in p for p in parts) == 1
+    assert sum(f"max by (user, name) ({COST_BUDGET_SPEND_RATE})" in p for p in parts) == 1
     assert q.count('{exported_namespace="jhub"}') == 12
     assert q.count("[300s]") == 10  # FB_USED and the probe's memory "now" are instant selectors
     assert all(f'"{SERIES_LABEL}"' in p for p in q.replace(waiting, "").split(" or "))

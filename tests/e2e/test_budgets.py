@@ -192,7 +192,7 @@ c.GPUSpawner.hub_id = "{hub_id}"
 def test_a_cost_budget_from_prometheus(tmp_path_factory):
     """The cost budget on the demo stack: student1's 10 slice-hours at 1.25 are 12.50 of their
     12.50, measured by Prometheus; the page says so and disables the slice, the REST API refuses
-    with 429 in money, and the hub exports the price and the figures."""
+    with 429 in money, and the hub exports the price and the figures, which reach the culler."""
     with budget_demo(tmp_path_factory, COST_CONFIG) as (_, demo):
         page = spawn_page(demo, "student1")
         shown = r"Your cost budget: (12\.5\d|12\.4\d) of 12\.50 spent in the last 7 days \(0\.0\d left; measured by Prometheus\)\."
@@ -207,3 +207,13 @@ def test_a_cost_budget_from_prometheus(tmp_path_factory):
         assert f'gpuspawner_offering_price_per_hour{{hub="{HUB_ID}",kind="mig",offering="{SLICE}"}} 1.25' in metrics
         spent = re.search(r'gpuspawner_cost_budget_used\{source="prometheus",user="student1",window="rolling-7d"\} (\S+)', metrics)
         assert spent and float(spent.group(1)) == pytest.approx(12.5, abs=0.05)
+        # left, and spent per hour (nothing runs), as for the GPU-hour budget: the culler stops a
+        # user's priced servers when it runs out (its own query, asked of the demo's Prometheus,
+        # which scrapes the hub)
+        left = re.search(r'gpuspawner_cost_budget_remaining\{name="student1",user="student1",window="rolling-7d"\} (\S+)', metrics)
+        assert left and float(left.group(1)) < 0.1
+        assert 'gpuspawner_cost_budget_spend_rate{name="student1",user="student1",window="rolling-7d"} 0.0' in metrics
+        figures = wait_for(
+            lambda: culler_view(demo).cost_budgets.get("student1"), "student1's cost budget in the culler's view", timeout=120, interval=1
+        )
+        assert figures[0] < 0.1 and figures[1] == 0.0, figures

@@ -8,12 +8,23 @@ node. With the pool's limit at zero nodes the page says "the pool is at its limi
 refused at once in those words (the hub reads the limit); with a limit the hub does not read (GPUs),
 Karpenter refuses and the spawn is refused with Karpenter's own reason, not left waiting
 (gpuspawner/tools/demo.py, gpuspawner/devcluster/karpenter.py, hub_config/demo_config.py,
-gpuspawner/capacity/karpenterpools.py, gpuspawner/hub/autoscaler.py)."""
+gpuspawner/capacity/karpenterpools.py, gpuspawner/hub/autoscaler.py).
+
+Then, on the same demo (its culler on, with short timeouts for MIG slices only: a whole GPU is
+never stopped for idleness here, so the H100 story above is not disturbed), issue 42's whole
+story: from zero GPU nodes a MIG spawn brings a node of the A100 MIG pool up, the notebook sits
+idle, the culler warns and then stops it (its action log naming the node), Karpenter's
+consolidation removes the emptied node, and `gpuspawner report`, run as the demo prints it, reads
+the demo's own NodeClaim record (its hub-managed `nodeclaim-recorder`) and the culler's action
+log: the GPU node-hours the pool held, that node let go after the idle reclaim, and what that
+saved in GPU node-hours and in money (tools/nodehours.py, tools/nodeclaimlog.py)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import shlex
+import subprocess
 import urllib.request
 
 import pytest
@@ -24,12 +35,21 @@ from tests.e2e.demo_stack import demo_with_token, spawn_page
 from tests.e2e.test_budgets import call
 
 H100 = "gpu-nvidia-h100-80gb-hbm3"
+MIG = "mig-nvidia-a100-sxm4-40gb-1g-5gb"
 POOL_NODES = "/api/v1/nodes?labelSelector=karpenter.sh/nodepool"
+NODECLAIMS = "/apis/karpenter.sh/v1/nodeclaims"
+#: the culler stops an idle MIG slice after a minute, warning 45 s ahead (so that it warns before it
+#: stops, whenever it first sees the server); a whole GPU never (0: off), nor anything else here
+CULLER_ARGS = (
+    "--cull-every=5 --timeout=3600 --kernel-timeout=3600 --kind-timeout=mig=60 --kind-timeout=full=0 "
+    "--kind-timeout=shared=3600 --gpu-window=40 --gpu-min-samples=3 --GpuCuller.warn_before_seconds=45"
+)
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    with demo_with_token(tmp_path_factory, "", culler=False, autoscale=True) as running:
+    env = {"GPUSPAWNER_DEMO_CULLER_ARGS": CULLER_ARGS}
+    with demo_with_token(tmp_path_factory, "", culler=True, env=env, autoscale=True) as running:
         yield running
 
 
@@ -94,3 +114,62 @@ def progress(demo, user: str) -> tuple[list[str], dict]:
                     return messages, event
                 messages.append(event.get("message") or "")
     raise AssertionError(f"the progress stream of {user} ended without a result")
+
+
+@pytest.mark.timeout(900)  # (events only: a node's boot, a minute's idleness, the culler's warning and stop, consolidation)
+def test_an_idle_mig_servers_node_goes_after_the_culler_stops_it_and_the_report_shows_the_saving(demo):
+    kube = demo.cluster.client()
+    assert kube.request("GET", POOL_NODES)["items"] == []  # zero GPU nodes (the H100 story's node is gone)
+    assert demo.nodeclaims is not None
+    wait_for(lambda: demo.nodeclaims.exists(), "the demo's nodeclaim-recorder service starting its record", timeout=120)
+    assert call(demo, "POST", "/users/student1/server", {"offering": MIG})[0] in (201, 202)
+    messages, last = progress(demo, "student1")
+    assert last.get("ready"), last
+    claim = next(m for m in messages if m.startswith("Karpenter is starting a new node for this server: NodeClaim gpu-a100-mig-"))
+    name = claim.rsplit(" ", 2)[-2]
+    (node,) = [n["metadata"]["name"] for n in kube.request("GET", POOL_NODES)["items"]]
+    (pod,) = kube.request("GET", "/api/v1/namespaces/jhub/pods?labelSelector=component%3Dsingleuser-server")["items"]
+    assert pod["spec"]["nodeName"] == node
+    wait_for(lambda: name in demo.nodeclaims.read_text(), "the recorder writing the new NodeClaim", timeout=60)
+
+    # idle: warned, then stopped by the culler
+    wait_for(lambda: not call(demo, "GET", "/users/student1")[1]["servers"], "the culler stopping the idle MIG server", timeout=300)
+    log = (demo.state / "jupyterhub.log").read_text()
+    warned, stopped = log.find("warned student1: server stop in"), log.find(f"stop server student1 [mig {MIG}] (idle)")
+    assert 0 <= warned < stopped, log[-6000:]
+    actions = [json.loads(line) for line in demo.action_log.read_text().splitlines() if line.strip()]
+    (stop,) = [a for a in actions if a["user"] == "student1" and a["action"] == "server_stopped"]
+    assert stop["reason"] == "idle" and stop["nodes"] == [node], stop
+
+    # Karpenter's consolidation removes the emptied node; the recorder writes its deletion
+    wait_for(
+        lambda: name not in {c["metadata"]["name"] for c in kube.request("GET", NODECLAIMS)["items"]},
+        "Karpenter removing the emptied MIG node",
+        timeout=240,
+        interval=0.5,
+    )
+    assert kube.request("GET", POOL_NODES)["items"] == []
+    wait_for(
+        lambda: any(r["metadata"]["name"] == name and "deletionTimestamp" in r["metadata"] for r in records(demo)),
+        "the recorder writing the deletion",
+        timeout=60,
+    )
+
+    # the report the demo prints, as a newcomer runs it
+    command = shlex.split(demo.node_hours_command())
+    table = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+    print(f"$ {demo.node_hours_command()}\n{table}")  # (shown with -s: what a newcomer sees)
+    assert "GPU nodes of autoscaled pools (measured from Karpenter's NodeClaims):" in table
+    assert "  gpu-a100-mig: 1 node(s), " in table and "1 node(s) let go after an idle reclaim" in table, table
+    assert f"      NodeClaim {name} (node {node}): deleted " in table and "after student1's idle server was stopped" in table, table
+    rows = json.loads(subprocess.run([*command, "--format", "json"], capture_output=True, text=True, timeout=120, check=True).stdout)
+    (mig,) = [r for r in rows if r["pool"] == "gpu-a100-mig"]
+    assert mig["gpu_node_hours"] > 0 and mig["cost"] > 0  # held: one GPU node, at the kwok provider's price
+    assert mig["released_after_idle_reclaim"] == 1
+    (release,) = mig["releases"]
+    assert (release["nodeclaim"], release["node"], release["user"]) == (name, node, "student1")
+    assert mig["gpu_node_hours_not_held"] > 0 and mig["cost_not_paid"] > 0  # saved: the pool ran a node fewer since
+
+
+def records(demo) -> list[dict]:
+    return [json.loads(line) for line in demo.nodeclaims.read_text().splitlines() if line.strip()]

@@ -62,6 +62,17 @@ def test_held_hours_per_pool_and_the_node_an_idle_reclaim_let_go():
     assert row.cost_not_paid == pytest.approx(40.0 * release.not_held_h)
     text = nodehours.render(pools)
     assert f"  {POOL}: 2 node(s), " in text and "1 node(s) let go after an idle reclaim (on average 0.2 min after it)" in text
+    # each node let go, by name, with its own saving
+    gap = release.not_held_h
+    assert (
+        f"      NodeClaim {KEPT} (node {node}): deleted 0.2 min after ada's idle server was stopped at 2026-11-29 04:41:10 UTC; "
+        f"the pool then ran {gap * 60:.1f} min without it ({8 * gap:,.2f} GPU node-hours, ${40 * gap:,.2f} not paid)"
+    ) in text, text
+    # a node let go seconds ago has saved a little, not nothing: the table says it, the JSON to the second
+    soon = nodehours.measure(claims, nodehours.idle_reclaims(actions), START, t("04:41:25"))[POOL]
+    assert "the pool then ran 1 s without it (0.0022 GPU node-hours, $0.01 not paid)" in nodehours.render({POOL: soon})
+    [as_json] = json.loads(nodehours.render({POOL: soon}, "json"))
+    assert as_json["gpu_node_hours_not_held"] == pytest.approx(8 / 3600, abs=1e-6) and as_json["cost_not_paid"] > 0
 
 
 def test_a_reclaim_too_long_before_or_on_another_node_releases_nothing_and_a_new_node_ends_the_gap():
