@@ -17,7 +17,10 @@ idle, the culler warns and then stops it (its action log naming the node), Karpe
 consolidation removes the emptied node, and `gpuspawner report`, run as the demo prints it, reads
 the demo's own NodeClaim record (its hub-managed `nodeclaim-recorder`) and the culler's action
 log: the GPU node-hours the pool held, that node let go after the idle reclaim, and what that
-saved in GPU node-hours and in money (tools/nodehours.py, tools/nodeclaimlog.py)."""
+saved in GPU node-hours and in money (tools/nodehours.py, tools/nodeclaimlog.py).
+
+Last, a node that goes under a running notebook: the T4 pool's NodeClaim deleted while a notebook
+runs there, and the user told why on the home page in Karpenter's words (hub/departures.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ import pytest
 
 from gpuspawner.devcluster.karpenter import POOLS, node_pool
 from tests.conftest import wait_for
-from tests.e2e.demo_stack import demo_with_token, spawn_page
+from tests.e2e.demo_stack import demo_with_token, login, spawn_page
 from tests.e2e.test_budgets import call
 
 H100 = "gpu-nvidia-h100-80gb-hbm3"
@@ -173,3 +176,66 @@ def test_an_idle_mig_servers_node_goes_after_the_culler_stops_it_and_the_report_
 
 def records(demo) -> list[dict]:
     return [json.loads(line) for line in demo.nodeclaims.read_text().splitlines() if line.strip()]
+
+
+T4 = "shared-tesla-t4-shared-time-slicing-4x"
+
+
+@pytest.mark.timeout(900)  # (events only: a node's boot, Karpenter's drain to the node's grace period, the hub's poll)
+def test_a_notebook_whose_node_goes_under_it_is_told_why_and_nothing_is_left_behind(demo):
+    """Issue 42, a node that vanishes under a running notebook: the T4 pool's NodeClaim is deleted
+    while researcher2's notebook runs on its node (as a spot interruption's handler, or an admin, does).
+    The notebook's ``karpenter.sh/do-not-disrupt`` keeps it until the node's grace period ends; then
+    the real Karpenter deletes the pod, the hub marks the server stopped and its home page says why
+    in Karpenter's words, naming the node; the NodeClaim and node go, no pod of the server is left,
+    and the page counts the pool as before (no node, a new one starts on demand)."""
+    kube = demo.cluster.client()
+    pool = node_pool(next(p for p in POOLS if p.name == "gpu-t4-ts"), network=True)
+    pool["spec"]["template"]["spec"]["terminationGracePeriod"] = "30s"  # (without one, a protected pod holds its node for ever)
+    demo.cluster.karpenter().apply(pool)
+    # the hub's watch of NodePools starts with its first catalog: the pool's offering is there once it has listed them
+    wait_for(lambda: "a new node starts for you" in card(spawn_page(demo, "researcher2"), T4), "the T4 pool's offering", timeout=120)
+    status, answer = call(demo, "POST", "/users/researcher2/server", {"offering": T4})
+    assert status in (201, 202), answer
+    messages, last = progress(demo, "researcher2")
+    assert last.get("ready"), last
+    pods = "/api/v1/namespaces/jhub/pods?labelSelector=hub.jupyter.org%2Fusername%3Dresearcher2"
+    (pod,) = kube.request("GET", pods)["items"]
+    node = pod["spec"]["nodeName"]
+    assert pod["metadata"]["annotations"].get("karpenter.sh/do-not-disrupt") == "true"
+    (claim,) = [c for c in kube.request("GET", NODECLAIMS)["items"] if (c.get("status") or {}).get("nodeName") == node]
+    assert claim["metadata"]["labels"]["karpenter.sh/nodepool"] == "gpu-t4-ts"
+
+    kube.request("DELETE", f"{NODECLAIMS}/{claim['metadata']['name']}")
+    wait_for(
+        lambda: not kube.request("GET", pods)["items"], "Karpenter deleting the notebook's pod at the node's grace period", timeout=300
+    )
+    wait_for(lambda: not call(demo, "GET", "/users/researcher2")[1]["servers"], "the hub marking the server stopped", timeout=180)
+    opener, _ = login(demo, "researcher2")
+    home = opener.open(f"{demo.url}/hub/home", timeout=60).read().decode()
+    said = f"because Karpenter, the cluster&#39;s node autoscaler, ended its node {node}"
+    assert said in home or said.replace("&#39;", "'") in home, home[-3000:]
+    assert "Please start it again." in home
+    print(next(line.strip() for line in home.splitlines() if "ended its node" in line))  # (shown with -s: the user's words)
+    wait_for(
+        lambda: (
+            claim["metadata"]["name"] not in {c["metadata"]["name"] for c in kube.request("GET", NODECLAIMS)["items"]}
+            and not kube.request("GET", POOL_NODES)["items"]
+        ),
+        "the NodeClaim and its node gone",
+        timeout=240,
+    )
+    assert not kube.request("GET", pods)["items"]
+    wait_for(
+        lambda: card(spawn_page(demo, "researcher2"), T4).count("a new node starts for you") == 1,
+        "the pool counted at zero nodes",
+        timeout=120,
+    )
+
+
+def card(page: str, slug: str) -> str:
+    """The spawn page's card of ``slug`` (its HTML; "" where the page has none)."""
+    start = page.find(f'data-slug="{slug}"')
+    if start < 0:
+        return ""
+    return page[start : page.index('<div class="gs-option', start)] if '<div class="gs-option' in page[start:] else page[start:]
