@@ -201,13 +201,13 @@ async def check(spawner: Spawner, offering: Offering, count: int, catalog: list[
         if found is None:
             continue
         state = spawner.spawn_state
+        if state.pod_changes is not None:  # the user's GPU view reads the figures (no credential goes in)
+            extra = env(found, hourly(offering, count, measure), spawner.now())
+            state.pod_changes = dataclasses.replace(state.pod_changes, env={**state.pod_changes.env, **extra})
         if measure == COST:
             state.messages.append(cost_budget_progress(found.used, found.budget.hours, hourly(offering, count, COST)))
-            continue
-        if state.pod_changes is not None:  # the user's GPU view reads the figures (no credential goes in)
-            extra = env(found, offering, count, spawner.now())
-            state.pod_changes = dataclasses.replace(state.pod_changes, env={**state.pod_changes.env, **extra})
-        state.messages.append(budget_progress(found.used, found.budget.hours, offering.hourly_cost(count)))
+        else:
+            state.messages.append(budget_progress(found.used, found.budget.hours, offering.hourly_cost(count)))
 
 
 def check_now(spawner: Spawner, offering: Offering, count: int) -> None:
@@ -251,18 +251,27 @@ def _rate_changed(spawner: Spawner, now: datetime) -> None:
             _last(measure)[user] = found.at(now, sum(u.cost for u in ledger_uses(spawner, measure) if u.end is None))
 
 
-def env(found: Standing | None, offering: Offering, count: int, now: datetime) -> dict[str, str]:
-    """What the user's GPU view reads to show the running total (no credential: figures only)."""
+def env(found: Standing | None, per_hour: float, now: datetime) -> dict[str, str]:
+    """What the user's GPU view reads to show a budget's running total (no credential: figures
+    only): the GPU-hour budget's ``GPUSPAWNER_BUDGET_*`` or the cost budget's
+    ``GPUSPAWNER_COST_BUDGET_*``, by the budget's measure; ``per_hour``: what an hour of this server
+    costs against it."""
     if found is None:
         return {}
-    return {
-        v.ENV_BUDGET_HOURS: f"{found.budget.hours:g}",
-        v.ENV_BUDGET_WINDOW: found.budget.window,
-        v.ENV_BUDGET_USED: f"{found.used:.4f}",
-        v.ENV_BUDGET_COST: f"{offering.hourly_cost(count):g}",
-        v.ENV_BUDGET_AS_OF: now.isoformat(),
-        v.ENV_BUDGET_SOURCE: found.source,
-    }
+    names = (
+        (
+            v.ENV_COST_BUDGET,
+            v.ENV_COST_BUDGET_WINDOW,
+            v.ENV_COST_BUDGET_SPENT,
+            v.ENV_COST_BUDGET_PRICE,
+            v.ENV_COST_BUDGET_AS_OF,
+            v.ENV_COST_BUDGET_SOURCE,
+        )
+        if found.budget.measure == COST
+        else (v.ENV_BUDGET_HOURS, v.ENV_BUDGET_WINDOW, v.ENV_BUDGET_USED, v.ENV_BUDGET_COST, v.ENV_BUDGET_AS_OF, v.ENV_BUDGET_SOURCE)
+    )
+    values = (f"{found.budget.hours:g}", found.budget.window, f"{found.used:.4f}", f"{per_hour:g}", now.isoformat(), found.source)
+    return dict(zip(names, values, strict=True))
 
 
 class _BudgetCollector:

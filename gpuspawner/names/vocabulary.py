@@ -193,6 +193,14 @@ ENV_BUDGET_USED = "GPUSPAWNER_BUDGET_USED"
 ENV_BUDGET_COST = "GPUSPAWNER_BUDGET_COST"
 ENV_BUDGET_AS_OF = "GPUSPAWNER_BUDGET_AS_OF"
 ENV_BUDGET_SOURCE = "GPUSPAWNER_BUDGET_SOURCE"
+#: The same for the user's cost budget (in the site's money): the budget, its window, what was spent
+#: then, this server's price per hour, when and from where it was measured.
+ENV_COST_BUDGET = "GPUSPAWNER_COST_BUDGET"
+ENV_COST_BUDGET_WINDOW = "GPUSPAWNER_COST_BUDGET_WINDOW"
+ENV_COST_BUDGET_SPENT = "GPUSPAWNER_COST_BUDGET_SPENT"
+ENV_COST_BUDGET_PRICE = "GPUSPAWNER_COST_BUDGET_PRICE"
+ENV_COST_BUDGET_AS_OF = "GPUSPAWNER_COST_BUDGET_AS_OF"
+ENV_COST_BUDGET_SOURCE = "GPUSPAWNER_COST_BUDGET_SOURCE"
 
 #: KubeSpawner's names for whose pod it is, which gpuspawner reads: the user as a pod
 #: label (KubeSpawner's escaped form) and the user and server name as annotations.

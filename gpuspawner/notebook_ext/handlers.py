@@ -21,7 +21,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from gpuspawner.notebook_ext.nvmldevices import Devices
-from gpuspawner.notebook_ext.offering import budget_from_env, offering_from_env, with_choice
+from gpuspawner.notebook_ext.offering import budget_from_env, cost_budget_from_env, offering_from_env, with_choice
 from gpuspawner.notebook_ext.plainpage import render_page
 from gpuspawner.notebook_ext.status import leases_url, status_body
 from gpuspawner.notebook_ext.view import NoticeBoard, ViewError, parse_culler_view
@@ -48,6 +48,7 @@ class State:
             now,
             budget_from_env(os.environ, now),
             leases_url(os.environ),
+            cost_budget_from_env(os.environ, now),
         )
 
 

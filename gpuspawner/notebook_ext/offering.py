@@ -68,16 +68,11 @@ def budget_from_env(env: Mapping[str, str], now: datetime) -> dict[str, Any] | N
 
     ``{"hours", "window", "used", "cost_per_hour", "source", "as_of", "text"}``.
     """
-    try:
-        hours = float(env[v.ENV_BUDGET_HOURS])
-        used_then = float(env[v.ENV_BUDGET_USED])
-        cost = float(env.get(v.ENV_BUDGET_COST, "0") or 0)
-        as_of = datetime.fromisoformat(env[v.ENV_BUDGET_AS_OF])
-        elapsed = max(0.0, (now - as_of).total_seconds())
-    except (KeyError, ValueError, TypeError):
+    found = _running_total(env, now, (v.ENV_BUDGET_HOURS, v.ENV_BUDGET_USED, v.ENV_BUDGET_COST, v.ENV_BUDGET_AS_OF))
+    if found is None:
         return None
+    hours, used, cost, as_of = found
     window = env.get(v.ENV_BUDGET_WINDOW, "")
-    used = used_then + cost * elapsed / 3600
     text = f"GPU budget {used:.1f} / {hours:g} h {_WINDOW_WORDS.get(window, '')}".rstrip()
     return {
         "hours": hours,
@@ -88,3 +83,40 @@ def budget_from_env(env: Mapping[str, str], now: datetime) -> dict[str, Any] | N
         "as_of": as_of.isoformat(),
         "text": text,
     }
+
+
+def cost_budget_from_env(env: Mapping[str, str], now: datetime) -> dict[str, Any] | None:
+    """The running total of the user's cost budget (in the site's money), as :func:`budget_from_env`
+    does the GPU-hour one's: spent at spawn plus this server's price per hour since then.
+
+    ``{"budget", "window", "spent", "price_per_hour", "source", "as_of", "text"}``.
+    """
+    found = _running_total(env, now, (v.ENV_COST_BUDGET, v.ENV_COST_BUDGET_SPENT, v.ENV_COST_BUDGET_PRICE, v.ENV_COST_BUDGET_AS_OF))
+    if found is None:
+        return None
+    budget, spent, price, as_of = found
+    window = env.get(v.ENV_COST_BUDGET_WINDOW, "")
+    text = f"Cost budget {spent:.2f} / {budget:.2f} {_WINDOW_WORDS.get(window, '')}".rstrip()
+    return {
+        "budget": budget,
+        "window": window,
+        "spent": round(spent, 4),
+        "price_per_hour": price,
+        "source": env.get(v.ENV_COST_BUDGET_SOURCE, ""),
+        "as_of": as_of.isoformat(),
+        "text": text,
+    }
+
+
+def _running_total(env: Mapping[str, str], now: datetime, names: tuple[str, str, str, str]) -> tuple[float, float, float, datetime] | None:
+    """(the budget, what was used then plus the rate since, the rate per hour, when it was measured)
+    from the env ``names`` (budget, used, rate, as of); None where one is missing or does not parse."""
+    limit, used, rate, when = names
+    try:
+        budget, used_then = float(env[limit]), float(env[used])
+        per_hour = float(env.get(rate, "0") or 0)
+        as_of = datetime.fromisoformat(env[when])
+        elapsed = max(0.0, (now - as_of).total_seconds())
+    except (KeyError, ValueError, TypeError):
+        return None
+    return budget, used_then + per_hour * elapsed / 3600, per_hour, as_of

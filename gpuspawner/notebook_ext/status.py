@@ -21,11 +21,15 @@ def status_body(
     now: datetime,
     budget: Mapping[str, Any] | None = None,
     extend_url: str = "",
+    cost_budget: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the notebook knows about its GPU and the culler, with the status line to show (and,
-    with a GPU-hour budget, its running total: ``offering.budget_from_env``). ``extend_url``:
-    the hub's page where the user extends a GPU lease (``leases_url``)."""
-    summary = status_line(offering, devices, board.view, now, board.reclaimed)
+    with a GPU-hour or cost budget, its running total: ``offering.budget_from_env``,
+    ``offering.cost_budget_from_env``). ``extend_url``: the hub's page where the user extends a
+    GPU lease (``leases_url``)."""
+    summary = " · ".join(
+        [status_line(offering, devices, board.view, now, board.reclaimed), *(found["text"] for found in (budget, cost_budget) if found)]
+    )
     lease = board.view.lease if board.view else None
     return {
         "offering": dict(offering) if offering else None,
@@ -33,8 +37,9 @@ def status_body(
         "culler": board.view.to_json() if board.view else None,
         "lease": {**lease, "extend_url": extend_url} if lease else None,
         "notices": notices(board.view, board.reclaimed, now, extend_url),
-        "summary": f"{summary} · {budget['text']}" if budget else summary,
+        "summary": summary,
         "budget": dict(budget) if budget else None,
+        "cost_budget": dict(cost_budget) if cost_budget else None,
         "now": now.isoformat().replace("+00:00", "Z"),
     }
 

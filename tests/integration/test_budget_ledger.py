@@ -76,6 +76,10 @@ async def test_a_cost_budget_is_kept_in_the_ledger_and_refuses_with_429(devclust
     await spawner.start()  # 0 spent + 1.50 for an hour fits the 1.50 budget
     try:
         assert "Cost budget: 0.00 of 1.50 spent; this server costs 1.50 per hour." in spawner.spawn_state.messages
+        env = {e["name"]: e.get("value") for e in (await pod_of(spawner))["spec"]["containers"][0]["env"]}
+        assert env["GPUSPAWNER_COST_BUDGET"] == "1.5" and env["GPUSPAWNER_COST_BUDGET_WINDOW"] == "rolling-7d"
+        assert env["GPUSPAWNER_COST_BUDGET_SPENT"] == "0.0000" and env["GPUSPAWNER_COST_BUDGET_PRICE"] == "1.5"
+        assert env["GPUSPAWNER_COST_BUDGET_SOURCE"] == "hub-record" and "GPUSPAWNER_BUDGET_HOURS" not in env
         [row] = spawner.get_state()["gpu_usage"]
         assert row["end"] is None and row["price"] == 1.5
         assert budgets.LAST_COST[user_label(spawner.user.name)].budget.hours == 1.5

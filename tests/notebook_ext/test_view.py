@@ -262,7 +262,7 @@ def test_offering_from_the_env_gpuspawner_sets():
 def test_status_body_shape():
     board = NoticeBoard()
     out = status_body(MIG, SLICE, board, NOW)
-    assert set(out) == {"offering", "devices", "culler", "lease", "notices", "summary", "budget", "now"}
+    assert set(out) == {"offering", "devices", "culler", "lease", "notices", "summary", "budget", "cost_budget", "now"}
     assert out["culler"] is None and out["notices"] == [] and out["summary"] == "MIG 1g.10gb · 3.1 / 10 GB"
 
 
@@ -286,6 +286,35 @@ def test_the_budget_running_total_from_the_figures_the_spawner_wrote():
     assert budget_from_env({}, NOW) is None
     assert budget_from_env({**env, "GPUSPAWNER_BUDGET_USED": "lots"}, NOW) is None
     assert status_body(MIG, SLICE, NoticeBoard(), NOW)["budget"] is None
+
+
+def test_the_cost_budget_running_total_beside_the_gpu_hour_one():
+    from gpuspawner.notebook_ext.offering import budget_from_env, cost_budget_from_env
+
+    cost = {
+        "GPUSPAWNER_COST_BUDGET": "150",
+        "GPUSPAWNER_COST_BUDGET_WINDOW": "week",
+        "GPUSPAWNER_COST_BUDGET_SPENT": "12.0000",
+        "GPUSPAWNER_COST_BUDGET_PRICE": "5",
+        "GPUSPAWNER_COST_BUDGET_AS_OF": (NOW - timedelta(minutes=30)).isoformat(),
+        "GPUSPAWNER_COST_BUDGET_SOURCE": "hub-record",
+    }
+    found = cost_budget_from_env(cost, NOW)
+    assert found is not None and found["spent"] == 14.5 and found["text"] == "Cost budget 14.50 / 150.00 this week"
+    assert budget_from_env(cost, NOW) is None  # a cost budget only: no GPU-hour line
+    alone = status_body(MIG, SLICE, NoticeBoard(), NOW, cost_budget=found)
+    assert alone["summary"] == "MIG 1g.10gb · 3.1 / 10 GB · Cost budget 14.50 / 150.00 this week"
+    assert alone["budget"] is None and alone["cost_budget"]["source"] == "hub-record"
+    hours = {
+        "GPUSPAWNER_BUDGET_HOURS": "20",
+        "GPUSPAWNER_BUDGET_WINDOW": "day",
+        "GPUSPAWNER_BUDGET_USED": "1",
+        "GPUSPAWNER_BUDGET_COST": "1",
+        "GPUSPAWNER_BUDGET_AS_OF": NOW.isoformat(),
+    }
+    both = status_body(MIG, SLICE, NoticeBoard(), NOW, budget_from_env({**cost, **hours}, NOW), cost_budget=found)
+    assert both["summary"].endswith(" · GPU budget 1.0 / 20 h today · Cost budget 14.50 / 150.00 this week")
+    assert cost_budget_from_env({**cost, "GPUSPAWNER_COST_BUDGET_SPENT": "some"}, NOW) is None
 
 
 # -- GPU leases (issue #28) ---------------------------------------------------------
