@@ -191,7 +191,8 @@ async def check(spawner: Spawner, offering: Offering, count: int, catalog: list[
     """Refuse (429) a spawn the user's GPU-hour or cost budget does not cover; an offering free
     of a budget is never refused by it."""
     for measure in (HOURS, COST):
-        if hourly(offering, count, measure) <= 0:
+        per_hour = hourly(offering, count, measure)
+        if per_hour <= 0:
             continue
         found = await standing(spawner, catalog, measure)
         refused = refusal(spawner, found, offering, count) if found is not None else None
@@ -202,12 +203,10 @@ async def check(spawner: Spawner, offering: Offering, count: int, catalog: list[
             continue
         state = spawner.spawn_state
         if state.pod_changes is not None:  # the user's GPU view reads the figures (no credential goes in)
-            extra = env(found, hourly(offering, count, measure), spawner.now())
+            extra = env(found, per_hour, spawner.now())
             state.pod_changes = dataclasses.replace(state.pod_changes, env={**state.pod_changes.env, **extra})
-        if measure == COST:
-            state.messages.append(cost_budget_progress(found.used, found.budget.hours, hourly(offering, count, COST)))
-        else:
-            state.messages.append(budget_progress(found.used, found.budget.hours, offering.hourly_cost(count)))
+        progress = cost_budget_progress if measure == COST else budget_progress
+        state.messages.append(progress(found.used, found.budget.hours, per_hour))
 
 
 def check_now(spawner: Spawner, offering: Offering, count: int) -> None:
@@ -251,6 +250,21 @@ def _rate_changed(spawner: Spawner, now: datetime) -> None:
             _last(measure)[user] = found.at(now, sum(u.cost for u in ledger_uses(spawner, measure) if u.end is None))
 
 
+#: Each measure's env names, in :func:`env`'s order: the budget, its window, what was used, the
+#: rate per hour, when and from where it was measured.
+_ENV_NAMES = {
+    HOURS: (v.ENV_BUDGET_HOURS, v.ENV_BUDGET_WINDOW, v.ENV_BUDGET_USED, v.ENV_BUDGET_COST, v.ENV_BUDGET_AS_OF, v.ENV_BUDGET_SOURCE),
+    COST: (
+        v.ENV_COST_BUDGET,
+        v.ENV_COST_BUDGET_WINDOW,
+        v.ENV_COST_BUDGET_SPENT,
+        v.ENV_COST_BUDGET_PRICE,
+        v.ENV_COST_BUDGET_AS_OF,
+        v.ENV_COST_BUDGET_SOURCE,
+    ),
+}
+
+
 def env(found: Standing | None, per_hour: float, now: datetime) -> dict[str, str]:
     """What the user's GPU view reads to show a budget's running total (no credential: figures
     only): the GPU-hour budget's ``GPUSPAWNER_BUDGET_*`` or the cost budget's
@@ -258,20 +272,8 @@ def env(found: Standing | None, per_hour: float, now: datetime) -> dict[str, str
     costs against it."""
     if found is None:
         return {}
-    names = (
-        (
-            v.ENV_COST_BUDGET,
-            v.ENV_COST_BUDGET_WINDOW,
-            v.ENV_COST_BUDGET_SPENT,
-            v.ENV_COST_BUDGET_PRICE,
-            v.ENV_COST_BUDGET_AS_OF,
-            v.ENV_COST_BUDGET_SOURCE,
-        )
-        if found.budget.measure == COST
-        else (v.ENV_BUDGET_HOURS, v.ENV_BUDGET_WINDOW, v.ENV_BUDGET_USED, v.ENV_BUDGET_COST, v.ENV_BUDGET_AS_OF, v.ENV_BUDGET_SOURCE)
-    )
     values = (f"{found.budget.hours:g}", found.budget.window, f"{found.used:.4f}", f"{per_hour:g}", now.isoformat(), found.source)
-    return dict(zip(names, values, strict=True))
+    return dict(zip(_ENV_NAMES[found.budget.measure], values, strict=True))
 
 
 class _BudgetCollector:
