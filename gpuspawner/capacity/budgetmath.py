@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuspawner.core.wording import money_words
+from gpuspawner.names.vocabulary import BUDGET_COST, BUDGET_HOURS
 
 DAY = "day"
 WEEK = "week"
@@ -46,8 +47,8 @@ PROMETHEUS = "prometheus"
 HUB_RECORD = "hub-record"
 
 #: What a budget limits: weighted GPU-hours (``hours``) or money (``cost``, at ``price_per_hour``).
-HOURS = "hours"
-COST = "cost"
+HOURS = BUDGET_HOURS
+COST = BUDGET_COST
 
 
 @dataclass(frozen=True)

@@ -212,8 +212,8 @@ class Culler(ServerWork):
                 noticed[user] = before.get(user, now)
                 if user not in before:
                     self.log.info(
-                        "the %s budget of %s runs out at %s: its GPU servers are warned, then stopped",
-                        "cost" if runway.is_cost else "GPU-hour",
+                        "the %s of %s runs out at %s: its GPU servers are warned, then stopped",
+                        runway.name,
                         user,
                         out.isoformat(timespec="seconds"),
                     )

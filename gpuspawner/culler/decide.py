@@ -80,10 +80,8 @@ def _budget_decision(server: ServerRecord, policy: Policy, reasons: list[str], m
     stop = policy.budget_stop(server)
     assert stop is not None  # (budget_over said so)
     runway = stop[1]
-    if runway.is_cost:
-        words = f"its user's cost budget ran out ({runway.remaining_hours:.2f} left at {runway.as_of:%H:%M} UTC, spending {runway.rate_per_hour:g} per hour)"
-    else:
-        words = f"its user's GPU-hour budget ran out ({runway.remaining_hours:.2f} hours left at {runway.as_of:%H:%M} UTC, spending {runway.rate_per_hour:g} per hour)"
+    left = "" if runway.is_cost else " hours"  # (money: the site's own unit, unnamed)
+    words = f"its user's {runway.name} ran out ({runway.remaining_hours:.2f}{left} left at {runway.as_of:%H:%M} UTC, spending {runway.rate_per_hour:g} per hour)"
     return CullDecision(STOP, stop_reason=BUDGET, reasons=tuple([*reasons, words]), memory_mib=memory)
 
 

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuspawner.names.vocabulary import (
+    BUDGET_COST,
+    BUDGET_HOURS,
     BUDGET_REMAINING,
     BUDGET_SPEND_RATE,
     COST_BUDGET_REMAINING,
@@ -64,7 +66,7 @@ def _tag(expr: str, metric: str, stat: str) -> str:
 
 
 #: the hub's budget series the query reads, per budget (GPU-hours, money): left, spent per hour
-BUDGETS = {"hours": (BUDGET_REMAINING, BUDGET_SPEND_RATE), "cost": (COST_BUDGET_REMAINING, COST_BUDGET_SPEND_RATE)}
+BUDGETS = {BUDGET_HOURS: (BUDGET_REMAINING, BUDGET_SPEND_RATE), BUDGET_COST: (COST_BUDGET_REMAINING, COST_BUDGET_SPEND_RATE)}
 BUDGET_SERIES = frozenset(name for pair in BUDGETS.values() for name in pair)
 
 

@@ -68,7 +68,7 @@ def budget_words(server: ServerRecord, policy: Policy, coming: bool) -> str:
     stop = policy.budget_stop(server)
     runway = stop[1] if stop is not None else policy.budgets.get(server.user)
     cost = runway is not None and runway.is_cost
-    name = "cost budget" if cost else "GPU-hour budget"
+    name = runway.name if runway is not None else "GPU-hour budget"
     unit = "per hour" if cost else "GPU-hours per hour"
     spend = f" (spending {runway.rate_per_hour:g} {unit})" if runway is not None and runway.rate_per_hour > 0 else ""
     return f"your {name} {'runs' if coming else 'ran'} out{spend}; a new start is refused until it frees up"

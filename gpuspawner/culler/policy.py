@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from gpuspawner.culler.contract import ServerOffering
 from gpuspawner.culler.records import BUDGET, GPU_IDLE_LIMIT, GPU_LEASE, UNRESPONSIVE, ServerRecord
-from gpuspawner.names.vocabulary import Kind, StopReason
+from gpuspawner.names.vocabulary import BUDGET_COST, BUDGET_HOURS, Kind, StopReason
 
 DEFAULT_KIND_TIMEOUTS: Mapping[str, int] = {
     Kind.FULL.value: 30 * 60,
@@ -52,7 +52,7 @@ class LeaseGrant:
 
 #: the two budgets a user's servers may be stopped for: GPU-hours, and money
 #: (``c.GPUSpawner.user_gpu_budget``'s ``"hours"`` and ``"cost"``)
-GPU_HOURS, COST = "hours", "cost"
+GPU_HOURS, COST = BUDGET_HOURS, BUDGET_COST
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,11 @@ class BudgetRunway:
     @property
     def is_cost(self) -> bool:
         return self.measure == COST
+
+    @property
+    def name(self) -> str:
+        """What the user is told the budget is: "cost budget" or "GPU-hour budget"."""
+        return "cost budget" if self.is_cost else "GPU-hour budget"
 
     def runs_out_at(self) -> datetime | None:
         """When the budget reaches 0 at this rate (None: it never does at this rate)."""

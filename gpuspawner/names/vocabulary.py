@@ -184,6 +184,11 @@ ENV_WORDS = "GPUSPAWNER_OFFERING_WORDS"
 #: An offering with alternatives ("this, or else that"): JSON ``[[label, match], ...]`` in order,
 #: ``match`` being what NVML's device name contains for that choice (the GPU view says which one the pod got).
 ENV_CHOICES = "GPUSPAWNER_CHOICES"
+#: What a budget limits, as ``c.GPUSpawner.user_gpu_budget`` (and a group's) names it: weighted
+#: GPU-hours, or money at the offerings' ``price_per_hour``. The hub measures both
+#: (capacity.budgetmath), the culler stops servers for both (culler.policy).
+BUDGET_HOURS = "hours"
+BUDGET_COST = "cost"
 #: The user's GPU-hour budget as the hub measured it at spawn (gpuspawner.hub.budgets.env), for the
 #: user's GPU view's running total: the budget, its window, the GPU-hours used then, what an hour
 #: of this server costs, when it was measured (ISO 8601) and from where (prometheus | hub-record).
