@@ -60,7 +60,15 @@ class VerdictPodReflector(PodReflector):
 
     @validate("resources")
     def _tell_waiters(self, proposal: Any) -> dict[str, Any]:
-        return _Told(proposal["value"], self._changed, self._removed)
+        """The pods a (re)list gives, told as the watch's are. KubeSpawner's reflector lists again
+        each ``restart_seconds`` and replaces its pods whole: a pod deleted while its watch was
+        down is missing from the list and has no DELETED event, so it is removed here, with the
+        last of it seen (the cluster's reason for it leaving, if that came before)."""
+        before = self._trait_values.get("resources") or {}
+        fresh = proposal["value"]
+        for key in before.keys() - fresh.keys():
+            self._removed(key, before[key])
+        return _Told(fresh, self._changed, self._removed)
 
     def keep_words(self, before: VerdictPodReflector) -> None:
         """Keep what the reflector this one replaces (after an outage) heard of pods that went, and
